@@ -1,0 +1,110 @@
+"""What an emitter produces: kernel sources, their parameters and launch dimensions.
+
+Mirrors XLA's ``LaunchDimensions`` (``xla/service/gpu/launch_dimensions.h``) and the kernel
+arguments of ``KernelThunk``: every buffer argument is a 1-D array in *physical* order
+(:mod:`fusegen.hlo.layout_util`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import numpy as np
+
+from fusegen.hlo.ir import Shape
+
+
+@attrs.frozen
+class LaunchDimensions:
+    """Grid and block shape of one kernel launch.
+
+    Attributes:
+        grid: program (block) counts per grid axis, at most 3 axes.
+        num_warps: warps per program (threads = 32 * num_warps on NVIDIA).
+        shared_memory_bytes: estimated static shared memory per program, bytes.
+    """
+
+    grid: tuple[int, ...]
+    num_warps: int = 4
+    shared_memory_bytes: int = 0
+
+    @property
+    def num_programs(self) -> int:
+        n = 1
+        for g in self.grid:
+            n *= g
+        return n
+
+    def __str__(self) -> str:
+        return f"grid={'x'.join(map(str, self.grid))} warps={self.num_warps}"
+
+
+@attrs.frozen
+class KernelParam:
+    """One kernel argument.
+
+    Attributes:
+        kind: ``"operand"`` (fusion operand ``index``), ``"output"`` (output leaf ``index``),
+            ``"constant"`` (``value``, a logical numpy array laid out by ``shape``) or ``"scratch"``.
+        index: operand / output-leaf number.
+        shape: the buffer's HLO shape (element type and layout decide the physical buffer).
+        value: the constant's logical array (``kind == "constant"`` only).
+    """
+
+    kind: str
+    index: int
+    shape: Shape
+    value: Any = attrs.field(default=None, eq=False)
+
+
+@attrs.frozen
+class KernelSource:
+    """A generated Triton kernel.
+
+    Attributes:
+        name: sanitized kernel name (a valid Python identifier).
+        source: complete Python module text defining ``@triton.jit`` function ``entry``.
+        entry: the kernel function's name in ``source``.
+        params: pointer arguments, in signature order, followed by nothing else; sizes are constexprs.
+        constexprs: ``tl.constexpr`` arguments by name (block sizes...), passed after the pointers.
+        launch: launch dimensions.
+        num_stages: software pipelining stages for compilation.
+    """
+
+    name: str
+    source: str
+    entry: str
+    params: tuple[KernelParam, ...]
+    constexprs: dict[str, int] = attrs.field(factory=dict)
+    launch: LaunchDimensions = LaunchDimensions((1,))
+    num_stages: int = 1
+
+
+@attrs.frozen
+class EmittedFusion:
+    """An emitter's result for one fusion.
+
+    Attributes:
+        emitter: emitter class name (``LoopFusion``, ``MemcpyFusion``...).
+        kernels: kernels launched in order (empty for memcpy).
+        output_aliases: output leaf -> operand index whose buffer the output reuses in place
+            (the output buffer starts as a copy of that operand, as with XLA's buffer aliasing).
+        copies: ``(operand, output_leaf)`` device-to-device copies (memcpy fusions), done first.
+    """
+
+    emitter: str
+    kernels: tuple[KernelSource, ...] = ()
+    output_aliases: dict[int, int] = attrs.field(factory=dict)
+    copies: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def launch(self) -> LaunchDimensions | None:
+        return self.kernels[0].launch if self.kernels else None
+
+
+def constant_buffer(value: np.ndarray, shape: Shape) -> np.ndarray:
+    """Physical 1-D buffer of a constant."""
+    from fusegen.hlo.layout_util import to_physical
+
+    return to_physical(value, shape)

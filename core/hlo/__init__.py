@@ -1,0 +1,1 @@
+"""HLO IR, text parser and printer. Imports nothing else of fusegen."""

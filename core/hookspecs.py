@@ -1,0 +1,63 @@
+"""fusegen's hook specifications (pluggy project name ``fusegen``).
+
+Every hook here is a *registration* hook: each plugin returns descriptors (:mod:`fusegen.registry`),
+fusegen collects the lists from all plugins, orders them by their explicit ``rank`` and then walks
+them. Ranks, not pluggy's registration order, decide precedence, so a third-party plugin can slot a
+question or emitter in between two built-ins without ``tryfirst``/``trylast``.
+
+A plugin is any module (or object) with functions named like these hooks, marked with
+``@fusegen.hookimpl``, and registered through an entry point in group ``fusegen.emitters``,
+``fusegen.backends`` or ``fusegen.plugins``.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("fusegen")
+
+
+@hookspec
+def fusegen_fusion_kind_matchers():
+    """Contribute dispatch questions.
+
+    Called once when the plugin manager builds its registries; every plugin's list is collected.
+
+    Returns:
+        list[fusegen.registry.KindMatcher]: ranked questions. During dispatch fusegen asks them in
+        ascending ``rank``; it **stops at the first non-None result** (a kind name such as
+        ``"kReduction"``). The result becomes the fusion's kind, and ``KindMatcher.name`` its
+        ``decided_by``.
+    """
+
+
+@hookspec
+def fusegen_emitter_factories():
+    """Contribute emitter factories, one or more per fusion kind.
+
+    Returns:
+        list[fusegen.registry.EmitterFactory]: for a fusion of kind K, factories whose ``kind == K``
+        are tried in ascending ``rank``; each may decline by returning ``None``, and fusegen **stops at
+        the first non-None emitter**. No factory for a kind (or all declined) means the fusion runs on
+        an execution backend (the host backend in the end) and is reported as such.
+    """
+
+
+@hookspec
+def fusegen_execution_backends():
+    """Contribute execution backends for non-fusion instructions and fusions without an emitter.
+
+    Returns:
+        list[fusegen.registry.ExecutionBackend]: tried in ascending ``rank``; the first whose
+        ``can_execute(instruction)`` is true runs the instruction.
+    """
+
+
+@hookspec
+def fusegen_passes():
+    """Contribute module passes, referred to by name from pipelines.
+
+    Returns:
+        list[fusegen.registry.HloPass]: pass names must be unique across all plugins; a duplicate
+        name is an error naming both plugins.
+    """

@@ -1,0 +1,1 @@
+"""Built-in fusegen plugins (each module registered through its own entry point)."""

@@ -1,0 +1,1 @@
+"""Built-in codegen/execution backend plugins."""
