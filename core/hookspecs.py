@@ -61,3 +61,19 @@ def fusegen_passes():
         list[fusegen.registry.HloPass]: pass names must be unique across all plugins; a duplicate
         name is an error naming both plugins.
     """
+
+
+@hookspec
+def fusegen_config_options():
+    """Declare this plugin's configuration keys, read from ``[plugins.<plugin name>]`` in fusegen.toml
+    (or ``[tool.fusegen.plugins.<plugin name>]`` in pyproject.toml).
+
+    Called once when the configuration is loaded, after all plugins are registered; every plugin's list
+    is collected. Keys are validated against these declarations: an undeclared key is an error with
+    file:line and a did-you-mean, a value of the wrong type names the expected type.
+
+    Returns:
+        list[fusegen.config.options.ConfigOption]: ``ConfigOption(name, type, default, help, choices=None)``;
+        ``type`` is bool, int, float, str, list, list[str]/list[int]..., or dict. The resolved values
+        (defaults filled in) are ``ResolvedConfig.plugin_settings(<plugin name>)``.
+    """

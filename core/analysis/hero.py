@@ -1,0 +1,125 @@
+"""Hero finding: the instruction whose shape drives a fusion root's emitter.
+
+Mirrors ``IsIntermediate`` / ``FindHero`` (``xla/codegen/ir_emission_utils.cc``) and
+``FindNonTrivialHero`` (``xla/service/gpu/ir_emission_utils.cc``).
+
+fusegen analyses a plain fused :class:`~fusegen.hlo.ir.Computation`: what XLA's
+``HloFusionAdaptor`` hides (fused parameters, the root tuple) is hidden here by treating
+``parameter`` instructions as outside the fusion and the root ``tuple`` as no real user.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from fusegen.analysis.shape_util import is_elementwise, reshape_is_bitcast, transpose_is_bitcast
+from fusegen.analysis.transpose import get_description_for_tiled_transpose_emitter
+from fusegen.hlo.ir import Instruction
+
+
+def is_intermediate(inst: Instruction, allowed_operand_count: int = 1) -> bool:
+    """``IsIntermediate``: 1..allowed operands and elementwise (a copy only when the shape, layout
+    included, is unchanged), a bitcast, or a reshape/transpose that is a bitcast."""
+    n = len(inst.operands)
+    if n == 0 or n > allowed_operand_count:
+        return False
+    if is_elementwise(inst):
+        if inst.opcode == "copy":
+            return _same_shape_and_layout(inst, inst.operands[0])
+        return True
+    if inst.opcode == "bitcast":
+        return True
+    if inst.opcode == "reshape":
+        return reshape_is_bitcast(inst.operands[0].shape, inst.shape)
+    if inst.opcode == "transpose":
+        return transpose_is_bitcast(inst.operands[0].shape, inst.shape, inst.attrs.get("dimensions", ()))
+    return False
+
+
+def _same_shape_and_layout(a: Instruction, b: Instruction) -> bool:
+    sa, sb = a.shape, b.shape
+    return (
+        sa.element_type == sb.element_type
+        and tuple(sa.dimensions) == tuple(sb.dimensions)
+        and tuple(sa.minor_to_major()) == tuple(sb.minor_to_major())
+    )
+
+
+def in_fusion(inst: Instruction) -> bool:
+    """Whether the fusion adaptor would yield ``inst``: fused parameters resolve outside."""
+    return inst.opcode != "parameter"
+
+
+def fusion_users(inst: Instruction) -> list[Instruction]:
+    """Users inside the fused computation, skipping the root tuple (``HloInstructionAdaptor::GetUsers``)."""
+    comp = inst.parent
+    out = []
+    for u in inst.users:
+        if u.opcode == "tuple" and comp is not None and u is comp.root:
+            continue
+        out.append(u)
+    return out
+
+
+def fusion_operands(inst: Instruction) -> list[Instruction]:
+    """Operands inside the fusion (parameters resolve outside and are not visited)."""
+    return [o for o in inst.operands if in_fusion(o)]
+
+
+def find_hero(root: Instruction, predicate: Callable[[Instruction], bool]) -> Instruction | None:
+    """``FindHero``: the unique instruction matching ``predicate`` reachable from ``root`` through
+    ``IsIntermediate(..., 3)`` ops (breadth first, consumers first), provided no non-trivial op is
+    reachable from its users. ``None`` when there is none, several, or a non-trivial user path."""
+    hero: Instruction | None = None
+    seen = {id(root)}
+    queue = deque([root])
+    while queue:
+        node = queue.popleft()
+        if predicate(node):
+            if hero is not None:
+                return None  # several candidates
+            hero = node
+            continue
+        if not is_intermediate(node, 3):
+            continue
+        for op in fusion_operands(node):
+            if id(op) not in seen:
+                seen.add(id(op))
+                queue.append(op)
+    if hero is None:
+        return None
+
+    def nontrivial(n: Instruction) -> bool:
+        return n.opcode not in ("tuple", "parameter") and not is_intermediate(n, 3)
+
+    start = fusion_users(hero)
+    seen = {id(u) for u in start}
+    queue = deque(start)
+    while queue:
+        node = queue.popleft()
+        if nontrivial(node):
+            return None
+        for u in fusion_users(node):
+            if id(u) not in seen:
+                seen.add(id(u))
+                queue.append(u)
+    return hero
+
+
+def find_non_trivial_hero(inst: Instruction) -> Instruction:
+    """``FindNonTrivialHero``: walk up single-operand intermediate ops, then look for a tiled
+    transpose hero, then a concatenate hero; a reduce reached by the walk is the hero; otherwise the
+    instruction itself."""
+    hero = inst
+    while is_intermediate(hero, 1) and in_fusion(hero.operands[0]):
+        hero = hero.operands[0]
+    t = find_hero(hero, lambda n: get_description_for_tiled_transpose_emitter(n) is not None)
+    if t is not None:
+        return t
+    c = find_hero(hero, lambda n: n.opcode == "concatenate")
+    if c is not None:
+        return c
+    if hero.opcode != "reduce":
+        return inst
+    return hero

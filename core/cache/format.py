@@ -1,0 +1,166 @@
+"""The JSON form of cache entries and export bundles, validated on read (no pickle).
+
+One entry (one file ``<dir>/<sha256 hex of the key>.json``)::
+
+    {"format": "fusegen-autotune-cache-entry", "format_version": 1,
+     "key": {"model": str, "hlo": str, "version": 50, "options_fingerprint": str},
+     "result": {"config": {"backend": str, "values": {...}}, "backend_version": str,
+                "duration_us": float | null, "scratch_bytes": int, "candidates": int,
+                "failures": {"COMPILATION_FAILED": int, ...}},
+     "created": "2026-...Z", "fusegen_version": "0.1.0"}
+
+An export bundle (``fusegen cache export``; XLA's ``xla_gpu_dump_autotune_results_to`` analogue)::
+
+    {"format": "fusegen-autotune-results", "format_version": 1, "entries": [entry, ...]}
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from typing import Any
+
+import attrs
+
+from fusegen.cache.key import CacheKey, CacheKeyError
+from fusegen.codegen_backend import Config, ConfigError
+
+ENTRY_FORMAT = "fusegen-autotune-cache-entry"
+BUNDLE_FORMAT = "fusegen-autotune-results"
+FORMAT_VERSION = 1
+_KINDS = ("COMPILATION_FAILED", "EXECUTION_FAILED", "REDZONE_CHECK_FAILED", "WRONG_RESULTS")
+
+
+class CacheFormatError(ValueError):
+    """A cache file or bundle is malformed; the message starts with its source (file name)."""
+
+
+@attrs.define
+class TuneResult:
+    """What the autotuner stores for one key."""
+
+    config: Config
+    backend_version: str = ""
+    duration_us: float | None = None
+    scratch_bytes: int = 0
+    candidates: int = 0
+    failures: dict[str, int] = attrs.field(factory=dict)
+
+    def to_json(self) -> dict:
+        return {"config": self.config.to_json(), "backend_version": self.backend_version,
+                "duration_us": self.duration_us, "scratch_bytes": self.scratch_bytes,
+                "candidates": self.candidates, "failures": dict(sorted(self.failures.items()))}
+
+
+@attrs.define
+class CacheEntry:
+    key: CacheKey
+    result: TuneResult
+    created: str = ""
+    fusegen_version: str = ""
+
+    @property
+    def digest(self) -> str:
+        return self.key.digest
+
+    def to_json(self) -> dict:
+        return {"format": ENTRY_FORMAT, "format_version": FORMAT_VERSION, "key": self.key.to_json(),
+                "result": self.result.to_json(), "created": self.created or now_iso(),
+                "fusegen_version": self.fusegen_version or _version()}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n"
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _version() -> str:
+    try:
+        from fusegen import __version__
+
+        return __version__
+    except Exception:  # pragma: no cover
+        return "?"
+
+
+def _need(obj: dict, field: str, types, source: str, where: str = "") -> Any:
+    v = obj.get(field)
+    if not isinstance(v, types) or (isinstance(v, bool) and bool not in (types if isinstance(types, tuple) else (types,))):
+        tn = types.__name__ if isinstance(types, type) else "/".join(t.__name__ for t in types)
+        raise CacheFormatError(f"{source}: field {where}{field!r} must be {tn}, got {type(v).__name__}")
+    return v
+
+
+def entry_from_json(obj: Any, source: str) -> CacheEntry:
+    """Validate and convert one entry.
+
+    Raises:
+        CacheFormatError: naming ``source`` and the first bad field.
+    """
+    if not isinstance(obj, dict):
+        raise CacheFormatError(f"{source}: a cache entry must be a JSON object")
+    if obj.get("format") != ENTRY_FORMAT:
+        raise CacheFormatError(f"{source}: not a fusegen autotune cache entry (format={obj.get('format')!r})")
+    if obj.get("format_version") != FORMAT_VERSION:
+        raise CacheFormatError(f"{source}: unsupported format_version {obj.get('format_version')!r} "
+                               f"(this fusegen reads {FORMAT_VERSION})")
+    try:
+        key = CacheKey.from_json(obj.get("key"))
+    except CacheKeyError as e:
+        raise CacheFormatError(f"{source}: {e}") from None
+    res = _need(obj, "result", dict, source)
+    try:
+        config = Config.from_json(res.get("config"))
+    except ConfigError as e:
+        raise CacheFormatError(f"{source}: result.config: {e}") from None
+    bv = _need(res, "backend_version", str, source, "result.")
+    dur = res.get("duration_us")
+    if dur is not None and (not isinstance(dur, (int, float)) or isinstance(dur, bool) or not math.isfinite(dur)):
+        raise CacheFormatError(f"{source}: field result.'duration_us' must be a finite number or null")
+    scratch = _need(res, "scratch_bytes", int, source, "result.")
+    cands = _need(res, "candidates", int, source, "result.")
+    fails = _need(res, "failures", dict, source, "result.")
+    for k, v in fails.items():
+        if k not in _KINDS or not isinstance(v, int) or isinstance(v, bool):
+            raise CacheFormatError(f"{source}: result.failures has bad entry {k!r}: {v!r}")
+    created = obj.get("created", "")
+    return CacheEntry(key, TuneResult(config, bv, None if dur is None else float(dur), scratch, cands, dict(fails)),
+                      created if isinstance(created, str) else "", str(obj.get("fusegen_version", "")))
+
+
+def entry_from_text(text: str, source: str) -> CacheEntry:
+    """Parse JSON text of one entry (``CacheFormatError`` on bad JSON, naming ``source``)."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CacheFormatError(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
+                               f"truncated or corrupt") from None
+    return entry_from_json(obj, source)
+
+
+def bundle_to_json(entries: list[CacheEntry]) -> dict:
+    return {"format": BUNDLE_FORMAT, "format_version": FORMAT_VERSION,
+            "entries": [e.to_json() for e in sorted(entries, key=lambda e: e.digest)]}
+
+
+def bundle_from_text(text: str, source: str) -> list[CacheEntry]:
+    """Entries of an export bundle.
+
+    Raises:
+        CacheFormatError: bad JSON, wrong format, or a bad entry (named by its index).
+    """
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CacheFormatError(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if not isinstance(obj, dict) or obj.get("format") != BUNDLE_FORMAT:
+        raise CacheFormatError(f"{source}: not a fusegen autotune results bundle (expected format {BUNDLE_FORMAT!r})")
+    if obj.get("format_version") != FORMAT_VERSION:
+        raise CacheFormatError(f"{source}: unsupported format_version {obj.get('format_version')!r}")
+    entries = obj.get("entries")
+    if not isinstance(entries, list):
+        raise CacheFormatError(f"{source}: field 'entries' must be a list")
+    return [entry_from_json(e, f"{source}: entries[{i}]") for i, e in enumerate(entries)]

@@ -1,0 +1,204 @@
+"""The two-tier autotune cache: process memory, then a directory of JSON files.
+
+Mirrors XLA's ``AutotunerCache`` (``xla/service/gpu/autotuning/autotuner_cache.cc``: in-memory map
+first, per-fusion files in ``xla_gpu_per_fusion_autotune_cache_dir`` second, temp file + rename, no
+write in READ mode) and the newer ``TieredCache`` (``xla/backends/autotuner/tiered_cache.cc``:
+secondary hits promoted to the primary tier). Modes follow ``xla_gpu_experimental_autotune_cache_mode``:
+
+* ``UPDATE`` (XLA's default): read every tier, write every tier.
+* ``READ``: read every tier, never write the directory (the process memory still learns).
+* ``WRITE_ONLY``: never read the directory (re-tune, refresh files); memory is still read, so
+  identically shaped layers of one module are tuned once.
+
+Files: ``<dir>/<sha256 hex of key>.json``, written to ``<dir>/.tmp-<digest>-<pid>-<ns>.json`` then
+``os.replace`` d into place, which is atomic on POSIX and Windows, so concurrent writers of one key
+leave one complete file (the last writer's) and readers never see a partial one; no lock is needed.
+A file that is truncated, corrupt, or holds another key is reported with a warning naming it,
+ignored (a miss), and overwritten by the re-tuned result; other entries are never touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Iterator
+
+from fusegen.cache.format import CacheEntry, CacheFormatError, entry_from_text
+from fusegen.cache.key import CacheKey, is_digest
+
+log = logging.getLogger("fusegen.cache")
+
+MODES = ("UPDATE", "READ", "WRITE_ONLY")
+
+
+class CacheWarning(UserWarning):
+    """A cache file was ignored (corrupt, truncated, wrong key); the message names the file."""
+
+
+def normalize_mode(mode: str) -> str:
+    """``update``/``UPDATE``/``1`` -> ``UPDATE`` (also ``READ``=2, ``WRITE_ONLY``=3; XLA's proto values).
+
+    Raises:
+        ValueError: an unknown mode, listing the valid ones.
+    """
+    m = str(mode).strip().upper().replace("-", "_")
+    m = {"1": "UPDATE", "2": "READ", "3": "WRITE_ONLY", "UNSPECIFIED": "UPDATE", "0": "UPDATE", "": "UPDATE",
+         "READ_ONLY": "READ", "WRITE": "WRITE_ONLY"}.get(m, m)
+    if m not in MODES:
+        raise ValueError(f"xla_gpu_experimental_autotune_cache_mode must be one of {', '.join(MODES)}, got {mode!r}")
+    return m
+
+
+class InMemoryTier:
+    """The process's own map from key digest to entry."""
+
+    name = "memory"
+
+    def __init__(self) -> None:
+        self._entries: dict[str, CacheEntry] = {}
+
+    def get(self, key: CacheKey) -> CacheEntry | None:
+        e = self._entries.get(key.digest)
+        return e if e is not None and e.key == key else None
+
+    def put(self, entry: CacheEntry) -> None:
+        self._entries[entry.digest] = entry
+
+    def entries(self) -> Iterator[CacheEntry]:
+        return iter(list(self._entries.values()))
+
+    def clear(self) -> int:
+        n = len(self._entries)
+        self._entries.clear()
+        return n
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class DirectoryTier:
+    """One JSON file per key under ``path`` (created on first write).
+
+    Raises:
+        OSError: the directory cannot be created or written (reported by the caller with the path).
+    """
+
+    name = "directory"
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def file_for(self, digest: str) -> Path:
+        return self.path / f"{digest}.json"
+
+    def get(self, key: CacheKey) -> CacheEntry | None:
+        f = self.file_for(key.digest)
+        try:
+            text = f.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as e:
+            self._warn(f, f"unreadable ({e})")
+            return None
+        try:
+            entry = entry_from_text(text, str(f))
+        except CacheFormatError as e:
+            self._warn(f, str(e).removeprefix(f"{f}: "))
+            return None
+        if entry.key != key:
+            self._warn(f, "holds a different key than its file name says")
+            return None
+        return entry
+
+    @staticmethod
+    def _warn(f: Path, why: str) -> None:
+        msg = f"ignoring autotune cache file {f}: {why}; the instruction will be re-tuned"
+        log.warning(msg)
+        warnings.warn(msg, CacheWarning, stacklevel=3)
+
+    def put(self, entry: CacheEntry) -> Path:
+        """Write atomically (temp file in the same directory, then ``os.replace``)."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        digest = entry.digest
+        tmp = self.path / f".tmp-{digest}-{os.getpid()}-{time.monotonic_ns()}.json"
+        data = entry.dumps().encode("utf-8")
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.file_for(digest))
+        finally:
+            if tmp.exists():
+                tmp.unlink(missing_ok=True)
+        return self.file_for(digest)
+
+    def files(self) -> list[Path]:
+        """Entry files (``<64 hex>.json``) in name order; temp and foreign files are not listed."""
+        if not self.path.is_dir():
+            return []
+        return sorted(p for p in self.path.iterdir() if p.suffix == ".json" and is_digest(p.stem))
+
+    def entries(self) -> Iterator[tuple[Path, CacheEntry | None, str]]:
+        """``(file, entry or None, problem)`` for every entry file; nothing is deleted."""
+        for f in self.files():
+            try:
+                e = entry_from_text(f.read_text(encoding="utf-8"), str(f))
+            except (OSError, UnicodeDecodeError, CacheFormatError) as ex:
+                yield f, None, str(ex).removeprefix(f"{f}: ")
+                continue
+            if e.digest != f.stem:
+                yield f, None, "holds a different key than its file name says"
+                continue
+            yield f, e, ""
+
+    def clear(self) -> int:
+        """Remove entry files and stale temp files of this tier only; returns how many entries went."""
+        n = 0
+        for f in self.files():
+            f.unlink(missing_ok=True)
+            n += 1
+        if self.path.is_dir():
+            for p in self.path.glob(".tmp-*.json"):
+                p.unlink(missing_ok=True)
+        return n
+
+
+class TieredCache:
+    """Memory first, then the directory (when configured), under one mode.
+
+    Attributes:
+        stats: counters ``hits_memory``, ``hits_directory``, ``misses``, ``writes_directory``.
+    """
+
+    def __init__(self, directory: str | os.PathLike | None = None, mode: str = "UPDATE",
+                 memory: InMemoryTier | None = None):
+        self.mode = normalize_mode(mode)
+        self.memory = memory if memory is not None else InMemoryTier()
+        self.directory = DirectoryTier(directory) if directory else None
+        self.stats = {"hits_memory": 0, "hits_directory": 0, "misses": 0, "writes_directory": 0}
+
+    def lookup(self, key: CacheKey) -> tuple[CacheEntry | None, str]:
+        """``(entry, "memory" | "directory")`` on a hit, ``(None, "miss")`` otherwise."""
+        e = self.memory.get(key)
+        if e is not None:
+            self.stats["hits_memory"] += 1
+            return e, "memory"
+        if self.directory is not None and self.mode != "WRITE_ONLY":
+            e = self.directory.get(key)
+            if e is not None:
+                self.memory.put(e)  # promotion
+                self.stats["hits_directory"] += 1
+                return e, "directory"
+        self.stats["misses"] += 1
+        return None, "miss"
+
+    def insert(self, entry: CacheEntry) -> None:
+        """Store in memory and, unless mode is READ, in the directory."""
+        self.memory.put(entry)
+        if self.directory is not None and self.mode != "READ":
+            self.directory.put(entry)
+            self.stats["writes_directory"] += 1

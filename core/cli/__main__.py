@@ -1,0 +1,3 @@
+from fusegen.cli.main import main
+
+main()

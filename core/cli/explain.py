@@ -1,0 +1,61 @@
+"""``fusegen explain MODULE.hlo``: the dispatch table, without running anything."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from fusegen.cli.common import device_option, fail, get_device_or_fail, load_module
+
+
+@click.command()
+@click.argument("module_path", metavar="MODULE.hlo")
+@click.option("--fusion", "fusion_name", help="Also print this fusion's generated kernel source.")
+@device_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def explain(module_path, fusion_name, device_name, as_json):
+    """Show, for every fusion, its kind, what decided it, its emitter, backend and launch dimensions."""
+    from fusegen.plugin_manager import PluginError
+    from fusegen.runtime.executor import Executor
+
+    device = get_device_or_fail(device_name)
+    module = load_module(module_path)
+    ex = Executor(module, device, compile_kernels=False)
+    rows = []
+    try:
+        for comp in module.computations:
+            for inst in comp.instructions:
+                if inst.opcode == "fusion":
+                    rows.append((inst, ex.plan_fusion(inst)))
+    except PluginError as e:
+        fail(f"{module_path}: {e}")
+    if fusion_name is not None and fusion_name.lstrip("%") not in {i.name for i, _ in rows}:
+        fail(f"{module_path}: no fusion named {fusion_name!r}")
+    if as_json:
+        out = {"module": module.name, "fusions": []}
+        for inst, (emitted, rep) in rows:
+            d = {k: v for k, v in rep.to_json().items() if k not in ("max_abs_error", "max_rel_error", "status", "compiled_sm90")}
+            if fusion_name and inst.name == fusion_name.lstrip("%"):
+                d["kernels"] = [{"name": k.name, "source": k.source} for k in rep.kernels]
+            out["fusions"].append(d)
+        click.echo(json.dumps(out, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title=f"{module.name}: dispatch on {device.name}")
+    for col in ("fusion", "kind", "decided by", "emitter", "backend", "launch", "note"):
+        t.add_column(col, overflow="fold")
+    for inst, (emitted, rep) in rows:
+        t.add_row(rep.name, rep.kind, rep.decided_by, rep.emitter, rep.backend, rep.launch, rep.reason)
+    console.print(t)
+    if fusion_name:
+        for inst, (emitted, rep) in rows:
+            if inst.name == fusion_name.lstrip("%"):
+                if not rep.kernels:
+                    console.print(f"{inst.name}: no kernel ({rep.reason or rep.emitter})", markup=False)
+                for k in rep.kernels:
+                    console.print(f"# kernel {k.name} ({k.launch})", markup=False)
+                    console.print(k.source, markup=False, highlight=False)

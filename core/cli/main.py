@@ -1,0 +1,35 @@
+"""The ``fusegen`` command: ``run``, ``explain``, ``plugins``.
+
+Exit codes: 0 success, 1 an output mismatched the reference evaluator, 2 bad input (malformed HLO,
+bad inputs file, unknown device) or a failing plugin, each reported in one line.
+"""
+
+from __future__ import annotations
+
+import click
+
+from fusegen import __version__
+from fusegen.cli.config import config
+from fusegen.cli.explain import explain
+from fusegen.cli.plugins import plugins
+from fusegen.cli.run import run
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="fusegen")
+def cli() -> None:
+    """fusegen: XLA:GPU's codegen path after the optimizer, as plugins.
+
+    Takes a fused HLO module, decides each fusion's emitter kind as XLA does, generates Triton kernels,
+    runs them (Triton's interpreter on a CPU) and checks them against a reference evaluator.
+    """
+
+
+cli.add_command(run)
+cli.add_command(explain)
+cli.add_command(plugins)
+cli.add_command(config)
+
+
+def main() -> None:
+    cli(prog_name="fusegen")

@@ -1,0 +1,1138 @@
+"""Elemental emission of a fused computation as Triton expressions, through indexing maps.
+
+Mirrors XLA's ``elemental_hlo_to_mlir.cc`` (``ProvideParameter`` / ``EmitElementalHloInstruction``) and
+the indexing maps of ``indexing_analysis.cc``: to produce one element of an instruction at an index
+(one Triton ``[BLOCK]`` int tensor per logical dimension) the generator maps the index to its operands'
+indices and recurses; parameters are loaded at their physical offset ``sum(idx[d] * stride[d])``.
+
+Every value is a ``[BLOCK]`` tensor variable of the instruction's element type. A value read at the same
+indices is computed once (cache keyed by ``(instruction, index tuple)``), which is the partitioner's point
+in XLA: no exponential recomputation when an instruction has several users. Index tuples are canonical
+(variables are themselves de-duplicated by expression, and linear-index round trips such as
+``bitcast(bitcast(x))`` are recognised), so equal indices hit the cache.
+
+Invariant: every index the generator produces lies inside its shape (tail lanes are clamped by the
+caller; pad/concatenate/dynamic-update-slice/gather clamp their operand indices and select), so no load
+can leave its buffer.
+
+Numerics follow XLA:GPU: f16/bf16/fp8 arithmetic is done in f32 and rounded back; transcendental functions
+call libdevice; integer division by zero gives -1 (all ones), ``INT_MIN / -1`` gives ``INT_MIN``;
+float->int conversion saturates and maps NaN to 0; shifts by >= bit width give 0 (or the sign fill);
+``maximum``/``minimum`` propagate NaN.
+
+Anything else raises :class:`~fusegen.codegen.emitter.EmitterUnsupported` naming the op and instruction.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from fusegen.codegen import triton_source as ts
+from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.kernel import KernelParam
+from fusegen.hlo import dtypes
+from fusegen.hlo.ir import Computation, Instruction, Shape
+
+Index = tuple  # of int | str (a variable holding an index tensor)
+
+#: Opcodes XLA treats as elementwise (``HloInstruction::IsElementwise``) that fusegen emits.
+ELEMENTWISE = frozenset({
+    "abs", "add", "and", "atan2", "cbrt", "ceil", "clamp", "compare", "convert", "copy", "cosine",
+    "count-leading-zeros", "divide", "erf", "exponential", "exponential-minus-one", "floor", "is-finite",
+    "log", "log-plus-one", "logistic", "maximum", "minimum", "multiply", "negate", "not", "or", "popcnt",
+    "power", "reduce-precision", "remainder", "round-nearest-afz", "round-nearest-even", "rsqrt", "select",
+    "shift-left", "shift-right-arithmetic", "shift-right-logical", "sign", "sine", "sqrt", "subtract",
+    "tan", "tanh", "xor", "bitcast-convert", "acos", "acosh", "asin", "asinh", "atanh", "cosh", "sinh",
+    "atan", "map",
+})
+
+_LOW_FLOATS = ("f16", "bf16", "f8e4m3fn", "f8e5m2")
+
+_LIBDEVICE_UNARY = {
+    "exponential": "exp", "log": "log", "log-plus-one": "log1p", "exponential-minus-one": "expm1",
+    "sqrt": "sqrt", "rsqrt": "rsqrt", "cbrt": "cbrt", "tanh": "tanh", "sine": "sin", "cosine": "cos",
+    "tan": "tan", "erf": "erf", "floor": "floor", "ceil": "ceil", "round-nearest-afz": "round",
+    "round-nearest-even": "rint", "acos": "acos", "asin": "asin", "atan": "atan", "acosh": "acosh",
+    "asinh": "asinh", "atanh": "atanh", "cosh": "cosh", "sinh": "sinh",
+}
+
+_CMP = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+def int_list(v: Any) -> tuple[int, ...]:
+    """An attribute that is a tuple of ints, or raw text like ``{1,2}`` (parser keeps unknown keys raw)."""
+    if v is None:
+        return ()
+    if isinstance(v, (list, tuple)):
+        return tuple(int(x) for x in v)
+    if isinstance(v, int):
+        return (v,)
+    s = str(v).strip().strip("{}").strip()
+    return tuple(int(x) for x in s.split(",") if x.strip()) if s else ()
+
+
+def is_float(et: str) -> bool:
+    return dtypes.is_floating(et)
+
+
+def _int_range(et: str) -> tuple[int, int]:
+    bits = dtypes.bit_width(et)
+    if dtypes.is_unsigned_int(et):
+        return 0, (1 << bits) - 1
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+def _check_type(inst: Instruction, shape: Shape | None = None) -> None:
+    shape = shape or inst.shape
+    for leaf in shape.leaves():
+        et = leaf.element_type
+        try:
+            ts.tl_dtype(et)
+        except dtypes.UnsupportedTypeError:
+            raise EmitterUnsupported(inst.opcode, inst.name, f"element type {et} has no Triton type") from None
+        if leaf.dynamic and any(leaf.dynamic):
+            raise EmitterUnsupported(inst.opcode, inst.name, "dynamic shapes are not supported")
+
+
+def parse_constant(inst: Instruction) -> np.ndarray:
+    """The logical value of a ``constant`` instruction.
+
+    Raises:
+        EmitterUnsupported: the literal is elided (``{...}``) or cannot be parsed.
+    """
+    text = inst.attrs.get("literal")
+    if text is None:
+        raise EmitterUnsupported("constant", inst.name, "literal is elided ({...})")
+    try:
+        from fusegen.hlo.literal import parse_literal
+
+        val = parse_literal(text, inst.shape)
+    except ImportError:
+        val = _parse_scalar_literal(str(text), inst.shape)
+    except Exception as e:  # a literal the parser rejects: decline, the host backend reports it
+        raise EmitterUnsupported("constant", inst.name, f"cannot parse literal: {e}") from None
+    return np.asarray(val).reshape(inst.shape.dimensions)
+
+
+def _parse_scalar_literal(text: str, shape: Shape) -> np.ndarray:
+    t = text.strip().strip("{}").strip()
+    et = shape.element_type
+    if shape.numel != 1 or "," in t:
+        raise EmitterUnsupported("constant", "", "array literals need fusegen.hlo.literal")
+    if et == "pred":
+        v: Any = t.lower() in ("true", "1")
+    elif is_float(et):
+        v = float(t.replace("inf", "inf"))
+    else:
+        v = int(t, 0)
+    return np.asarray(v).astype(dtypes.numpy_dtype(et)).reshape(shape.dimensions)
+
+
+class KernelContext:
+    """State of one kernel being written: names, body lines, buffer parameters, index dtype.
+
+    Args:
+        index_dtype: ``"tl.int32"`` or ``"tl.int64"`` for index arithmetic.
+        operand_shapes: shapes of the fusion operands (their layouts give parameter strides).
+        block: the name of the block-size constexpr.
+    """
+
+    def __init__(self, index_dtype: str, operand_shapes: Sequence[Shape]):
+        self.names = ts.NameAllocator()
+        self.body = ts.SourceBuilder()
+        self.body.level = 1
+        self.idx_t = index_dtype
+        self.operand_shapes = list(operand_shapes)
+        self.params: list[KernelParam] = []
+        self.param_names: list[str] = []
+        self._param_keys: dict[Any, str] = {}
+        self.mask = "mask"
+        self.zero = "zero"
+        for n in ("lin_c", "off", "t"):
+            self.names.reserve(n)
+
+    def emit(self, expr: str, hint: str = "t") -> str:
+        name = self.names.fresh(hint)
+        self.body.line(f"{name} = {expr}")
+        return name
+
+    def param(self, kind: str, index: int, shape: Shape, hint: str, value: Any = None, key: Any = None) -> str:
+        k = key if key is not None else (kind, index)
+        if k in self._param_keys:
+            return self._param_keys[k]
+        name = self.names.fresh(f"{kind[:3]}_{hint}")
+        self.params.append(KernelParam(kind=kind, index=index, shape=shape, value=value))
+        self.param_names.append(name)
+        self._param_keys[k] = name
+        return name
+
+    def constant_param(self, inst: Instruction, value: np.ndarray) -> str:
+        key = ("constant", id(inst))
+        if key in self._param_keys:
+            return self._param_keys[key]
+        k = sum(1 for p in self.params if p.kind == "constant")
+        return self.param("constant", k, inst.shape, inst.name, value=value, key=key)
+
+    def render(self, entry: str, constexprs: Sequence[str], prologue: Sequence[str] = ()) -> str:
+        args = list(self.param_names) + [f"{c}: tl.constexpr" for c in constexprs]
+        out = ts.module_header()
+        out.append("")
+        out.append("@triton.jit")
+        out.append(f"def {entry}({', '.join(args)}):")
+        out.extend("    " + p for p in prologue)
+        out.extend(self.body.lines)
+        return "\n".join(out) + "\n"
+
+
+class ElementalGenerator:
+    """Generates values of one computation's instructions at given indices.
+
+    Args:
+        ctx: the kernel being written.
+        comp: the computation (fused body, or a reducer / map computation).
+        bindings: for nested computations, parameter number -> bound value (variable or list of them);
+            ``None`` for the fused computation (parameters load from the operand buffers).
+    """
+
+    def __init__(self, ctx: KernelContext, comp: Computation, bindings: dict[int, Any] | None = None,
+                 parent: "ElementalGenerator | None" = None):
+        self.ctx = ctx
+        self.comp = comp
+        self.bindings = bindings
+        self.root_gen = parent.root_gen if parent is not None else self
+        if parent is None:
+            self._scopes: list[dict[Any, Any]] = [{}]
+            self._lin_of: list[dict[Any, Any]] = [{}]
+            self._delin: list[dict[Any, Any]] = [{}]
+        else:  # index caches are shared with the enclosing generator (same kernel, same scopes)
+            self._scopes = [{}]
+            self._lin_of = parent._lin_of
+            self._delin = parent._delin
+        self.idx_scopes = parent.idx_scopes if parent is not None else [{}]
+
+    # ---------------------------------------------------------------------------------------- scopes
+    def push_scope(self) -> None:
+        self._scopes.append({})
+        self.idx_scopes.append({})
+        self._lin_of.append({})
+        self._delin.append({})
+
+    def pop_scope(self) -> None:
+        self._scopes.pop()
+        self.idx_scopes.pop()
+        self._lin_of.pop()
+        self._delin.pop()
+
+    @staticmethod
+    def _lookup(scopes: list[dict], key: Any) -> Any:
+        for s in reversed(scopes):
+            if key in s:
+                return s[key]
+        return None
+
+    # --------------------------------------------------------------------------------- index algebra
+    def iexpr(self, expr: str, hint: str = "i") -> str:
+        """A (de-duplicated) index variable holding ``expr``."""
+        hit = self._lookup(self.idx_scopes, expr)
+        if hit is not None:
+            return hit
+        name = self.ctx.emit(expr, hint)
+        self.idx_scopes[-1][expr] = name
+        return name
+
+    def itensor(self, c: int | str) -> str:
+        if isinstance(c, str):
+            return c
+        if c == 0:
+            return self.ctx.zero
+        return self.iexpr(f"{self.ctx.zero} + {int(c)}", "c")
+
+    def iadd(self, a: int | str, b: int | str) -> int | str:
+        if isinstance(a, int) and isinstance(b, int):
+            return a + b
+        if b == 0:
+            return a
+        if a == 0:
+            return b
+        return self.iexpr(f"{a} + {b}" if isinstance(a, str) else f"{b} + {a}")
+
+    def isub(self, a: int | str, b: int | str) -> int | str:
+        if isinstance(a, int) and isinstance(b, int):
+            return a - b
+        if b == 0:
+            return a
+        return self.iexpr(f"{self.itensor(a)} - {b}")
+
+    def imul(self, a: int | str, k: int) -> int | str:
+        if isinstance(a, int):
+            return a * k
+        if k == 1:
+            return a
+        if k == 0:
+            return 0
+        return self.iexpr(f"{a} * {k}")
+
+    def idiv(self, a: int | str, k: int) -> int | str:
+        if isinstance(a, int):
+            return a // k
+        return a if k == 1 else self.iexpr(f"{a} // {k}")
+
+    def imod(self, a: int | str, k: int) -> int | str:
+        if isinstance(a, int):
+            return a % k
+        return 0 if k == 1 else self.iexpr(f"{a} % {k}")
+
+    def iclamp(self, a: int | str, lo: int, hi: int) -> int | str:
+        if isinstance(a, int):
+            return min(max(a, lo), hi)
+        if lo == hi:
+            return lo
+        return self.iexpr(f"tl.minimum(tl.maximum({a}, {lo}), {hi})")
+
+    def delinearize(self, lin: int | str, dims: Sequence[int], m2m: Sequence[int]) -> Index:
+        """Index of linear position ``lin`` in a shape whose elements are laid out minor-to-major ``m2m``."""
+        dims = tuple(dims)
+        m2m = tuple(m2m)
+        key = (lin, dims, m2m)
+        hit = self._lookup(self._delin, key)
+        if hit is not None:
+            return hit
+        idx: list[int | str] = [0] * len(dims)
+        stride = 1
+        nontrivial = [d for d in m2m if dims[d] != 1]
+        for k, d in enumerate(m2m):
+            size = dims[d]
+            if size == 1:
+                continue
+            q = self.idiv(lin, stride)
+            is_most_major = d == nontrivial[-1]
+            idx[d] = q if is_most_major else self.imod(q, size)
+            stride *= size
+        out = tuple(idx)
+        self._delin[-1][key] = out
+        self._lin_of[-1][(out, dims, m2m)] = lin
+        return out
+
+    def linearize(self, idx: Index, dims: Sequence[int], m2m: Sequence[int]) -> int | str:
+        """Linear position of ``idx`` in a shape laid out minor-to-major ``m2m``."""
+        dims = tuple(dims)
+        m2m = tuple(m2m)
+        hit = self._lookup(self._lin_of, (tuple(idx), dims, m2m))
+        if hit is not None:
+            return hit
+        total: int | str = 0
+        stride = 1
+        const = 0
+        terms: list[str] = []
+        for d in m2m:
+            c = idx[d]
+            if isinstance(c, int):
+                const += c * stride
+            elif dims[d] != 1:
+                terms.append(c if stride == 1 else f"{c} * {stride}")
+            stride *= dims[d]
+        if not terms:
+            total = const
+        else:
+            expr = " + ".join(terms) + (f" + {const}" if const else "")
+            total = self.iexpr(expr, "off")
+        self._lin_of[-1][(tuple(idx), dims, m2m)] = total
+        return total
+
+    # ------------------------------------------------------------------------------------- values
+    def value(self, inst: Instruction, idx: Index) -> Any:
+        """Variable(s) holding ``inst`` at ``idx``: a name for arrays, a (nested) list for tuples."""
+        key = (id(inst), tuple(idx))
+        hit = self._lookup(self._scopes, key)
+        if hit is not None:
+            return hit
+        if len(idx) != inst.shape.rank and not inst.shape.is_tuple:
+            raise EmitterUnsupported(inst.opcode, inst.name, f"index of rank {len(idx)} for rank {inst.shape.rank}")
+        res = self._emit(inst, tuple(idx))
+        self._scopes[-1][key] = res
+        return res
+
+    def emit(self, expr: str, inst: Instruction) -> str:
+        return self.ctx.emit(expr, inst.name)
+
+    def _emit(self, inst: Instruction, idx: Index) -> Any:
+        op = inst.opcode
+        _check_type(inst)
+        handler = _HANDLERS.get(op)
+        if handler is not None:
+            return handler(self, inst, idx)
+        if op in _LIBDEVICE_UNARY:
+            return self._unary_math(inst, idx, _LIBDEVICE_UNARY[op])
+        raise EmitterUnsupported(op, inst.name, f"opcode {op!r} is not supported by the elemental emitter")
+
+    # ------------------------------------------------------------------------------------- helpers
+    def tl(self, et: str) -> str:
+        return ts.tl_dtype(et)
+
+    def up(self, v: str, et: str) -> str:
+        """``v`` in its compute type (f16/bf16/fp8 -> f32)."""
+        if et in _LOW_FLOATS:
+            key = ("up", v)
+            hit = self._lookup(self._scopes, key)
+            if hit is None:
+                hit = self.ctx.emit(f"{v}.to(tl.float32)", "up")
+                self._scopes[-1][key] = hit
+            return hit
+        return v
+
+    def down(self, v: str, et: str, hint: str) -> str:
+        if et in _LOW_FLOATS:
+            return self.ctx.emit(f"{v}.to({self.tl(et)})", hint)
+        return v
+
+    def compute_type(self, et: str) -> str:
+        return "f32" if et in _LOW_FLOATS else et
+
+    def fconst(self, value: float, et: str) -> str:
+        return self.ctx.emit(ts.float_constant(value, et), "k")
+
+    def iconst(self, value: int, et: str) -> str:
+        return self.ctx.emit(ts.int_constant(value, et), "k")
+
+    def wrap_subbyte(self, v: str, et: str, hint: str) -> str:
+        if et in ("s4", "s2"):
+            sh = 8 - dtypes.bit_width(et)
+            return self.ctx.emit(f"(({v} << {sh}) >> {sh})", hint)
+        if et in ("u4", "u2"):
+            return self.ctx.emit(f"({v} & {(1 << dtypes.bit_width(et)) - 1})", hint)
+        return v
+
+    def scalar_index(self, inst: Instruction) -> str:
+        """A scalar integer operand (start index) as an index tensor."""
+        v = self.value(inst, ())
+        et = inst.shape.element_type
+        if not dtypes.is_integral(et):
+            raise EmitterUnsupported(inst.opcode, inst.name, "start index must be an integer")
+        return self.ctx.emit(f"{v}.to({self.ctx.idx_t})", "start")
+
+    def call_computation(self, comp: Computation, args: list[Any]) -> Any:
+        """Emit ``comp`` (a scalar reducer / map body) on bound argument variables at the current point."""
+        gen = ElementalGenerator(self.ctx, comp, {i: a for i, a in enumerate(args)}, parent=self)
+        if comp.root is None:
+            raise EmitterUnsupported("call", comp.name, "computation has no root")
+        for inst in comp.instructions:
+            if inst.shape.is_array and inst.shape.rank != 0:
+                raise EmitterUnsupported(inst.opcode, inst.name, "non-scalar instruction in a reducer computation")
+        return gen.value(comp.root, ())
+
+    # ---------------------------------------------------------------------------- leaf instructions
+    def _parameter(self, inst: Instruction, idx: Index) -> Any:
+        n = inst.parameter_number
+        if self.bindings is not None:
+            if n not in self.bindings:
+                raise EmitterUnsupported("parameter", inst.name, f"unbound parameter {n}")
+            return self.bindings[n]
+        if inst.shape.is_tuple:
+            raise EmitterUnsupported("parameter", inst.name, "tuple-shaped fusion parameters are not supported")
+        shape = self.ctx.operand_shapes[n] if n < len(self.ctx.operand_shapes) else inst.shape
+        if shape.dimensions != inst.shape.dimensions:
+            shape = inst.shape
+        ptr = self.ctx.param("operand", n, shape, inst.name)
+        return self._load(ptr, shape, idx, inst)
+
+    def _load(self, ptr: str, shape: Shape, idx: Index, inst: Instruction) -> str:
+        off = self.itensor(self.linearize(idx, shape.dimensions, shape.minor_to_major()))
+        v = self.ctx.emit(f"tl.load({ptr} + {off}, mask={self.ctx.mask}, other=0)", inst.name)
+        if shape.element_type == "pred":
+            v = self.ctx.emit(f"{v} != 0", inst.name)
+        return v
+
+    def _constant(self, inst: Instruction, idx: Index) -> str:
+        et = inst.shape.element_type
+        val = parse_constant(inst)
+        if val.size == 1:
+            x = val.reshape(-1)[0]
+            if et == "pred":
+                return self.ctx.emit(ts.int_constant(bool(x), "pred"), inst.name)
+            if is_float(et):
+                return self.ctx.emit(ts.float_constant(float(np.asarray(x).astype(np.float64)), et), inst.name)
+            return self.ctx.emit(ts.int_constant(int(x), et), inst.name)
+        ptr = self.ctx.constant_param(inst, val)
+        return self._load(ptr, inst.shape, idx, inst)
+
+    def _iota(self, inst: Instruction, idx: Index) -> str:
+        d = int(inst.attrs.get("iota_dimension", 0))
+        c = self.itensor(idx[d])
+        et = inst.shape.element_type
+        if et == "pred":
+            return self.ctx.emit(f"{c} != 0", inst.name)
+        if et in _LOW_FLOATS:
+            return self.ctx.emit(f"{c}.to(tl.float32).to({self.tl(et)})", inst.name)
+        return self.ctx.emit(f"{c}.to({self.tl(et)})", inst.name)
+
+    # --------------------------------------------------------------------------- index transforms
+    def _broadcast(self, inst: Instruction, idx: Index) -> Any:
+        dims = int_list(inst.attrs.get("dimensions"))
+        return self.value(inst.operands[0], tuple(idx[d] for d in dims))
+
+    def _reshape(self, inst: Instruction, idx: Index) -> Any:
+        src = inst.operands[0]
+        if src.shape.element_type != inst.shape.element_type:
+            raise EmitterUnsupported(inst.opcode, inst.name, "reshape changes the element type")
+        out_rm = tuple(range(inst.shape.rank - 1, -1, -1))
+        in_rm = tuple(range(src.shape.rank - 1, -1, -1))
+        lin = self.linearize(idx, inst.shape.dimensions, out_rm)
+        return self.value(src, self.delinearize(lin, src.shape.dimensions, in_rm))
+
+    def _bitcast(self, inst: Instruction, idx: Index) -> Any:
+        src = inst.operands[0]
+        if src.shape.numel != inst.shape.numel:
+            raise EmitterUnsupported(inst.opcode, inst.name, "bitcast changes the element count")
+        s_et, d_et = src.shape.element_type, inst.shape.element_type
+        if dtypes.bit_width(s_et) != dtypes.bit_width(d_et):
+            raise EmitterUnsupported(inst.opcode, inst.name, "bitcast between element types of different widths")
+        lin = self.linearize(idx, inst.shape.dimensions, inst.shape.minor_to_major())
+        v = self.value(src, self.delinearize(lin, src.shape.dimensions, src.shape.minor_to_major()))
+        if s_et != d_et:
+            return self._reinterpret(v, s_et, d_et, inst)
+        return v
+
+    def _reinterpret(self, v: str, s_et: str, d_et: str, inst: Instruction) -> str:
+        if "pred" in (s_et, d_et) or dtypes.bit_width(s_et) < 8:
+            raise EmitterUnsupported(inst.opcode, inst.name, f"bit reinterpretation {s_et} -> {d_et}")
+        return self.ctx.emit(f"{v}.to({self.tl(d_et)}, bitcast=True)", inst.name)
+
+    def _copy(self, inst: Instruction, idx: Index) -> Any:
+        return self.value(inst.operands[0], idx)
+
+    def _transpose(self, inst: Instruction, idx: Index) -> Any:
+        perm = int_list(inst.attrs.get("dimensions"))
+        src_idx: list[Any] = [0] * len(perm)
+        for i, p in enumerate(perm):
+            src_idx[p] = idx[i]
+        return self.value(inst.operands[0], tuple(src_idx))
+
+    def _slice(self, inst: Instruction, idx: Index) -> Any:
+        sl = inst.attrs.get("slice") or []
+        src_idx = tuple(self.iadd(self.imul(idx[d], int(st)), int(s)) for d, (s, _lim, st) in enumerate(sl))
+        return self.value(inst.operands[0], src_idx)
+
+    def _reverse(self, inst: Instruction, idx: Index) -> Any:
+        dims = set(int_list(inst.attrs.get("dimensions")))
+        shp = inst.shape.dimensions
+        src_idx = tuple(self.isub(shp[d] - 1, idx[d]) if d in dims else idx[d] for d in range(len(idx)))
+        return self.value(inst.operands[0], src_idx)
+
+    def _pad(self, inst: Instruction, idx: Index) -> Any:
+        src, pv = inst.operands
+        pads = inst.attrs.get("padding") or []
+        conds: list[str] = []
+        src_idx: list[Any] = []
+        for d, (lo, _hi, interior) in enumerate(pads):
+            size = src.shape.dimensions[d]
+            t = self.isub(idx[d], int(lo))
+            step = int(interior) + 1
+            if isinstance(t, int):
+                ok = t >= 0 and t % step == 0 and t // step < size
+                if not ok:
+                    conds.append("False")
+                src_idx.append(min(max(t // step, 0), size - 1) if t >= 0 else 0)
+                continue
+            parts = [f"({t} >= 0)", f"({t} < {(size - 1) * step + 1})"]
+            if step > 1:
+                parts.append(f"(({t} % {step}) == 0)")
+            conds.append(self.ctx.emit(" & ".join(parts), "inpad"))
+            q = self.idiv(self.iclamp(t, 0, (size - 1) * step), step) if step > 1 else self.iclamp(t, 0, size - 1)
+            src_idx.append(q)
+        if src.shape.numel == 0:
+            return self.value(pv, ())
+        inner = self.value(src, tuple(src_idx))
+        padv = self.value(pv, ())
+        if not conds:
+            return inner
+        if "False" in conds:
+            return padv
+        cond = conds[0] if len(conds) == 1 else self.ctx.emit(" & ".join(conds), "inpad")
+        return self.emit(f"tl.where({cond}, {inner}, {padv})", inst)
+
+    def _concatenate(self, inst: Instruction, idx: Index) -> Any:
+        k = int_list(inst.attrs.get("dimensions"))[0]
+        offsets = []
+        off = 0
+        for o in inst.operands:
+            offsets.append(off)
+            off += o.shape.dimensions[k]
+        ck = idx[k]
+        if isinstance(ck, int):
+            for o, start in zip(inst.operands, offsets):
+                if start <= ck < start + o.shape.dimensions[k]:
+                    return self.value(o, idx[:k] + (ck - start,) + idx[k + 1:])
+        result = None
+        for o, start in reversed(list(zip(inst.operands, offsets))):
+            size = o.shape.dimensions[k]
+            if size == 0:
+                continue
+            local = self.iclamp(self.isub(ck, start), 0, size - 1)
+            v = self.value(o, idx[:k] + (local,) + idx[k + 1:])
+            if result is None:
+                result = v
+            else:
+                result = self.emit(f"tl.where({ck} < {start + size}, {v}, {result})", inst)
+        if result is None:
+            raise EmitterUnsupported(inst.opcode, inst.name, "empty concatenate")
+        return result
+
+    def _dynamic_slice(self, inst: Instruction, idx: Index) -> Any:
+        src = inst.operands[0]
+        starts = inst.operands[1:]
+        if len(starts) != src.shape.rank:
+            raise EmitterUnsupported(inst.opcode, inst.name, "dynamic-slice needs one scalar start per dimension")
+        src_idx = []
+        for d, s in enumerate(starts):
+            hi = src.shape.dimensions[d] - inst.shape.dimensions[d]
+            st = self.iclamp(self.scalar_index(s), 0, hi)
+            src_idx.append(self.iadd(idx[d], st))
+        return self.value(src, tuple(src_idx))
+
+    def dus_starts(self, inst: Instruction) -> list[int | str]:
+        """Clamped start indices of a dynamic-update-slice (``[0, dim - update_dim]``, as XLA)."""
+        src, upd = inst.operands[0], inst.operands[1]
+        starts = inst.operands[2:]
+        if len(starts) != src.shape.rank:
+            raise EmitterUnsupported(inst.opcode, inst.name, "dynamic-update-slice needs one scalar start per dimension")
+        out = []
+        for d, s in enumerate(starts):
+            hi = src.shape.dimensions[d] - upd.shape.dimensions[d]
+            out.append(self.iclamp(self.scalar_index(s), 0, hi))
+        return out
+
+    def _dynamic_update_slice(self, inst: Instruction, idx: Index) -> Any:
+        src, upd = inst.operands[0], inst.operands[1]
+        if upd.shape.numel == 0:
+            return self.value(src, idx)
+        starts = self.dus_starts(inst)
+        conds = []
+        upd_idx = []
+        for d, st in enumerate(starts):
+            size = upd.shape.dimensions[d]
+            rel = self.isub(idx[d], st)
+            if isinstance(rel, int):
+                if not (0 <= rel < size):
+                    return self.value(src, idx)
+                upd_idx.append(rel)
+                continue
+            conds.append(f"({rel} >= 0) & ({rel} < {size})")
+            upd_idx.append(self.iclamp(rel, 0, size - 1))
+        u = self.value(upd, tuple(upd_idx))
+        base = self.value(src, idx)
+        if not conds:
+            return u
+        cond = self.ctx.emit(" & ".join(conds), "inupd")
+        return self.emit(f"tl.where({cond}, {u}, {base})", inst)
+
+    def _gather(self, inst: Instruction, idx: Index) -> Any:
+        a = inst.attrs
+        if int_list(a.get("operand_batching_dims")) or int_list(a.get("start_indices_batching_dims")):
+            raise EmitterUnsupported(inst.opcode, inst.name, "gather with batching dims")
+        operand, indices = inst.operands
+        offset_dims = int_list(a.get("offset_dims"))
+        collapsed = int_list(a.get("collapsed_slice_dims"))
+        start_map = int_list(a.get("start_index_map"))
+        ivd = int(a.get("index_vector_dim", indices.shape.rank)) if not isinstance(a.get("index_vector_dim"), str) \
+            else int(a.get("index_vector_dim"))
+        sizes = int_list(a.get("slice_sizes"))
+        out_rank = inst.shape.rank
+        batch_dims = [d for d in range(out_rank) if d not in offset_dims]
+        batch_idx = [idx[d] for d in batch_dims]
+        starts: dict[int, Any] = {}
+        for k, od in enumerate(start_map):
+            if ivd < indices.shape.rank:
+                ii = batch_idx[:ivd] + [k] + batch_idx[ivd:]
+            else:
+                ii = list(batch_idx)
+            if len(ii) != indices.shape.rank:
+                raise EmitterUnsupported(inst.opcode, inst.name, "unexpected gather index rank")
+            v = self.value(indices, tuple(ii))
+            if not dtypes.is_integral(indices.shape.element_type):
+                raise EmitterUnsupported(inst.opcode, inst.name, "gather indices must be integers")
+            s = self.ctx.emit(f"{v}.to({self.ctx.idx_t})", "gidx")
+            starts[od] = self.iclamp(s, 0, operand.shape.dimensions[od] - sizes[od])
+        src_idx = []
+        j = 0
+        for d in range(operand.shape.rank):
+            base = starts.get(d, 0)
+            if d in collapsed:
+                src_idx.append(base)
+            else:
+                if j >= len(offset_dims):
+                    raise EmitterUnsupported(inst.opcode, inst.name, "gather offset dims do not match")
+                src_idx.append(self.iadd(base, idx[offset_dims[j]]))
+                j += 1
+        return self.value(operand, tuple(src_idx))
+
+    # ---------------------------------------------------------------------------- tuples & calls
+    def _tuple(self, inst: Instruction, idx: Index) -> Any:
+        return [self.value(o, idx) if not o.shape.is_tuple else self.value(o, idx) for o in inst.operands]
+
+    def _gte(self, inst: Instruction, idx: Index) -> Any:
+        v = self.value(inst.operands[0], idx)
+        if not isinstance(v, list):
+            raise EmitterUnsupported(inst.opcode, inst.name, "get-tuple-element of a non-tuple value")
+        return v[int(inst.attrs.get("index", 0))]
+
+    def _map(self, inst: Instruction, idx: Index) -> Any:
+        comp = inst.attrs.get("to_apply")
+        if not isinstance(comp, Computation):
+            raise EmitterUnsupported(inst.opcode, inst.name, "map without to_apply computation")
+        args = [self.value(o, idx) for o in inst.operands]
+        return self.call_computation(comp, args)
+
+    def _reduce(self, inst: Instruction, idx: Index) -> Any:
+        comp = inst.attrs.get("to_apply")
+        if not isinstance(comp, Computation):
+            raise EmitterUnsupported(inst.opcode, inst.name, "reduce without to_apply computation")
+        n = len(inst.operands) // 2
+        inputs, inits = inst.operands[:n], inst.operands[n:]
+        rdims = sorted(int_list(inst.attrs.get("dimensions")))
+        in_shape = inputs[0].shape
+        kept = [d for d in range(in_shape.rank) if d not in rdims]
+        out_idx = list(idx) if not inst.shape.is_tuple else list(idx)
+        if inst.shape.is_tuple:
+            out_rank = inst.shape.tuple_shapes[0].rank
+        else:
+            out_rank = inst.shape.rank
+        if len(out_idx) != out_rank or len(kept) != out_rank:
+            raise EmitterUnsupported(inst.opcode, inst.name, "reduce index rank mismatch")
+        init_vals = [self.value(i, ()) for i in inits]
+        accs = []
+        for k, v in enumerate(init_vals):
+            accs.append(self.ctx.emit(v, f"acc_{inst.name}"))
+        rsizes = [in_shape.dimensions[d] for d in rdims]
+        total = 1
+        for s in rsizes:
+            total *= s
+        if total == 0:
+            return accs if inst.shape.is_tuple else accs[0]
+        loop = total > 1
+        r = None
+        if loop:
+            r = self.ctx.names.fresh("r")
+            self.ctx.body.line(f"for {r} in range(0, {total}):")
+            self.ctx.body.indent()
+            self.push_scope()
+        try:
+            if loop:
+                rv = self.iexpr(f"{self.ctx.zero} + {r}", "rr")
+                comps: dict[int, Any] = {}
+                stride = 1
+                for d, size in reversed(list(zip(rdims, rsizes))):  # row-major over the reduced dims
+                    comps[d] = self.imod(self.idiv(rv, stride), size) if size > 1 else 0
+                    stride *= size
+            else:
+                comps = {d: 0 for d in rdims}
+            src_idx = []
+            j = 0
+            for d in range(in_shape.rank):
+                if d in comps:
+                    src_idx.append(comps[d])
+                else:
+                    src_idx.append(out_idx[j])
+                    j += 1
+            xs = [self.value(i, tuple(src_idx)) for i in inputs]
+            res = self.call_computation(comp, list(accs) + list(xs))
+            res_list = res if isinstance(res, list) else [res]
+            if len(res_list) != len(accs):
+                raise EmitterUnsupported(inst.opcode, inst.name, "reducer returns the wrong number of values")
+            for a, v in zip(accs, res_list):
+                self.ctx.body.line(f"{a} = {v}")
+        finally:
+            if loop:
+                self.pop_scope()
+                self.ctx.body.dedent()
+        return accs if inst.shape.is_tuple else accs[0]
+
+    # ------------------------------------------------------------------------------- elementwise
+    def _operands(self, inst: Instruction, idx: Index) -> list[str]:
+        vals = [self.value(o, idx) for o in inst.operands]
+        for v, o in zip(vals, inst.operands):
+            if isinstance(v, list):
+                raise EmitterUnsupported(inst.opcode, inst.name, "tuple operand to an elementwise op")
+        return vals
+
+    def _unary_math(self, inst: Instruction, idx: Index, fn: str) -> str:
+        et = inst.shape.element_type
+        if not is_float(et):
+            raise EmitterUnsupported(inst.opcode, inst.name, f"{inst.opcode} on {et}")
+        (x,) = self._operands(inst, idx)
+        xc = self.up(x, et)
+        r = self.ctx.emit(f"libdevice.{fn}({xc})", inst.name)
+        return self.down(r, et, inst.name)
+
+    def _float_binary(self, inst: Instruction, a: str, b: str, expr: Callable[[str, str], str]) -> str:
+        et = inst.shape.element_type
+        ac, bc = self.up(a, et), self.up(b, et)
+        r = self.ctx.emit(expr(ac, bc), inst.name)
+        return self.down(r, et, inst.name)
+
+    def _arith(self, inst: Instruction, idx: Index) -> str:
+        op = inst.opcode
+        et = inst.shape.element_type
+        a, b = self._operands(inst, idx)
+        if et == "pred":
+            sym = {"add": "|", "multiply": "&", "subtract": "^", "maximum": "|", "minimum": "&",
+                   "and": "&", "or": "|", "xor": "^"}.get(op)
+            if sym is None:
+                raise EmitterUnsupported(op, inst.name, f"{op} on pred")
+            return self.emit(f"{a} {sym} {b}", inst)
+        if is_float(et):
+            if op in ("and", "or", "xor"):
+                raise EmitterUnsupported(op, inst.name, f"{op} on {et}")
+            if op in ("maximum", "minimum"):
+                return self._float_binary(inst, a, b, lambda x, y: self._minmax_expr(op, x, y))
+            if op == "power":
+                return self._float_binary(inst, a, b, lambda x, y: f"libdevice.pow({x}, {y})")
+            if op == "atan2":
+                return self._float_binary(inst, a, b, lambda x, y: f"libdevice.atan2({x}, {y})")
+            sym = {"add": "+", "subtract": "-", "multiply": "*", "divide": "/", "remainder": "%"}[op]
+            return self._float_binary(inst, a, b, lambda x, y: f"{x} {sym} {y}")
+        # integers
+        if op in ("maximum", "minimum"):
+            return self.emit(f"tl.{op}({a}, {b})", inst)
+        if op in ("divide", "remainder"):
+            return self._int_divrem(inst, a, b)
+        if op in ("power", "atan2"):
+            raise EmitterUnsupported(op, inst.name, f"{op} on integers")
+        sym = {"add": "+", "subtract": "-", "multiply": "*", "and": "&", "or": "|", "xor": "^"}[op]
+        r = self.emit(f"{a} {sym} {b}", inst)
+        return self.wrap_subbyte(r, et, inst.name)
+
+    def _minmax_expr(self, op: str, x: str, y: str) -> str:
+        # NaN-propagating like XLA's GPU min/max.
+        return f"tl.where({x} != {x}, {x}, tl.where({y} != {y}, {y}, tl.{op}({x}, {y})))"
+
+    def _int_divrem(self, inst: Instruction, a: str, b: str) -> str:
+        et = inst.shape.element_type
+        t = self.tl(et)
+        lo, hi = _int_range(et)
+        one = f"tl.full([BLOCK], 1, {t})"
+        bad0 = self.ctx.emit(f"{b} == 0", "divz")
+        if dtypes.is_signed_int(et):
+            ovf = self.ctx.emit(f"({a} == {lo}) & ({b} == -1)", "ovf")
+            safe = self.ctx.emit(f"tl.where({bad0} | {ovf}, {one}, {b})", "den")
+            if inst.opcode == "divide":
+                q = self.ctx.emit(f"{a} // {safe}", "q")
+                r = self.emit(f"tl.where({bad0}, tl.full([BLOCK], -1, {t}), "
+                              f"tl.where({ovf}, tl.full([BLOCK], {lo}, {t}), {q}))", inst)
+            else:
+                m = self.ctx.emit(f"{a} % {safe}", "m")
+                r = self.emit(f"tl.where({bad0}, {a}, tl.where({ovf}, tl.full([BLOCK], 0, {t}), {m}))", inst)
+        else:
+            safe = self.ctx.emit(f"tl.where({bad0}, {one}, {b})", "den")
+            if inst.opcode == "divide":
+                q = self.ctx.emit(f"{a} // {safe}", "q")
+                r = self.emit(f"tl.where({bad0}, tl.full([BLOCK], {hi}, {t}), {q})", inst)
+            else:
+                m = self.ctx.emit(f"{a} % {safe}", "m")
+                r = self.emit(f"tl.where({bad0}, {a}, {m})", inst)
+        return self.wrap_subbyte(r, et, inst.name)
+
+    def _shift(self, inst: Instruction, idx: Index) -> str:
+        et = inst.shape.element_type
+        if not dtypes.is_integral(et) or dtypes.bit_width(et) < 8:
+            raise EmitterUnsupported(inst.opcode, inst.name, f"{inst.opcode} on {et}")
+        a, b = self._operands(inst, idx)
+        bits = dtypes.bit_width(et)
+        t = self.tl(et)
+        signed = dtypes.is_signed_int(et)
+        st = f"tl.int{bits}"
+        ut = f"tl.uint{bits}"
+        oob = self.ctx.emit(f"({b} < 0) | ({b} >= {bits})" if signed else f"{b} >= {bits}", "oob")
+        s = self.ctx.emit(f"tl.where({oob}, tl.full([BLOCK], 0, {t}), {b})", "sh")
+        zero = f"tl.full([BLOCK], 0, {t})"
+        if inst.opcode == "shift-left":
+            return self.emit(f"tl.where({oob}, {zero}, {a} << {s})", inst)
+        if inst.opcode == "shift-right-logical":
+            if signed:
+                r = self.ctx.emit(f"({a}.to({ut}, bitcast=True) >> {s}.to({ut}, bitcast=True)).to({t}, bitcast=True)", "shr")
+            else:
+                r = self.ctx.emit(f"{a} >> {s}", "shr")
+            return self.emit(f"tl.where({oob}, {zero}, {r})", inst)
+        # arithmetic
+        if signed:
+            xs, ss = a, s
+        else:
+            xs = self.ctx.emit(f"{a}.to({st}, bitcast=True)", "sx")
+            ss = self.ctx.emit(f"{s}.to({st}, bitcast=True)", "ss")
+        r = self.ctx.emit(f"{xs} >> {ss}", "sar")
+        fill = self.ctx.emit(f"tl.where({xs} < 0, tl.full([BLOCK], -1, {st}), tl.full([BLOCK], 0, {st}))", "fill")
+        r = self.ctx.emit(f"tl.where({oob}, {fill}, {r})", "sar")
+        return r if signed else self.emit(f"{r}.to({t}, bitcast=True)", inst)
+
+    def _unary(self, inst: Instruction, idx: Index) -> str:
+        op = inst.opcode
+        et = inst.shape.element_type
+        (x,) = self._operands(inst, idx)
+        if op == "not":
+            if et == "pred":
+                return self.emit(f"{x} ^ True", inst)
+            if not dtypes.is_integral(et):
+                raise EmitterUnsupported(op, inst.name, f"not on {et}")
+            return self.wrap_subbyte(self.emit(f"~{x}", inst), et, inst.name)
+        if op == "negate":
+            if et == "pred":
+                return x
+            if is_float(et):
+                xc = self.up(x, et)
+                return self.down(self.emit(f"-{xc}", inst), et, inst.name)
+            return self.wrap_subbyte(self.emit(f"-{x}", inst), et, inst.name)
+        if op == "abs":
+            if dtypes.is_unsigned_int(et) or et == "pred":
+                return x
+            xc = self.up(x, et) if is_float(et) else x
+            r = self.emit(f"tl.abs({xc})", inst)
+            return self.down(r, et, inst.name) if is_float(et) else self.wrap_subbyte(r, et, inst.name)
+        if op == "sign":
+            if is_float(et):
+                xc = self.up(x, et)
+                ct = self.tl(self.compute_type(et))
+                r = self.emit(f"tl.where({xc} != {xc}, {xc}, tl.where({xc} > 0, tl.full([BLOCK], 1.0, {ct}), "
+                              f"tl.where({xc} < 0, tl.full([BLOCK], -1.0, {ct}), {xc})))", inst)
+                return self.down(r, et, inst.name)
+            if et == "pred":
+                return x
+            t = self.tl(et)
+            if dtypes.is_unsigned_int(et):
+                return self.emit(f"({x} != 0).to({t})", inst)
+            return self.emit(f"({x} > 0).to({t}) - ({x} < 0).to({t})", inst)
+        if op == "is-finite":
+            src_et = inst.operands[0].shape.element_type
+            if not is_float(src_et):
+                raise EmitterUnsupported(op, inst.name, f"is-finite on {src_et}")
+            xc = self.up(x, src_et)
+            inf = self.fconst(math.inf, self.compute_type(src_et))
+            return self.emit(f"tl.abs({xc}) < {inf}", inst)
+        if op == "logistic":
+            if not is_float(et):
+                raise EmitterUnsupported(op, inst.name, f"logistic on {et}")
+            xc = self.up(x, et)
+            ct = self.tl(self.compute_type(et))
+            r = self.emit(f"tl.full([BLOCK], 1.0, {ct}) / (tl.full([BLOCK], 1.0, {ct}) + libdevice.exp(-{xc}))", inst)
+            return self.down(r, et, inst.name)
+        if op in ("popcnt", "count-leading-zeros"):
+            if not dtypes.is_integral(et) or dtypes.bit_width(et) < 8:
+                raise EmitterUnsupported(op, inst.name, f"{op} on {et}")
+            bits = dtypes.bit_width(et)
+            t = self.tl(et)
+            if bits == 64:
+                xi = self.ctx.emit(f"{x}.to(tl.int64, bitcast=True)", "xi")
+            elif bits == 32:
+                xi = self.ctx.emit(f"{x}.to(tl.int32, bitcast=True)", "xi")
+            else:
+                xi = self.ctx.emit(f"{x}.to(tl.uint{bits}, bitcast=True).to(tl.uint32).to(tl.int32, bitcast=True)", "xi")
+            if op == "popcnt":
+                r = self.ctx.emit(f"libdevice.popc({xi})", "pc")
+            else:
+                r = self.ctx.emit(f"libdevice.clz({xi})", "lz")
+                if bits < 32:
+                    r = self.ctx.emit(f"{r} - {32 - bits}", "lz")
+            return self.emit(f"{r}.to({t})", inst)
+        raise EmitterUnsupported(op, inst.name, "unsupported unary op")
+
+    def _compare(self, inst: Instruction, idx: Index) -> str:
+        a, b = self._operands(inst, idx)
+        et = inst.operands[0].shape.element_type
+        direction = str(inst.attrs.get("direction", "")).upper()
+        sym = _CMP.get(direction)
+        if sym is None:
+            raise EmitterUnsupported("compare", inst.name, f"unknown direction {direction!r}")
+        ctype = str(inst.attrs.get("type", "")).upper()
+        if is_float(et):
+            ac, bc = self.up(a, et), self.up(b, et)
+            if ctype == "TOTALORDER":
+                ce = self.compute_type(et)
+                bits = dtypes.bit_width(ce)
+                it = f"tl.int{bits}"
+                mx = (1 << (bits - 1)) - 1
+                keys = []
+                for v in (ac, bc):
+                    iv = self.ctx.emit(f"{v}.to({it}, bitcast=True)", "tok")
+                    keys.append(self.ctx.emit(f"tl.where({iv} < 0, {iv} ^ {mx}, {iv})", "tok"))
+                ac, bc = keys
+            return self.emit(f"{ac} {sym} {bc}", inst)
+        if et == "pred":
+            a = self.ctx.emit(f"{a}.to(tl.int8)", "pi")
+            b = self.ctx.emit(f"{b}.to(tl.int8)", "pi")
+        return self.emit(f"{a} {sym} {b}", inst)
+
+    def _select(self, inst: Instruction, idx: Index) -> Any:
+        p = self.value(inst.operands[0], idx if inst.operands[0].shape.rank else ())
+        a = self.value(inst.operands[1], idx)
+        b = self.value(inst.operands[2], idx)
+        if isinstance(a, list):
+            return [self.emit(f"tl.where({p}, {x}, {y})", inst) for x, y in zip(a, b)]
+        return self.emit(f"tl.where({p}, {a}, {b})", inst)
+
+    def _clamp(self, inst: Instruction, idx: Index) -> str:
+        lo_i, x_i, hi_i = inst.operands
+        et = inst.shape.element_type
+        lo = self.value(lo_i, idx if lo_i.shape.rank else ())
+        x = self.value(x_i, idx)
+        hi = self.value(hi_i, idx if hi_i.shape.rank else ())
+        if is_float(et):
+            loc, xc, hic = self.up(lo, et), self.up(x, et), self.up(hi, et)
+            m = self.ctx.emit(self._minmax_expr("maximum", xc, loc), "clo")
+            r = self.emit(self._minmax_expr("minimum", m, hic), inst)
+            return self.down(r, et, inst.name)
+        if et == "pred":
+            return self.emit(f"({x} | {lo}) & {hi}", inst)
+        return self.emit(f"tl.minimum(tl.maximum({x}, {lo}), {hi})", inst)
+
+    def _convert(self, inst: Instruction, idx: Index) -> str:
+        (x,) = self._operands(inst, idx)
+        src = inst.operands[0].shape.element_type
+        dst = inst.shape.element_type
+        return self.convert(x, src, dst, inst)
+
+    def convert(self, x: str, src: str, dst: str, inst: Instruction) -> str:
+        """``convert`` with XLA semantics (saturating float->int, NaN->0, !=0 to pred)."""
+        if src == dst:
+            return x
+        if dst == "pred":
+            if is_float(src):
+                xc = self.up(x, src)
+                return self.emit(f"{xc} != 0", inst)
+            return self.emit(f"{x} != 0", inst)
+        td = self.tl(dst)
+        if src == "pred":
+            if dst in _LOW_FLOATS:
+                return self.emit(f"{x}.to(tl.float32).to({td})", inst)
+            return self.emit(f"{x}.to({td})", inst)
+        if is_float(src) and is_float(dst):
+            if src in _LOW_FLOATS and dst in _LOW_FLOATS:
+                xc = self.up(x, src)
+                return self.emit(f"{xc}.to({td})", inst)
+            return self.emit(f"{x}.to({td})", inst)
+        if is_float(src):  # float -> int: saturate, NaN -> 0
+            xc = self.up(x, src)
+            ce = self.compute_type(src)
+            fdt = np.float64 if ce == "f64" else np.float32
+            lo, hi = _int_range(dst)
+            hi_f = float(fdt(hi))
+            if hi_f > hi:
+                hi_f = float(np.nextafter(fdt(hi_f), fdt(0)))
+            lo_f = float(fdt(lo))
+            ct = self.tl(ce)
+            xn = self.ctx.emit(f"tl.where({xc} != {xc}, tl.full([BLOCK], 0.0, {ct}), {xc})", "cvn")
+            xcl = self.ctx.emit(f"tl.minimum(tl.maximum({xn}, {ts.float_literal(lo_f)}), {ts.float_literal(hi_f)})", "cvc")
+            store_t = self.tl(dst) if dst not in ("s4", "s2", "u4", "u2") else self.tl(dst)
+            r = self.ctx.emit(f"{xcl}.to({store_t})", "cvi")
+            top = ts.float_literal(float(hi) + 1.0)
+            return self.emit(f"tl.where({xn} >= {top}, tl.full([BLOCK], {hi}, {td}), {r})", inst)
+        if is_float(dst):  # int -> float
+            if dst in _LOW_FLOATS:
+                return self.emit(f"{x}.to(tl.float32).to({td})", inst)
+            return self.emit(f"{x}.to({td})", inst)
+        r = self.emit(f"{x}.to({td})", inst)  # int -> int: truncate / extend by the source's signedness
+        return self.wrap_subbyte(r, dst, inst.name)
+
+    def _bitcast_convert(self, inst: Instruction, idx: Index) -> str:
+        (x,) = self._operands(inst, idx)
+        src = inst.operands[0].shape.element_type
+        dst = inst.shape.element_type
+        if inst.operands[0].shape.dimensions != inst.shape.dimensions or dtypes.bit_width(src) != dtypes.bit_width(dst):
+            raise EmitterUnsupported(inst.opcode, inst.name, "bitcast-convert between different widths")
+        if src == dst:
+            return x
+        return self._reinterpret(x, src, dst, inst)
+
+    def _reduce_precision(self, inst: Instruction, idx: Index) -> str:
+        (x,) = self._operands(inst, idx)
+        et = inst.shape.element_type
+        if not is_float(et):
+            raise EmitterUnsupported(inst.opcode, inst.name, f"reduce-precision on {et}")
+        eb = int(inst.attrs.get("exponent_bits", 8))
+        mb = int(inst.attrs.get("mantissa_bits", 23))
+        ce = "f64" if et == "f64" else "f32"
+        xc = self.up(x, et)
+        nbits, nexp, nman = (64, 11, 52) if ce == "f64" else (32, 8, 23)
+        ut = f"tl.uint{nbits}"
+        v = self.ctx.emit(f"{xc}.to({ut}, bitcast=True)", "rp")
+        if mb < nman:
+            last = 1 << (nman - mb)
+            bias = (last >> 1) - 1
+            trunc_mask = ((1 << nbits) - 1) & ~(last - 1)
+            lastbit = self.ctx.emit(f"({v} & {last}) >> {nman - mb}", "rp")
+            v = self.ctx.emit(f"({v} + ({lastbit} + {bias})) & {trunc_mask}", "rp")
+        if eb < nexp:
+            sign_mask = 1 << (nbits - 1)
+            exp_mask = ((1 << nexp) - 1) << nman
+            ebias = (1 << (nexp - 1)) - 1
+            rbias = (1 << (eb - 1)) - 1
+            max_e = (ebias + rbias) << nman
+            min_e = (ebias - rbias) << nman
+            e = self.ctx.emit(f"{v} & {exp_mask}", "rpe")
+            sz = self.ctx.emit(f"{v} & {sign_mask}", "rps")
+            v = self.ctx.emit(f"tl.where({e} > {max_e}, {sz} | {exp_mask}, tl.where({e} <= {min_e}, {sz}, {v}))", "rp")
+        r = self.ctx.emit(f"{v}.to({self.tl(ce)}, bitcast=True)", "rp")
+        r = self.emit(f"tl.where({xc} != {xc}, {xc}, {r})", inst)
+        return self.down(r, et, inst.name)
+
+
+_HANDLERS: dict[str, Callable[[ElementalGenerator, Instruction, Index], Any]] = {
+    "parameter": ElementalGenerator._parameter,
+    "constant": ElementalGenerator._constant,
+    "iota": ElementalGenerator._iota,
+    "broadcast": ElementalGenerator._broadcast,
+    "reshape": ElementalGenerator._reshape,
+    "bitcast": ElementalGenerator._bitcast,
+    "copy": ElementalGenerator._copy,
+    "transpose": ElementalGenerator._transpose,
+    "slice": ElementalGenerator._slice,
+    "reverse": ElementalGenerator._reverse,
+    "pad": ElementalGenerator._pad,
+    "concatenate": ElementalGenerator._concatenate,
+    "dynamic-slice": ElementalGenerator._dynamic_slice,
+    "dynamic-update-slice": ElementalGenerator._dynamic_update_slice,
+    "gather": ElementalGenerator._gather,
+    "tuple": ElementalGenerator._tuple,
+    "get-tuple-element": ElementalGenerator._gte,
+    "map": ElementalGenerator._map,
+    "reduce": ElementalGenerator._reduce,
+    "compare": ElementalGenerator._compare,
+    "select": ElementalGenerator._select,
+    "clamp": ElementalGenerator._clamp,
+    "convert": ElementalGenerator._convert,
+    "bitcast-convert": ElementalGenerator._bitcast_convert,
+    "reduce-precision": ElementalGenerator._reduce_precision,
+    "shift-left": ElementalGenerator._shift,
+    "shift-right-logical": ElementalGenerator._shift,
+    "shift-right-arithmetic": ElementalGenerator._shift,
+}
+for _op in ("add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2",
+            "and", "or", "xor"):
+    _HANDLERS[_op] = ElementalGenerator._arith
+for _op in ("not", "negate", "abs", "sign", "is-finite", "logistic", "popcnt", "count-leading-zeros"):
+    _HANDLERS[_op] = ElementalGenerator._unary
+
+
+def choose_index_dtype(shapes: Sequence[Shape], block: int) -> str:
+    """``tl.int64`` when some buffer (or the launch) reaches 2**31 elements, else ``tl.int32``."""
+    biggest = 0
+    for s in shapes:
+        for leaf in s.leaves():
+            if leaf.is_array:
+                biggest = max(biggest, leaf.numel)
+    return "tl.int64" if biggest + block >= 2**31 - 1 else "tl.int32"
+
+
+class deep_recursion:
+    """Context manager raising the recursion limit while walking long fused chains."""
+
+    def __init__(self, limit: int = 20000):
+        self.limit = limit
+
+    def __enter__(self) -> None:
+        self.old = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(self.old, self.limit))
+
+    def __exit__(self, *a: Any) -> None:
+        sys.setrecursionlimit(self.old)

@@ -1,0 +1,147 @@
+"""The emitter interface every fusion emitter plugin implements.
+
+Mirrors XLA's ``FusionInterface`` / ``KernelFusionInterface`` (``xla/backends/gpu/codegen/fusion_emitter.h``):
+an emitter is built for one analysed fusion and produces its kernels (:class:`EmittedFusion`) and launch
+dimensions. Kernel arguments are 1-D buffers in *physical* order (:mod:`fusegen.hlo.layout_util`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from fusegen.codegen.kernel import EmittedFusion, LaunchDimensions
+from fusegen.hlo.ir import Computation, Instruction, Shape
+from fusegen.codegen.kernel import KernelSource
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fusegen.analysis.fusion_analysis import FusionAnalysis
+
+
+class EmitterUnsupported(Exception):
+    """An emitter cannot generate code for this fusion; the fusion falls back to another backend.
+
+    Attributes:
+        opcode: the HLO opcode that is not supported (or ``""``).
+        instruction: the instruction name (without ``%``), or ``""``.
+        reason: why, in words.
+    """
+
+    def __init__(self, opcode: str = "", instruction: str = "", reason: str = ""):
+        self.opcode = opcode
+        self.instruction = instruction
+        self.reason = reason
+        where = f"%{instruction} ({opcode})" if instruction else (opcode or "fusion")
+        super().__init__(f"{where}: {reason}" if reason else f"{where}: not supported by the Triton emitter")
+
+
+class FusionEmitter:
+    """Base class of fusion emitters.
+
+    Subclasses set :attr:`name` (the XLA class name, ``LoopFusion``...) and implement :meth:`emit`.
+
+    Args:
+        analysis: the fusion's :class:`~fusegen.analysis.fusion_analysis.FusionAnalysis` (anything with
+            ``.fusion``, the fusion instruction, and ``.computation``, its fused body).
+    """
+
+    name: ClassVar[str] = "FusionEmitter"
+
+    def __init__(self, analysis: "FusionAnalysis | Any"):
+        self.analysis = analysis
+
+    @property
+    def fusion(self) -> Instruction:
+        return self.analysis.fusion
+
+    @property
+    def computation(self) -> Computation:
+        comp = getattr(self.analysis, "computation", None)
+        return comp if comp is not None else self.analysis.fusion.fused_computation
+
+    def emit(self) -> EmittedFusion:
+        """Generate the fusion's kernels.
+
+        Raises:
+            EmitterUnsupported: the fusion uses something this emitter cannot generate.
+        """
+        raise NotImplementedError
+
+    def launch_dimensions(self) -> LaunchDimensions | None:
+        """Launch dimensions of the (first) kernel, ``None`` for kernel-less fusions."""
+        return self.emit().launch
+
+
+def fusion_roots(comp: Computation) -> list[Instruction]:
+    """The output-defining instructions of a fused computation: the tuple's operands, else the root.
+
+    Mirrors ``HloFusionAdaptor::GetRoots`` for the (non-nested) tuple outputs fusegen supports.
+
+    Raises:
+        EmitterUnsupported: nested tuple outputs.
+    """
+    root = comp.root
+    if root is None:
+        raise EmitterUnsupported("", comp.name, "fused computation has no root")
+    if root.opcode == "tuple":
+        for o in root.operands:
+            if o.shape.is_tuple:
+                raise EmitterUnsupported("tuple", root.name, "nested tuple outputs are not supported")
+        return list(root.operands)
+    if root.shape.is_tuple:
+        # e.g. a variadic reduce as root: its leaves are the outputs
+        return [root]
+    return [root]
+
+
+def choose_block(n: int) -> tuple[int, int]:
+    """``(BLOCK, num_warps)`` of a linear-index kernel over ``n`` elements.
+
+    XLA's loop emitter uses 128-thread blocks with up to 4-wide vectorisation; fusegen's programs are
+    Triton blocks of up to 1024 elements (4 warps, 8 elements per thread), smaller for small outputs.
+    """
+    b = 1024
+    while b > 32 and b // 2 >= n:
+        b //= 2
+    return b, max(1, min(4, b // 256))
+
+
+def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
+                        body: "Any", extra_shapes: "list[Shape] | None" = None) -> "KernelSource":
+    """A kernel over the linear index ``[0, n_total)``: 1-D grid of ``cdiv(n_total, BLOCK)`` programs.
+
+    The prologue defines ``lin`` (this lane's linear index), ``mask = lin < N``, ``lin_c`` (``lin`` clamped
+    into range, so tail lanes compute valid indices) and ``zero``; ``body(gen, "lin_c")`` emits the
+    values and stores with the :class:`~fusegen.codegen.elemental.ElementalGenerator` ``gen``.
+    Mirrors the loop emitter's entry function (``emitters/loop.cc``: ``EmitEntryFunction``).
+    """
+    from fusegen.codegen import triton_source as ts
+    from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion
+    from fusegen.codegen.kernel import KernelSource
+
+    fusion = emitter.fusion
+    op_shapes = [o.shape for o in fusion.operands]
+    block, warps = choose_block(n_total)
+    idx_t = choose_index_dtype(op_shapes + [fusion.shape] + list(extra_shapes or []), block)
+    ctx = KernelContext(idx_t, op_shapes)
+    gen = ElementalGenerator(ctx, emitter.computation)
+    with deep_recursion():
+        body(gen, "lin_c")
+    if idx_t == "tl.int64":
+        lin = "lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)"
+    else:
+        lin = "lin = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"
+    prologue = [lin, "mask = lin < N", f"zero = tl.full([BLOCK], 0, {idx_t})", "lin_c = tl.minimum(lin, N - 1)"]
+    entry = ts.sanitize_identifier(kernel_name, "k")
+    source = ctx.render(entry, ["BLOCK", "N"], prologue)
+    grid = (max(1, -(-n_total // block)),)
+    return KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
+                        constexprs={"BLOCK": block, "N": n_total},
+                        launch=LaunchDimensions(grid=grid, num_warps=warps), num_stages=1)
+
+
+def store_line(gen: "Any", ptr: str, offset: "int | str", value: str, element_type: str, mask: str) -> None:
+    """Append ``tl.store`` of ``value`` (converted to the buffer's storage type) at ``ptr + offset``."""
+    off = gen.itensor(offset)
+    if element_type == "pred":
+        value = gen.ctx.emit(f"{value}.to(tl.uint8)", "st")
+    gen.ctx.body.line(f"tl.store({ptr} + {off}, {value}, mask={mask})")

@@ -1,0 +1,490 @@
+"""Running generated Triton kernels on numpy buffers (interpreter) and compiling them for sm_90 (no GPU).
+
+* :func:`load_kernel` writes a :class:`~fusegen.codegen.kernel.KernelSource` to a file under the kernel
+  cache directory (named by the source's hash) and imports it: Triton's ``@jit`` needs real source files,
+  and no string is ever ``exec``'d.
+* :func:`run_interpreted` runs a kernel with ``triton.runtime.interpreter.InterpretedFunction`` on 1-D
+  numpy buffers (through :class:`NpPtr`, which gives numpy arrays the torch-like surface the interpreter
+  wants). ``TRITON_INTERPRET`` stays unset so the same process can also compile.
+* :func:`compile_for_target` compiles the same ``JITFunction`` for ``GPUTarget("cuda", 90, 32)`` and
+  returns PTX and sizes.
+* :func:`run_fusion` runs an :class:`~fusegen.codegen.kernel.EmittedFusion` on logical operand values:
+  physical-order conversion, in-place output aliases, memcpy copies.
+
+Environment:
+    ``FUSEGEN_KERNEL_DIR``: where generated kernel modules are written (default: a per-user temp dir).
+    ``TRITON_CACHE_DIR``: set to ``<kernel dir>/triton`` when unset. ``TRITON_DEFAULT_FP_FUSION`` is set
+    to ``1`` when unset (Triton's default, made explicit so compiling prints no warning).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import attrs
+import numpy as np
+
+from fusegen.codegen import triton_source
+from fusegen.codegen.kernel import EmittedFusion, KernelParam, KernelSource, constant_buffer
+from fusegen.hlo import dtypes
+from fusegen.hlo.ir import Instruction, Shape
+from fusegen.hlo.layout_util import from_physical, to_physical
+
+
+def kernel_dir() -> Path:
+    d = os.environ.get("FUSEGEN_KERNEL_DIR")
+    if not d:
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        d = os.path.join(tempfile.gettempdir(), f"fusegen-kernels-{uid}")
+    p = Path(d)
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def _setup_env() -> None:
+    if not os.environ.get("TRITON_CACHE_DIR"):
+        os.environ["TRITON_CACHE_DIR"] = str(kernel_dir() / "triton")
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+
+_setup_env()
+
+
+# --------------------------------------------------------------------------------------------------
+# numpy adapter for the interpreter
+# --------------------------------------------------------------------------------------------------
+class NpPtr:
+    """A numpy array dressed as the tensor the Triton 3.9 interpreter expects.
+
+    The interpreter reads ``data_ptr()`` and ``dtype`` (a numpy dtype, ml_dtypes included, is accepted
+    by Triton's type mangling) and "copies to host" through ``untyped_storage``/``cpu``/``copy_``/``set_``;
+    host memory already is the host, so those are identities.
+    """
+
+    def __init__(self, arr: np.ndarray | None = None):
+        if arr is not None and not arr.flags.c_contiguous:
+            raise ValueError("kernel buffers must be C-contiguous")
+        self.arr = arr
+        self.dtype = None if arr is None else arr.dtype
+
+    def data_ptr(self) -> int:
+        return self.arr.ctypes.data
+
+    def untyped_storage(self) -> "NpPtr":
+        return self
+
+    def cpu(self) -> "NpPtr":
+        return self
+
+    def storage_offset(self) -> int:
+        return 0
+
+    def size(self) -> tuple[int, ...]:
+        return self.arr.shape
+
+    def stride(self) -> tuple[int, ...]:
+        return tuple(s // self.arr.itemsize for s in self.arr.strides)
+
+    def new_empty(self, *a: Any, **k: Any) -> "NpPtr":
+        return NpPtr.__new__(NpPtr)
+
+    def set_(self, storage: "NpPtr", offset: int, size: Any, stride: Any) -> "NpPtr":
+        self.arr = storage.arr
+        self.dtype = storage.dtype
+        return self
+
+    def copy_(self, other: "NpPtr") -> "NpPtr":
+        if other.arr is not self.arr:
+            np.copyto(self.arr, other.arr)
+        return self
+
+
+def _round_afz(x: np.ndarray) -> np.ndarray:
+    t = np.trunc(x)
+    return np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t).astype(x.dtype)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    from triton.runtime.interpreter import np_erf_fp32, np_erf_fp64
+
+    return (np_erf_fp64(x) if x.dtype == np.float64 else np_erf_fp32(x)).astype(x.dtype)
+
+
+def _clz(x: np.ndarray) -> np.ndarray:
+    bits = x.dtype.itemsize * 8
+    u = x.view(np.dtype(f"u{x.dtype.itemsize}")).astype(np.uint64)
+    out = np.full(x.shape, bits, dtype=np.int32)
+    for b in range(bits):
+        hit = (u >> np.uint64(b)) & np.uint64(1)
+        out = np.where(hit.astype(bool), bits - 1 - b, out)
+    return out.astype(np.int32)
+
+
+#: libdevice name -> numpy implementation used under the interpreter (which cannot call libdevice).
+_NP_LIBDEVICE: dict[str, Any] = {
+    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "log1p": np.log1p, "expm1": np.expm1,
+    "sqrt": np.sqrt, "rsqrt": lambda x: (1 / np.sqrt(x)).astype(x.dtype), "cbrt": np.cbrt,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "tanh": np.tanh, "sinh": np.sinh, "cosh": np.cosh,
+    "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "asinh": np.arcsinh, "acosh": np.arccosh,
+    "atanh": np.arctanh, "atan2": np.arctan2, "pow": np.power, "erf": _erf, "fmod": np.fmod,
+    "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint, "round": _round_afz,
+    "popc": lambda x: np.bitwise_count(x).astype(np.int32), "popcll": lambda x: np.bitwise_count(x).astype(np.int32),
+    "clz": _clz, "clzll": _clz,
+}
+
+
+class _NumpyLibdevice:
+    """Stands in for ``triton.language.extra.cuda.libdevice`` inside interpreted kernels."""
+
+    def __getattr__(self, name: str) -> Any:
+        fn = _NP_LIBDEVICE.get(name)
+        if fn is None:
+            raise AttributeError(f"libdevice.{name} has no interpreter implementation in fusegen")
+
+        def call(*args: Any) -> Any:
+            import triton.language as tl
+            from triton.runtime.interpreter import TensorHandle
+
+            datas = [a.handle.data for a in args]
+            with np.errstate(all="ignore"):
+                out = np.asarray(fn(*datas))
+            first = args[0]
+            if out.dtype == np.int32 and first.dtype.scalar != tl.int32:
+                return tl.tensor(TensorHandle(out, tl.int32), tl.block_type(tl.int32, first.shape) if first.shape else tl.int32)
+            out = out.astype(datas[0].dtype, copy=False)
+            return tl.tensor(TensorHandle(out, first.dtype.scalar), first.type)
+
+        return call
+
+
+_PATCHED = False
+
+
+def _patch_interpreter_float_casts() -> None:
+    """Make the interpreter round float downcasts to bf16/fp8 to nearest-even.
+
+    Triton 3.9's interpreter converts f32 -> bf16 by *truncating* the mantissa (``_convert_float`` with no
+    rounding mode) and its RTNE path rounds half up without carrying; the GPU's ``cvt.rn.bf16.f32`` (what
+    compiled kernels use) rounds to nearest even. Conversions whose source or destination is bf16/fp8 are
+    therefore done with ml_dtypes, which rounds like the hardware. Everything else is left to Triton.
+    """
+    global _PATCHED
+    if _PATCHED:
+        return
+    import ml_dtypes
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    special = {tl.bfloat16: ml_dtypes.bfloat16, tl.float8e4nv: ml_dtypes.float8_e4m3fn,
+               tl.float8e5: ml_dtypes.float8_e5m2}
+    plain = {tl.float16: np.float16, tl.float32: np.float32, tl.float64: np.float64}
+    builder = interp.InterpreterBuilder
+    orig_cast, orig_fp_to_fp = builder.cast_impl, builder.create_fp_to_fp
+
+    def _ml(ty: Any) -> Any:
+        return special.get(ty) or plain.get(ty)
+
+    def _convert(src: Any, dst_type: Any) -> Any:
+        s, d = src.dtype.scalar, dst_type.scalar
+        if (s in special or d in special) and _ml(s) is not None and _ml(d) is not None and s != d:
+            data = src.data.view(_ml(s)) if s in special else src.data
+            out = np.asarray(data).astype(_ml(d))
+            if d in special:
+                out = out.view(interp._get_np_dtype(d))
+            return interp.TensorHandle(out, d)
+        return None
+
+    def cast_impl(self: Any, src: Any, dst_type: Any) -> Any:
+        r = _convert(src, dst_type)
+        return r if r is not None else orig_cast(self, src, dst_type)
+
+    def create_fp_to_fp(self: Any, src: Any, dst_type: Any, rounding_mode: Any) -> Any:
+        r = _convert(src, dst_type)
+        return r if r is not None else orig_fp_to_fp(self, src, dst_type, rounding_mode)
+
+    builder.cast_impl = cast_impl
+    for name in ("create_si_to_fp", "create_ui_to_fp", "create_fp_to_si", "create_fp_to_ui", "create_fp_ext",
+                 "create_fp_trunc"):
+        setattr(builder, name, lambda self, src, dst_type: self.cast_impl(src, dst_type))
+    builder.create_fp_to_fp = create_fp_to_fp
+    _PATCHED = True
+
+
+# --------------------------------------------------------------------------------------------------
+# loading
+# --------------------------------------------------------------------------------------------------
+_LOCK = threading.Lock()
+_MODULES: dict[tuple[str, bool], Any] = {}
+
+
+def source_hash(ks: KernelSource) -> str:
+    return hashlib.sha256(ks.source.encode("utf-8")).hexdigest()[:24]
+
+
+def load_kernel(ks: KernelSource, interpret: bool = False) -> Any:
+    """Import ``ks.source`` from a cache file and return its ``@triton.jit`` function ``ks.entry``.
+
+    ``interpret=True`` loads a separate copy of the module whose ``libdevice`` is the numpy stand-in
+    (the interpreter cannot call libdevice), so the compile path keeps the real one.
+
+    Raises:
+        ValueError: ``ks.entry`` is not a plain identifier or not defined by the source.
+        SyntaxError: the generated source is not valid Python (a fusegen bug).
+    """
+    if not ks.entry.isidentifier() or not ks.entry.isascii():
+        raise ValueError(f"kernel entry {ks.entry!r} is not a valid identifier")
+    h = source_hash(ks)
+    key = (h, interpret)
+    with _LOCK:
+        if key in _MODULES:
+            return getattr(_MODULES[key], ks.entry)
+        path = kernel_dir() / f"k_{h}.py"
+        if not path.exists() or path.read_text(encoding="utf-8") != ks.source:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(ks.source, encoding="utf-8")
+            os.replace(tmp, path)
+        modname = f"fusegen_kernel_{h}{'_interp' if interpret else ''}"
+        spec = importlib.util.spec_from_file_location(modname, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[modname] = mod
+        spec.loader.exec_module(mod)  # a file we generated ourselves, imported like any module
+        if interpret:
+            mod.libdevice = _NumpyLibdevice()
+        _MODULES[key] = mod
+        fn = getattr(mod, ks.entry, None)
+        if fn is None:
+            raise ValueError(f"generated kernel {ks.name!r} defines no {ks.entry!r}")
+        return fn
+
+
+# --------------------------------------------------------------------------------------------------
+# interpreter
+# --------------------------------------------------------------------------------------------------
+def _widened(ks: KernelSource, max_programs: int | None) -> tuple[tuple[int, ...], dict[str, int]]:
+    """Grid and constexprs for an interpreted run.
+
+    Kernels written over a linear index (constexprs ``BLOCK`` and ``N``, grid ``cdiv(N, BLOCK)``) compute
+    the same values for any power-of-two ``BLOCK``; the interpreter's cost is per program, so such kernels
+    are run with fewer, wider programs (at most ``max_programs``, ``BLOCK`` <= 65536).
+    """
+    grid = tuple(ks.launch.grid)
+    cx = dict(ks.constexprs)
+    if max_programs and "BLOCK" in cx and "N" in cx and len(grid) == 1:
+        n, b = cx["N"], cx["BLOCK"]
+        if grid[0] == max(1, -(-n // b)) and grid[0] > max_programs:
+            want = 1 << max(0, math.ceil(math.log2(max(1, -(-n // max_programs)))))
+            nb = min(max(b, want), 1 << 16)
+            cx["BLOCK"] = nb
+            grid = (max(1, -(-n // nb)),)
+    return grid, cx
+
+
+def run_interpreted(ks: KernelSource, buffers: Sequence[np.ndarray], scalars: Sequence[Any] = (),
+                    max_programs: int | None = None) -> None:
+    """Run ``ks`` in Triton's interpreter on 1-D storage buffers (outputs written in place).
+
+    Args:
+        ks: the kernel.
+        buffers: one C-contiguous 1-D numpy array per ``ks.params`` entry, in order, already in the
+            kernel's storage dtype (:func:`to_storage`).
+        scalars: extra non-constexpr arguments after the pointers.
+        max_programs: if set, linear-index kernels run with at most this many (wider) programs.
+
+    Raises:
+        triton.runtime.errors.InterpreterError: the kernel failed while running.
+    """
+    from triton.runtime.interpreter import InterpretedFunction
+
+    _patch_interpreter_float_casts()
+    if len(buffers) != len(ks.params):
+        raise ValueError(f"kernel {ks.name} takes {len(ks.params)} buffers, got {len(buffers)}")
+    jitfn = load_kernel(ks, interpret=True)
+    fn = getattr(jitfn, "fn", jitfn)
+    grid, cx = _widened(ks, max_programs)
+    args = [NpPtr(np.ascontiguousarray(b)) if not b.flags.c_contiguous else NpPtr(b) for b in buffers]
+    with np.errstate(all="ignore"):
+        InterpretedFunction(fn)[grid](*args, *scalars, **cx)
+
+
+# --------------------------------------------------------------------------------------------------
+# compiling
+# --------------------------------------------------------------------------------------------------
+@attrs.frozen
+class CompileResult:
+    """A kernel compiled for an NVIDIA target.
+
+    Attributes:
+        ptx: the PTX text (``.target sm_90a`` for capability 90).
+        cubin_bytes: size of the cubin, bytes.
+        num_warps: warps per program in the compiled kernel.
+        shared_bytes: static shared memory, bytes.
+        seconds: wall time of the compilation (0 when served from fusegen's in-process cache).
+    """
+
+    ptx: str
+    cubin_bytes: int
+    num_warps: int
+    shared_bytes: int
+    seconds: float
+
+
+_COMPILED: dict[tuple[str, int, int, int], CompileResult] = {}
+
+
+def signature_of(ks: KernelSource, scalar_types: Sequence[str] = ()) -> dict[str, str]:
+    """Triton signature of ``ks``: ``*<storage>`` per buffer, then scalars, then ``constexpr``s."""
+    import inspect
+
+    jitfn = load_kernel(ks)
+    names = list(inspect.signature(jitfn.fn).parameters)
+    sig: dict[str, str] = {}
+    for name, p in zip(names, ks.params):
+        sig[name] = "*" + triton_source.storage_type(p.shape.element_type)
+    rest = names[len(ks.params):]
+    for name, t in zip(rest, scalar_types):
+        sig[name] = t
+    for name in rest[len(scalar_types):]:
+        sig[name] = "constexpr"
+    return sig
+
+
+def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | None = None,
+                       scalar_types: Sequence[str] = ()) -> CompileResult:
+    """Compile ``ks`` for ``GPUTarget("cuda", capability, 32)`` without a GPU.
+
+    Args:
+        ks: the kernel (its ``launch.num_warps`` and ``num_stages`` are used unless overridden).
+        capability: SM version as an int (90 -> sm_90a PTX).
+        num_warps: override of the warps per program.
+        scalar_types: Triton types of non-constexpr scalar arguments, if any.
+
+    Raises:
+        triton.compiler.errors.CompilationError: the generated kernel does not compile.
+    """
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    import triton
+
+    warps = int(num_warps or ks.launch.num_warps)
+    key = (source_hash(ks), capability, warps, ks.num_stages)
+    if key in _COMPILED:
+        return attrs.evolve(_COMPILED[key], seconds=0.0)
+    jitfn = load_kernel(ks)
+    sig = signature_of(ks, scalar_types)
+    t0 = time.perf_counter()
+    ck = triton.compile(ASTSource(fn=jitfn, signature=sig, constexprs=dict(ks.constexprs)),
+                        target=GPUTarget("cuda", capability, 32),
+                        options={"num_warps": warps, "num_stages": ks.num_stages})
+    dt = time.perf_counter() - t0
+    md = ck.metadata
+    res = CompileResult(ptx=ck.asm.get("ptx", ""), cubin_bytes=len(ck.asm.get("cubin", b"")),
+                        num_warps=int(getattr(md, "num_warps", warps)), shared_bytes=int(getattr(md, "shared", 0)),
+                        seconds=dt)
+    _COMPILED[key] = res
+    return res
+
+
+# --------------------------------------------------------------------------------------------------
+# storage conversions and whole fusions
+# --------------------------------------------------------------------------------------------------
+def to_storage(flat: np.ndarray, element_type: str) -> np.ndarray:
+    """A physical 1-D buffer in the dtype kernels load/store (``pred`` -> ``uint8``, ``s4`` -> ``int8``)."""
+    if element_type == "pred":
+        return np.ascontiguousarray(np.asarray(flat).astype(np.bool_)).view(np.uint8)
+    if element_type in ("s4", "s2"):
+        return np.ascontiguousarray(np.asarray(flat).astype(np.int8))
+    if element_type in ("u4", "u2"):
+        return np.ascontiguousarray(np.asarray(flat).astype(np.uint8))
+    return np.ascontiguousarray(np.asarray(flat).astype(dtypes.numpy_dtype(element_type), copy=False))
+
+
+def from_storage(flat: np.ndarray, element_type: str) -> np.ndarray:
+    """Inverse of :func:`to_storage`."""
+    if element_type == "pred":
+        return flat.view(np.bool_) if flat.dtype == np.uint8 else flat.astype(np.bool_)
+    if element_type in ("s4", "s2", "u4", "u2"):
+        return flat.astype(dtypes.numpy_dtype(element_type))
+    return flat
+
+
+def _fusion_shapes(where: Any) -> tuple[list[Shape], Shape]:
+    fusion = getattr(where, "fusion", where)
+    if isinstance(fusion, Instruction):
+        return [o.shape for o in fusion.operands], fusion.shape
+    if isinstance(where, tuple) and len(where) == 2:
+        ops, out = where
+        return list(ops), out
+    raise TypeError("run_fusion needs a FusionAnalysis, a fusion Instruction or (operand_shapes, output_shape)")
+
+
+def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: Any,
+               *, interpret_max_programs: int | None = 16) -> list[np.ndarray]:
+    """Run an emitted fusion in the interpreter on logical values.
+
+    Args:
+        emitted: what the emitter produced.
+        operand_values: one logical numpy array per fusion operand (``shape.dimensions`` order).
+        fusion: the FusionAnalysis, the fusion :class:`Instruction`, or ``(operand_shapes, output_shape)``;
+            gives the layouts for the physical conversions.
+        interpret_max_programs: see :func:`run_interpreted` (``None`` keeps the emitted launch).
+
+    Returns:
+        The output leaves (one logical array per leaf of the fusion's shape, in order).
+
+    Raises:
+        ValueError: wrong number of operands; a kernel failing raises the interpreter's error.
+    """
+    op_shapes, out_shape = _fusion_shapes(fusion)
+    if len(operand_values) != len(op_shapes):
+        raise ValueError(f"fusion takes {len(op_shapes)} operands, got {len(operand_values)}")
+    leaves = out_shape.leaves()
+    phys_ops: dict[int, np.ndarray] = {}
+
+    def operand_buffer(i: int) -> np.ndarray:
+        if i not in phys_ops:
+            v = operand_values[i]
+            if isinstance(v, tuple):
+                raise ValueError(f"fusion operand {i} is a tuple; not supported by Triton kernels")
+            s = op_shapes[i]
+            phys_ops[i] = to_storage(to_physical(np.asarray(v), s), s.element_type)
+        return phys_ops[i]
+
+    outs: list[np.ndarray] = []
+    for k, s in enumerate(leaves):
+        if k in emitted.output_aliases:
+            src = operand_buffer(emitted.output_aliases[k])
+            outs.append(to_storage(src, s.element_type).copy())
+        else:
+            outs.append(to_storage(np.zeros(s.numel, dtype=dtypes.numpy_dtype(s.element_type)), s.element_type))
+    for op, leaf in emitted.copies:
+        outs[leaf][...] = to_storage(operand_buffer(op), leaves[leaf].element_type)
+    for ks in emitted.kernels:
+        bufs: list[np.ndarray] = []
+        for p in ks.params:
+            if p.kind == "operand":
+                bufs.append(operand_buffer(p.index))
+            elif p.kind == "output":
+                bufs.append(outs[p.index])
+            elif p.kind == "constant":
+                bufs.append(to_storage(constant_buffer(np.asarray(p.value), p.shape), p.shape.element_type))
+            elif p.kind == "scratch":
+                bufs.append(np.zeros(p.shape.numel, dtype=np.dtype(dtypes.numpy_dtype(p.shape.element_type))))
+            else:
+                raise ValueError(f"unknown kernel parameter kind {p.kind!r}")
+        run_interpreted(ks, bufs, max_programs=interpret_max_programs)
+    return [from_physical(from_storage(b, s.element_type), s) for b, s in zip(outs, leaves)]
+
+
+__all__ = [
+    "NpPtr", "CompileResult", "load_kernel", "run_interpreted", "compile_for_target", "run_fusion",
+    "to_storage", "from_storage", "kernel_dir", "KernelParam",
+]

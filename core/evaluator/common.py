@@ -1,0 +1,199 @@
+"""Helpers shared by the evaluator's op families: dtypes, attribute forms, calling computations.
+
+Values are numpy arrays in logical index order (see :mod:`fusegen.evaluator.evaluator`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Union
+
+import ml_dtypes
+import numpy as np
+
+from fusegen.hlo.dtypes import numpy_dtype
+from fusegen.hlo.ir import Computation, Instruction, Shape
+
+Value = Union[np.ndarray, tuple]
+
+#: Floating types narrower than f32: XLA computes their elementwise ops in f32 and rounds the result.
+LOW_FLOATS: frozenset[np.dtype] = frozenset(
+    np.dtype(t)
+    for t in (
+        np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3fnuz,
+        ml_dtypes.float8_e5m2fnuz, ml_dtypes.float8_e4m3b11fnuz, ml_dtypes.float8_e4m3, ml_dtypes.float8_e3m4,
+        ml_dtypes.float8_e8m0fnu, ml_dtypes.float4_e2m1fn,
+    )
+)
+_SUB_BYTE_INTS = frozenset(np.dtype(t) for t in (ml_dtypes.int2, ml_dtypes.uint2, ml_dtypes.int4, ml_dtypes.uint4))
+
+
+class EvaluationError(RuntimeError):
+    """A value the evaluator cannot compute (bad attribute, operand shape mismatch, ...); names the instruction."""
+
+
+def is_float(dt: np.dtype) -> bool:
+    return dt in LOW_FLOATS or np.issubdtype(dt, np.floating)
+
+
+def is_complex(dt: np.dtype) -> bool:
+    return np.issubdtype(dt, np.complexfloating)
+
+
+def is_int(dt: np.dtype) -> bool:
+    return dt in _SUB_BYTE_INTS or np.issubdtype(dt, np.integer)
+
+
+def is_signed(dt: np.dtype) -> bool:
+    if dt in _SUB_BYTE_INTS:
+        return dt in (np.dtype(ml_dtypes.int2), np.dtype(ml_dtypes.int4))
+    return np.issubdtype(dt, np.signedinteger)
+
+
+def int_info(dt: np.dtype):
+    if dt in _SUB_BYTE_INTS:
+        return ml_dtypes.iinfo(dt)
+    return np.iinfo(dt)
+
+
+def compute_dtype(dt: np.dtype) -> np.dtype:
+    """The dtype XLA computes an elementwise op of ``dt`` in (f32 for f16/bf16/f8, else ``dt``)."""
+    if dt in LOW_FLOATS:
+        return np.dtype(np.float32)
+    if dt in _SUB_BYTE_INTS:
+        return np.dtype(np.int8) if is_signed(dt) else np.dtype(np.uint8)
+    return dt
+
+
+def up(x: np.ndarray) -> np.ndarray:
+    """``x`` in its compute dtype (an f32 copy for narrow floats)."""
+    x = np.asarray(x)
+    cd = compute_dtype(x.dtype)
+    return x if cd == x.dtype else x.astype(cd)
+
+
+def shape_dtype(shape: Shape) -> np.dtype:
+    return numpy_dtype(shape.element_type)
+
+
+def as_array(x: Any, dt: np.dtype) -> np.ndarray:
+    """``x`` as an ndarray of ``dt`` (rounding floats to nearest even, as XLA's convert does)."""
+    a = np.asarray(x)
+    if a.dtype != dt:
+        if a.dtype == np.bool_ and dt in LOW_FLOATS:
+            a = a.astype(np.float32)
+        a = a.astype(dt)
+    return a
+
+
+_INT_RE = re.compile(r"-?\d+")
+
+
+def ints(v: Any) -> tuple[int, ...]:
+    """An integer-list attribute in any of its parsed forms (``(1, 2)``, ``"{1,2}"``, ``3``) as a tuple."""
+    if v is None:
+        return ()
+    if isinstance(v, (int, np.integer)):
+        return (int(v),)
+    if isinstance(v, str):
+        return tuple(int(t) for t in _INT_RE.findall(v))
+    return tuple(int(t) for t in v)
+
+
+def attr_ints(inst: Instruction, key: str, default: tuple[int, ...] = ()) -> tuple[int, ...]:
+    v = inst.attrs.get(key)
+    return default if v is None else ints(v)
+
+
+def attr_int(inst: Instruction, key: str, default: int) -> int:
+    v = inst.attrs.get(key)
+    if v is None:
+        return default
+    if isinstance(v, str):
+        return int(v.strip().strip("{}"))
+    return int(v)
+
+
+def attr_bool(inst: Instruction, key: str, default: bool = False) -> bool:
+    v = inst.attrs.get(key)
+    if v is None:
+        return default
+    if isinstance(v, str):
+        return v.strip().lower() == "true"
+    return bool(v)
+
+
+def backend_config(inst: Instruction) -> dict:
+    """The backend config as a dict, also when the parser kept it as (escaped) JSON text."""
+    bc = inst.attrs.get("backend_config")
+    if isinstance(bc, dict):
+        return bc
+    if isinstance(bc, str):
+        text = bc.strip()
+        for cand in (text, text.encode().decode("unicode_escape") if "\\" in text else None):
+            if not cand:
+                continue
+            try:
+                out = json.loads(cand)
+            except ValueError:
+                continue
+            if isinstance(out, str):
+                try:
+                    out = json.loads(out)
+                except ValueError:
+                    continue
+            if isinstance(out, dict):
+                return out
+    return {}
+
+
+def computation_attr(inst: Instruction, *keys: str) -> Computation:
+    """The called computation under the first of ``keys`` present (first element of a list)."""
+    for k in keys:
+        v = inst.attrs.get(k)
+        if isinstance(v, list) and v:
+            v = v[0]
+        if isinstance(v, Computation):
+            return v
+    raise EvaluationError(f"%{inst.name} ({inst.opcode}) names no called computation under {', '.join(keys)}")
+
+
+def call(comp: Computation, args: list[Value]) -> Value:
+    """Evaluate ``comp`` on ``args`` (recursion entry point for the op families)."""
+    from fusegen.evaluator.evaluator import evaluate_computation
+
+    return evaluate_computation(comp, args)
+
+
+def call_lifted(comp: Computation, args: list[Value]) -> Value:
+    """Evaluate a scalar elementwise computation on whole arrays at once (see ``is_liftable``)."""
+    from fusegen.evaluator.evaluator import _evaluate_computation
+
+    return _evaluate_computation(comp, args, lifted=True)
+
+
+def is_liftable(comp: Computation) -> bool:
+    """Whether ``comp`` (a scalar combiner / comparator / map body) may run on whole arrays elementwise."""
+    from fusegen.evaluator.evaluator import is_liftable as _il
+
+    return _il(comp)
+
+
+def zeros_for(shape: Shape) -> Value:
+    """A zero value of ``shape`` (tuples recursively; tokens as ``()``)."""
+    if shape.is_tuple:
+        return tuple(zeros_for(s) for s in shape.tuple_shapes or ())
+    if shape.element_type == "token":
+        return ()
+    return np.zeros(shape.dimensions, dtype=shape_dtype(shape))
+
+
+def total_order_key(x: np.ndarray) -> np.ndarray:
+    """Signed integers ordering floats like XLA's total order (-NaN < -inf < ... < -0 < +0 < ... < NaN)."""
+    x = np.ascontiguousarray(x)
+    bits = x.dtype.itemsize * 8
+    it = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[x.dtype.itemsize]
+    i = x.view(it)
+    mask = np.array((1 << (bits - 1)) - 1, dtype=it)
+    return np.where(i < 0, i ^ mask, i)

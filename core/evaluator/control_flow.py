@@ -1,0 +1,111 @@
+"""Ops that call computations: ``fusion``, ``call``, ``map``, ``while``, ``conditional`` and the async wrappers
+(``async-start`` / ``async-update`` / ``async-done``, ``call-start`` / ``call-done``).
+
+An async start evaluates its wrapped computation at once; its value is the tuple
+``((operands...), result, context...)`` XLA's async shape describes, and the done op returns element 1.
+``conditional`` with a ``pred`` selects branch 0 for true and 1 for false; an ``s32`` index out of range selects
+the last branch (XLA operation semantics).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from fusegen.evaluator.common import (
+    EvaluationError,
+    call,
+    call_lifted,
+    computation_attr,
+    is_liftable,
+    shape_dtype,
+    as_array,
+    zeros_for,
+)
+from fusegen.hlo.ir import Computation, Instruction
+
+
+def _fusion(inst: Instruction, ops: list):
+    return call(computation_attr(inst, "calls", "to_apply"), list(ops))
+
+
+def _call(inst: Instruction, ops: list):
+    return call(computation_attr(inst, "to_apply", "calls"), list(ops))
+
+
+def _map(inst: Instruction, ops: list) -> np.ndarray:
+    comp = computation_attr(inst, "to_apply", "calls")
+    out = shape_dtype(inst.shape)
+    arrays = [np.asarray(o) for o in ops]
+    if is_liftable(comp):
+        r = call_lifted(comp, arrays)
+        return np.broadcast_to(as_array(r, out), tuple(inst.shape.dimensions)).copy()
+    res = np.empty(tuple(inst.shape.dimensions), dtype=out)
+    for idx in np.ndindex(*res.shape):
+        res[idx] = call(comp, [np.asarray(a[idx]) for a in arrays])
+    return res
+
+
+def _while(inst: Instruction, ops: list):
+    cond = computation_attr(inst, "condition")
+    body = computation_attr(inst, "body")
+    state = ops[0]
+    while bool(np.asarray(call(cond, [state])).reshape(())):
+        state = call(body, [state])
+    return state
+
+
+def _conditional(inst: Instruction, ops: list):
+    branches = inst.attrs.get("branch_computations")
+    if isinstance(branches, Computation):
+        branches = [branches]
+    if not branches:
+        t, f = inst.attrs.get("true_computation"), inst.attrs.get("false_computation")
+        if isinstance(t, Computation) and isinstance(f, Computation):
+            branches = [t, f]
+    if not branches or not all(isinstance(b, Computation) for b in branches):
+        raise EvaluationError(f"conditional %{inst.name} has no branch computations")
+    sel = np.asarray(ops[0]).reshape(())
+    if sel.dtype == np.bool_:
+        k = 0 if bool(sel) else 1
+    else:
+        k = int(sel)
+        if k < 0 or k >= len(branches):
+            k = len(branches) - 1
+    return call(branches[k], [ops[1 + k]])
+
+
+def _async_start(inst: Instruction, ops: list) -> tuple:
+    comp = computation_attr(inst, "calls", "to_apply", "async_wrapped_computation")
+    result = call(comp, list(ops))
+    rest = ()
+    if inst.shape.is_tuple and len(inst.shape.tuple_shapes) > 2:
+        rest = tuple(zeros_for(s) for s in inst.shape.tuple_shapes[2:])
+    return (tuple(ops), result) + rest
+
+
+def _async_update(inst: Instruction, ops: list):
+    return ops[0]
+
+
+def _async_done(inst: Instruction, ops: list):
+    v = ops[0]
+    if not isinstance(v, tuple) or len(v) < 2:
+        raise EvaluationError(f"%{inst.name} ({inst.opcode}): operand is not an async start value")
+    return v[1]
+
+
+HANDLERS: dict[str, Callable] = {
+    "fusion": _fusion,
+    "call": _call,
+    "map": _map,
+    "while": _while,
+    "conditional": _conditional,
+    "async-start": _async_start,
+    "async-update": _async_update,
+    "async-done": _async_done,
+    "call-start": _async_start,
+    "call-update": _async_update,
+    "call-done": _async_done,
+}

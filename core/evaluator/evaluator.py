@@ -1,0 +1,278 @@
+"""fusegen's reference evaluator: HLO executed with numpy + ml_dtypes.
+
+Every generated kernel is checked against this. Mirrors the behaviour of XLA's ``HloEvaluator``
+(``xla/hlo/evaluator/hlo_evaluator.cc``) and, where XLA:GPU's emitters define it, of the elemental IR emitter
+(``xla/service/elemental_ir_emitter.cc``) and the GPU library calls (see :mod:`.custom_calls`).
+
+Values
+    ``Value`` is a numpy array in *logical* index order (``shape.dimensions``) whose dtype is
+    ``fusegen.hlo.dtypes.numpy_dtype(shape.element_type)`` (``ml_dtypes.bfloat16`` for ``bf16``), or a Python
+    tuple of Values for a tuple shape (a token is the empty tuple). Layouts only matter to ``bitcast``, which
+    reinterprets the physical buffer through both layouts (:func:`fusegen.hlo.layout_util.bitcast`).
+
+Precision (excess precision OFF, bug B19)
+    The evaluator behaves as XLA with ``--xla_allow_excess_precision=false``: every f16 / bf16 / f8 intermediate
+    is rounded (round-to-nearest-even) to its declared type. Elementwise ops on those types compute in f32 and
+    round the result, so ``f32(bf16(x))`` is ``x`` rounded to bf16, never ``x``. Kernels that fuse such chains
+    must round at the same points to match bitwise. Exceptions, where XLA itself fixes no order or rounding:
+    dots and convolutions accumulate in f32 and round once; single-input add / multiply reductions of
+    f16 / bf16 accumulate in f32 and round once.
+
+Called computations (fusion, call, map, reduce / reduce-window / scatter combiners, sort comparators, while,
+conditional, async wrappers) are evaluated by recursion. Scalar elementwise computations (combiners,
+comparators, map bodies) are *lifted*: run once on whole arrays instead of once per element.
+
+Errors
+    :class:`UnsupportedOpError` for an opcode or custom-call target the evaluator does not implement;
+    :class:`~fusegen.evaluator.common.EvaluationError` for malformed input (names file line, instruction and
+    computation).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from fusegen.evaluator import control_flow, custom_calls, dot_conv, elementwise, gather_scatter_sort, reduce, shape_ops
+from fusegen.evaluator.common import EvaluationError, Value, as_array, shape_dtype
+from fusegen.hlo.ir import Computation, Instruction, Module, Shape
+
+__all__ = [
+    "UnsupportedOpError",
+    "EvaluationError",
+    "Value",
+    "evaluate_instruction",
+    "evaluate_computation",
+    "evaluate_module",
+    "supported_opcodes",
+]
+
+
+class UnsupportedOpError(Exception):
+    """An HLO opcode (or custom-call target) the reference evaluator does not implement.
+
+    ``str(err)``: ``unsupported HLO op 'foo' in %name (computation %c)``, or for a custom call
+    ``unsupported custom-call target '__foo' in %name (computation %c)``.
+
+    Attributes:
+        opcode, instruction (name), computation (name or ``None``), target (custom-call target or ``None``).
+    """
+
+    def __init__(self, inst: Instruction | str, target: str | None = None):
+        if isinstance(inst, Instruction):
+            self.opcode = inst.opcode
+            self.instruction = inst.name
+            self.computation = inst.parent.name if inst.parent is not None else None
+            self.target = target
+            where = f"%{inst.name}" + (f" (computation %{self.computation})" if self.computation else "")
+            line = f" at line {inst.line}" if inst.line else ""
+            if target is not None:
+                msg = f"unsupported custom-call target {target!r} in {where}{line}"
+            else:
+                msg = f"unsupported HLO op {inst.opcode!r} in {where}{line}"
+        else:
+            self.opcode = self.instruction = self.computation = None
+            self.target = target
+            msg = str(inst)
+        super().__init__(msg)
+
+
+HANDLERS: dict[str, Callable[[Instruction, list], Value]] = {}
+for _family in (elementwise, shape_ops, reduce, dot_conv, gather_scatter_sort, control_flow, custom_calls):
+    HANDLERS.update(_family.HANDLERS)
+HANDLERS["copy"] = shape_ops.HANDLERS["copy"]
+
+
+def supported_opcodes() -> frozenset[str]:
+    """Every opcode :func:`evaluate_instruction` implements (``parameter`` is bound by the caller)."""
+    return frozenset(HANDLERS) | {"parameter"}
+
+
+# Opcodes that are the identity on a scalar (allowed inside a lifted computation).
+_SCALAR_IDENTITY = frozenset({"broadcast", "reshape", "bitcast", "copy", "optimization-barrier"})
+_LIFTABLE = elementwise.ELEMENTWISE_OPCODES | {"parameter", "constant", "tuple", "get-tuple-element"} | _SCALAR_IDENTITY
+_LIFT_CACHE: dict[int, tuple[Computation, bool]] = {}
+
+
+def is_liftable(comp: Computation) -> bool:
+    """Whether every instruction of ``comp`` is a scalar elementwise op (so it can run on whole arrays)."""
+    hit = _LIFT_CACHE.get(id(comp))
+    if hit is not None and hit[0] is comp:
+        return hit[1]
+    ok = True
+    for inst in comp.instructions:
+        shapes = inst.shape.leaves() if inst.shape.is_tuple else [inst.shape]
+        if any(s.rank != 0 for s in shapes):
+            ok = False
+        elif inst.opcode in ("call", "fusion"):
+            callee = inst.attrs.get("to_apply") or inst.attrs.get("calls")
+            ok = isinstance(callee, Computation) and is_liftable(callee)
+        elif inst.opcode not in _LIFTABLE:
+            ok = False
+        elif inst.opcode == "bitcast-convert":
+            ok = inst.operands[0].shape.element_type == inst.shape.element_type or (
+                np.dtype(shape_dtype(inst.operands[0].shape)).itemsize == np.dtype(shape_dtype(inst.shape)).itemsize)
+        if not ok:
+            break
+    _LIFT_CACHE[id(comp)] = (comp, ok)
+    return ok
+
+
+def _check(inst: Instruction, value: Value, shape: Shape) -> Value:
+    if shape.is_tuple:
+        if not isinstance(value, tuple) or len(value) != len(shape.tuple_shapes or ()):
+            raise EvaluationError(f"result is not a {len(shape.tuple_shapes or ())}-tuple")
+        return tuple(_check(inst, v, s) for v, s in zip(value, shape.tuple_shapes or ()))
+    if shape.element_type == "token":
+        return value
+    arr = np.asarray(value)
+    dt = shape_dtype(shape)
+    if arr.dtype != dt:
+        arr = as_array(arr, dt)
+    if arr.shape != tuple(shape.dimensions):
+        raise EvaluationError(f"result has shape {arr.shape}, the instruction declares {tuple(shape.dimensions)}")
+    return arr
+
+
+def _locate(inst: Instruction, err: Exception) -> EvaluationError:
+    comp = inst.parent.name if inst.parent is not None else "?"
+    line = f"line {inst.line}: " if inst.line else ""
+    e = EvaluationError(f"{line}%{inst.name} ({inst.opcode}) in computation %{comp}: {err}")
+    e.located = True  # type: ignore[attr-defined]
+    return e
+
+
+def _apply(inst: Instruction, operands: list, lifted: bool) -> Value:
+    if lifted and inst.opcode in _SCALAR_IDENTITY:
+        return operands[0]
+    if lifted and inst.opcode in ("call", "fusion"):
+        callee = inst.attrs.get("to_apply") or inst.attrs.get("calls")
+        callee = callee[0] if isinstance(callee, list) else callee
+        return _evaluate_computation(callee, operands, lifted=True)
+    handler = HANDLERS.get(inst.opcode)
+    if handler is None:
+        raise UnsupportedOpError(inst)
+    try:
+        with np.errstate(all="ignore"):
+            value = handler(inst, operands)
+        return value if lifted else _check(inst, value, inst.shape)
+    except (UnsupportedOpError, KeyboardInterrupt):
+        raise
+    except Exception as err:  # noqa: BLE001 - every failure is reported against its instruction
+        if getattr(err, "located", False):
+            raise
+        raise _locate(inst, err) from err
+
+
+def evaluate_instruction(inst: Instruction, operands: list[Value]) -> Value:
+    """Evaluate one instruction on operand values (called computations are evaluated recursively).
+
+    Args:
+        inst: any non-``parameter`` instruction.
+        operands: one Value per ``inst.operands`` entry, in order.
+
+    Returns:
+        The Value of ``inst`` (array of ``inst.shape``'s dims and dtype, or a tuple).
+
+    Raises:
+        UnsupportedOpError: opcode / custom-call target not implemented.
+        EvaluationError: malformed instruction or operands (names the instruction).
+    """
+    if inst.opcode == "parameter":
+        raise EvaluationError(f"%{inst.name} is a parameter: bind it through evaluate_computation")
+    return _apply(inst, list(operands), lifted=False)
+
+
+_PLAN_CACHE: dict[int, tuple[Computation, int, list, dict]] = {}
+
+
+def _plan(comp: Computation) -> tuple[list[Instruction], dict[int, int]]:
+    """Instructions reachable from the root in definition order, and each one's last use position."""
+    hit = _PLAN_CACHE.get(id(comp))
+    if hit is not None and hit[0] is comp and hit[1] == len(comp.instructions):
+        return hit[2], hit[3]
+    if comp.root is None:
+        raise EvaluationError(f"computation %{comp.name} has no root")
+    reach: set[int] = set()
+    stack = [comp.root]
+    while stack:
+        i = stack.pop()
+        if id(i) in reach:
+            continue
+        reach.add(id(i))
+        stack.extend(i.operands)
+    pos = {id(i): k for k, i in enumerate(comp.instructions)}
+    order = [i for i in comp.instructions if id(i) in reach]
+    if any(id(i) not in pos for i in comp.post_order() if id(i) in reach):
+        order = [i for i in comp.post_order() if id(i) in reach]
+    last: dict[int, int] = {}
+    for k, i in enumerate(order):
+        for o in i.operands:
+            last[id(o)] = k
+    last[id(comp.root)] = len(order)
+    _PLAN_CACHE[id(comp)] = (comp, len(comp.instructions), order, last)
+    return order, last
+
+
+def _evaluate_computation(comp: Computation, args: Sequence[Value], lifted: bool = False) -> Value:
+    order, last = _plan(comp)
+    vals: dict[int, Value] = {}
+    for k, inst in enumerate(order):
+        if inst.opcode == "parameter":
+            n = inst.parameter_number
+            if n >= len(args):
+                raise EvaluationError(f"computation %{comp.name} needs parameter {n}, got {len(args)} arguments")
+            v = args[n]
+        else:
+            v = _apply(inst, [vals[id(o)] for o in inst.operands], lifted)
+        vals[id(inst)] = v
+        for o in inst.operands:
+            if last.get(id(o)) == k:
+                vals.pop(id(o), None)
+    return vals[id(comp.root)]
+
+
+def evaluate_computation(comp: Computation, args: list[Value]) -> Value:
+    """Evaluate ``comp`` with ``args[i]`` bound to parameter ``i``; returns the root's Value.
+
+    Raises:
+        UnsupportedOpError, EvaluationError: as :func:`evaluate_instruction`.
+    """
+    return _evaluate_computation(comp, list(args), lifted=False)
+
+
+def _coerce_arg(p: Instruction, a, filename: str) -> Value:
+    if p.shape.is_tuple:
+        return tuple(a)
+    arr = np.asarray(a)
+    dt = shape_dtype(p.shape)
+    if arr.dtype != dt:
+        arr = elementwise.convert_array(arr, dt)
+    if arr.shape != tuple(p.shape.dimensions):
+        if arr.size == p.shape.numel:
+            arr = arr.reshape(p.shape.dimensions)
+        else:
+            raise EvaluationError(f"{filename}: parameter {p.parameter_number} (%{p.name}) expects "
+                                  f"{p.shape.element_type}{list(p.shape.dimensions)}, got shape {arr.shape}")
+    return arr
+
+
+def evaluate_module(module: Module, args: Sequence[Value]) -> Value:
+    """Evaluate the module's entry computation on ``args`` (one per entry parameter, in parameter order).
+
+    Array arguments are converted to the parameter's element type (``convert`` semantics) when their dtype
+    differs, and reshaped when only the element count matches.
+
+    Raises:
+        EvaluationError: wrong argument count / shape (names the file), or malformed HLO.
+        UnsupportedOpError: an opcode or custom-call target not implemented.
+    """
+    entry = module.entry
+    if entry is None:
+        raise EvaluationError(f"{module.filename}: module {module.name} has no entry computation")
+    params = entry.parameters
+    if len(args) != len(params):
+        raise EvaluationError(f"{module.filename}: entry %{entry.name} takes {len(params)} arguments, "
+                              f"got {len(args)}")
+    return evaluate_computation(entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)])

@@ -1,0 +1,266 @@
+"""``gather``, ``scatter``, ``sort`` and ``topk``.
+
+* ``gather``: XLA ``GatherDimensionNumbers`` (offset_dims, collapsed_slice_dims, start_index_map,
+  index_vector_dim, operand_batching_dims, start_indices_batching_dims); start indices are clamped so the whole
+  slice is in bounds (``HloEvaluator::HandleGather``).
+* ``scatter``: ``ScatterDimensionNumbers``; an update window whose start would put any part of the window out of
+  bounds is skipped whole (``HloEvaluator::HandleScatter``); updates are applied in row-major order of the
+  scatter indices, so duplicate indices combine in that order. add / max / min / mul / and / or combiners run as
+  numpy ``ufunc.at``; others one window at a time.
+* ``sort``: along ``dimensions={d}`` with the comparator; a comparator that is ``compare(p[2i], p[2i+1])`` LT/GT
+  becomes a stable numpy argsort on that operand; any other comparator runs a stable merge sort calling it.
+* ``topk``: largest ``k`` along the last dim, values then s32 indices, ties to the lower index.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import numpy as np
+
+from fusegen.evaluator.common import (
+    EvaluationError,
+    as_array,
+    attr_bool,
+    attr_int,
+    attr_ints,
+    call,
+    computation_attr,
+    is_float,
+    shape_dtype,
+    total_order_key,
+    up,
+)
+from fusegen.evaluator.reduce import apply_combiner, simple_combiner
+from fusegen.hlo.ir import Computation, Instruction
+
+
+def _indices_last(idx: np.ndarray, index_vector_dim: int) -> np.ndarray:
+    """Indices with the index vector as the last dim (appending a size-1 one when it equals the rank)."""
+    idx = np.asarray(idx).astype(np.int64)
+    if index_vector_dim == idx.ndim:
+        return idx[..., None]
+    return np.moveaxis(idx, index_vector_dim, -1)
+
+
+def gather_array(operand: np.ndarray, indices: np.ndarray, offset_dims, collapsed, start_index_map,
+                 index_vector_dim: int, slice_sizes, operand_batching_dims=(), indices_batching_dims=()) -> np.ndarray:
+    """XLA gather (see the module docstring); returns an array of ``operand``'s dtype."""
+    operand = np.asarray(operand)
+    raw_idx = np.asarray(indices)
+    idx = _indices_last(raw_idx, index_vector_dim)
+    batch_shape = idx.shape[:-1]
+    # indices dims without the index vector dim, in order: batching dims count in that numbering
+    idx_dims_wo_ivd = [d for d in range(raw_idx.ndim) if d != index_vector_dim]
+    rank = operand.ndim
+    starts = [np.zeros(batch_shape, dtype=np.int64) for _ in range(rank)]
+    for k, od in enumerate(start_index_map):
+        starts[od] = idx[..., k]
+    for od, idd in zip(operand_batching_dims, indices_batching_dims):
+        pos = idx_dims_wo_ivd.index(idd)
+        shp = [1] * len(batch_shape)
+        shp[pos] = batch_shape[pos]
+        starts[od] = np.broadcast_to(np.arange(batch_shape[pos]).reshape(shp), batch_shape)
+    nb = len(batch_shape)
+    grids = []
+    for d in range(rank):
+        s = np.clip(starts[d], 0, operand.shape[d] - slice_sizes[d])
+        s = s.reshape(batch_shape + (1,) * rank)
+        ar = np.arange(slice_sizes[d]).reshape((1,) * nb + tuple(slice_sizes[d] if e == d else 1 for e in range(rank)))
+        grids.append(s + ar)
+    g = operand[tuple(grids)]  # batch_shape + slice_sizes
+    drop = set(collapsed) | set(operand_batching_dims)
+    keep = [d for d in range(rank) if d not in drop]
+    g = g.reshape(batch_shape + tuple(slice_sizes[d] for d in keep))
+    out_rank = nb + len(keep)
+    perm, bi = [], 0
+    for i in range(out_rank):
+        if i in offset_dims:
+            perm.append(nb + list(offset_dims).index(i))
+        else:
+            perm.append(bi)
+            bi += 1
+    return np.ascontiguousarray(np.transpose(g, perm))
+
+
+def _gather(inst: Instruction, ops: list) -> np.ndarray:
+    r = gather_array(
+        ops[0], ops[1], attr_ints(inst, "offset_dims"), attr_ints(inst, "collapsed_slice_dims"),
+        attr_ints(inst, "start_index_map"), attr_int(inst, "index_vector_dim", np.asarray(ops[1]).ndim),
+        attr_ints(inst, "slice_sizes"), attr_ints(inst, "operand_batching_dims"),
+        attr_ints(inst, "start_indices_batching_dims"),
+    )
+    return as_array(r, shape_dtype(inst.shape))
+
+
+def _scatter(inst: Instruction, ops: list):
+    comp = computation_attr(inst, "to_apply")
+    n = (len(ops) - 1) // 2
+    operands = [np.array(o, copy=True) for o in ops[:n]]
+    raw_idx = np.asarray(ops[n])
+    updates = [np.asarray(u) for u in ops[n + 1:]]
+    uwd = list(attr_ints(inst, "update_window_dims"))
+    iwd = set(attr_ints(inst, "inserted_window_dims"))
+    sd2od = list(attr_ints(inst, "scatter_dims_to_operand_dims"))
+    ivd = attr_int(inst, "index_vector_dim", raw_idx.ndim)
+    ibd = list(attr_ints(inst, "input_batching_dims"))
+    sibd = list(attr_ints(inst, "scatter_indices_batching_dims"))
+    idx = _indices_last(raw_idx, ivd)
+    rank = operands[0].ndim
+    upd = updates[0]
+    # update dims: scatter dims (not window) in order, window dims in order
+    sdims = [d for d in range(upd.ndim) if d not in uwd]
+    scatter_shape = tuple(upd.shape[d] for d in sdims)
+    # operand dims that the window covers, in order (those not inserted and not batching)
+    win_operand_dims = [d for d in range(rank) if d not in iwd and d not in ibd]
+    if len(win_operand_dims) != len(uwd):
+        raise EvaluationError(f"scatter %{inst.name}: window dims do not match the operand rank")
+    win_sizes = [1] * rank
+    for od, ud in zip(win_operand_dims, uwd):
+        win_sizes[od] = upd.shape[ud]
+    idx = idx.reshape(scatter_shape + (idx.shape[-1],))
+    idx_dims_wo_ivd = [d for d in range(raw_idx.ndim) if d != ivd]
+    starts = [np.zeros(scatter_shape, dtype=np.int64) for _ in range(rank)]
+    for k, od in enumerate(sd2od):
+        starts[od] = idx[..., k]
+    for od, idd in zip(ibd, sibd):
+        pos = idx_dims_wo_ivd.index(idd)
+        shp = [1] * len(scatter_shape)
+        shp[pos] = scatter_shape[pos]
+        starts[od] = np.broadcast_to(np.arange(scatter_shape[pos]).reshape(shp), scatter_shape)
+    in_bounds = np.ones(scatter_shape, dtype=bool)
+    for d in range(rank):
+        in_bounds &= (starts[d] >= 0) & (starts[d] <= operands[0].shape[d] - win_sizes[d])
+    # updates as [S, window...] with window dims in operand order
+    perm = sdims + uwd
+    nsc = int(np.prod(scatter_shape, dtype=np.int64))
+    wshape = tuple(upd.shape[d] for d in uwd)
+    ups = [np.transpose(u, perm).reshape((nsc,) + wshape) for u in updates]
+    flat_starts = [s.reshape(nsc) for s in starts]
+    valid = in_bounds.reshape(nsc)
+    # full operand index of every update element: [S, window...] per operand dim
+    grids = []
+    nw = len(wshape)
+    for d in range(rank):
+        s = flat_starts[d].reshape((nsc,) + (1,) * nw)
+        if d in win_operand_dims:
+            j = win_operand_dims.index(d)
+            ar = np.arange(wshape[j]).reshape((1,) + tuple(wshape[j] if e == j else 1 for e in range(nw)))
+            grids.append(np.broadcast_to(s + ar, (nsc,) + wshape))
+        else:
+            grids.append(np.broadcast_to(s, (nsc,) + wshape))
+    grids = [g[valid] for g in grids]
+    ups = [u[valid] for u in ups]
+    op = simple_combiner(comp) if n == 1 else None
+    out_dts = [o.dtype for o in operands]
+    if op is not None and ups[0].size:
+        from fusegen.evaluator.reduce import _ufunc
+
+        tgt = operands[0]
+        f = _ufunc(op, tgt.dtype)
+        try:
+            f.at(tgt, tuple(grids), ups[0].astype(tgt.dtype))
+            return tgt
+        except TypeError:
+            pass  # fall through to the ordered loop
+    # ordered: one scatter index at a time, the whole window at once
+    nvalid = ups[0].shape[0] if ups else 0
+    for s in range(nvalid):
+        loc = tuple(g[s] for g in grids)
+        cur = [o[loc] for o in operands]
+        new = apply_combiner(comp, cur, [u[s] for u in ups])
+        for o, v, dt in zip(operands, new, out_dts):
+            o[loc] = as_array(v, dt)
+    return tuple(operands) if inst.shape.is_tuple else operands[0]
+
+
+# ------------------------------------------------------------------------------------------------- sort
+
+
+def _simple_comparator(comp: Computation) -> tuple[int, str, bool] | None:
+    """(operand index, direction, totalorder) for ``compare(p[2i], p[2i+1])``, else ``None``."""
+    root = comp.root
+    if root is None or root.opcode != "compare" or len(root.operands) != 2:
+        return None
+    a, b = root.operands
+    if a.opcode != "parameter" or b.opcode != "parameter":
+        return None
+    pa, pb = a.parameter_number, b.parameter_number
+    direction = str(root.attrs.get("direction", ""))
+    total = str(root.attrs.get("type", "")).upper() == "TOTALORDER"
+    if pa % 2 == 0 and pb == pa + 1 and direction in ("LT", "GT"):
+        return pa // 2, direction, total
+    if pb % 2 == 0 and pa == pb + 1 and direction in ("LT", "GT"):
+        return pb // 2, "GT" if direction == "LT" else "LT", total
+    return None
+
+
+def _sort_key(x: np.ndarray, total: bool) -> np.ndarray:
+    x = np.asarray(x)
+    if is_float(x.dtype):
+        cx = up(x)
+        if not total:
+            cx = cx + np.zeros((), cx.dtype)  # -0 == +0 under the partial order
+        return total_order_key(np.ascontiguousarray(cx))
+    if x.dtype == np.bool_:
+        return x.astype(np.int8)
+    return x
+
+
+def _sort(inst: Instruction, ops: list):
+    comp = computation_attr(inst, "to_apply")
+    arrays = [np.asarray(o) for o in ops]
+    dim = attr_ints(inst, "dimensions", (arrays[0].ndim - 1,))[0]
+    moved = [np.moveaxis(a, dim, -1) for a in arrays]
+    simple = _simple_comparator(comp)
+    if simple is not None:
+        which, direction, total = simple
+        key = _sort_key(moved[which], total)
+        if direction == "GT":
+            # descending and stable: sort the reversed order key ascending
+            key = ~key  # bitwise not reverses integer order exactly (signed and unsigned)
+        order = np.argsort(key, axis=-1, kind="stable")
+    else:
+        shp = moved[0].shape
+        order = np.empty(shp, dtype=np.int64)
+        flat = [m.reshape(-1, shp[-1]) for m in moved]
+        oflat = order.reshape(-1, shp[-1])
+        for r in range(flat[0].shape[0]):
+            row = [f[r] for f in flat]
+
+            def cmp(i: int, j: int, row=row) -> int:
+                args = []
+                for v in row:
+                    args += [np.asarray(v[i]), np.asarray(v[j])]
+                if bool(call(comp, args)):
+                    return -1
+                args = []
+                for v in row:
+                    args += [np.asarray(v[j]), np.asarray(v[i])]
+                return 1 if bool(call(comp, args)) else 0
+
+            oflat[r] = sorted(range(shp[-1]), key=functools.cmp_to_key(cmp))
+    outs = [np.moveaxis(np.take_along_axis(m, order, axis=-1), -1, dim) for m in moved]
+    outs = [np.ascontiguousarray(o) for o in outs]
+    return tuple(outs) if inst.shape.is_tuple else outs[0]
+
+
+def topk_arrays(x: np.ndarray, k: int, largest: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Top ``k`` along the last dim (descending for ``largest``; ties to the lower index) and s32 indices."""
+    x = np.asarray(x)
+    key = _sort_key(x, total=True).astype(np.int64)
+    if largest:
+        key = ~key
+    order = np.argsort(key, axis=-1, kind="stable")[..., :k]
+    return np.take_along_axis(x, order, axis=-1), order.astype(np.int32)
+
+
+def _topk(inst: Instruction, ops: list):
+    k = attr_int(inst, "k", inst.shape.tuple_shapes[0].dimensions[-1] if inst.shape.is_tuple else 1)
+    largest = attr_bool(inst, "largest", True)
+    v, i = topk_arrays(ops[0], k, largest)
+    return (v, i.astype(shape_dtype(inst.shape.tuple_shapes[1])))
+
+
+HANDLERS: dict[str, Callable] = {"gather": _gather, "scatter": _scatter, "sort": _sort, "topk": _topk}

@@ -1,0 +1,202 @@
+"""``reduce`` and ``reduce-window``.
+
+Semantics: XLA operation semantics; the combiner's parameters are ``(accumulators..., inputs...)``.
+
+* A single-input reduce whose ``to_apply`` is one of add / multiply / maximum / minimum / and / or / xor of its two
+  parameters runs as one numpy reduction. f16/bf16 sums and products accumulate in f32 and round once at the end
+  (XLA's reduction order is unspecified, so no reference can match GPU bits there; this is the most accurate one).
+* Any other combiner (variadic reduces such as argmax included) runs as a pairwise tree over the reduced
+  elements, evaluating the combiner on whole arrays when it is elementwise, else element by element in XLA's
+  row-major order (``HloEvaluator::HandleReduce``).
+* ``reduce-window`` pads with the init value (base dilation as interior padding), then folds every window
+  position in row-major order (``HloEvaluator::HandleReduceWindow``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import numpy as np
+
+from fusegen.evaluator.common import (
+    EvaluationError,
+    as_array,
+    attr_ints,
+    call,
+    call_lifted,
+    computation_attr,
+    is_float,
+    is_liftable,
+    shape_dtype,
+    up,
+)
+from fusegen.hlo.ir import Computation, Instruction
+
+_SIMPLE = {"add", "multiply", "maximum", "minimum", "and", "or", "xor"}
+
+
+def simple_combiner(comp: Computation) -> str | None:
+    """The opcode of a combiner that is ``op(param0, param1)`` on scalars (either order), else ``None``."""
+    root = comp.root
+    if root is None or root.opcode not in _SIMPLE or len(root.operands) != 2:
+        return None
+    params = comp.parameters
+    if len(params) != 2 or any(p.shape.rank for p in params):
+        return None
+    if {id(o) for o in root.operands} != {id(p) for p in params}:
+        return None
+    if root.shape.element_type != params[0].shape.element_type:
+        return None
+    return root.opcode
+
+
+def _ufunc(op: str, dt: np.dtype):
+    if dt == np.bool_:
+        return {"add": np.logical_or, "multiply": np.logical_and, "maximum": np.logical_or,
+                "minimum": np.logical_and, "and": np.logical_and, "or": np.logical_or, "xor": np.logical_xor}[op]
+    return {"add": np.add, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
+            "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[op]
+
+
+def apply_combiner(comp: Computation, accs: list[np.ndarray], xs: list[np.ndarray]) -> list[np.ndarray]:
+    """``comp(accs..., xs...)`` elementwise over equally shaped arrays; returns the list of results."""
+    args = list(accs) + list(xs)
+    if is_liftable(comp):
+        r = call_lifted(comp, args)
+        r = list(r) if isinstance(r, tuple) else [r]
+        shp = np.broadcast_shapes(*(np.shape(a) for a in args))
+        dts = [a.dtype for a in accs]
+        return [np.broadcast_to(as_array(v, dt), shp).copy() for v, dt in zip(r, dts)]
+    shp = np.broadcast_shapes(*(np.shape(a) for a in args))
+    bargs = [np.broadcast_to(a, shp) for a in args]
+    outs = [np.empty(shp, dtype=a.dtype) for a in accs]
+    for idx in np.ndindex(*shp):
+        r = call(comp, [np.asarray(b[idx]) for b in bargs])
+        r = r if isinstance(r, tuple) else (r,)
+        for o, v in zip(outs, r):
+            o[idx] = v
+    return outs
+
+
+def tree_fold(comp: Computation, xs: list[np.ndarray], axis_len: int) -> list[np.ndarray]:
+    """Fold the last axis of each of ``xs`` with ``comp`` pairwise; returns arrays without that axis."""
+    cur = list(xs)
+    while axis_len > 1:
+        half = axis_len // 2
+        lhs = [c[..., 0 : 2 * half : 2] for c in cur]
+        rhs = [c[..., 1 : 2 * half : 2] for c in cur]
+        merged = apply_combiner(comp, lhs, rhs)
+        if axis_len % 2:
+            merged = [np.concatenate([m, c[..., -1:]], axis=-1) for m, c in zip(merged, cur)]
+        cur = merged
+        axis_len = cur[0].shape[-1]
+    return [c[..., 0] for c in cur]
+
+
+def _reduce(inst: Instruction, ops: list):
+    comp = computation_attr(inst, "to_apply")
+    n = len(ops) // 2
+    xs = [np.asarray(o) for o in ops[:n]]
+    inits = [np.asarray(o) for o in ops[n:]]
+    rdims = tuple(sorted(attr_ints(inst, "dimensions")))
+    keep = [d for d in range(xs[0].ndim) if d not in rdims]
+    out_shapes = inst.shape.leaves() if inst.shape.is_tuple else [inst.shape]
+    out_dts = [shape_dtype(s) for s in out_shapes]
+    out_dims = tuple(xs[0].shape[d] for d in keep)
+    k = int(np.prod([xs[0].shape[d] for d in rdims], dtype=np.int64)) if rdims else 1
+
+    results: list[np.ndarray]
+    op = simple_combiner(comp) if n == 1 else None
+    if k == 0:
+        results = [np.broadcast_to(as_array(i, dt), out_dims).copy() for i, dt in zip(inits, out_dts)]
+    elif op is not None:
+        x = up(xs[0])
+        init = up(inits[0])
+        f = _ufunc(op, x.dtype)
+        if op in ("add", "multiply") and x.dtype == np.float32 and xs[0].dtype != np.float32:
+            r = f.reduce(x, axis=rdims, dtype=np.float32)
+        else:
+            r = f.reduce(x, axis=rdims)
+        results = [as_array(f(r, init), out_dts[0])]
+    else:
+        moved = [np.moveaxis(x, rdims, tuple(range(x.ndim - len(rdims), x.ndim))).reshape(out_dims + (k,))
+                 for x in xs]
+        folded = tree_fold(comp, moved, k)
+        accs = [np.broadcast_to(as_array(i, x.dtype), out_dims) for i, x in zip(inits, xs)]
+        results = apply_combiner(comp, accs, folded)
+        results = [as_array(r, dt).reshape(out_dims) for r, dt in zip(results, out_dts)]
+    return tuple(results) if inst.shape.is_tuple else results[0]
+
+
+def parse_window(inst: Instruction, rank: int) -> dict[str, list]:
+    """The ``window`` attribute as lists per dim: size, stride, pad (lo, hi), lhs_dilate, rhs_dilate, rhs_reversal."""
+    w = inst.attrs.get("window")
+    out: dict[str, list] = {
+        "size": [1] * rank, "stride": [1] * rank, "pad": [(0, 0)] * rank,
+        "lhs_dilate": [1] * rank, "rhs_dilate": [1] * rank, "rhs_reversal": [0] * rank,
+    }
+    if w is None:
+        return out
+    if isinstance(w, str):
+        items = dict(m.groups() for m in re.finditer(r"(\w+)=([-\d_x]+)", w))
+        parsed: dict = {}
+        for key, val in items.items():
+            parts = val.split("x")
+            if key == "pad":
+                parsed[key] = [tuple(int(v) for v in p.split("_")) for p in parts]
+            else:
+                parsed[key] = [int(p) for p in parts]
+        w = parsed
+    for key, val in w.items():
+        key = {"base_dilation": "lhs_dilate", "window_dilation": "rhs_dilate"}.get(key, key)
+        if key == "pad":
+            out["pad"] = [tuple(int(v) for v in p) for p in val]
+        elif key in out:
+            out[key] = [int(v) for v in val]
+    if len(out["size"]) != rank:
+        raise EvaluationError(f"%{inst.name}: window has {len(out['size'])} dims, operand rank is {rank}")
+    return out
+
+
+def _reduce_window(inst: Instruction, ops: list):
+    from fusegen.evaluator.shape_ops import pad_array
+
+    comp = computation_attr(inst, "to_apply")
+    n = len(ops) // 2
+    xs = [np.asarray(o) for o in ops[:n]]
+    inits = [np.asarray(o).reshape(()) for o in ops[n:]]
+    rank = xs[0].ndim
+    w = parse_window(inst, rank)
+    padded = [pad_array(x, i, [(lo, hi, bd - 1) for (lo, hi), bd in zip(w["pad"], w["lhs_dilate"])])
+              for x, i in zip(xs, inits)]
+    pshape = padded[0].shape
+    out_dims = []
+    for d in range(rank):
+        span = (w["size"][d] - 1) * w["rhs_dilate"][d] + 1
+        out_dims.append(max(0, (pshape[d] - span) // w["stride"][d] + 1) if pshape[d] >= span else 0)
+    out_dims = tuple(out_dims)
+    op = simple_combiner(comp) if n == 1 else None
+    if op is not None:
+        x = up(padded[0])
+        acc = np.broadcast_to(up(inits[0]), out_dims)
+        f = _ufunc(op, x.dtype)
+    else:
+        acc_list = [np.broadcast_to(as_array(i, x.dtype), out_dims) for i, x in zip(inits, xs)]
+    for pos in np.ndindex(*w["size"]):
+        idx = tuple(
+            slice(p * rd, p * rd + (o - 1) * s + 1, s) if o > 0 else slice(0, 0)
+            for p, rd, s, o in zip(pos, w["rhs_dilate"], w["stride"], out_dims)
+        )
+        if op is not None:
+            acc = f(acc, x[idx])
+        else:
+            acc_list = apply_combiner(comp, acc_list, [p[idx] for p in padded])
+    out_shapes = inst.shape.leaves() if inst.shape.is_tuple else [inst.shape]
+    if op is not None:
+        return as_array(acc, shape_dtype(out_shapes[0])).reshape(out_dims)
+    res = [as_array(a, shape_dtype(s)).reshape(out_dims) for a, s in zip(acc_list, out_shapes)]
+    return tuple(res) if inst.shape.is_tuple else res[0]
+
+
+HANDLERS: dict[str, Callable] = {"reduce": _reduce, "reduce-window": _reduce_window}

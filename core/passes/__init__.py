@@ -1,0 +1,1 @@
+"""fusegen.passes."""

@@ -1,0 +1,68 @@
+"""Comparing kernel outputs with the reference evaluator.
+
+Tolerances depend on the element type: kernels may reassociate and use hardware transcendental
+approximations, so low-precision types get wider bounds (bf16 keeps 8 mantissa bits).
+"""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+
+#: (rtol, atol) per element type; others compare exactly.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "f64": (1e-9, 1e-12), "f32": (1e-4, 1e-5), "f16": (2e-3, 1e-3), "bf16": (2e-2, 1e-2),
+    "c64": (1e-4, 1e-5), "c128": (1e-9, 1e-12),
+}
+_FP8 = (0.13, 0.07)
+
+
+@attrs.frozen
+class Comparison:
+    """Result of comparing one value with its reference.
+
+    Attributes:
+        max_abs_error: largest |out - ref| over all elements (NaN positions that agree excluded).
+        max_rel_error: largest |out - ref| / max(|ref|, tiny).
+        ok: every element within ``atol + rtol*|ref|`` and NaN where the reference is NaN.
+    """
+
+    max_abs_error: float
+    max_rel_error: float
+    ok: bool
+
+
+def tolerance(element_type: str) -> tuple[float, float]:
+    if element_type.startswith("f8") or element_type.startswith("f4"):
+        return _FP8
+    return TOLERANCES.get(element_type, (0.0, 0.0))
+
+
+def compare(out: np.ndarray, ref: np.ndarray, element_type: str) -> Comparison:
+    """Compare two logical arrays of one HLO element type."""
+    out = np.asarray(out)
+    ref = np.asarray(ref)
+    if out.shape != ref.shape:
+        return Comparison(float("inf"), float("inf"), False)
+    if out.size == 0:
+        return Comparison(0.0, 0.0, True)
+    rtol, atol = tolerance(element_type)
+    if out.dtype.kind in "biu" or out.dtype == np.bool_:
+        a = out.astype(np.int64) if out.dtype != np.uint64 else out.astype(np.float64)
+        b = ref.astype(np.int64) if ref.dtype != np.uint64 else ref.astype(np.float64)
+        diff = np.abs(a - b).astype(np.float64)
+        m = float(diff.max())
+        rel = float((diff / np.maximum(np.abs(b).astype(np.float64), 1)).max())
+        return Comparison(m, rel, m == 0)
+    wide = np.complex128 if out.dtype.kind == "c" else np.float64
+    a = out.astype(wide)
+    b = ref.astype(wide)
+    both_nan = np.isnan(a) & np.isnan(b)
+    same_inf = np.isinf(a) & np.isinf(b) & (a == b)
+    agree = both_nan | same_inf
+    diff = np.where(agree, 0.0, np.abs(a - b))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    m = float(diff.max())
+    rel = float((diff / np.maximum(np.abs(np.where(agree, 1.0, b)), 1e-30)).max())
+    ok = bool(np.all(diff <= atol + rtol * np.abs(np.where(agree, 0.0, b))))
+    return Comparison(m, rel, ok)

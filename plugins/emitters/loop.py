@@ -1,0 +1,89 @@
+"""The loop emitter: one Triton kernel over the linear index of the fusion's output.
+
+Mirrors XLA's ``LoopFusion`` (``xla/backends/gpu/codegen/emitters/loop.cc``): every thread block covers a
+contiguous range of the output's physical (minor-to-major) order, so writes are coalesced; each root is
+computed elementally at its own index (:mod:`fusegen.codegen.elemental`). Several roots are written by
+the same kernel; roots with fewer elements than the largest are masked (``lin < numel(root)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fusegen.codegen.emitter import (EmitterUnsupported, FusionEmitter, build_linear_kernel, fusion_roots,
+                                     store_line)
+from fusegen.codegen.kernel import EmittedFusion
+from fusegen.plugin_manager import hookimpl
+from fusegen.registry import EmitterFactory
+
+
+def _flatten(v: Any) -> list[str]:
+    if isinstance(v, list):
+        out: list[str] = []
+        for x in v:
+            out.extend(_flatten(x))
+        return out
+    return [v]
+
+
+class LoopFusion(FusionEmitter):
+    """Loop emitter for ``kLoop`` fusions (and the fallback for everything elementwise).
+
+    ``emit()`` raises :class:`EmitterUnsupported` naming the instruction when some op of the fused
+    computation cannot be generated (the fusion then runs on the host backend with that reason).
+    """
+
+    name = "LoopFusion"
+
+    def emit(self) -> EmittedFusion:
+        comp = self.computation
+        roots = fusion_roots(comp)
+        leaves = self.fusion.shape.leaves()
+        plan: list[tuple[Any, list[int]]] = []
+        k = 0
+        for r in roots:
+            n = len(r.shape.leaves())
+            plan.append((r, list(range(k, k + n))))
+            k += n
+        if k != len(leaves):
+            raise EmitterUnsupported("fusion", self.fusion.name,
+                                     f"fused computation has {k} output leaves, the fusion shape {len(leaves)}")
+        for leaf in leaves:
+            if not leaf.is_array:
+                raise EmitterUnsupported("fusion", self.fusion.name, "token outputs")
+        n_total = max((leaf.numel for leaf in leaves), default=0)
+        if n_total == 0:
+            return EmittedFusion(emitter=self.name)
+
+        def body(gen, lin_c: str) -> None:
+            ctx = gen.ctx
+            for root, lks in plan:
+                ishape = leaves[lks[0]]
+                n_r = ishape.numel
+                if n_r == 0:
+                    continue
+                if n_r < n_total:
+                    lin_r = gen.iexpr(f"tl.minimum(lin, {n_r - 1})", "lin_r")
+                    mask_r = ctx.emit(f"lin < {n_r}", "mask_r")
+                else:
+                    lin_r, mask_r = lin_c, ctx.mask
+                idx = gen.delinearize(lin_r, ishape.dimensions, ishape.minor_to_major())
+                vals = _flatten(gen.value(root, idx))
+                for leaf_no, v in zip(lks, vals):
+                    ls = leaves[leaf_no]
+                    same = ls.dimensions == ishape.dimensions and ls.minor_to_major() == ishape.minor_to_major()
+                    off = "lin" if same else gen.linearize(idx, ls.dimensions, ls.minor_to_major())
+                    ptr = ctx.param("output", leaf_no, ls, f"out{leaf_no}")
+                    store_line(gen, ptr, off, v, ls.element_type, mask_r)
+
+        ks = build_linear_kernel(self, f"loop_{self.fusion.name}", n_total, body)
+        return EmittedFusion(emitter=self.name, kernels=(ks,))
+
+
+def _create(analysis: Any, context: Any = None) -> LoopFusion:
+    return LoopFusion(analysis)
+
+
+@hookimpl
+def fusegen_emitter_factories():
+    return [EmitterFactory(name="loop", kind="kLoop", rank=100, create=_create)]

@@ -1,0 +1,30 @@
+"""Shared test fixtures: where the shared corpus lives, and a Triton cache inside the test tmp dir."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+CORPUS = SHARED / "corpus"
+
+os.environ.setdefault("TRITON_CACHE_DIR", str(REPO / ".triton-cache"))
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+
+def corpus_path(*parts: str) -> Path:
+    """Path under ../shared/corpus; skips the test when the shared corpus is absent."""
+    p = CORPUS.joinpath(*parts)
+    if not CORPUS.exists():
+        pytest.skip(f"shared corpus not found at {CORPUS}")
+    return p
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    if not CORPUS.exists():
+        pytest.skip(f"shared corpus not found at {CORPUS}")
+    return CORPUS

@@ -1,0 +1,79 @@
+"""Helpers for emitter tests: find fusions in HLO, compute their operands and reference values, pick the
+emitter the loop arm would pick, run it in the Triton interpreter and compare with the reference evaluator.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fusegen.analysis.fusion_analysis import FusionAnalysis
+from fusegen.codegen import triton_runtime
+from fusegen.evaluator.evaluator import evaluate_instruction
+from fusegen.hlo.ir import Instruction, Module
+from fusegen.hlo.parser import parse_module
+from fusegen.plugin_manager import default_plugin_manager
+from fusegen.runtime.compare import compare
+from fusegen.runtime.inputs import leaves, make_inputs
+
+
+def load(path_or_text: str | Path, name: str = "<test>") -> Module:
+    if isinstance(path_or_text, Path):
+        return parse_module(path_or_text.read_text(), str(path_or_text))
+    return parse_module(path_or_text, name)
+
+
+def loop_fusions(module: Module) -> list[Instruction]:
+    """kLoop fusions of the entry computation, or the entry root when there is none."""
+    fs = [i for i in module.entry.post_order() if i.opcode == "fusion" and i.attrs.get("kind") == "kLoop"]
+    return fs or [module.entry.root]
+
+
+def operands_and_reference(module: Module, fusion: Instruction, seed: int = 0,
+                           args: list[Any] | None = None) -> tuple[list[Any], Any]:
+    """Evaluate the entry computation up to ``fusion``; returns its operand values and its reference value."""
+    args = make_inputs(module, seed=seed) if args is None else args
+    vals: dict[int, Any] = {}
+    for inst in module.entry.post_order():
+        if inst.opcode == "parameter":
+            vals[id(inst)] = args[inst.parameter_number]
+            continue
+        ops = [vals[id(o)] for o in inst.operands]
+        vals[id(inst)] = evaluate_instruction(inst, ops)
+        if inst is fusion:
+            return ops, vals[id(inst)]
+    raise AssertionError(f"{fusion.name} not in the entry computation")
+
+
+def pick_emitter(analysis: FusionAnalysis, kind: str = "kLoop") -> Any:
+    """The first non-None emitter of the loop arm's factories (memcpy, in-place DUS, loop)."""
+    for f in default_plugin_manager().emitter_factories(kind):
+        em = f.create(analysis, None)
+        if em is not None:
+            return em
+    raise AssertionError("no emitter accepted the fusion")
+
+
+def run_and_compare(fusion: Instruction, ops: list[Any], ref: Any, emitted: Any = None) -> tuple[Any, list]:
+    """Run the fusion's emitted kernels in the interpreter and assert every leaf matches the reference."""
+    if emitted is None:
+        emitted = pick_emitter(FusionAnalysis.create(fusion)).emit()
+    outs = triton_runtime.run_fusion(emitted, ops, fusion)
+    shapes = fusion.shape.leaves()
+    refs = leaves(ref)
+    assert len(outs) == len(refs) == len(shapes)
+    for k, (s, o, r) in enumerate(zip(shapes, outs, refs)):
+        assert o.shape == tuple(s.dimensions), (k, o.shape, s.dimensions)
+        c = compare(o, r, s.element_type)
+        assert c.ok, f"{fusion.name} leaf {k} ({s.element_type}): max abs {c.max_abs_error}, rel {c.max_rel_error}"
+    return emitted, outs
+
+
+def evaluate_fusion(fusion: Instruction, ops: list[Any]) -> Any:
+    return evaluate_instruction(fusion, ops)
+
+
+def as_np(x: Any) -> np.ndarray:
+    return np.asarray(x)

@@ -1,0 +1,105 @@
+"""The plugin system: entry-point discovery, ranked registries, tracing, and errors naming plugins."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fusegen.plugin_manager import PluginError, PluginManager, hookimpl
+from fusegen.registry import EmitterFactory, KindMatcher
+
+
+def test_builtin_plugins_come_from_entry_points():
+    pm = PluginManager()
+    groups = {name: info.group for name, info in pm.infos.items()}
+    assert groups["loop"] == "fusegen.emitters"
+    assert groups["memcpy"] == "fusegen.emitters"
+    assert groups["in_place_dus"] == "fusegen.emitters"
+    assert groups["host"] == "fusegen.backends"
+    assert pm.infos["loop"].distribution == "fusegen"
+    assert pm.infos["loop"].version == "0.1.0"
+
+
+def test_matchers_are_asked_in_rank_order_stamp_first_loop_last():
+    pm = PluginManager()
+    ranks = [m.rank for m in pm.kind_matchers()]
+    assert ranks == sorted(ranks)
+    names = [m.name for m in pm.kind_matchers()]
+    assert names[0] == "backend-config-stamp"
+    assert names[-1] == "loop"
+
+
+def test_loop_arm_tries_memcpy_then_in_place_dus_then_loop():
+    pm = PluginManager()
+    assert [f.name for f in pm.emitter_factories("kLoop")] == ["memcpy", "in_place_dus", "loop"]
+
+
+class _Between:
+    """A third-party question slotted between the reduction and transpose questions."""
+
+    @hookimpl
+    def fusegen_fusion_kind_matchers(self):
+        return [KindMatcher(name="third-party", rank=150, match=lambda a: None)]
+
+
+def test_third_party_matcher_slots_in_between_two_builtins():
+    pm = PluginManager(extra_plugins=[("between", _Between())])
+    names = [m.name for m in pm.kind_matchers()]
+    i = names.index("third-party")
+    assert names[i - 1] == "real-reduction-hero" and names[i + 1] == "consistent-tiled-transpose"
+    assert pm.kind_matchers()[i].plugin == "between"
+
+
+class _Raises:
+    @hookimpl
+    def fusegen_emitter_factories(self):
+        raise RuntimeError("boom")
+
+
+def test_a_plugin_that_raises_is_named():
+    pm = PluginManager(extra_plugins=[("exploding-plugin", _Raises())])
+    with pytest.raises(PluginError, match="plugin 'exploding-plugin' raised in fusegen_emitter_factories: RuntimeError: boom"):
+        pm.emitter_factories()
+
+
+class _Wrong:
+    @hookimpl
+    def fusegen_emitter_factories(self):
+        return ["not a factory"]
+
+
+def test_a_plugin_returning_the_wrong_type_is_named():
+    pm = PluginManager(extra_plugins=[("wrong-plugin", _Wrong())])
+    with pytest.raises(PluginError, match="wrong-plugin.*expected EmitterFactory"):
+        pm.emitter_factories()
+
+
+def test_call_plugin_wraps_exceptions_with_the_plugin_name():
+    pm = PluginManager()
+
+    def bad(x):
+        raise ValueError("nope")
+
+    with pytest.raises(PluginError, match="plugin 'p' raised in thing: ValueError: nope"):
+        pm.call_plugin("p", "thing", bad, 1)
+
+
+def test_plugins_command_json_lists_versions_and_hooks():
+    out = subprocess.run([sys.executable, "-m", "fusegen.cli", "plugins", "--json"], capture_output=True, text=True,
+                         check=True)
+    rows = {r["name"]: r for r in json.loads(out.stdout)["plugins"]}
+    assert rows["loop"]["hooks"] == ["fusegen_emitter_factories"]
+    assert rows["loop"]["version"] == "0.1.0"
+    assert "emitter loop:kLoop@100" in rows["loop"]["provides"]
+    assert "backend host@1000" in rows["host"]["provides"]
+    assert rows["fusegen.matchers"]["hooks"] == ["fusegen_fusion_kind_matchers"]
+
+
+def test_trace_prints_every_hook_call(tmp_path):
+    env = {**__import__("os").environ, "FUSEGEN_TRACE_PLUGINS": "1"}
+    out = subprocess.run([sys.executable, "-m", "fusegen.cli", "plugins", "--json"], capture_output=True, text=True,
+                         env=env, check=True)
+    assert "[fusegen-trace] fusegen_emitter_factories() from loop -> [EmitterFactory(name='loop'" in out.stderr
