@@ -77,3 +77,15 @@ def fusegen_config_options():
         ``type`` is bool, int, float, str, list, list[str]/list[int]..., or dict. The resolved values
         (defaults filled in) are ``ResolvedConfig.plugin_settings(<plugin name>)``.
     """
+
+
+@hookspec
+def fusegen_codegen_backends():
+    """Contribute autotunable codegen backends (XLA's ``CodegenBackend``: Triton, cuBLASLt, cuDNN, ...).
+
+    Returns:
+        list[fusegen.codegen_backend.CodegenBackend]: every registered backend is asked for the
+        supported configs of each tunable instruction; the autotuner enumerates them all (selectable
+        with ``xla_gpu_experimental_autotune_backends``'s ``+name,-name`` syntax). Order matters for
+        "first config" (level 0): backends are kept in registration order of their plugins.
+    """

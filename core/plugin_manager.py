@@ -104,7 +104,7 @@ class PluginManager:
                 pass
         hooks = sorted(h.name for h in self.pm.get_hookcallers(obj) or [])
         self.infos[name] = PluginInfo(name, getattr(obj, "__name__", type(obj).__name__), group, dist, version, hooks)
-        for attr in ("_matchers", "_factories", "_backends", "_passes"):
+        for attr in ("_matchers", "_factories", "_backends", "_passes", "_codegen_backends"):
             self.__dict__.pop(attr, None)
 
     def _collect(self, hook_name: str, kind: type) -> list:
@@ -142,6 +142,31 @@ class PluginManager:
                 raise PluginError(p.plugin, f"registers pass {p.name!r}, already registered by {out[p.name].plugin!r}")
             out[p.name] = p
         return out
+
+    @functools.cached_property
+    def _codegen_backends(self) -> list:
+        from fusegen.codegen_backend import CodegenBackend
+
+        return self._collect_objects("fusegen_codegen_backends", CodegenBackend)
+
+    def _collect_objects(self, hook_name: str, kind: type) -> list:
+        out = []
+        for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):
+            try:
+                res = impl.function()
+            except Exception as e:
+                raise PluginError(impl.plugin_name, f"raised in {hook_name}", e) from e
+            if tracing():
+                _trace(f"{hook_name}() from {impl.plugin_name} -> {res!r}")
+            for item in res or []:
+                if not isinstance(item, kind):
+                    raise PluginError(impl.plugin_name, f"returned {type(item).__name__} from {hook_name}, expected {kind.__name__}")
+                out.append(item)
+        return out
+
+    def codegen_backends(self) -> list:
+        """Autotunable codegen backends (:class:`fusegen.codegen_backend.CodegenBackend`), plugin order."""
+        return list(self._codegen_backends)
 
     def kind_matchers(self) -> list[KindMatcher]:
         """Dispatch questions in asking order."""

@@ -240,10 +240,13 @@ def test_inline_computation_and_inline_operands():
     assert isinstance(body, Computation) and body in m.computations
     assert body.root.opcode == "maximum" and len(body.parameters) == 2
     m = parse_modules((CORPUS / "xla" / "modules" / "backends__gpu__tests__pdl.hlo").read_text())[0]
-    a = m.entry.instruction("a")
+    e = m.computation("e")  # a lone computation: wrapped into a synthesized kLoop fusion
+    assert m.entry.root.fused_computation is e
+    a = e.instruction("a")
     assert a.opcode == "exponential"
     (p,) = a.operands
-    assert p.opcode == "parameter" and p.shape == Shape("f32") and p in m.entry.instructions
+    assert p.opcode == "parameter" and p.shape == Shape("f32") and p in e.instructions
+    assert e.instructions.index(p) < e.instructions.index(a)
 
 
 @needs_corpus
@@ -263,7 +266,7 @@ def test_attribute_forms():
     assert cmp.attrs["direction"] == "NE" and cmp.shape.element_type == "pred"
     m = parse_module(_MISC)
     e = m.entry
-    assert e.instruction("s").attrs["slice"] == [(0, 4, 2), (1, 3, 1)]
+    assert e.instruction("s").attrs["slice"] == [(0, 8, 2), (1, 3, 1)]
     assert e.instruction("pd").attrs["padding"] == [(0, 0, 0), (1, 2, 1)]
     conv = e.instruction("conv")
     assert conv.attrs["window"] == {"size": (3, 3), "stride": (1, 1), "pad": [(1, 1), (1, 1)],
@@ -327,7 +330,7 @@ ENTRY %main (p0: f32[8,256], p1: f32[<=4,8], p2: s4[2,2], p3: (f32[], (s32[], pr
   cst = s32[2,2] constant({ {1, 2}, {3, 4} })
   el = f32[100] constant({...})
   cond = f32[] conditional(i, p3, p3), branch_computations={%add, add}
-  ROOT out = f32[2,2] reshape(cc, /*index=1*/ cc)
+  ROOT out = tuple(cc, /*index=1*/ cc)
 }
 """
 

@@ -287,7 +287,7 @@ fused {
   p1 = f32[3,6] parameter(1)
   s = s32[] parameter(2)
   zero = f32[] constant(0)
-  pad = f32[9,8] pad(p0, zero), padding=1_2_1x-1_3
+  pad = f32[10,8] pad(p0, zero), padding=1_2_1x-1_3
   cat = f32[7,6] concatenate(p0, p1), dimensions={0}
   rev = f32[7,6] reverse(cat), dimensions={0,1}
   sl = f32[3,3] slice(rev), slice={[1:7:2], [0:6:2]}

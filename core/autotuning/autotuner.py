@@ -54,7 +54,8 @@ log = logging.getLogger("fusegen.autotuning")
 
 #: Options whose value changes which config wins (fingerprinted into every cache key).
 RESULT_CHANGING = ("xla_gpu_autotune_level", "xla_gpu_autotune_gemm_rtol", "xla_gpu_experimental_autotune_backends",
-                   "scratch_bytes_window_us", "cost_model_top_k")
+                   "xla_gpu_deterministic_ops", "xla_gpu_exclude_nondeterministic_ops", "scratch_bytes_window_us",
+                   "cost_model_top_k")
 
 
 @attrs.define
@@ -80,6 +81,8 @@ class AutotuneOptions:
     xla_gpu_require_complete_aot_autotune_results: bool = False
     xla_gpu_experimental_autotune_backends: str = ""
     xla_gpu_crash_on_verification_failures: bool = False
+    xla_gpu_deterministic_ops: bool = False
+    xla_gpu_exclude_nondeterministic_ops: bool = False
     scratch_bytes_window_us: float = DEFAULT_SCRATCH_WINDOW_US
     cost_model_top_k: int = 0
     compile_workers: int | None = None
@@ -101,6 +104,12 @@ class AutotuneOptions:
     @property
     def check_correctness(self) -> bool:
         return self.xla_gpu_autotune_level >= 4
+
+    @property
+    def allow_autotuning(self) -> bool:
+        """False for level 0 or deterministic ops (``config_assigner_pass.cc:276-279``)."""
+        return (self.xla_gpu_autotune_level > 0 and not self.xla_gpu_deterministic_ops
+                and not self.xla_gpu_exclude_nondeterministic_ops)
 
     def fingerprint(self, backends: Sequence[CodegenBackend] = ()) -> str:
         """sha256 hex of the result-changing options and the selected backends' ``name:version``."""
@@ -324,6 +333,8 @@ class Autotuner:
 
             device = DEFAULT_DEVICE
         self.device = device
+        if self.options.cost_model_top_k > 0 and not hasattr(device, "memory_bandwidth"):
+            raise ValueError("cost_model_top_k needs a device description (fusegen.device), not a model string")
         self.cache = cache if cache is not None else TieredCache(
             self.options.xla_gpu_per_fusion_autotune_cache_dir or None,
             self.options.xla_gpu_experimental_autotune_cache_mode)
@@ -469,7 +480,7 @@ class Autotuner:
             configs, _ = cost_model.rank_configs(instr, configs, self.by_name, self.device, opts.cost_model_top_k)
         rep.configs = len(configs)
         # 4. no tuning
-        if opts.xla_gpu_autotune_level == 0:
+        if not opts.allow_autotuning:
             self._first_compilable(instr, configs, rep)
             return
         # 5. tune

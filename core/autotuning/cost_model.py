@@ -38,7 +38,13 @@ class DeviceCaps:
 
     @classmethod
     def of(cls, device: Any) -> "DeviceCaps":
-        """From a :class:`fusegen.device.DeviceDescription` (FP32 FMA peak: cores * fpus * 2 * clock)."""
+        """From a :class:`fusegen.device.DeviceDescription` (FP32 FMA peak: cores * fpus * 2 * clock).
+
+        Raises:
+            ValueError: ``device`` is not a device description (e.g. only a model string).
+        """
+        if not hasattr(device, "memory_bandwidth"):
+            raise ValueError(f"the cost model needs a device description (bandwidth, cores, clock), got {device!r}")
         bw = float(getattr(device, "memory_bandwidth", 0) or 1e12)
         cores = int(getattr(device, "core_count", 0) or 1)
         fpus = int(getattr(device, "fpus_per_core", 0) or 64)

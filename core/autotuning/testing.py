@@ -181,3 +181,41 @@ class FakeLibraryBackend(FakeGemmBackend):
 
     def scratch_bytes(self, config: Config) -> int:
         return int(config.values.get("workspace", 0))
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers run in separate processes by the concurrency tests (must be importable by name)
+# --------------------------------------------------------------------------------------------
+
+def tune_into_directory(cache_dir: str, shapes: list, start_event=None, rounds: int = 1) -> list[tuple[str, str]]:
+    """Tune a GEMM module into ``cache_dir`` (in-process compiles); returns ``[(instruction, winner)]``."""
+    from fusegen.autotuning.autotuner import AutotuneOptions, Autotuner
+    from fusegen.autotuning.profiler import CpuWallTimeProfiler
+
+    if start_event is not None:
+        start_event.wait(30)
+    out = []
+    for _ in range(rounds):
+        module, _ = make_gemm_module([tuple(s) for s in shapes])
+        opts = AutotuneOptions(compile_workers=0, xla_gpu_redzone_padding_bytes=256,
+                               xla_gpu_per_fusion_autotune_cache_dir=cache_dir,
+                               xla_gpu_experimental_autotune_cache_mode="WRITE_ONLY")
+        with Autotuner([FakeGemmBackend(), FakeLibraryBackend()], opts, "test-device",
+                       profiler=CpuWallTimeProfiler(1)) as tuner:
+            out = [(r.name, r.winner) for r in tuner.tune_module(module)]
+    return out
+
+
+def hammer_writes(cache_dir: str, n: int, start_event=None) -> int:
+    """Write one fixed entry ``n`` times into ``cache_dir`` (atomic-rename stress test)."""
+    from fusegen.cache.format import CacheEntry, TuneResult
+    from fusegen.cache.key import CacheKey
+    from fusegen.cache.tiers import DirectoryTier
+
+    if start_event is not None:
+        start_event.wait(30)
+    tier = DirectoryTier(cache_dir)
+    for i in range(n):
+        tier.put(CacheEntry(CacheKey("dev", "hlo " * 2000, 50, "fp"),
+                            TuneResult(Config("fake_triton", {"block_m": 16 * (1 + i % 4)}), "1", float(i), 0, 3, {})))
+    return n

@@ -55,6 +55,53 @@ def format_model_string(platform: str, version: str, cores: int, clock_ghz: floa
             f"L2 cache: {round(l2_bytes / (1024 * 1024))} MB, DNN version: {dnn_version}")
 
 
+#: oneAPI architecture name in a target-config spec -> the name XLA prints (the B580 die is BMG-G21).
+ONEAPI_ARCH_NAMES = {"BMG": "BMG_G21"}
+
+
+def model_string_from_target_config(text: str) -> str:
+    """The model string of an XLA ``GpuTargetConfigProto`` text (``specs/*.txtpb``), DNN version 0.0.0.
+
+    CUDA prints ``major.minor`` of ``cuda_compute_capability``, ROCm the ``gcn_arch_name`` before the
+    first ``:``, SYCL ``oneAPI: <architecture>`` (see :data:`ONEAPI_ARCH_NAMES`).
+
+    Raises:
+        CacheKeyError: a field the string needs is missing.
+    """
+    fields: dict[str, str] = {}
+    stack: list[str] = []
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        if line.endswith("{"):
+            stack.append(line[:-1].strip())
+        elif line == "}":
+            if stack:
+                stack.pop()
+        elif ":" in line:
+            k, v = line.split(":", 1)
+            fields.setdefault(".".join(stack + [k.strip()]), v.strip().strip('"'))
+    g = "gpu_device_info."
+    try:
+        platform = fields["platform_name"]
+        cores, clock = int(fields[g + "core_count"]), float(fields[g + "clock_rate_ghz"])
+        bw, l2 = float(fields[g + "memory_bandwidth"]), int(fields[g + "l2_cache_size"])
+    except KeyError as e:
+        raise CacheKeyError(f"target config has no {e.args[0]} field") from None
+    if platform == "CUDA":
+        cc = g + "cuda_compute_capability."
+        name, version = "CUDA", f"{fields.get(cc + 'major', '0')}.{fields.get(cc + 'minor', '0')}"
+    elif platform == "ROCM":
+        name, version = "ROCM", fields.get(g + "rocm_compute_capability.gcn_arch_name", "").split(":")[0]
+    elif platform == "SYCL":
+        arch = fields.get(g + "oneapi_compute_capability.architecture", "")
+        name, version = "oneAPI", ONEAPI_ARCH_NAMES.get(arch, arch)
+    else:
+        raise CacheKeyError(f"unknown platform {platform!r} in target config")
+    return format_model_string(name, version, cores, clock, bw, l2)
+
+
 def model_string_for(device: Any) -> str:
     """The model string of ``device``: a ``str`` as is, else ``fusegen.device.model_string(device)``.
 
@@ -159,6 +206,10 @@ class _Canonicalizer:
             head += str(inst.attrs.get("parameter_number", 0))
         elif inst.opcode == "constant":
             lit = inst.attrs.get("literal")
+            if lit is not None and not isinstance(lit, str):
+                import numpy as np
+
+                lit = json.dumps(np.asarray(lit).tolist())
             head += lit if (lit is not None and inst.shape.numel <= _MAX_LITERAL_ELEMENTS) else "{...}"
         else:
             head += ops

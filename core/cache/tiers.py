@@ -44,7 +44,7 @@ def normalize_mode(mode: str) -> str:
     Raises:
         ValueError: an unknown mode, listing the valid ones.
     """
-    m = str(mode).strip().upper().replace("-", "_")
+    m = str(mode).strip().upper().replace("-", "_").removeprefix("AUTOTUNE_CACHE_MODE_")
     m = {"1": "UPDATE", "2": "READ", "3": "WRITE_ONLY", "UNSPECIFIED": "UPDATE", "0": "UPDATE", "": "UPDATE",
          "READ_ONLY": "READ", "WRITE": "WRITE_ONLY"}.get(m, m)
     if m not in MODES:

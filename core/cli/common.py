@@ -19,9 +19,18 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
 
 
 def load_module(path: str):
-    """Parse an HLO file; any parse problem exits 2 with ``FILE:LINE:COL: error: ...``."""
+    """Parse an HLO file; any parse problem exits 2 with ``FILE:LINE:COL: error: ...``.
+
+    A file holding several modules (separated by ``// -----``, as XLA's tests write them) gives the
+    first; use :func:`load_modules` for all.
+    """
+    return load_modules(path)[0]
+
+
+def load_modules(path: str) -> list:
+    """Parse every module of an HLO file (exits 2 on a parse error, in one line)."""
     from fusegen.hlo.errors import HloParseError
-    from fusegen.hlo.parser import parse_module
+    from fusegen.hlo.parser import parse_modules
 
     p = Path(path)
     try:
@@ -31,7 +40,7 @@ def load_module(path: str):
     except UnicodeDecodeError as e:
         fail(f"{path}: not a text file ({e.reason})")
     try:
-        return parse_module(text, filename=str(path))
+        return parse_modules(text, filename=str(path))
     except HloParseError as e:
         click.echo(str(e).splitlines()[0], err=True)
         sys.exit(EXIT_BAD_INPUT)
@@ -49,3 +58,17 @@ def get_device_or_fail(name: str):
         return get_device(name)
     except (KeyError, ValueError) as e:
         fail(str(e).strip("'\""))
+
+
+EXIT_INTERNAL = 3
+
+
+def internal_error(where: str, exc: BaseException) -> NoReturn:
+    """Report an unexpected exception in one line (exit 3); ``FUSEGEN_DEBUG=1`` re-raises it."""
+    import os
+
+    if os.environ.get("FUSEGEN_DEBUG", "") not in ("", "0"):
+        raise exc
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    fail(f"{where}: internal error: {type(exc).__name__}: {msg} (set FUSEGEN_DEBUG=1 for the traceback)",
+         EXIT_INTERNAL)

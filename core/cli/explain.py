@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
-from fusegen.cli.common import device_option, fail, get_device_or_fail, load_module
+from fusegen.cli.common import device_option, fail, get_device_or_fail, internal_error, load_modules
 
 
 @click.command()
@@ -20,20 +21,24 @@ def explain(module_path, fusion_name, device_name, as_json):
     from fusegen.runtime.executor import Executor
 
     device = get_device_or_fail(device_name)
-    module = load_module(module_path)
-    ex = Executor(module, device, compile_kernels=False)
+    modules = load_modules(module_path)
+    module = modules[0]
     rows = []
     try:
-        for comp in module.computations:
-            for inst in comp.instructions:
-                if inst.opcode == "fusion":
-                    rows.append((inst, ex.plan_fusion(inst)))
+        for m in modules:
+            ex = Executor(m, device, compile_kernels=False)
+            for comp in m.computations:
+                for inst in comp.instructions:
+                    if inst.opcode == "fusion":
+                        rows.append((inst, ex.plan_fusion(inst)))
     except PluginError as e:
         fail(f"{module_path}: {e}")
+    except Exception as e:  # never a bare traceback
+        internal_error(module_path, e)
     if fusion_name is not None and fusion_name.lstrip("%") not in {i.name for i, _ in rows}:
         fail(f"{module_path}: no fusion named {fusion_name!r}")
     if as_json:
-        out = {"module": module.name, "fusions": []}
+        out = {"module": "; ".join(m.name for m in modules), "fusions": []}
         for inst, (emitted, rep) in rows:
             d = {k: v for k, v in rep.to_json().items() if k not in ("max_abs_error", "max_rel_error", "status", "compiled_sm90")}
             if fusion_name and inst.name == fusion_name.lstrip("%"):
@@ -44,8 +49,8 @@ def explain(module_path, fusion_name, device_name, as_json):
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    t = Table(title=f"{module.name}: dispatch on {device.name}")
+    console = Console(width=None if sys.stdout.isatty() else 160)
+    t = Table(title=f"{'; '.join(m.name for m in modules)}: dispatch on {device.name}")
     for col in ("fusion", "kind", "decided by", "emitter", "backend", "launch", "note"):
         t.add_column(col, overflow="fold")
     for inst, (emitted, rep) in rows:

@@ -119,6 +119,11 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return (np_erf_fp64(x) if x.dtype == np.float64 else np_erf_fp32(x)).astype(x.dtype)
 
 
+def _popc(x: np.ndarray) -> np.ndarray:
+    # numpy counts the bits of |x| for signed ints; the hardware counts the two's-complement pattern
+    return np.bitwise_count(x.view(np.dtype(f"u{x.dtype.itemsize}"))).astype(np.int32)
+
+
 def _clz(x: np.ndarray) -> np.ndarray:
     bits = x.dtype.itemsize * 8
     u = x.view(np.dtype(f"u{x.dtype.itemsize}")).astype(np.uint64)
@@ -137,7 +142,7 @@ _NP_LIBDEVICE: dict[str, Any] = {
     "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan, "asinh": np.arcsinh, "acosh": np.arccosh,
     "atanh": np.arctanh, "atan2": np.arctan2, "pow": np.power, "erf": _erf, "fmod": np.fmod,
     "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "rint": np.rint, "round": _round_afz,
-    "popc": lambda x: np.bitwise_count(x).astype(np.int32), "popcll": lambda x: np.bitwise_count(x).astype(np.int32),
+    "popc": lambda x: _popc(x), "popcll": lambda x: _popc(x),
     "clz": _clz, "clzll": _clz,
 }
 

@@ -65,7 +65,8 @@ def _conditional(inst: Instruction, ops: list):
         if isinstance(t, Computation) and isinstance(f, Computation):
             branches = [t, f]
     if not branches or not all(isinstance(b, Computation) for b in branches):
-        raise EvaluationError(f"conditional %{inst.name} has no branch computations")
+        raise EvaluationError(f"conditional %{inst.name} has no resolved branch computations "
+                              f"(attributes: {sorted(k for k in inst.attrs if 'comput' in k)})")
     sel = np.asarray(ops[0]).reshape(())
     if sel.dtype == np.bool_:
         k = 0 if bool(sel) else 1

@@ -136,7 +136,7 @@ def _unary(inst: Instruction, ops: list) -> np.ndarray:
         r = np.logical_not(x) if x.dtype == np.bool_ else np.invert(x)
     elif op == "popcnt":
         r = _popcnt(x)
-    elif op == "clz":
+    elif op in ("clz", "count-leading-zeros"):
         r = _clz(x)
     elif op == "real":
         r = np.real(x)
@@ -188,6 +188,18 @@ def _int_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         base = base * base
         e = e >> np.uint64(1)
     return np.where(neg, (a == 1).astype(dt), acc)
+
+
+def _mulhi(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """High half of the double-width product (``mulhi``), wrapping to ``a``'s dtype."""
+    a, b = np.broadcast_arrays(a, b)
+    bits = a.dtype.itemsize * 8
+    if bits <= 32:
+        wide = np.int64 if is_signed(a.dtype) else np.uint64
+        return (a.astype(wide) * b.astype(wide) >> wide(bits)).astype(a.dtype)
+    prod = [(int(x) * int(y)) >> bits for x, y in zip(a.reshape(-1).tolist(), b.reshape(-1).tolist())]
+    mask = (1 << bits) - 1
+    return np.array([v & mask for v in prod], dtype=np.uint64).view(a.dtype).reshape(a.shape)
 
 
 def _shift(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -245,6 +257,8 @@ def _binary(inst: Instruction, ops: list) -> np.ndarray:
         r = _shift(op, a, b)
     elif op == "complex":
         r = a + 1j * b.astype(out)
+    elif op == "mulhi":
+        r = _mulhi(a, b)
     else:  # pragma: no cover
         raise EvaluationError(f"no elementwise rule for {op}")
     return as_array(r, out)
@@ -376,11 +390,11 @@ def _reduce_precision(inst: Instruction, ops: list) -> np.ndarray:
 
 
 UNARY_OPS = (
-    tuple(_UNARY_FLOAT) + ("negate", "abs", "sign", "not", "popcnt", "clz", "real", "imag")
+    tuple(_UNARY_FLOAT) + ("negate", "abs", "sign", "not", "popcnt", "clz", "count-leading-zeros", "real", "imag")
 )
 BINARY_OPS = (
     "add", "subtract", "multiply", "divide", "remainder", "maximum", "minimum", "power", "atan2", "and", "or",
-    "xor", "shift-left", "shift-right-logical", "shift-right-arithmetic", "complex",
+    "xor", "shift-left", "shift-right-logical", "shift-right-arithmetic", "complex", "mulhi",
 )
 
 HANDLERS: dict[str, Callable] = {}

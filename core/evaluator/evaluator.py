@@ -34,7 +34,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fusegen.evaluator import control_flow, custom_calls, dot_conv, elementwise, gather_scatter_sort, reduce, shape_ops
+from fusegen.evaluator import (
+    batch_norm,
+    control_flow,
+    custom_calls,
+    dot_conv,
+    elementwise,
+    gather_scatter_sort,
+    reduce,
+    shape_ops,
+)
 from fusegen.evaluator.common import EvaluationError, Value, as_array, shape_dtype
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 
@@ -79,7 +88,7 @@ class UnsupportedOpError(Exception):
 
 
 HANDLERS: dict[str, Callable[[Instruction, list], Value]] = {}
-for _family in (elementwise, shape_ops, reduce, dot_conv, gather_scatter_sort, control_flow, custom_calls):
+for _family in (elementwise, shape_ops, reduce, dot_conv, gather_scatter_sort, control_flow, custom_calls, batch_norm):
     HANDLERS.update(_family.HANDLERS)
 HANDLERS["copy"] = shape_ops.HANDLERS["copy"]
 
@@ -90,7 +99,7 @@ def supported_opcodes() -> frozenset[str]:
 
 
 # Opcodes that are the identity on a scalar (allowed inside a lifted computation).
-_SCALAR_IDENTITY = frozenset({"broadcast", "reshape", "bitcast", "copy", "optimization-barrier"})
+_SCALAR_IDENTITY = frozenset({"broadcast", "reshape", "bitcast", "copy", "optimization-barrier", "opt-barrier"})
 _LIFTABLE = elementwise.ELEMENTWISE_OPCODES | {"parameter", "constant", "tuple", "get-tuple-element"} | _SCALAR_IDENTITY
 _LIFT_CACHE: dict[int, tuple[Computation, bool]] = {}
 

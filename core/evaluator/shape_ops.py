@@ -293,6 +293,7 @@ HANDLERS: dict[str, Callable] = {
     "reverse": _reverse,
     "copy": _identity,
     "optimization-barrier": _identity,
+    "opt-barrier": _identity,
     "add-dependency": _identity,
     "set-dimension-size": _identity,
     "tuple": _tuple,

@@ -55,6 +55,12 @@ _TOKEN = re.compile(r"%?[\w.\-]+|\S")
 _SECTION_LINE = re.compile(r"[ \t]*\d+[ \t][^\n]*")
 _SPLIT_MARK = re.compile(r"^//\s*-----\s*$", re.M)
 _FUSEGEN_COMMENT = re.compile(r"^//\s*(fusegen\.[\w.]+)=(\S*)\s*$", re.M)
+_FAST_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[((?:\d+(?:,\d+)*)?)\](?:\{((?:\d+(?:,\d+)*)?)\})?")
+_layout_cache: dict[tuple[int, ...], Layout] = {}
+_METADATA_ITEM = re.compile(r'\s*([\w.\-]+)=(?:"((?:[^"\\]|\\.)*)"|([^\s{}",]+))')
+_FAST_METADATA = re.compile(r'\{((?:\s*[\w.\-]+=(?:"(?:[^"\\]|\\.)*"|[^\s{}",]+))*)\s*\}', re.S)
+# A line that starts an instruction (`[ROOT] name = shape-or-opcode`): a raw value never runs into one.
+_INSTR_START = re.compile(r"[ \t]*(?:ROOT[ \t]+)?%?[\w.\-]+[ \t]*=[ \t]*(?:\(|[a-z][a-z0-9]*\[|[a-z][a-z0-9\-]*\()")
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 
 _INT_LIST_KEYS = frozenset(
@@ -253,6 +259,7 @@ class _Parser:
         n = self.n
         i = start
         stack: list[str] = []
+        opened: list[int] = []
         dirty = False
         while True:
             m = run.match(t, i)
@@ -260,7 +267,7 @@ class _Parser:
                 i = m.end()
             if i >= n:
                 if stack:
-                    raise self.error(f"unbalanced {stack[-1]!r}: reached end of file", i)
+                    raise self.error(f"unbalanced {t[opened[-1]]!r}: not closed before the end of file", opened[-1])
                 return i, dirty
             c = t[i]
             if c == '"':
@@ -270,6 +277,7 @@ class _Parser:
                 i = m.end()
             elif c in "{([":
                 stack.append(_CLOSE[c])
+                opened.append(i)
                 i += 1
             elif c in "})]":
                 if not stack:
@@ -277,6 +285,7 @@ class _Parser:
                         return i, dirty
                     raise self.error(f"unbalanced {c!r}", i)
                 want = stack.pop()
+                opened.pop()
                 if c != want:
                     raise self.error(f"unbalanced brackets: expected {want!r}", i, c)
                 i += 1
@@ -300,6 +309,9 @@ class _Parser:
                     return i, dirty
                 if c == "\n":
                     dirty = True
+                    if stack and _INSTR_START.match(t, i + 1):
+                        raise self.error(f"unbalanced {t[opened[-1]]!r}: not closed before the next instruction",
+                                         opened[-1])
                 i += 1
 
     def braced(self) -> str:
@@ -335,8 +347,38 @@ class _Parser:
         return "".join(out).strip()
 
     # ---------------------------------------------------------------- shapes
+    def fast_shape(self) -> Shape | None:
+        """The common ``f32[2,3]{1,0}`` form in one regex; ``None`` sends anything else to the full grammar."""
+        t = self.text
+        m = _FAST_SHAPE.match(t, self.pos)
+        if m is None:
+            return None
+        etype, dims_s, mtm_s = m.groups()
+        end = m.end()
+        if etype not in ELEMENT_TYPES or etype == "token":
+            return None
+        if mtm_s is None:
+            if end < self.n:
+                c = t[end]
+                if c == "{" or ((c == " " or c == "\n") and t.startswith("{", _WS.match(t, end).end())):
+                    return None
+        dims = tuple(map(int, dims_s.split(","))) if dims_s else ()
+        layout = None
+        if mtm_s is not None:
+            mtm = tuple(map(int, mtm_s.split(","))) if mtm_s else ()
+            if mtm and sorted(mtm) != list(range(len(dims))):
+                return None  # the full grammar reports it
+            layout = _layout_cache.get(mtm)
+            if layout is None:
+                layout = _layout_cache.setdefault(mtm, Layout(mtm))
+        self.pos = end
+        return Shape(etype, dims, layout)
+
     def shape(self) -> Shape:
         self.ws()
+        fast = self.fast_shape()
+        if fast is not None:
+            return fast
         t = self.text
         if self.pos < self.n and t[self.pos] == "(":
             self.pos += 1
@@ -535,7 +577,6 @@ class _Parser:
         defined: dict[str, Instruction] = {}
         pendings: list[_Pending] = []
         root: Instruction | None = None
-        root_pos = 0
         while True:
             self.ws()
             if self.pos >= self.n:
@@ -550,12 +591,10 @@ class _Parser:
                 if root is not None:
                     raise self.error(f"computation {name!r} has two ROOT instructions", ipos)
                 root = inst
-                root_pos = ipos
         if not comp.instructions:
             raise self.error(f"computation {name!r} has no instructions", header_pos)
         self.resolve_operands(comp, defined, pendings)
         comp.root = root if root is not None else comp.instructions[-1]
-        del root_pos
         mod.computations.append(comp)
         if is_entry:
             if mod.entry is not None:
@@ -590,7 +629,10 @@ class _Parser:
     def shape_and_opcode(self) -> tuple[Shape | None, str, int]:
         self.ws()
         t = self.text
-        if self.pos < self.n and t[self.pos] == "(":
+        shape = self.fast_shape()
+        if shape is not None:
+            pass
+        elif self.pos < self.n and t[self.pos] == "(":
             shape = self.shape()
         else:
             m = self.match(_WORD, "a shape or opcode")
@@ -655,8 +697,11 @@ class _Parser:
         self.ws()
         t = self.text
         p = self.pos
-        if p < self.n and t[p] == "(":
-            shape: Shape | None = self.shape()
+        shape: Shape | None = self.fast_shape()
+        if shape is not None:
+            pass
+        elif p < self.n and t[p] == "(":
+            shape = self.shape()
         else:
             m = _WORD.match(t, p)
             if m is not None and _WS.match(t, m.end()).end() < self.n and t[_WS.match(t, m.end()).end()] == "[":
@@ -737,9 +782,20 @@ class _Parser:
                 attrs[key] = raw
 
     def metadata(self) -> dict[str, Any]:
-        self.expect("{", " opening metadata")
-        out: dict[str, Any] = {}
         t = self.text
+        m = _FAST_METADATA.match(t, self.pos)
+        if m is not None:  # the usual flat `{k="v" k=1 ...}` in one regex
+            out: dict[str, Any] = {}
+            for km in _METADATA_ITEM.finditer(m.group(1)):
+                key, sv, bv = km.groups()
+                if sv is not None:
+                    out[key] = unescape_string(sv)
+                else:
+                    out[key] = int(bv) if _INT.fullmatch(bv) else bv
+            self.pos = m.end()
+            return out
+        self.expect("{", " opening metadata")
+        out = {}
         while True:
             self.ws()
             if self.pos >= self.n:
@@ -965,7 +1021,7 @@ class _Parser:
         if mod.entry is not None:
             return
         last = mod.computations[-1]
-        if any(i.opcode in _CALLER_OPCODES or (i.opcode == "fusion") for i in last.instructions):
+        if any(i.opcode in _CALLER_OPCODES for i in last.instructions):
             last.is_entry = True
             mod.entry = last
             return

@@ -1,0 +1,145 @@
+"""``fusegen cache``: list, show, clear, export and import the autotune cache directory.
+
+The directory is ``--cache-dir`` or ``xla_gpu_per_fusion_autotune_cache_dir`` from the configuration.
+``export``/``import`` carry whole results in one JSON bundle, for shipping tuned results ahead of time
+(XLA's ``xla_gpu_dump_autotune_results_to`` / ``xla_gpu_load_autotune_results_from``).
+
+Exit codes: 0 success, 2 bad input (no directory, unknown key, malformed bundle).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from fusegen.cli.common import fail
+from fusegen.cli.config import config_options, resolve_config
+
+
+def _tier(ctx: click.Context):
+    from fusegen.cache.tiers import DirectoryTier
+
+    o = ctx.obj
+    d = o.get("cache_dir")
+    if not d:
+        cfg = resolve_config(o.get("config_path"), o.get("xla_flags", ()), quiet=True)
+        d = cfg.debug_options.xla_gpu_per_fusion_autotune_cache_dir
+    if not d:
+        fail("no cache directory: pass --cache-dir or set xla_gpu_per_fusion_autotune_cache_dir")
+    return DirectoryTier(d)
+
+
+def _first_line(hlo: str) -> str:
+    lines = [ln.strip() for ln in hlo.splitlines() if ln.strip()]
+    root = next((ln for ln in lines if ln.startswith("ROOT ")), lines[-1] if lines else "")
+    return root if len(root) <= 90 else root[:87] + "..."
+
+
+@click.group()
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Cache directory (default: xla_gpu_per_fusion_autotune_cache_dir).")
+@config_options
+@click.pass_context
+def cache(ctx, cache_dir, config_path, xla_flags):
+    """Inspect and manage the autotune cache directory."""
+    ctx.obj = {"cache_dir": cache_dir, "config_path": config_path, "xla_flags": xla_flags}
+
+
+@cache.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def ls(ctx, as_json):
+    """One line per entry: key prefix, winner, time, device; bad files are flagged, never removed."""
+    tier = _tier(ctx)
+    rows = []
+    for f, e, problem in tier.entries():
+        if e is None:
+            rows.append({"key": f.stem, "file": str(f), "problem": problem})
+        else:
+            rows.append({"key": e.digest, "file": str(f), "winner": e.result.config.name,
+                         "duration_us": e.result.duration_us, "model": e.key.model, "hlo": _first_line(e.key.hlo)})
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"autotune cache {tier.path} ({len(rows)} entries)")
+    for col in ("key", "winner", "time µs", "instruction", "device"):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        if "problem" in r:
+            t.add_row(r["key"][:12], f"[red]bad file[/]: {r['problem']}", "-", "-", "-")
+        else:
+            t.add_row(r["key"][:12], r["winner"], "-" if r["duration_us"] is None else f"{r['duration_us']:.2f}",
+                      r["hlo"], r["model"].split(",")[0])
+    Console().print(t)
+
+
+@cache.command("show")
+@click.argument("key")
+@click.pass_context
+def show(ctx, key):
+    """Print the entry whose key digest is KEY (a unique prefix is enough)."""
+    tier = _tier(ctx)
+    key = key.strip().lower()
+    matches = [f for f in tier.files() if f.stem.startswith(key)]
+    if not matches:
+        fail(f"no cache entry with key {key!r} in {tier.path}")
+    if len(matches) > 1:
+        fail(f"key prefix {key!r} is ambiguous in {tier.path}: {', '.join(m.stem[:16] for m in matches[:5])}")
+    from fusegen.cache.format import CacheFormatError, entry_from_text
+
+    try:
+        e = entry_from_text(matches[0].read_text(), str(matches[0]))
+    except CacheFormatError as ex:
+        fail(str(ex))
+    click.echo(json.dumps(e.to_json(), indent=1))
+
+
+@cache.command("clear")
+@click.pass_context
+def clear(ctx):
+    """Remove every entry file (and stale temp files) of the directory; nothing else."""
+    tier = _tier(ctx)
+    n = tier.clear()
+    click.echo(f"removed {n} entries from {tier.path}")
+
+
+@cache.command("export")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.pass_context
+def export(ctx, file):
+    """Write every valid entry into one JSON bundle FILE (bad files are skipped with a warning)."""
+    from fusegen.cache.format import bundle_to_json
+
+    tier = _tier(ctx)
+    good = []
+    for f, e, problem in tier.entries():
+        if e is None:
+            click.echo(f"fusegen: warning: skipping {f}: {problem}", err=True)
+        else:
+            good.append(e)
+    Path(file).write_text(json.dumps(bundle_to_json(good), indent=1) + "\n")
+    click.echo(f"exported {len(good)} entries to {file}")
+
+
+@cache.command("import")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True))
+@click.pass_context
+def import_(ctx, file):
+    """Validate bundle FILE and write each entry into the directory (atomically, one file per key)."""
+    from fusegen.cache.format import CacheFormatError, bundle_from_text
+
+    tier = _tier(ctx)
+    try:
+        entries = bundle_from_text(Path(file).read_text(), file)
+    except (OSError, UnicodeDecodeError) as e:
+        fail(f"{file}: {e}")
+    except CacheFormatError as e:
+        fail(str(e))
+    for e in entries:
+        tier.put(e)
+    click.echo(f"imported {len(entries)} entries into {tier.path}")

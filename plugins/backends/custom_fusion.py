@@ -1,0 +1,1 @@
+"""Placeholder until the custom_fusion backend lands (registers nothing)."""

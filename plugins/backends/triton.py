@@ -1,0 +1,1 @@
+"""Placeholder until the triton backend lands (registers nothing)."""

@@ -1,0 +1,1 @@
+"""Placeholder until the concatenate emitter lands (registers nothing)."""

@@ -1,0 +1,1 @@
+"""Placeholder until the reduction emitter lands (registers nothing)."""

@@ -1,0 +1,1 @@
+"""Placeholder until the scatter emitter lands (registers nothing)."""

@@ -1,0 +1,1 @@
+"""Placeholder until the sort emitter lands (registers nothing)."""

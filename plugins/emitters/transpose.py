@@ -1,0 +1,1 @@
+"""Placeholder until the transpose emitter lands (registers nothing)."""
