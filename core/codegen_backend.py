@@ -134,6 +134,10 @@ class CodegenBackend(abc.ABC):
 
     name: str = ""
     version: str = "0"
+    #: Order among backends (ascending): the level-0 "first compilable config" is searched in this
+    #: order. XLA's CUDA factory order: cuDNN 100, Triton 200, cuBLASLt 300, fission 400, native
+    #: emitter 500, block-level emitter 600; fusegen's host backend 1000.
+    rank: int = 500
     #: Compile in the tuning process (executables not picklable, or compile is trivially cheap).
     compiles_in_process: bool = False
 

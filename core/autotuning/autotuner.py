@@ -36,7 +36,7 @@ import attrs
 
 from fusegen.autotuning import cost_model
 from fusegen.autotuning.compile_pool import (DEFAULT_TIMEOUT_S, CompileOutcome, CompilePool, CompilePoolUnavailable,
-                                             CompileTask, compile_task_in_process, instruction_to_text)
+                                             CompileTask, instruction_to_text)
 from fusegen.autotuning.config_runner import Candidate, ConfigRunner
 from fusegen.autotuning.profiler import Profiler, default_profiler
 from fusegen.autotuning.redzone import DEFAULT_REDZONE_BYTES
@@ -70,7 +70,8 @@ class AutotuneOptions:
 
     fusegen's own: ``scratch_bytes_window_us`` (XLA's hard-coded 2 µs), ``cost_model_top_k`` (0 = off),
     ``compile_workers`` (None = CPU count, 0 = in process), ``compile_timeout_s``, ``profile_runs``,
-    ``seed`` (input data), ``tune_emitter_fusions`` (also tune emitter fusions' launch parameters).
+    ``seed`` (input data), ``tune_emitter_fusions`` (also tune emitter fusions' launch parameters),
+    ``retune_configured`` (also tune instructions that already carry a config).
     """
 
     xla_gpu_autotune_level: int = 4
@@ -90,6 +91,7 @@ class AutotuneOptions:
     profile_runs: int = 3
     seed: int = 0
     tune_emitter_fusions: bool = False
+    retune_configured: bool = False
 
     @classmethod
     def from_debug_options(cls, obj: Any, **overrides: Any) -> "AutotuneOptions":
@@ -153,7 +155,10 @@ def select_backends(backends: Sequence[CodegenBackend], spec: str) -> list[Codeg
 
 
 def discover_backends(pm: Any = None) -> list[CodegenBackend]:
-    """Backends contributed through the ``fusegen_codegen_backends`` hook (none if the hook is absent).
+    """Backends contributed through the ``fusegen_codegen_backends`` hook, sorted by ``rank`` (stable).
+
+    Same order as ``PluginManager.codegen_backends`` for equal ranks; a backend name registered by two
+    plugins is an error naming both.
 
     Raises:
         fusegen.plugin_manager.PluginError: a plugin raised or returned something that is not a
@@ -162,13 +167,12 @@ def discover_backends(pm: Any = None) -> list[CodegenBackend]:
     from fusegen.plugin_manager import PluginError, default_plugin_manager
 
     pm = pm or default_plugin_manager()
-    if hasattr(pm, "codegen_backends"):
-        return list(pm.codegen_backends())
     hook = getattr(pm.pm.hook, "fusegen_codegen_backends", None)
     if hook is None:
         return []
     out: list[CodegenBackend] = []
-    for impl in hook.get_hookimpls():
+    owner: dict[str, str] = {}
+    for impl in reversed(hook.get_hookimpls()):  # pluggy's call order, as PluginManager.codegen_backends
         try:
             res = impl.function()
         except Exception as e:
@@ -177,32 +181,37 @@ def discover_backends(pm: Any = None) -> list[CodegenBackend]:
             if not isinstance(b, CodegenBackend):
                 raise PluginError(impl.plugin_name, f"returned {type(b).__name__} from fusegen_codegen_backends, "
                                                     f"expected CodegenBackend")
+            if b.name in owner:
+                raise PluginError(impl.plugin_name, f"registers codegen backend {b.name!r}, already registered by "
+                                                    f"{owner[b.name]!r}")
+            owner[b.name] = impl.plugin_name
             out.append(b)
-    return out
+    return sorted(out, key=lambda b: b.rank)
 
 
 # --------------------------------------------------------------------------------------------
 # Which instructions
 # --------------------------------------------------------------------------------------------
 
-def needs_config(instr: "Instruction", tune_emitter_fusions: bool = False) -> bool:
+def needs_config(instr: "Instruction", tune_emitter_fusions: bool = False, retune: bool = False) -> bool:
     """Whether ``instr`` gets a config (``config_assigner_pass.cc:115-230``).
 
     cuBLASLt custom calls without ``selected_algorithm``, cuDNN convolutions without an algorithm,
     ``__triton_gemm`` fusions without ``triton_gemm_config``, ``__triton_nested_gemm_fusion`` without
     ``block_level_fusion_config``, ``__cudnn$fusion`` without ``plan_id``, ``__custom_fusion`` without
     ``custom_fusion_config``; with ``tune_emitter_fusions`` also other non-custom fusions without
-    scatter.
+    scatter. ``retune`` (beyond XLA) also takes those kinds when they already carry a config, e.g.
+    an optimized module from XLA tuned on another machine.
     """
     bc = instr.backend_config
     if instr.opcode == "custom-call":
         target = str(instr.attrs.get("custom_call_target", "")).strip('"')
         if target.startswith("__cublas$lt$matmul"):
             gbc = bc.get("gemm_backend_config", {}) if isinstance(bc, dict) else {}
-            return not (isinstance(gbc, dict) and "selected_algorithm" in gbc)
+            return retune or not (isinstance(gbc, dict) and "selected_algorithm" in gbc)
         if target.startswith("__cudnn$conv"):
             cbc = bc.get("cudnn_conv_backend_config", {}) if isinstance(bc, dict) else {}
-            return not (isinstance(cbc, dict) and cbc.get("algorithm"))
+            return retune or not (isinstance(cbc, dict) and cbc.get("algorithm"))
         return False
     if instr.opcode != "fusion":
         return False
@@ -210,20 +219,21 @@ def needs_config(instr: "Instruction", tune_emitter_fusions: bool = False) -> bo
     fbc = bc.get("fusion_backend_config", {}) if isinstance(bc, dict) else {}
     fbc = fbc if isinstance(fbc, dict) else {}
     if kind == "__triton_gemm":
-        return "triton_gemm_config" not in fbc
+        return retune or "triton_gemm_config" not in fbc
     if kind == "__triton_nested_gemm_fusion":
-        return "block_level_fusion_config" not in fbc
+        return retune or "block_level_fusion_config" not in fbc
     if kind == "__cudnn$fusion":
         cfc = fbc.get("cudnn_fusion_config", {})
-        return not (isinstance(cfc, dict) and "plan_id" in cfc)
+        return retune or not (isinstance(cfc, dict) and "plan_id" in cfc)
     if kind == "__custom_fusion":
-        return "custom_fusion_config" not in fbc
+        return retune or "custom_fusion_config" not in fbc
     if tune_emitter_fusions and instr.attrs.get("kind") != "kCustom" and kind is None:
         return not any(i.opcode == "scatter" for i in instr.fused_computation.instructions)
     return False
 
 
-def tunable_instructions(module: "Module", tune_emitter_fusions: bool = False) -> list["Instruction"]:
+def tunable_instructions(module: "Module", tune_emitter_fusions: bool = False,
+                         retune: bool = False) -> list["Instruction"]:
     """Instructions of ``module``'s non-fused computations that need a config, in module order."""
     fused: set[int] = set()
     for c in module.computations:
@@ -235,7 +245,7 @@ def tunable_instructions(module: "Module", tune_emitter_fusions: bool = False) -
     for c in module.computations:
         if id(c) in fused:
             continue
-        out.extend(i for i in c.instructions if needs_config(i, tune_emitter_fusions))
+        out.extend(i for i in c.instructions if needs_config(i, tune_emitter_fusions, retune))
     return out
 
 
@@ -580,7 +590,7 @@ class Autotuner:
                 ``"Failed to get configs for: N out of M instructions. ..."`` with the first failure.
         """
         instrs = list(instructions) if instructions is not None else tunable_instructions(
-            module, self.options.tune_emitter_fusions)
+            module, self.options.tune_emitter_fusions, self.options.retune_configured)
         reports: list[InstructionReport] = []
         if self.progress is not None:
             self._task = self.progress.add_task("autotuning", total=len(instrs))

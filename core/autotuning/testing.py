@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
-
 import numpy as np
 
+from fusegen.autotuning.profiler import Profiler
 from fusegen.codegen_backend import CodegenBackend, CompilationFailed, Config, Executable
 
 
@@ -219,3 +218,36 @@ def hammer_writes(cache_dir: str, n: int, start_event=None) -> int:
         tier.put(CacheEntry(CacheKey("dev", "hlo " * 2000, 50, "fp"),
                             TuneResult(Config("fake_triton", {"block_m": 16 * (1 + i % 4)}), "1", float(i), 0, 3, {})))
     return n
+
+
+class SlowCompileGemmBackend(FakeGemmBackend):
+    """:class:`FakeGemmBackend` whose every compile burns ``FUSEGEN_FAKE_COMPILE_COST_S`` CPU seconds
+    (default 0.05; compile workers inherit the environment). Stands in for Triton in the benchmark."""
+
+    name = "slow_triton"
+    CONFIGS = [{"block_m": bm, "block_n": bn, "block_k": bk, "cost_us": 50 + bm + bn // 2 + bk // 4}
+               for bm in (16, 32, 64, 128) for bn in (32, 64) for bk in (32, 64)]
+
+    @property
+    def COMPILE_COST_S(self) -> float:  # noqa: N802 (the base class reads it as an attribute)
+        return float(os.environ.get("FUSEGEN_FAKE_COMPILE_COST_S", "0.05"))
+
+
+class DeclaredCostProfiler(Profiler):
+    """A deterministic profiler for tests: runs the executable once, reports its ``cost_us`` value.
+
+    Selection tests need a stable ranking on a loaded CI machine; wall time is tested separately.
+    """
+
+    name = "declared-cost"
+    xp = np
+
+    def time_us(self, executable, inputs, outputs, scratch) -> float:
+        executable.run(inputs, outputs, scratch)
+        return float(getattr(executable, "values", {}).get("cost_us", 0) or 0)
+
+    def to_host(self, a):
+        return np.array(a, copy=True)
+
+    def synchronize(self) -> None:
+        pass

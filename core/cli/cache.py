@@ -18,11 +18,17 @@ from fusegen.cli.common import fail
 from fusegen.cli.config import config_options, resolve_config
 
 
-def _tier(ctx: click.Context):
+def _dir_option(f):
+    """``--cache-dir`` accepted after the subcommand too (``fusegen cache ls --cache-dir D``)."""
+    return click.option("--cache-dir", "sub_cache_dir", type=click.Path(file_okay=False), default=None,
+                        help="Cache directory (overrides the group option).")(f)
+
+
+def _tier(ctx: click.Context, sub_cache_dir: str | None = None):
     from fusegen.cache.tiers import DirectoryTier
 
     o = ctx.obj
-    d = o.get("cache_dir")
+    d = sub_cache_dir or o.get("cache_dir")
     if not d:
         cfg = resolve_config(o.get("config_path"), o.get("xla_flags", ()), quiet=True)
         d = cfg.debug_options.xla_gpu_per_fusion_autotune_cache_dir
@@ -49,10 +55,11 @@ def cache(ctx, cache_dir, config_path, xla_flags):
 
 @cache.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@_dir_option
 @click.pass_context
-def ls(ctx, as_json):
+def ls(ctx, as_json, sub_cache_dir):
     """One line per entry: key prefix, winner, time, device; bad files are flagged, never removed."""
-    tier = _tier(ctx)
+    tier = _tier(ctx, sub_cache_dir)
     rows = []
     for f, e, problem in tier.entries():
         if e is None:
@@ -80,10 +87,11 @@ def ls(ctx, as_json):
 
 @cache.command("show")
 @click.argument("key")
+@_dir_option
 @click.pass_context
-def show(ctx, key):
+def show(ctx, key, sub_cache_dir):
     """Print the entry whose key digest is KEY (a unique prefix is enough)."""
-    tier = _tier(ctx)
+    tier = _tier(ctx, sub_cache_dir)
     key = key.strip().lower()
     matches = [f for f in tier.files() if f.stem.startswith(key)]
     if not matches:
@@ -100,22 +108,24 @@ def show(ctx, key):
 
 
 @cache.command("clear")
+@_dir_option
 @click.pass_context
-def clear(ctx):
+def clear(ctx, sub_cache_dir):
     """Remove every entry file (and stale temp files) of the directory; nothing else."""
-    tier = _tier(ctx)
+    tier = _tier(ctx, sub_cache_dir)
     n = tier.clear()
     click.echo(f"removed {n} entries from {tier.path}")
 
 
 @cache.command("export")
 @click.argument("file", type=click.Path(dir_okay=False))
+@_dir_option
 @click.pass_context
-def export(ctx, file):
+def export(ctx, file, sub_cache_dir):
     """Write every valid entry into one JSON bundle FILE (bad files are skipped with a warning)."""
     from fusegen.cache.format import bundle_to_json
 
-    tier = _tier(ctx)
+    tier = _tier(ctx, sub_cache_dir)
     good = []
     for f, e, problem in tier.entries():
         if e is None:
@@ -128,12 +138,13 @@ def export(ctx, file):
 
 @cache.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True))
+@_dir_option
 @click.pass_context
-def import_(ctx, file):
+def import_(ctx, file, sub_cache_dir):
     """Validate bundle FILE and write each entry into the directory (atomically, one file per key)."""
     from fusegen.cache.format import CacheFormatError, bundle_from_text
 
-    tier = _tier(ctx)
+    tier = _tier(ctx, sub_cache_dir)
     try:
         entries = bundle_from_text(Path(file).read_text(), file)
     except (OSError, UnicodeDecodeError) as e:

@@ -53,11 +53,13 @@ def _replay(path: str, as_json: bool) -> None:
               help="Rank configs by the roofline cost model and compile only the best K (0: off).")
 @click.option("--record", "record_dir", type=click.Path(file_okay=False), default=None,
               help="Write a replay record per tuned instruction into this directory.")
+@click.option("--retune", is_flag=True,
+              help="Also tune instructions that already carry a config (e.g. an XLA-optimized module).")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
               help="Write the module with the winners applied to their backend configs.")
 @config_options
 def tune(module_path, replay_path, as_json, device_name, cache_dir, cache_mode, level, backends_spec, workers,
-         cost_model_top_k, record_dir, output_path, config_path, xla_flags):
+         cost_model_top_k, record_dir, retune, output_path, config_path, xla_flags):
     """Autotune MODULE.hlo, or replay a tuning record with --replay RECORD.json."""
     if replay_path:
         if module_path:
@@ -85,6 +87,8 @@ def tune(module_path, replay_path, as_json, device_name, cache_dir, cache_mode, 
         overrides["compile_workers"] = workers
     if cost_model_top_k is not None:
         overrides["cost_model_top_k"] = cost_model_top_k
+    if retune:
+        overrides["retune_configured"] = True
     try:
         options = AutotuneOptions.from_debug_options(cfg.debug_options, **overrides)
     except (ValueError, TypeError) as e:

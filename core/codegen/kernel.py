@@ -37,7 +37,8 @@ class LaunchDimensions:
         return n
 
     def __str__(self) -> str:
-        return f"grid={'x'.join(map(str, self.grid))} warps={self.num_warps}"
+        smem = f" smem={self.shared_memory_bytes}B" if self.shared_memory_bytes else ""
+        return f"grid={'x'.join(map(str, self.grid))} warps={self.num_warps}{smem}"
 
 
 @attrs.frozen

@@ -211,10 +211,14 @@ def _plan(comp: Computation) -> tuple[list[Instruction], dict[int, int]]:
             continue
         reach.add(id(i))
         stack.extend(i.operands)
-    pos = {id(i): k for k, i in enumerate(comp.instructions)}
+    # definition order when it is a valid order (XLA prints post order), else a post order from the root
     order = [i for i in comp.instructions if id(i) in reach]
-    if any(id(i) not in pos for i in comp.post_order() if id(i) in reach):
-        order = [i for i in comp.post_order() if id(i) in reach]
+    seen: set[int] = set()
+    for i in order:
+        if any(id(o) not in seen for o in i.operands):
+            order = [j for j in comp.post_order() if id(j) in reach]
+            break
+        seen.add(id(i))
     last: dict[int, int] = {}
     for k, i in enumerate(order):
         for o in i.operands:

@@ -5,9 +5,11 @@ Semantics: XLA operation semantics; the combiner's parameters are ``(accumulator
 * A single-input reduce whose ``to_apply`` is one of add / multiply / maximum / minimum / and / or / xor of its two
   parameters runs as one numpy reduction. f16/bf16 sums and products accumulate in f32 and round once at the end
   (XLA's reduction order is unspecified, so no reference can match GPU bits there; this is the most accurate one).
-* Any other combiner (variadic reduces such as argmax included) runs as a pairwise tree over the reduced
-  elements, evaluating the combiner on whole arrays when it is elementwise, else element by element in XLA's
-  row-major order (``HloEvaluator::HandleReduce``).
+* Any other combiner (variadic reduces such as argmax included) folds the reduced elements in XLA's order
+  (``HloEvaluator::HandleReduce``: ``acc = init``, then ``acc = f(acc, x)`` over the reduced index space in
+  row-major order), evaluating the combiner on all output elements at once when it is elementwise, else one
+  element at a time. Above ``SEQUENTIAL_LIMIT`` reduced elements an elementwise combiner folds as a pairwise
+  tree instead (XLA requires combiners to be associative, so only rounding can differ).
 * ``reduce-window`` pads with the init value (base dilation as interior padding), then folds every window
   position in row-major order (``HloEvaluator::HandleReduceWindow``).
 """
@@ -94,6 +96,16 @@ def tree_fold(comp: Computation, xs: list[np.ndarray], axis_len: int) -> list[np
     return [c[..., 0] for c in cur]
 
 
+SEQUENTIAL_LIMIT = 16384
+
+
+def sequential_fold(comp: Computation, accs: list[np.ndarray], xs: list[np.ndarray], axis_len: int) -> list[np.ndarray]:
+    """``acc = comp(acc, x[..., k])`` for k in order (XLA's reduce order); ``xs`` carry the fold axis last."""
+    for k in range(axis_len):
+        accs = apply_combiner(comp, accs, [x[..., k] for x in xs])
+    return accs
+
+
 def _reduce(inst: Instruction, ops: list):
     comp = computation_attr(inst, "to_apply")
     n = len(ops) // 2
@@ -122,9 +134,11 @@ def _reduce(inst: Instruction, ops: list):
     else:
         moved = [np.moveaxis(x, rdims, tuple(range(x.ndim - len(rdims), x.ndim))).reshape(out_dims + (k,))
                  for x in xs]
-        folded = tree_fold(comp, moved, k)
         accs = [np.broadcast_to(as_array(i, x.dtype), out_dims) for i, x in zip(inits, xs)]
-        results = apply_combiner(comp, accs, folded)
+        if k > SEQUENTIAL_LIMIT and is_liftable(comp):
+            results = apply_combiner(comp, accs, tree_fold(comp, moved, k))
+        else:
+            results = sequential_fold(comp, accs, moved, k)
         results = [as_array(r, dt).reshape(out_dims) for r, dt in zip(results, out_dts)]
     return tuple(results) if inst.shape.is_tuple else results[0]
 

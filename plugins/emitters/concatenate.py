@@ -1,1 +1,160 @@
-"""Placeholder until the concatenate emitter lands (registers nothing)."""
+"""The concatenate emitter: one pass per operand, each writing its slice of the output.
+
+Mirrors XLA's ``ConcatenateFusion`` (``xla/backends/gpu/codegen/emitters/concatenate.cc``): the launch
+covers the largest operand (``ComputeLoopFusionConfig`` on its shape); for each operand the threads whose
+linear index lies inside that operand compute it at its own index (its fused prologue, read in the
+operand's physical order), shift the index along the concatenated dimension by the operand's offset,
+inject the value as the concatenate's value there and compute the epilogue (elementwise/bitcast ops
+between the concatenate and the root) at the output index. No lane evaluates a select over all
+operands.
+
+Nested concatenates: a concatenate operand that is itself a concatenate along the same dimension (used
+only by the hero) is flattened into its operands, each with offset ``outer + inner`` (its *own* offsets).
+Any other concatenate inside the fusion is emitted elementally with its own offsets (fusegen's
+elemental generator) — the failure of jax-ml/jax#40588 (corpus bug B10), where an inner concatenate was
+indexed with the outer one's offsets, cannot arise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from fusegen.codegen import triton_source as ts
+from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
+from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, choose_block, store_line
+from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
+from fusegen.hlo.ir import Instruction
+from fusegen.plugin_manager import hookimpl
+from fusegen.registry import EmitterFactory
+from fusegen_plugins.emitters._hero_kernel import flatten, root_leaves, seed_value
+
+#: ``UseConcatenateFusion`` (``hlo_fusion_analysis.cc``): at most this many concatenate operands.
+MAX_CONCATENATE_OPERANDS = 4
+
+
+def concat_dimension(inst: Instruction) -> int:
+    dims = int_list(inst.attrs.get("dimensions"))
+    if len(dims) != 1:
+        raise EmitterUnsupported(inst.opcode, inst.name, f"concatenate needs one dimension, got {dims}")
+    return dims[0]
+
+
+def concat_pieces(hero: Instruction) -> list[tuple[Instruction, int]]:
+    """``(operand, offset along the concatenated dimension)`` of each pass, nested same-dimension
+    concatenates (whose only user is their parent) flattened with their own offsets added."""
+    k = concat_dimension(hero)
+    out: list[tuple[Instruction, int]] = []
+
+    def walk(inst: Instruction, base: int) -> None:
+        off = base
+        for o in inst.operands:
+            if (o.opcode == "concatenate" and concat_dimension(o) == k and len(o.users) == 1
+                    and o.shape.minor_to_major() == hero.shape.minor_to_major()):
+                walk(o, off)
+            else:
+                out.append((o, off))
+            off += o.shape.dimensions[k]
+
+    walk(hero, 0)
+    return out
+
+
+class ConcatenateFusion(FusionEmitter):
+    """Emitter for ``kConcatenate`` fusions (XLA ``ConcatenateFusion``).
+
+    The hero is the fusion's concatenate (``analysis.heroes``); every root must reach it through
+    elementwise/bitcast ops with the same element count. ``emit()`` raises :class:`EmitterUnsupported`
+    otherwise, or when an op of the fused computation cannot be generated.
+    """
+
+    name: ClassVar[str] = "ConcatenateFusion"
+
+    def hero(self) -> Instruction:
+        heroes = list(getattr(self.analysis, "heroes", None) or [])
+        if not heroes:
+            raise EmitterUnsupported("fusion", self.fusion.name, "no hero")
+        h = heroes[0]
+        if h.opcode != "concatenate" or any(x is not h for x in heroes):
+            raise EmitterUnsupported(h.opcode, h.name, "the fusion's heroes are not one concatenate")
+        return h
+
+    def largest_operand_elements(self) -> int:
+        return max((o.shape.numel for o, _ in concat_pieces(self.hero())), default=0)
+
+    def emit(self) -> EmittedFusion:
+        fusion = self.fusion
+        comp = self.computation
+        hero = self.hero()
+        roots = list(self.analysis.roots)
+        leaves = root_leaves(fusion, roots)
+        for root in roots:
+            if root.shape.numel != hero.shape.numel:
+                raise EmitterUnsupported(root.opcode, root.name,
+                                         f"root has {root.shape.numel} elements, the concatenate {hero.shape.numel}")
+        kdim = concat_dimension(hero)
+        pieces = [(o, off) for o, off in concat_pieces(hero) if o.shape.numel > 0]
+        n_max = max((o.shape.numel for o, _ in pieces), default=0)
+        if n_max == 0:
+            return EmittedFusion(emitter=self.name)
+        block, warps = choose_block(n_max)
+        op_shapes = [o.shape for o in fusion.operands]
+        idx_t = choose_index_dtype(op_shapes + list(leaves), block)
+        ctx = KernelContext(idx_t, op_shapes)
+        ctx.names.reserve("mask_all")
+        ctx.mask = "mask_all"  # operand indices are clamped into range; stores carry the real masks
+        gen = ElementalGenerator(ctx, comp)
+        h_dims, h_m2m = hero.shape.dimensions, hero.shape.minor_to_major()
+        with deep_recursion():
+            for p, (op, off) in enumerate(pieces):
+                n = op.shape.numel
+                ctx.body.line(f"# pass {p}: operand %{ts.sanitize_identifier(op.name)} -> output offset {off}")
+                if n < n_max:
+                    lin_p = gen.iexpr(f"tl.minimum(lin, {n - 1})", "lin_p")
+                    mask_p = ctx.emit(f"lin < {n}", "mask_p")
+                else:
+                    lin_p = gen.iexpr("tl.minimum(lin, N - 1)", "lin_p")
+                    mask_p = "mask"
+                idx = gen.delinearize(lin_p, op.shape.dimensions, op.shape.minor_to_major())
+                v = gen.value(op, idx)
+                if isinstance(v, list):
+                    raise EmitterUnsupported(op.opcode, op.name, "tuple-valued concatenate operand")
+                out_idx = tuple(gen.iadd(c, off) if j == kdim else c for j, c in enumerate(idx))
+                seed_value(gen, hero, out_idx, v)
+                lin_h = gen.linearize(out_idx, h_dims, h_m2m)
+                alias = gen.delinearize(lin_h, h_dims, h_m2m)  # the index bitcast epilogues map back to
+                if tuple(alias) != out_idx:
+                    seed_value(gen, hero, alias, v)
+                for k, root in enumerate(roots):
+                    ls = leaves[k]
+                    same = ls.dimensions == h_dims and ls.minor_to_major() == h_m2m
+                    ridx = out_idx if same else gen.delinearize(lin_h, ls.dimensions, ls.minor_to_major())
+                    (val,) = flatten(gen.value(root, ridx))
+                    ptr = ctx.param("output", k, ls, f"out{k}")
+                    store_line(gen, ptr, gen.linearize(ridx, ls.dimensions, ls.minor_to_major()), val,
+                               ls.element_type, mask_p)
+        if idx_t == "tl.int64":
+            lin = "lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)"
+        else:
+            lin = "lin = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"
+        prologue = [lin, "mask = lin < N", f"zero = tl.full([BLOCK], 0, {idx_t})", "mask_all = zero == 0"]
+        entry = ts.sanitize_identifier(f"concatenate_{fusion.name}", "k")
+        source = ctx.render(entry, ["BLOCK", "N"], prologue)
+        ks = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
+                          constexprs={"BLOCK": block, "N": n_max},
+                          launch=LaunchDimensions(grid=(max(1, -(-n_max // block)),), num_warps=warps),
+                          num_stages=1)
+        return EmittedFusion(emitter=self.name, kernels=(ks,))
+
+
+def _create(analysis: Any, context: Any = None) -> ConcatenateFusion | None:
+    heroes = list(getattr(analysis, "heroes", None) or [])
+    if not heroes or heroes[0].opcode != "concatenate" or any(h is not heroes[0] for h in heroes):
+        return None
+    if len(heroes[0].operands) > MAX_CONCATENATE_OPERANDS:
+        return None
+    return ConcatenateFusion(analysis)
+
+
+@hookimpl
+def fusegen_emitter_factories():
+    return [EmitterFactory(name="concatenate", kind="kConcatenate", rank=100, create=_create)]

@@ -91,8 +91,6 @@ def can_emit_in_place(analysis: Any) -> bool:
                         return False
                 elif user is not d and user.opcode not in ELEMENTWISE and user.opcode not in ("bitcast", "tuple"):
                     return False
-                if user is d and inst is not d.operands[0]:
-                    return False  # the parameter reaches the DUS as its update or index
                 if id(user) not in seen:
                     seen.add(id(user))
                     q.append(user)

@@ -1,1 +1,480 @@
-"""Placeholder until the reduction emitter lands (registers nothing)."""
+"""The reduction emitters: RowReductionFusion, MultiRowReductionFusion, ColumnReductionFusion and
+SmallColumnReductionFusion as Triton kernels.
+
+Mirrors XLA's ``ReductionFusion`` family (``xla/backends/gpu/codegen/emitters/reduction.cc``:
+``CreateReductionFusion``, ``RowReductionFusion``, ``MultiRowReductionFusion``, ``ColumnReductionFusion``,
+``SmallColumnReductionFusion``); the sub-emitter is chosen by
+:func:`fusegen.analysis.reduction.choose_reduction_emitter` (XLA's rule).
+
+Every reduction hero is viewed, as XLA does (``GetReductionKindAndContiguousComponents``), as a 3-D
+array in its input's physical order: a row reduction ``[major_reduced, kept, minor_reduced]`` or a
+column reduction ``[major_kept, reduced, minor_kept]``. fusegen writes both as one kernel shape: a
+program owns a tile of ``TA`` x ``TB`` kept positions (row reductions: ``TA`` rows, ``TB = 1``; column
+reductions: ``TA`` major x ``TB`` minor kept positions, the minor ones contiguous in memory), and loops
+over the reduced extent in chunks of ``TR`` (a power of two not above the extent). Each iteration reads
+a ``[TA, TR, TB]`` tile of the reduce input(s) through the elemental generator (the fused prologue is
+computed in registers), folds it into per-lane accumulators with the ``to_apply`` computation (written
+inline), and writes side outputs (roots with as many elements as the reduce input) from the same tile.
+After the loop ``tl.reduce`` folds the ``TR`` axis with a ``@triton.jit`` combine function generated
+from ``to_apply`` (tuples of operands for variadic reductions), the reduce's ``init`` operand is
+combined in exactly once, and epilogues (roots that are chains of elementwise/bitcast/reshape/transpose
+ops over the reduce) are computed on the reduced values before the store.
+
+f16/bf16 ``add``/``multiply`` reductions accumulate in f32 and round once. Every kernel is race free
+(one program per kept tile, no atomics), so there is no ``ReductionIsRaceFree`` split.
+
+Sub-emitter tiles (powers of two, ``TA*TR*TB <= 4096`` elements):
+
+* Row: ``TR = min(floor_pow2(reduced), 4096)``, as many rows per program as fit.
+* MultiRow (XLA: several rows per warp, reduced dim a power of two ``<= warp * vector``): the whole row
+  in one chunk, many rows per program.
+* Column: ``TB = min(pow2(minor_kept), 64)`` contiguous columns, ``TR`` reduced rows per chunk.
+* SmallColumn (``warp % minor_kept == 0``): ``TB = minor_kept``, more reduced rows and major positions
+  per program.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fusegen.analysis.reduction import (ReductionDimensions, are_reductions_multi_output_fusion_compatible,
+                                        choose_reduction_emitter, get_reduction_kind_and_contiguous_components,
+                                        is_real_reduction_hero, reduction_is_race_free)
+from fusegen.analysis.shape_util import are_dimensions_consecutive
+from fusegen.codegen import triton_source as ts
+from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
+from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
+from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
+from fusegen.codegen.reduction_codegen import (COMBINE_PREFIX, combine_function, patch_interpreter_reduce,
+                                               promoted_reducer, retarget_block)
+from fusegen.hlo import dtypes
+from fusegen.hlo.ir import Computation, Instruction, Shape
+from fusegen.plugin_manager import hookimpl
+from fusegen.registry import EmitterFactory
+
+#: Elements of one program's input tile (``TA * TR * TB``).
+TILE_ELEMENTS = 4096
+
+# Names the kernel defines itself; never handed out for HLO instructions.
+_FIXED = ("pid", "pid_a", "pid_b", "t", "ta", "tr", "tb", "A", "B", "R", "A_c", "B_c", "R_c", "okab", "it",
+          "o", "oA", "oB", "oA_c", "oB_c", "omask", "ozero", "OBLOCK", "TA", "TR", "TB", "NA", "NR", "NB",
+          "NIT", "GB")
+
+
+def _floor_pow2(n: int) -> int:
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
+
+
+def _ceil_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+def _leaves(shape: Shape) -> list[Shape]:
+    return shape.leaves() if shape.is_tuple else [shape]
+
+
+def _flatten(v: Any) -> list[str]:
+    if isinstance(v, list):
+        out: list[str] = []
+        for x in v:
+            out.extend(_flatten(x))
+        return out
+    return [v]
+
+
+class _EpilogueGenerator(ElementalGenerator):
+    """An elemental generator where the reduction heroes' values are given (the reduced block).
+
+    The epilogue chain from a hero to its root is made of bijective index maps (elementwise, bitcast,
+    bitcast-reshape/transpose: ``FindNonTrivialHero``), so the root's index is mapped forward from the
+    hero's and every read of a hero in that chain reads the value of this lane.
+    """
+
+    def __init__(self, ctx: KernelContext, comp: Computation, injected: dict[int, Any]):
+        super().__init__(ctx, comp)
+        self.injected = injected
+
+    def value(self, inst: Instruction, idx: tuple) -> Any:
+        hit = self.injected.get(id(inst))
+        if hit is not None:
+            return hit
+        return super().value(inst, idx)
+
+
+def _usable_hero(root: Instruction, hero: Instruction) -> bool:
+    """A reduce the kernel can be built around: kept or reduced dims consecutive in the input layout
+    (``IsReductionFromOrToContiguousDimensions`` without the speed test), and race free when an epilogue
+    follows (``IsRealReductionHero``)."""
+    if hero.opcode != "reduce" or not hero.operands:
+        return False
+    shape = hero.operands[0].shape
+    reduced = set(int_list(hero.attrs.get("dimensions")))
+    kept = [d for d in range(shape.rank) if d not in reduced]
+    if not (are_dimensions_consecutive(shape, kept) or are_dimensions_consecutive(shape, sorted(reduced))):
+        return False
+    return root is hero or reduction_is_race_free(get_reduction_kind_and_contiguous_components(hero))
+
+
+class _Plan:
+    """Roots of a reduction fusion sorted into reduction roots and side outputs."""
+
+    def __init__(self, analysis: Any, fusion: Instruction):
+        first = analysis.find_hero_reduction()
+        if first is None:  # not a kReduction by XLA's speed heuristics, but the kernel shape still applies
+            first = next((h for r, h in zip(analysis.roots, analysis.non_trivial_heroes) if _usable_hero(r, h)), None)
+        if first is None:
+            raise EmitterUnsupported("fusion", fusion.name, "no reduce whose kept or reduced dims are consecutive")
+        self.first = first
+        self.dims: ReductionDimensions = get_reduction_kind_and_contiguous_components(first)
+        self.heroes: list[Instruction] = []
+        self.reduction_roots: list[tuple[Instruction, Instruction, list[int]]] = []  # root, hero, leaves
+        self.side_roots: list[tuple[Instruction, list[int]]] = []
+        in_numel = first.operands[0].shape.numel
+        k = 0
+        for root, hero in zip(analysis.roots, analysis.non_trivial_heroes):
+            n = len(_leaves(root.shape))
+            lks = list(range(k, k + n))
+            k += n
+            if hero.opcode == "reduce" and (is_real_reduction_hero(root, hero, analysis.device) or _usable_hero(root, hero)):
+                if not are_reductions_multi_output_fusion_compatible(hero, first):
+                    raise EmitterUnsupported("reduce", hero.name,
+                                             f"reduction not compatible with %{first.name} in one kernel")
+                if not any(h is hero for h in self.heroes):
+                    self.heroes.append(hero)
+                self.reduction_roots.append((root, hero, lks))
+                continue
+            if root.shape.is_tuple or not root.shape.is_array:
+                raise EmitterUnsupported(root.opcode, root.name, "tuple-shaped side output")
+            if root.shape.numel != in_numel:
+                raise EmitterUnsupported(root.opcode, root.name,
+                                         f"side output has {root.shape.numel} elements, the reduce input {in_numel}")
+            self.side_roots.append((root, lks))
+        leaves = _leaves(fusion.shape)
+        if k != len(leaves):
+            raise EmitterUnsupported("fusion", fusion.name,
+                                     f"roots have {k} output leaves, the fusion shape {len(leaves)}")
+        for hero in self.heroes:
+            n = len(hero.operands) // 2
+            if not isinstance(hero.attrs.get("to_apply"), Computation):
+                raise EmitterUnsupported("reduce", hero.name, "reduce without to_apply computation")
+            for x in hero.operands[:n]:
+                if x.shape.dimensions != hero.operands[0].shape.dimensions:
+                    raise EmitterUnsupported("reduce", hero.name, "variadic inputs of different shapes")
+
+
+class ReductionFusion(FusionEmitter):
+    """Base of the four reduction emitters; subclasses choose the tile (:meth:`tile`).
+
+    ``emit()`` returns one kernel. Raises :class:`EmitterUnsupported` (naming the instruction) for
+    fusions it cannot generate: incompatible reductions, side outputs of another element count,
+    non-scalar reducers, or ops the elemental generator lacks.
+    """
+
+    name = "ReductionFusion"
+
+    def tile(self, dims: ReductionDimensions, na: int, nr: int, nb: int) -> tuple[int, int, int]:
+        """``(TA, TR, TB)``: kept-major, reduced and kept-minor tile sizes (powers of two, ``TR <= nr``)."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------
+    def emit(self) -> EmittedFusion:
+        patch_interpreter_reduce()
+        fusion = self.fusion
+        comp = self.computation
+        plan = _Plan(self.analysis, fusion)
+        d0, d1, d2 = plan.dims.dimensions
+        if plan.dims.is_row_reduction:
+            na, nr, nb = d1, d0 * d2, 1
+        else:
+            na, nr, nb = d0, d1, d2
+        if na * nb == 0:
+            return EmittedFusion(emitter=self.name)  # nothing to write: every output is empty
+        ta, tr, tb = self.tile(plan.dims, na, nr, nb) if nr > 0 else (min(_ceil_pow2(na), TILE_ELEMENTS), 1, 1)
+        block, oblock = ta * tr * tb, ta * tb
+        ga, gb = -(-na // ta), -(-nb // tb)
+        nit = -(-nr // tr) if nr > 0 else 0
+        warps = max(1, min(8, block // 512))
+        op_shapes = [o.shape for o in fusion.operands]
+        idx_t = choose_index_dtype(op_shapes + [fusion.shape, plan.first.operands[0].shape], block)
+        ctx = KernelContext(idx_t, op_shapes)
+        for n in _FIXED:
+            ctx.names.reserve(n)
+        with deep_recursion():
+            combine_src = self._body(ctx, comp, plan, (ta, tr, tb), (na, nr, nb), nit, gb, idx_t)
+        entry = ts.sanitize_identifier(f"reduce_{fusion.name}", "k")
+        # BLOCK = TA * TR * TB; TA and OBLOCK are derived in the kernel. With one column tile (GB == 1)
+        # the grid is cdiv(N, BLOCK) for N = NA * TR * TB and any power-of-two BLOCK >= TR * TB gives the
+        # same values: the linear-kernel contract under which the interpreter runs wider programs.
+        constexprs = {"BLOCK": block, "TR": tr, "TB": tb, "NA": na, "NR": nr, "NB": nb, "NIT": nit, "GB": gb}
+        if gb == 1:
+            constexprs["N"] = na * tr * tb
+        args = list(ctx.param_names) + [f"{c}: tl.constexpr" for c in constexprs]
+        lines = ts.module_header() + [""] + combine_src + ["", "@triton.jit", f"def {entry}({', '.join(args)}):"]
+        lines += ctx.body.lines
+        source = "\n".join(lines) + "\n"
+        acc_bytes = sum(max(1, dtypes.bit_width(s.element_type) // 8) for h in plan.heroes
+                        for s in _leaves(h.shape))
+        # cross-warp partial results of tl.reduce: one per kept lane of the tile and warp
+        smem = oblock * acc_bytes * warps if tr > 1 else 0
+        ks = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params), constexprs=constexprs,
+                          launch=LaunchDimensions(grid=(ga * gb,), num_warps=warps, shared_memory_bytes=smem),
+                          num_stages=1)
+        return EmittedFusion(emitter=self.name, kernels=(ks,))
+
+    # ------------------------------------------------------------------------------------------
+    def _p(self, gen: ElementalGenerator, dims: ReductionDimensions, a: Any, r: Any, b: Any) -> Any:
+        """Physical linear position in the reduce input of 3-D view coordinates ``(a, r, b)``."""
+        d0, d1, d2 = dims.dimensions
+        if dims.is_row_reduction:  # a = kept row, r over [major_reduced * minor_reduced]
+            i0 = gen.idiv(r, d2) if d0 > 1 else 0
+            i2 = gen.imod(r, d2) if d0 > 1 else r
+            return gen.iadd(gen.imul(gen.iadd(gen.imul(i0, d1), a), d2), i2)
+        return gen.iadd(gen.imul(gen.iadd(gen.imul(a, d1), r), d2), b)
+
+    def _body(self, ctx: KernelContext, comp: Computation, plan: _Plan, tiles: tuple[int, int, int],
+              sizes: tuple[int, int, int], nit: int, gb: int, idx_t: str) -> list[str]:
+        ta, tr, tb = tiles
+        na, nr, nb = sizes
+        body = ctx.body
+        fusion = self.fusion
+        leaves = _leaves(fusion.shape)
+        i64 = idx_t == "tl.int64"
+        line = body.line
+
+        # reducers: the combine function for tl.reduce, and the computation folded inline
+        reducers = []
+        combine_src: list[str] = []
+        for k, hero in enumerate(plan.heroes):
+            to_apply = hero.attrs["to_apply"]
+            n = len(hero.operands) // 2
+            promoted = promoted_reducer(to_apply) if n == 1 else None
+            red = promoted or to_apply
+            acc_types = ["f32"] if promoted else [s.element_type for s in _leaves(hero.shape)]
+            fname = ctx.names.fresh(f"{COMBINE_PREFIX}{k}_{hero.name}")
+            if not fname.startswith(COMBINE_PREFIX):
+                fname = ctx.names.fresh(COMBINE_PREFIX.rstrip("_"))
+            combine_src += combine_function(ctx, red, n, fname) + [""]
+            reducers.append((hero, n, red, acc_types, fname, promoted is not None))
+
+        # program and tile coordinates
+        line("TA: tl.constexpr = BLOCK // (TR * TB)")
+        line("OBLOCK: tl.constexpr = BLOCK // TR")
+        line("pid = tl.program_id(0)" + (".to(tl.int64)" if i64 else ""))
+        line("pid_a = pid // GB")
+        line("pid_b = pid % GB")
+        line("t = tl.arange(0, BLOCK)" + (".to(tl.int64)" if i64 else ""))
+        line("ta = t // (TR * TB)")
+        line("tr = (t // TB) % TR")
+        line("tb = t % TB")
+        line("A = pid_a * TA + ta")
+        line("B = pid_b * TB + tb")
+        line("okab = (A < NA) & (B < NB)")
+        line("A_c = tl.minimum(A, NA - 1)")
+        line("B_c = tl.minimum(B, NB - 1)")
+        line(f"zero = tl.full([BLOCK], 0, {idx_t})")
+        ctx.zero, ctx.mask = "zero", "mask"
+        gen = ElementalGenerator(ctx, comp)
+
+        accs: list[list[str]] = []
+        for hero, n, red, acc_types, fname, promoted in reducers:
+            names = []
+            for et in acc_types:
+                v = ctx.names.fresh(f"acc_{hero.name}")
+                names.append(v)
+                if et == "pred":
+                    line(f"{v} = tl.full([BLOCK], 0, tl.int8) != 0")
+                else:
+                    line(f"{v} = tl.full([BLOCK], 0, {ts.tl_dtype(et)})")
+            accs.append(names)
+
+        if nit > 0:
+            loop = nit > 1
+            if loop:
+                line("for it in range(0, NIT):")
+                body.indent()
+                gen.push_scope()
+                line("R = it * TR + tr")
+            else:
+                line("R = tr")
+            line("mask = okab & (R < NR)")
+            line("R_c = tl.minimum(R, NR - 1)")
+            p = self._p(gen, plan.dims, "A_c", "R_c", "B_c")
+            p = gen.itensor(p)
+            for (hero, n, red, acc_types, fname, promoted), names in zip(reducers, accs):
+                xin = hero.operands[0].shape
+                idx = gen.delinearize(p, xin.dimensions, xin.minor_to_major())
+                xs = [gen.value(x, idx) for x in hero.operands[:n]]
+                if promoted:
+                    xs = [ctx.emit(f"{x}.to(tl.float32)", "up") for x in xs]
+                if loop:
+                    res = gen.call_computation(red, list(names) + xs)
+                    res = res if isinstance(res, list) else [res]
+                    for a, x, r in zip(names, xs, res):
+                        line(f"{a} = tl.where(it == 0, {x}, tl.where(mask, {r}, {a}))")
+                else:
+                    for a, x in zip(names, xs):
+                        line(f"{a} = {x}")
+            for root, lks in plan.side_roots:
+                xin = plan.first.operands[0].shape
+                if tuple(root.shape.dimensions) == tuple(xin.dimensions):
+                    ridx = gen.delinearize(p, xin.dimensions, xin.minor_to_major())
+                else:  # equal element count: XLA's bitcast map from the reduce input
+                    ridx = gen.delinearize(p, root.shape.dimensions, root.shape.minor_to_major())
+                v = gen.value(root, ridx)
+                ls = leaves[lks[0]]
+                off = gen.linearize(ridx, ls.dimensions, ls.minor_to_major())
+                ptr = ctx.param("output", lks[0], ls, f"out{lks[0]}")
+                store_line(gen, ptr, off, v, ls.element_type, "mask")
+            if loop:
+                gen.pop_scope()
+                body.dedent()
+
+        # fold the TR axis of the accumulators
+        reduced: list[list[str]] = []
+        for (hero, n, red, acc_types, fname, promoted), names in zip(reducers, accs):
+            if nit == 0:
+                reduced.append([])
+                continue
+            outs = [ctx.names.fresh(f"red_{hero.name}") for _ in names]
+            if tr > 1:
+                tiles3 = [f"tl.reshape({a}, [TA, TR, TB])" for a in names]
+                src = tiles3[0] if n == 1 else "(" + ", ".join(tiles3) + ")"
+                line(f"{', '.join(outs)}{',' if n > 1 else ''} = tl.reduce({src}, 1, {fname})")
+                for o in outs:
+                    line(f"{o} = tl.reshape({o}, [OBLOCK])")
+            else:
+                for o, a in zip(outs, names):
+                    line(f"{o} = {a}")
+            reduced.append(outs)
+
+        # epilogue on the block of reduced values
+        start = len(body.lines)
+        line("o = tl.arange(0, OBLOCK)" + (".to(tl.int64)" if i64 else ""))
+        line("oA = pid_a * TA + o // TB")
+        line("oB = pid_b * TB + o % TB")
+        line("omask = (oA < NA) & (oB < NB)")
+        line("oA_c = tl.minimum(oA, NA - 1)")
+        line("oB_c = tl.minimum(oB, NB - 1)")
+        line(f"ozero = tl.full([OBLOCK], 0, {idx_t})")
+        ctx.zero, ctx.mask = "ozero", "omask"
+        injected: dict[int, Any] = {}
+        egen = _EpilogueGenerator(ctx, comp, injected)
+        p_out = egen.itensor(self._p(egen, plan.dims, "oA_c", 0, "oB_c"))
+        hero_idx: dict[int, tuple] = {}
+        for (hero, n, red, acc_types, fname, promoted), outs in zip(reducers, reduced):
+            xin = hero.operands[0].shape
+            iidx = egen.delinearize(p_out, xin.dimensions, xin.minor_to_major())
+            rdims = set(int_list(hero.attrs.get("dimensions")))
+            hidx = tuple(c for d, c in enumerate(iidx) if d not in rdims)
+            hero_idx[id(hero)] = hidx
+            inits = [egen.value(i, ()) for i in hero.operands[n:]]
+            if promoted:
+                inits = [ctx.emit(f"{v}.to(tl.float32)", "up") for v in inits]
+            if outs:
+                res = egen.call_computation(red, inits + outs)
+                res = res if isinstance(res, list) else [res]
+            else:
+                res = inits
+            if promoted:
+                et = _leaves(hero.shape)[0].element_type
+                res = [ctx.emit(f"{res[0]}.to({ts.tl_dtype(et)})", f"out_{hero.name}")]
+            injected[id(hero)] = res if hero.shape.is_tuple else res[0]
+        for root, hero, lks in plan.reduction_roots:
+            ridx = self._forward_index(egen, root, hero, hero_idx[id(hero)])
+            vals = _flatten(egen.value(root, ridx))
+            for leaf_no, v in zip(lks, vals):
+                ls = leaves[leaf_no]
+                off = egen.linearize(ridx, ls.dimensions, ls.minor_to_major())
+                ptr = ctx.param("output", leaf_no, ls, f"out{leaf_no}")
+                store_line(egen, ptr, off, v, ls.element_type, "omask")
+        retarget_block(body.lines, start, "OBLOCK")
+        ctx.zero, ctx.mask = "zero", "mask"
+        return combine_src
+
+    @staticmethod
+    def _forward_index(gen: ElementalGenerator, root: Instruction, hero: Instruction, idx: tuple) -> tuple:
+        """The root's index of the lane whose hero index is ``idx`` (epilogue chain mapped forward)."""
+        path = []
+        n = root
+        while n is not hero:
+            if len(n.operands) != 1:
+                raise EmitterUnsupported(n.opcode, n.name, "epilogue op with several operands")
+            path.append(n)
+            n = n.operands[0]
+        cur = hero
+        for u in reversed(path):
+            src = cur.shape
+            dst = u.shape
+            if u.opcode == "bitcast":
+                lin = gen.linearize(idx, src.dimensions, src.minor_to_major())
+                idx = gen.delinearize(lin, dst.dimensions, dst.minor_to_major())
+            elif u.opcode == "reshape":
+                lin = gen.linearize(idx, src.dimensions, tuple(range(src.rank - 1, -1, -1)))
+                idx = gen.delinearize(lin, dst.dimensions, tuple(range(dst.rank - 1, -1, -1)))
+            elif u.opcode == "transpose":
+                perm = int_list(u.attrs.get("dimensions"))
+                idx = tuple(idx[perm[i]] for i in range(len(perm)))
+            elif tuple(dst.dimensions) != tuple(src.dimensions):
+                raise EmitterUnsupported(u.opcode, u.name, "epilogue op changes the shape")
+            cur = u
+        return tuple(idx)
+
+
+class RowReductionFusion(ReductionFusion):
+    """Row reductions (``RowReductionFusion``): a program reduces ``TA`` rows, ``TR`` elements a step."""
+
+    name = "RowReductionFusion"
+
+    def tile(self, dims: ReductionDimensions, na: int, nr: int, nb: int) -> tuple[int, int, int]:
+        tr = min(_floor_pow2(nr), TILE_ELEMENTS)
+        ta = min(_ceil_pow2(na), max(1, TILE_ELEMENTS // tr))
+        return ta, tr, 1
+
+
+class MultiRowReductionFusion(RowReductionFusion):
+    """Short power-of-two rows (``MultiRowReductionFusion``): whole rows in one step, many rows a program."""
+
+    name = "MultiRowReductionFusion"
+
+
+class ColumnReductionFusion(ReductionFusion):
+    """Column reductions (``ColumnReductionFusion``): ``TB`` contiguous kept columns, ``TR`` rows a step."""
+
+    name = "ColumnReductionFusion"
+    max_columns = 64
+
+    def tile(self, dims: ReductionDimensions, na: int, nr: int, nb: int) -> tuple[int, int, int]:
+        tb = min(_ceil_pow2(nb), self.max_columns)
+        tr = min(_floor_pow2(nr), max(1, TILE_ELEMENTS // tb))
+        ta = min(_ceil_pow2(na), max(1, TILE_ELEMENTS // (tr * tb)))
+        return ta, tr, tb
+
+
+class SmallColumnReductionFusion(ColumnReductionFusion):
+    """Column reductions whose minor kept extent divides the warp (``SmallColumnReductionFusion``): all
+    kept columns in one tile, several major positions per program."""
+
+    name = "SmallColumnReductionFusion"
+    max_columns = 32
+
+
+_CLASSES = {c.name: c for c in (RowReductionFusion, MultiRowReductionFusion, ColumnReductionFusion,
+                                SmallColumnReductionFusion)}
+
+
+def create_reduction_emitter(analysis: Any, context: Any = None) -> ReductionFusion | None:
+    """``CreateReductionFusion``: the sub-emitter XLA's rule picks, or ``None`` without a reduction hero."""
+    if analysis.find_hero_reduction() is None:
+        return None
+    return _CLASSES[choose_reduction_emitter(analysis)](analysis)
+
+
+@hookimpl
+def fusegen_emitter_factories():
+    return [EmitterFactory(name="reduction", kind="kReduction", rank=100, create=create_reduction_emitter)]

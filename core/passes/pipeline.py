@@ -1,0 +1,163 @@
+"""The pass manager: runs named module passes in order (XLA's ``HloPassPipeline``).
+
+Passes are registered by plugins through ``fusegen_passes`` (:class:`fusegen.registry.HloPass`) and looked up
+by name. The default pipeline mirrors the GEMM routing order of ``GpuCompiler::OptimizeHloPostLayoutAssignment``
+and ``RunFusionPasses`` (``xla/service/gpu/gpu_compiler.cc:2114-2123`` then ``2002-2028``, then the fusion
+pipeline ``fusion_pipeline.cc:54-97``): ``gemm-fusion`` (Triton gets first refusal of every dot), then
+``gemm-rewriter`` (the dots left become cuBLAS custom calls), then ``fusion`` (producer-consumer fusion of what
+remains).
+
+:func:`is_unoptimized` tells whether a module still needs that pipeline (``jax.jit(f).lower(...).as_text("hlo")``
+output: fusible ops but no fusion), so ``fusegen run`` / ``explain`` can run it first.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import attrs
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fusegen.config.options import DebugOptions
+    from fusegen.device import DeviceDescription
+    from fusegen.hlo.ir import Module
+    from fusegen.plugin_manager import PluginManager
+
+#: XLA's order of the GEMM routing passes and the fusion pipeline.
+DEFAULT_PIPELINE: tuple[str, ...] = ("gemm-fusion", "gemm-rewriter", "fusion")
+
+#: Opcodes that a fusion pass would put into a fusion (their presence without any fusion marks the module
+#: as unoptimized).
+_FUSIBLE = frozenset({
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "exponential", "log", "tanh", "negate",
+    "abs", "convert", "select", "compare", "reduce", "broadcast", "transpose", "concatenate", "slice", "pad",
+    "dot", "power", "rsqrt", "sqrt", "erf", "logistic", "and", "or", "xor", "not", "iota", "reverse", "gather",
+    "scatter", "dynamic-slice", "dynamic-update-slice", "sine", "cosine", "floor", "ceil", "clamp", "remainder",
+    "exponential-minus-one", "log-plus-one", "sign", "round-nearest-even", "round-nearest-afz", "atan2",
+    "reduce-precision", "copy", "sort", "cbrt", "tan", "is-finite", "popcnt", "shift-left",
+    "shift-right-arithmetic", "shift-right-logical", "bitcast-convert", "map", "reshape",
+})
+
+
+class PassError(Exception):
+    """A pass failed, or a pipeline names an unknown pass. The message names the pass (and plugin)."""
+
+
+@attrs.define
+class PassOptions:
+    """What every pass receives as its ``options`` argument.
+
+    Attributes:
+        debug_options: XLA debug options in force (:class:`fusegen.config.options.DebugOptions`).
+        device: the target :class:`fusegen.device.DeviceDescription` (compute capability, ...).
+        options: this pass's ``[pipeline.options.<pass>]`` table.
+        log: messages a pass wants shown once (``"cuBLASLt unavailable: ..."``), appended in order.
+    """
+
+    debug_options: Any = None
+    device: Any = None
+    options: dict[str, Any] = attrs.field(factory=dict)
+    log: list[str] = attrs.field(factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        if self.debug_options is None:
+            from fusegen.config.options import DebugOptions
+
+            self.debug_options = DebugOptions()
+        if self.device is None:
+            from fusegen.device import get_device
+
+            self.device = get_device("h200")
+
+
+def pass_options(options: Any) -> PassOptions:
+    """Normalise a pass's ``options`` argument (``None``, a :class:`PassOptions`, or a plain dict)."""
+    if isinstance(options, PassOptions):
+        return options
+    if options is None:
+        return PassOptions()
+    if isinstance(options, dict):
+        return PassOptions(options=dict(options))
+    return PassOptions(debug_options=getattr(options, "debug_options", None), device=getattr(options, "device", None),
+                       options=dict(getattr(options, "options", {}) or {}))
+
+
+@attrs.define
+class PipelineResult:
+    """Outcome of :func:`run_pipeline`: overall ``changed`` and, per pass, whether it changed the module."""
+
+    changed: bool
+    per_pass: list[tuple[str, bool]]
+    log: list[str]
+
+
+def run_pipeline(module: "Module", passes: Sequence[str] | None = None, *, pm: "PluginManager | None" = None,
+                 debug_options: "DebugOptions | None" = None, device: "DeviceDescription | None" = None,
+                 pass_options_by_name: dict[str, dict[str, Any]] | None = None) -> PipelineResult:
+    """Run ``passes`` (names; default :data:`DEFAULT_PIPELINE`) over ``module`` in place, in order.
+
+    Args:
+        module: the module (edited in place).
+        passes: pass names registered through ``fusegen_passes``.
+        pm: plugin manager (default: the process-wide one).
+        debug_options: XLA flags in force (default: XLA's defaults).
+        device: target device (default H200).
+        pass_options_by_name: ``[pipeline.options.<pass>]`` tables.
+
+    Returns:
+        :class:`PipelineResult`.
+
+    Raises:
+        PassError: an unknown pass name (the message lists the known ones), or a pass raised (the message
+            names the pass and its plugin).
+    """
+    from fusegen.plugin_manager import default_plugin_manager
+
+    pm = pm or default_plugin_manager()
+    registry = pm.passes()
+    names = list(DEFAULT_PIPELINE if passes is None else passes)
+    for n in names:
+        if n not in registry:
+            raise PassError(f"unknown pass {n!r}; known passes: {', '.join(sorted(registry)) or '(none)'}")
+    opts = PassOptions(debug_options=debug_options, device=device)
+    per: list[tuple[str, bool]] = []
+    changed = False
+    for n in names:
+        p = registry[n]
+        opts.options = dict((pass_options_by_name or {}).get(n, {}))
+        try:
+            ch = bool(p.run(module, opts))
+        except PassError:
+            raise
+        except Exception as e:
+            raise PassError(f"pass {n!r} (plugin {p.plugin!r}) failed on module {module.name}: "
+                            f"{type(e).__name__}: {e}") from e
+        per.append((n, ch))
+        changed = changed or ch
+    return PipelineResult(changed, per, list(opts.log))
+
+
+def is_unoptimized(module: "Module") -> bool:
+    """Whether ``module`` looks like un-fused HLO: no ``fusion`` instruction anywhere, but some fusible op
+    (elementwise, reduce, dot, ...) in a non-reducer computation.
+
+    Such modules (``jax.jit(f).lower(...).as_text("hlo")``) get the default pipeline before ``run``/``explain``.
+    """
+    from fusegen.passes.hlo_edit import fusible_computations
+
+    if any(i.opcode == "fusion" for i in module.all_instructions()):
+        return False
+    for comp in fusible_computations(module):
+        for i in comp.instructions:
+            if i.opcode in _FUSIBLE:
+                return True
+    return False
+
+
+def optimize_if_needed(module: "Module", *, pm: "PluginManager | None" = None,
+                       debug_options: "DebugOptions | None" = None,
+                       device: "DeviceDescription | None" = None) -> PipelineResult | None:
+    """Run the default pipeline when :func:`is_unoptimized` says so; ``None`` when the module was left alone."""
+    if not is_unoptimized(module):
+        return None
+    return run_pipeline(module, None, pm=pm, debug_options=debug_options, device=device)
