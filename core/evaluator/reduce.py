@@ -28,7 +28,6 @@ from fusegen.evaluator.common import (
     call,
     call_lifted,
     computation_attr,
-    is_float,
     is_liftable,
     shape_dtype,
     up,

@@ -8,7 +8,6 @@ edge padding (cropping) and interior padding; ``bitcast`` reinterprets the physi
 
 from __future__ import annotations
 
-import logging
 import warnings
 import zlib
 from typing import Callable
@@ -27,7 +26,6 @@ from fusegen.evaluator.common import (
 from fusegen.hlo import layout_util
 from fusegen.hlo.ir import Instruction
 
-log = logging.getLogger(__name__)
 
 
 class ElidedConstantWarning(UserWarning):

@@ -50,6 +50,8 @@ ATTRIBUTE_FORMS: dict[str, str] = {
     "condition": "Computation",
     "body": "Computation",
     "branch_computations": "list[Computation]",
+    "true_computation": "Computation",
+    "false_computation": "Computation",
     "control-predecessors": "list[str]",
     "is_stable": "bool",
     "indices_are_sorted": "bool",
@@ -61,7 +63,8 @@ ATTRIBUTE_FORMS: dict[str, str] = {
 }
 
 #: Attributes whose value names one or more computations.
-COMPUTATION_ATTRIBUTES = ("to_apply", "calls", "condition", "body", "branch_computations")
+COMPUTATION_ATTRIBUTES = ("to_apply", "calls", "condition", "body", "branch_computations", "true_computation",
+                          "false_computation")
 
 
 @_attrs.frozen

@@ -29,7 +29,8 @@ def from_physical(flat: np.ndarray, shape: Shape) -> np.ndarray:
     phys_dims = tuple(shape.dimensions[d] for d in m2m)
     arr = np.asarray(flat).reshape(phys_dims)
     inv = np.argsort(m2m)
-    return np.ascontiguousarray(np.transpose(arr, inv))
+    # ascontiguousarray turns a 0-d array into shape (1,): reshape back to the logical dims
+    return np.ascontiguousarray(np.transpose(arr, inv)).reshape(shape.dimensions)
 
 
 def physical_strides(shape: Shape) -> tuple[int, ...]:

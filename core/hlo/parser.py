@@ -840,7 +840,7 @@ class _Parser:
 
     def computation_ref(self, inst: Instruction, key: str) -> None:
         t = self.text
-        single = key in ("to_apply", "condition", "body")
+        single = key in ("to_apply", "condition", "body", "true_computation", "false_computation")
         if not t.startswith("{", self.pos):
             npos = self.pos
             nm = self.name(f"a computation name for {key!r}")

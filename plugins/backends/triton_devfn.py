@@ -17,10 +17,17 @@ from triton.runtime.jit import JITFunction
 class DeviceFunction(JITFunction):
     """A ``JITFunction`` whose Python-level call (only ever made by the interpreter) is interpreted."""
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from triton.runtime.interpreter import InterpretedFunction
+    _interpreted: Any = None
 
-        return InterpretedFunction(self.fn)(*args, **kwargs)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # The enclosing kernel's GridExecutor has already patched triton.language for this module's globals;
+        # only the AST rewrite (cached) is needed here.
+        fn = self._interpreted
+        if fn is None:
+            from triton.runtime.interpreter import InterpretedFunction
+
+            fn = self._interpreted = InterpretedFunction(self.fn).rewrite()
+        return fn(*args, **kwargs)
 
 
 def device_jit(fn: Any) -> DeviceFunction:

@@ -212,6 +212,12 @@ class TritonGemmFusion(FusionEmitter):
         integer = et_l in ("s8", "u8") and et_r in ("s8", "u8")
         acc_t = "tl.int32" if integer else ("tl.float64" if "f64" in (et_l, et_r) else "tl.float32")
         common = self._common_type(et_l, et_r)
+        # bf16/fp8 tiles are widened to f32 and multiplied at tf32 precision: exact for these inputs (their
+        # mantissas fit in tf32's), on tensor cores, and the interpreter (which reads bf16 as raw bits in tl.dot)
+        # computes the same products.
+        widen = not integer and (et_l in ("bf16", "f8e4m3fn", "f8e5m2") or et_r in ("bf16", "f8e4m3fn", "f8e5m2"))
+        if widen:
+            common = "tl.float32"
 
         op_shapes = [o.shape for o in fusion.operands]
         idx_t = choose_index_dtype(op_shapes + [fusion.shape], max(bm * bk, bk * bn, bm * bn))
@@ -329,7 +335,8 @@ class TritonGemmFusion(FusionEmitter):
         if common is not None:
             kernel += [f"{I}    a = a.to({common})", f"{I}    b = b.to({common})"]
         if min(bm, bn, bk) >= 16:
-            prec = "" if integer or acc_t == "tl.float64" else ', input_precision="ieee"'
+            prec = "" if integer or acc_t == "tl.float64" else \
+                (', input_precision="tf32"' if widen else ', input_precision="ieee"')
             kernel.append(f"{I}    acc = tl.dot(a, b, acc, out_dtype={acc_t}{prec})")
         else:
             kernel.append(f"{I}    acc += tl.reduce(a[:, :, None].to({acc_t}) * b[None, :, :].to({acc_t}), 1, "

@@ -1,0 +1,107 @@
+"""The executor: control flow bodies get kernels, non-fusion instructions run on the host backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fusegen.hlo.parser import parse_module
+from fusegen.runtime.executor import run_module
+
+WHILE = """HloModule w
+
+%body_fused (p: f32[16]) -> f32[16] {
+  %p = f32[16]{0} parameter(0)
+  %two = f32[] constant(2)
+  %b = f32[16]{0} broadcast(%two), dimensions={}
+  ROOT %m = f32[16]{0} multiply(%p, %b)
+}
+
+%body (s: (s32[], f32[16])) -> (s32[], f32[16]) {
+  %s = (s32[], f32[16]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %v = f32[16]{0} get-tuple-element(%s), index=1
+  %one = s32[] constant(1)
+  %i1 = s32[] add(%i, %one)
+  %v1 = f32[16]{0} fusion(%v), kind=kLoop, calls=%body_fused
+  ROOT %t = (s32[], f32[16]{0}) tuple(%i1, %v1)
+}
+
+%cond (s: (s32[], f32[16])) -> pred[] {
+  %s = (s32[], f32[16]{0}) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %n = s32[] constant(3)
+  ROOT %lt = pred[] compare(%i, %n), direction=LT
+}
+
+%neg_fused (q: f32[16]) -> f32[16] {
+  %q = f32[16]{0} parameter(0)
+  ROOT %n = f32[16]{0} negate(%q)
+}
+
+%true_branch (x: f32[16]) -> f32[16] {
+  %x = f32[16]{0} parameter(0)
+  ROOT %f = f32[16]{0} fusion(%x), kind=kLoop, calls=%neg_fused
+}
+
+%false_branch (y: f32[16]) -> f32[16] {
+  %y = f32[16]{0} parameter(0)
+  ROOT %c = f32[16]{0} copy(%y)
+}
+
+ENTRY %main (a: f32[16], p: pred[]) -> f32[16] {
+  %a = f32[16]{0} parameter(0)
+  %p = pred[] parameter(1)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[16]{0}) tuple(%zero, %a)
+  %loop = (s32[], f32[16]{0}) while(%init), condition=%cond, body=%body
+  %v = f32[16]{0} get-tuple-element(%loop), index=1
+  ROOT %r = f32[16]{0} conditional(%p, %v, %v), true_computation=%true_branch, false_computation=%false_branch
+}
+"""
+
+
+@pytest.mark.parametrize("pred", [True, False])
+def test_control_flow_bodies_get_kernels(pred):
+    m = parse_module(WHILE, "while.hlo")
+    a = np.arange(16, dtype=np.float32)
+    out, report = run_module(m, [a, np.bool_(pred)], compile_kernels=False)
+    expected = -(a * 8) if pred else a * 8
+    np.testing.assert_allclose(out, expected)
+    rows = {f.name: f for f in report.fusions}
+    assert rows["v1"].backend == "triton" and rows["v1"].emitter == "LoopFusion" and rows["v1"].status == "ok"
+    if pred:
+        assert rows["f"].backend == "triton"
+    else:
+        assert "f" not in rows  # the untaken branch's fusion never ran
+    assert report.ok
+
+
+CUSTOM = """HloModule cc
+ENTRY %main (a: f32[4,8], b: f32[8,3]) -> f32[4,3] {
+  %a = f32[4,8]{1,0} parameter(0)
+  %b = f32[8,3]{1,0} parameter(1)
+  %gemm = (f32[4,3]{1,0}, s8[0]{0}) custom-call(%a, %b), custom_call_target="__cublas$gemm", backend_config={"gemm_backend_config":{"alpha_real":2,"alpha_imag":0,"beta":0,"dot_dimension_numbers":{"lhs_contracting_dimensions":["1"],"rhs_contracting_dimensions":["0"],"lhs_batch_dimensions":[],"rhs_batch_dimensions":[]},"epilogue":"DEFAULT"}}
+  ROOT %r = f32[4,3]{1,0} get-tuple-element(%gemm), index=0
+}
+"""
+
+
+def test_library_custom_call_runs_on_the_host_backend():
+    m = parse_module(CUSTOM, "cc.hlo")
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 8)).astype(np.float32)
+    b = rng.standard_normal((8, 3)).astype(np.float32)
+    out, report = run_module(m, [a, b], compile_kernels=False)
+    np.testing.assert_allclose(out, 2 * a @ b, rtol=1e-5)
+    assert report.other == {"host": 1}
+
+
+def test_unknown_custom_call_target_is_named():
+    from fusegen.evaluator.evaluator import UnsupportedOpError
+    from fusegen.plugin_manager import PluginError
+
+    m = parse_module(CUSTOM.replace("__cublas$gemm", "__my$kernel"), "cc.hlo")
+    with pytest.raises(PluginError, match="unsupported custom-call target '__my\\$kernel' in %gemm") as e:
+        run_module(m, [np.zeros((4, 8), np.float32), np.zeros((8, 3), np.float32)], compile_kernels=False)
+    assert isinstance(e.value.__cause__, UnsupportedOpError)
