@@ -32,7 +32,7 @@ def main() -> None:
     from fusegen import dispatch
     from fusegen.analysis.fusion_analysis import FusionAnalysis
     from fusegen.device import get_device
-    from fusegen.hlo.parser import parse_module
+    from fusegen.hlo.parser import parse_modules
     from fusegen.plugin_manager import default_plugin_manager
 
     try:
@@ -47,19 +47,20 @@ def main() -> None:
         text = f.read_text()
 
         def parse_and_dispatch():
-            m = parse_module(text, str(f))
             n = 0
-            for inst in m.fusion_instructions():
-                dispatch.get_emitter_fusion_kind(FusionAnalysis.create(inst, device), pm)
-                n += 1
+            for m in parse_modules(text, str(f)):
+                for inst in m.fusion_instructions():
+                    dispatch.get_emitter_fusion_kind(FusionAnalysis.create(inst, device), pm)
+                    n += 1
             return n
 
         n = parse_and_dispatch()
-        t_parse = best(lambda: parse_module(text, str(f)), a.repeat)
+        t_parse = best(lambda: parse_modules(text, str(f)), a.repeat)
         t_all = best(parse_and_dispatch, a.repeat)
         if jax_hlo is not None:
             try:
-                t_jax = best(lambda: jax_hlo.hlo_module_from_text(text), a.repeat)
+                parts = [p for p in text.split("// -----") if p.strip()]
+                t_jax = best(lambda: [jax_hlo.hlo_module_from_text(p) for p in parts], a.repeat)
             except Exception:
                 t_jax = float("nan")
         else:

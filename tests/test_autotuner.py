@@ -121,6 +121,7 @@ def test_which_instructions_need_a_config():
     assert tunable_instructions(module) == fusions
     FakeGemmBackend().apply_config(fusions[0], Config("fake_triton", {"block_m": 16}))
     assert tunable_instructions(module) == [fusions[1]]
+    assert tunable_instructions(module, retune=True) == fusions
     _, emitter = make_gemm_module([(16, 16, 16)], kind="__cudnn$fusion")
     assert needs_config(emitter[0])
 

@@ -585,3 +585,29 @@ def test_property_sample_compiles_for_sm90():
         a, f = _module(_case_hlo([40, 70], (0, 1), [0], et, op, _INITS[et][1], True))
         r = triton_runtime.compile_for_target(create_reduction_emitter(a).emit().kernels[0])
         assert ".target sm_90a" in r.ptx
+
+
+# ------------------------------------------------------------------------------------- edge cases
+def test_empty_reduced_extent_gives_init_and_empty_output_gives_no_kernel():
+    a, f = _module(_reduce_hlo("[0,40]", "[40]", "0").replace("c = f32[] constant(0)", "c = f32[] constant(-2.5)"))
+    em = ColumnReductionFusion(a)
+    _, (out,) = run_emitter(em, f, [np.zeros((0, 40), np.float32)])
+    np.testing.assert_array_equal(out, np.full(40, -2.5, np.float32))
+    a, f = _module(_reduce_hlo("[40,0]", "[0]", "0"))
+    assert ColumnReductionFusion(a).emit().kernels == ()
+
+
+def test_large_input_uses_64_bit_indices():
+    a, f = _module(_reduce_hlo("[65536,40000]", "[65536]", "1", et="bf16"))
+    emitted = create_reduction_emitter(a).emit()
+    (ks,) = emitted.kernels
+    assert "tl.program_id(0).to(tl.int64)" in ks.source
+    assert ks.launch.grid[0] * (ks.constexprs["BLOCK"] // ks.constexprs["TR"]) >= 65536
+    assert ".target sm_90a" in triton_runtime.compile_for_target(ks).ptx
+
+
+def test_unsupported_reducer_type_names_the_instruction():
+    a, _ = _module(_reduce_hlo("[64,64]", "[64]", "1", et="c64"))
+    with pytest.raises(EmitterUnsupported, match="c64") as ei:
+        create_reduction_emitter(a).emit()
+    assert ei.value.instruction

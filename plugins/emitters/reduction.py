@@ -39,7 +39,7 @@ from typing import Any
 
 from fusegen.analysis.reduction import (ReductionDimensions, are_reductions_multi_output_fusion_compatible,
                                         choose_reduction_emitter, get_reduction_kind_and_contiguous_components,
-                                        is_real_reduction_hero, reduction_is_race_free)
+                                        is_real_reduction_hero)
 from fusegen.analysis.shape_util import are_dimensions_consecutive
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
@@ -109,8 +109,8 @@ class _EpilogueGenerator(ElementalGenerator):
 
 def _usable_hero(root: Instruction, hero: Instruction) -> bool:
     """A reduce the kernel can be built around: kept or reduced dims consecutive in the input layout
-    (``IsReductionFromOrToContiguousDimensions`` without the speed test), and race free when an epilogue
-    follows (``IsRealReductionHero``)."""
+    (``IsReductionFromOrToContiguousDimensions`` without the speed test). fusegen's kernels never split
+    a reduced row across programs, so an epilogue is fine even where XLA's ``ReductionIsRaceFree`` fails."""
     if hero.opcode != "reduce" or not hero.operands:
         return False
     shape = hero.operands[0].shape
@@ -118,7 +118,7 @@ def _usable_hero(root: Instruction, hero: Instruction) -> bool:
     kept = [d for d in range(shape.rank) if d not in reduced]
     if not (are_dimensions_consecutive(shape, kept) or are_dimensions_consecutive(shape, sorted(reduced))):
         return False
-    return root is hero or reduction_is_race_free(get_reduction_kind_and_contiguous_components(hero))
+    return True
 
 
 class _Plan:
@@ -256,9 +256,7 @@ class ReductionFusion(FusionEmitter):
             promoted = promoted_reducer(to_apply) if n == 1 else None
             red = promoted or to_apply
             acc_types = ["f32"] if promoted else [s.element_type for s in _leaves(hero.shape)]
-            fname = ctx.names.fresh(f"{COMBINE_PREFIX}{k}_{hero.name}")
-            if not fname.startswith(COMBINE_PREFIX):
-                fname = ctx.names.fresh(COMBINE_PREFIX.rstrip("_"))
+            fname = ctx.names.fresh(f"{COMBINE_PREFIX}{k}_{hero.name}")  # sanitized; keeps the prefix
             combine_src += combine_function(ctx, red, n, fname) + [""]
             reducers.append((hero, n, red, acc_types, fname, promoted is not None))
 
