@@ -89,3 +89,30 @@ def fusegen_codegen_backends():
         with ``xla_gpu_experimental_autotune_backends``'s ``+name,-name`` syntax). Order matters for
         "first config" (level 0): backends are kept in registration order of their plugins.
     """
+
+
+@hookspec
+def fusegen_conformance_capabilities():
+    """Declare what the conformance suite (``pytest -p fusegen.conformance --fusegen-plugin NAME``) may
+    expect of this plugin; tests outside the declared capabilities are skipped with the reason.
+
+    Called only by the conformance suite, and only on the plugin under test (other plugins' answers
+    are ignored). A plugin may instead set a module attribute ``FUSEGEN_CONFORMANCE`` holding the same
+    dict; the hook wins when both exist. A plugin that declares nothing gets capabilities inferred from
+    what it registers (the kinds of its emitter factories, ``f32``, both devices).
+
+    Returns:
+        dict: keys (all optional)
+
+        * ``"kinds"`` (list[str]): fusion kinds the plugin's factories (and matchers) serve, e.g.
+          ``["kInputSlices"]``; every factory's kind must be listed.
+        * ``"dtypes"`` (list[str]): HLO element types generated fusions may use (``"f32"``, ``"bf16"``...).
+        * ``"devices"`` (list[str]): ``"cpu-interpreter"`` (outputs checked in Triton's interpreter)
+          and/or ``"sm_90"`` (kernels compiled for Hopper; codegen backends configured for it).
+        * ``"generators"`` (dict[str, str]): kind -> name of the suite's hypothesis fusion generator
+          to use for it (default: the kind's own generator, see docs/plugins.md).
+        * ``"tolerances"`` (dict[str, dict]): test-id pattern (``fnmatch``) -> ``{"rtol": float,
+          "atol": float}`` replacing the per-dtype defaults of :mod:`fusegen.runtime.compare`.
+        * ``"corpus"`` (list[str]): glob patterns under the corpus root of HLO files a backend plugin's
+          codegen/execution backends are checked on.
+    """

@@ -8,6 +8,12 @@ Environment:
     ``FUSEGEN_TRACE_PLUGINS=1``: print every hook call, its arguments and result to stderr.
     ``FUSEGEN_DISABLE_PLUGIN_AUTOLOAD=1``: load no entry points (only ``FUSEGEN_LOAD_PLUGINS``).
     ``FUSEGEN_LOAD_PLUGINS=a,b``: with autoload off, the entry-point names to load.
+
+Configuration: ``PluginManager(config=cfg)`` (a :class:`fusegen.config.loader.ResolvedConfig`, or its
+``.plugins``) applies ``[plugins] enable/disable``: a disabled *plugin* name is not registered (or is
+unregistered) and everything it registers disappears; a disabled matcher, emitter-factory or execution
+backend name drops just that entry from the registries. ``enable`` names entry points to load even when
+autoload is off. Without ``config`` nothing changes (the default constructor behaviour).
 """
 
 from __future__ import annotations
@@ -65,21 +71,31 @@ class PluginManager:
         PluginError: a plugin that fails to import, raises in a hook, or returns the wrong type.
     """
 
-    def __init__(self, autoload: bool | None = None, extra_plugins: list[tuple[str, Any]] = ()):
+    def __init__(self, autoload: bool | None = None, extra_plugins: list[tuple[str, Any]] = (), config: Any = None):
         self.pm = pluggy.PluginManager("fusegen")
         self.pm.add_hookspecs(hookspecs)
         self.infos: dict[str, PluginInfo] = {}
+        self.disabled: frozenset[str] = frozenset()
+        enabled: set[str] = set()
+        if config is not None:
+            opts = getattr(config, "plugins", config)
+            self.disabled = frozenset(getattr(opts, "disable", ()) or ())
+            enabled = set(getattr(opts, "enable", ()) or ())
         from fusegen.analysis import matchers  # core's own questions
 
         self.register(matchers, "fusegen.matchers", group="builtin", dist="fusegen")
+        from fusegen.passes import builtin as builtin_passes  # core's own `fusion` pass
+
+        self.register(builtin_passes, "fusegen.passes", group="builtin", dist="fusegen")
         if autoload is None:
             autoload = os.environ.get("FUSEGEN_DISABLE_PLUGIN_AUTOLOAD", "") in ("", "0")
         wanted = {s.strip() for s in os.environ.get("FUSEGEN_LOAD_PLUGINS", "").split(",") if s.strip()}
+        wanted |= enabled
         for group in ENTRY_POINT_GROUPS:
             for ep in md.entry_points(group=group):
                 if not autoload and ep.name not in wanted:
                     continue
-                if ep.name in self.infos:
+                if ep.name in self.infos or ep.name in self.disabled:
                     continue
                 try:
                     obj = ep.load()
@@ -88,10 +104,32 @@ class PluginManager:
                 dist = ep.dist.name if ep.dist is not None else "?"
                 self.register(obj, ep.name, group=group, dist=dist)
         for name, obj in extra_plugins:
-            self.register(obj, name, group="explicit", dist="?")
+            if name not in self.disabled:
+                self.register(obj, name, group="explicit", dist="?")
         if tracing():
             self.pm.trace.root.setwriter(lambda s: sys.stderr.write("[fusegen-trace] " + s))
             self.pm.enable_tracing()
+
+    def apply_config(self, config: Any) -> None:
+        """Apply ``[plugins] disable`` of a resolved config (or its ``.plugins``) to this manager.
+
+        Disabled plugin names are unregistered; disabled matcher / emitter-factory / execution-backend
+        names are filtered out of the registries. ``enable`` cannot load entry points after the fact:
+        pass ``config`` to the constructor for that.
+        """
+        opts = getattr(config, "plugins", config)
+        self.disabled = frozenset(self.disabled | set(getattr(opts, "disable", ()) or ()))
+        for name in list(self.infos):
+            if name in self.disabled:
+                plugin = self.pm.get_plugin(name)
+                if plugin is not None:
+                    self.pm.unregister(plugin, name=name)
+                del self.infos[name]
+        self._clear_caches()
+
+    def _clear_caches(self) -> None:
+        for attr in ("_matchers", "_factories", "_backends", "_passes", "_codegen_backends"):
+            self.__dict__.pop(attr, None)
 
     def register(self, obj: Any, name: str, group: str = "explicit", dist: str = "?") -> None:
         """Register a plugin object under ``name``."""
@@ -104,8 +142,7 @@ class PluginManager:
                 pass
         hooks = sorted(h.name for h in self.pm.get_hookcallers(obj) or [])
         self.infos[name] = PluginInfo(name, getattr(obj, "__name__", type(obj).__name__), group, dist, version, hooks)
-        for attr in ("_matchers", "_factories", "_backends", "_passes", "_codegen_backends"):
-            self.__dict__.pop(attr, None)
+        self._clear_caches()
 
     def _collect(self, hook_name: str, kind: type) -> list:
         out = []
@@ -119,6 +156,8 @@ class PluginManager:
             for item in res or []:
                 if not isinstance(item, kind):
                     raise PluginError(impl.plugin_name, f"returned {type(item).__name__} from {hook_name}, expected {kind.__name__}")
+                if getattr(item, "name", None) in self.disabled:
+                    continue  # [plugins] disable names this matcher / factory / backend
                 out.append(attrs.evolve(item, plugin=impl.plugin_name))
         return out
 

@@ -288,6 +288,25 @@ def test_redzone_allocator_names_side_buffer_and_offset():
         RedzoneAllocator(-1)
 
 
+def test_cpu_default_times_the_warm_up_run_only():
+    _, f = gemm(8, 8, 8)
+    runs = []
+
+    class Counting(GemmExecutable):
+        def run(self, inputs, outputs, scratch):
+            runs.append(self.values["i"])
+            super().run(inputs, outputs, scratch)
+
+    cands = [Candidate(Config("x", {"i": i}), Counting(8, 8, 8, {"i": i, "cost_us": 3000 * (i + 1)}), True)
+             for i in range(2)]
+    res = ConfigRunner(CpuWallTimeProfiler(), redzone_bytes=64).profile_all(f, cands)
+    assert runs == [0, 1]  # one interpreter run per candidate: the checked warm-up run is the measurement
+    assert res[0].duration_us >= 3000 and res[1].duration_us >= 6000
+    runs.clear()
+    ConfigRunner(CpuWallTimeProfiler(2), redzone_bytes=64).profile_all(f, cands)
+    assert runs == [0, 0, 0, 1, 1, 1]
+
+
 def test_config_runner_shares_inputs_and_gives_fresh_outputs():
     _, f = gemm(8, 8, 8)
     seen_inputs, seen_outputs = [], []

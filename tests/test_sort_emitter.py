@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +25,7 @@ from fusegen.hlo.ir import Instruction, Module
 from fusegen.hlo.parser import parse_module
 from fusegen.runtime.compare import compare
 from fusegen.runtime.inputs import leaves, make_inputs, random_array
-from fusegen_plugins.emitters.sort import MAX_SORT_SIZE, SortFusion
+from fusegen_plugins.emitters.sort import MAX_SORT_SIZE
 
 RTX = get_device("rtxa6000")
 
@@ -279,6 +278,8 @@ ENTRY e {
     np.testing.assert_array_equal(outs[1], np.argsort(-x, axis=1, kind="stable"))
     r = triton_runtime.compile_for_target(emitted.kernels[0])
     assert ".target sm_90a" in r.ptx and r.cubin_bytes > 0
+    assert 0 < r.shared_bytes <= emitted.kernels[0].launch.shared_memory_bytes
+    assert r.num_warps == emitted.kernels[0].launch.num_warps
 
 
 def test_too_long_sort_declines_naming_the_sort():

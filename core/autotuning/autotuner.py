@@ -69,7 +69,8 @@ class AutotuneOptions:
     ``"triton,host"``), ``xla_gpu_crash_on_verification_failures`` (False).
 
     fusegen's own: ``scratch_bytes_window_us`` (XLA's hard-coded 2 µs), ``cost_model_top_k`` (0 = off),
-    ``compile_workers`` (None = CPU count, 0 = in process), ``compile_timeout_s``, ``profile_runs``,
+    ``compile_workers`` (None = CPU count, 0 = in process), ``compile_timeout_s``, ``profile_runs`` (None:
+    5 with CUDA events, 0 = the timed warm-up run on the CPU),
     ``seed`` (input data), ``tune_emitter_fusions`` (also tune emitter fusions' launch parameters),
     ``retune_configured`` (also tune instructions that already carry a config).
     """
@@ -88,7 +89,7 @@ class AutotuneOptions:
     cost_model_top_k: int = 0
     compile_workers: int | None = None
     compile_timeout_s: float = DEFAULT_TIMEOUT_S
-    profile_runs: int = 3
+    profile_runs: int | None = None
     seed: int = 0
     tune_emitter_fusions: bool = False
     retune_configured: bool = False
@@ -403,6 +404,7 @@ class Autotuner:
         self.compiles += len(configs)
         outcomes: list[CompileOutcome | None] = [None] * len(configs)
         remote: list[CompileTask] = []
+        local: list[int] = []
         text = None
         for i, c in enumerate(configs):
             b = self.by_name[c.backend]
@@ -416,6 +418,17 @@ class Autotuner:
                 if text:
                     remote.append(CompileTask(i, b.worker_spec(), c.to_json(), text))
                     continue
+            local.append(i)
+        background = None
+        if remote and parallel:
+            # Worker processes compile while in-process backends compile here.
+            import concurrent.futures
+
+            ex = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="fusegen-compile-pool")
+            background = ex.submit(self.pool().compile_all, remote, on_done)
+            ex.shutdown(wait=False)
+        for i in local:
+            c, b = configs[i], self.by_name[configs[i].backend]
             t0 = time.perf_counter()
             try:
                 exe = b.compile(instr, c)
@@ -429,8 +442,8 @@ class Autotuner:
             if on_done:
                 on_done(outcomes[i])
         if remote:
-            if parallel:
-                for o in self.pool().compile_all(remote, on_done):
+            if background is not None:
+                for o in background.result():
                     outcomes[o.index] = o
             else:
                 for t in remote:

@@ -14,6 +14,7 @@ is XLA's in both cases.
 from __future__ import annotations
 
 import functools
+import time
 from typing import TYPE_CHECKING, Any, Sequence
 
 import attrs
@@ -136,8 +137,10 @@ class ConfigRunner:
             scratch_array = scratch.array if scratch is not None else None
             try:
                 try:
+                    t0 = time.perf_counter()
                     c.executable.run(in_arrays, out_arrays, scratch_array)
                     self.profiler.synchronize()
+                    warmup_us = (time.perf_counter() - t0) * 1e6
                 except Exception as e:  # the candidate's own failure, never the tuner's
                     res.failure = Failure(FailureKind.EXECUTION_FAILED, f"{type(e).__name__}: {e}")
                     return res
@@ -147,6 +150,9 @@ class ConfigRunner:
                     return res
                 if self.check_correctness:
                     res.output = [self.profiler.to_host(a) for a in out_arrays]
+                if getattr(self.profiler, "time_warmup", False):
+                    res.duration_us = warmup_us
+                    return res
                 try:
                     res.duration_us = self.profiler.time_us(c.executable, in_arrays, out_arrays, scratch_array)
                 except Exception as e:

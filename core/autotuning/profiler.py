@@ -27,6 +27,8 @@ class Profiler(abc.ABC):
 
     name: str = ""
     xp: Any = np
+    #: Use the warm-up run's wall time as the measurement (no separate timed runs).
+    time_warmup: bool = False
 
     @classmethod
     def availability(cls) -> tuple[bool, str]:
@@ -49,19 +51,21 @@ class CpuWallTimeProfiler(Profiler):
     """Wall time (``time.perf_counter_ns``) of ``runs`` runs, median, e.g. in the Triton interpreter.
 
     Args:
-        runs: timed runs after the caller's warm-up run (>= 1).
+        runs: timed runs after the caller's warm-up run; 0 times the warm-up run itself (the default
+            for the CPU: an interpreter run can take minutes, and has no first-run effects to skip).
     """
 
     name = "cpu-wall-time"
 
-    def __init__(self, runs: int = 3):
-        if runs < 1:
-            raise ValueError(f"profiler runs must be >= 1, got {runs}")
+    def __init__(self, runs: int = 0):
+        if runs < 0:
+            raise ValueError(f"profiler runs must be >= 0, got {runs}")
         self.runs = runs
+        self.time_warmup = runs == 0
 
     def time_us(self, executable: Executable, inputs: list, outputs: list, scratch: Any) -> float:
         samples = []
-        for _ in range(self.runs):
+        for _ in range(max(1, self.runs)):
             t0 = time.perf_counter_ns()
             executable.run(inputs, outputs, scratch)
             samples.append((time.perf_counter_ns() - t0) / 1e3)
@@ -132,4 +136,4 @@ def default_profiler(runs: int | None = None) -> Profiler:
     ok, _ = CudaEventsProfiler.availability()
     if ok:
         return CudaEventsProfiler(runs or 5)
-    return CpuWallTimeProfiler(runs or 3)
+    return CpuWallTimeProfiler(0 if runs is None else runs)

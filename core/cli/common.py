@@ -47,12 +47,36 @@ def load_modules(path: str) -> list:
 
 
 def device_option(f):
-    return click.option("--device", "device_name", default="h200", show_default=True,
-                        help="Device description preset: h200, h100, a100, rtxa6000.")(f)
+    return click.option("--device", "device_name", default=None,
+                        help="Device description preset: h200 (default, or [device] name in the config), h100, "
+                             "a100, rtxa6000.")(f)
 
 
-def get_device_or_fail(name: str):
+def prepare_modules(modules: list, cfg, device, pm=None) -> list:
+    """Run the default pipeline (gemm-fusion, gemm-rewriter, fusion) on unoptimized modules, in place.
+
+    Mirrors XLA: an unoptimized module (no fusions yet) is compiled before dispatch. Returns the
+    per-module pipeline results (``None`` where the module was already fused).
+    """
+    from fusegen.passes.pipeline import PassError, optimize_if_needed
+    from fusegen.plugin_manager import PluginError, default_plugin_manager
+
+    pm = pm or default_plugin_manager()
+    out = []
+    for m in modules:
+        try:
+            out.append(optimize_if_needed(m, pm=pm, debug_options=cfg.debug_options, device=device))
+        except (PassError, PluginError) as e:
+            fail(f"{m.filename}: {e}")
+    return out
+
+
+def get_device_or_fail(name: str | None, cfg=None):
+    """The device preset named on the command line, else the config's ``[device] name``, else H200."""
     from fusegen.device import get_device
+
+    if name is None:
+        name = cfg.device.name if cfg is not None and getattr(cfg, "device", None) is not None else "h200"
 
     try:
         return get_device(name)

@@ -7,30 +7,39 @@ import sys
 
 import click
 
-from fusegen.cli.common import device_option, fail, get_device_or_fail, internal_error, load_modules
+from fusegen.cli.common import device_option, fail, get_device_or_fail, internal_error, load_modules, prepare_modules
+from fusegen.cli.config import config_options, resolve_config
 
 
 @click.command()
 @click.argument("module_path", metavar="MODULE.hlo")
 @click.option("--fusion", "fusion_name", help="Also print this fusion's generated kernel source.")
 @device_option
+@config_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def explain(module_path, fusion_name, device_name, as_json):
+def explain(module_path, fusion_name, device_name, config_path, xla_flags, as_json):
     """Show, for every fusion, its kind, what decided it, its emitter, backend and launch dimensions."""
     from fusegen.plugin_manager import PluginError
     from fusegen.runtime.executor import Executor
 
-    device = get_device_or_fail(device_name)
+    cfg = resolve_config(config_path, xla_flags)
+    device = get_device_or_fail(device_name, cfg)
     modules = load_modules(module_path)
+    prepare_modules(modules, cfg, device)
     module = modules[0]
     rows = []
+    calls = []  # library calls (cuBLAS, cuDNN, ...): not fusions, but where a dot or conv went
     try:
         for m in modules:
             ex = Executor(m, device, compile_kernels=False)
+            fused = {id(i.fused_computation) for c in m.computations for i in c.instructions if i.opcode == "fusion"}
             for comp in m.computations:
                 for inst in comp.instructions:
                     if inst.opcode == "fusion":
                         rows.append((inst, ex.plan_fusion(inst)))
+                    elif inst.opcode == "custom-call" and id(comp) not in fused:
+                        calls.append({"name": inst.name, "target": inst.attrs.get("custom_call_target", ""),
+                                      "backend": ex._backend_for(inst).name})
     except PluginError as e:
         fail(f"{module_path}: {e}")
     except Exception as e:  # never a bare traceback
@@ -44,6 +53,7 @@ def explain(module_path, fusion_name, device_name, as_json):
             if fusion_name and inst.name == fusion_name.lstrip("%"):
                 d["kernels"] = [{"name": k.name, "source": k.source} for k in rep.kernels]
             out["fusions"].append(d)
+        out["library_calls"] = calls
         click.echo(json.dumps(out, indent=2))
         return
     from rich.console import Console
@@ -56,6 +66,8 @@ def explain(module_path, fusion_name, device_name, as_json):
     for inst, (emitted, rep) in rows:
         t.add_row(rep.name, rep.kind, rep.decided_by, rep.emitter, rep.backend, rep.launch, rep.reason)
     console.print(t)
+    for c in calls:
+        console.print(f"library call %{c['name']}: custom-call {c['target']} on backend {c['backend']}", markup=False)
     if fusion_name:
         for inst, (emitted, rep) in rows:
             if inst.name == fusion_name.lstrip("%"):

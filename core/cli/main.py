@@ -11,6 +11,7 @@ import click
 from fusegen import __version__
 from fusegen.cli.config import config
 from fusegen.cli.explain import explain
+from fusegen.cli.opt import opt
 from fusegen.cli.plugins import plugins
 from fusegen.cli.run import run
 
@@ -29,6 +30,7 @@ cli.add_command(run)
 cli.add_command(explain)
 cli.add_command(plugins)
 cli.add_command(config)
+cli.add_command(opt)
 
 
 def main() -> None:

@@ -10,7 +10,8 @@ import click
 import numpy as np
 
 from fusegen.cli.common import (EXIT_MISMATCH, device_option, fail, get_device_or_fail, internal_error,
-                                load_modules)
+                                load_modules, prepare_modules)
+from fusegen.cli.config import config_options, resolve_config
 
 
 def _fmt(x):
@@ -59,9 +60,10 @@ def report_json(reports) -> dict:
 @click.option("--inputs", "inputs_path", type=click.Path(), help=".npz with arrays p0, p1, ... (or parameter names).")
 @click.option("--save-outputs", "outputs_path", type=click.Path(), help="Write the outputs to this .npz (o0, o1, ...).")
 @device_option
+@config_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of tables.")
 @click.option("--no-compile", is_flag=True, help="Skip compiling each kernel for sm_90.")
-def run(module_path, seed, inputs_path, outputs_path, device_name, as_json, no_compile):
+def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, xla_flags, as_json, no_compile):
     """Run MODULE.hlo end to end on seeded random inputs (or --inputs) and check every fusion.
 
     Each fusion's kernel output is compared with the reference evaluator on the same operands; the
@@ -72,8 +74,10 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, as_json, no_c
     from fusegen.runtime.executor import run_module
     from fusegen.runtime.inputs import InputError, leaves, load_inputs, make_inputs
 
-    device = get_device_or_fail(device_name)
+    cfg = resolve_config(config_path, xla_flags)
+    device = get_device_or_fail(device_name, cfg)
     modules = load_modules(module_path)
+    prepare_modules(modules, cfg, device)
     if (inputs_path or outputs_path) and len(modules) > 1:
         fail(f"{module_path}: holds {len(modules)} modules; --inputs/--save-outputs need a single-module file")
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")

@@ -137,8 +137,18 @@ class KernelContext:
 
     Args:
         index_dtype: ``"tl.int32"`` or ``"tl.int64"`` for index arithmetic.
-        operand_shapes: shapes of the fusion operands (their layouts give parameter strides).
-        block: the name of the block-size constexpr.
+        operand_shapes: shapes of the fusion operands (their layouts give parameter strides; a
+            tuple-shaped operand is passed as one buffer per leaf, see :meth:`ElementalGenerator._parameter`).
+
+    Attributes an emitter may set while generating (each names a variable / constexpr of the kernel):
+        mask: the ``[block]`` boolean tensor every ``tl.load`` is masked with (``"mask"``). An emitter
+            whose indices are all clamped into range may set a variable that is all true.
+        zero: the ``[block]`` index tensor of zeros (``"zero"``), in :attr:`idx_t`; index constants are
+            ``zero + k`` so they have the block's shape.
+        block_shape: the shape text of the current block (``"[BLOCK]"``); constants the generator
+            builds are ``tl.full(<block_shape>, ...)``. Set it to e.g. ``"[OBLOCK]"`` while emitting on a
+            smaller block, or ``"[]"`` for scalar code (combine functions); :meth:`block` does this for a
+            ``with`` block.
     """
 
     def __init__(self, index_dtype: str, operand_shapes: Sequence[Shape]):
@@ -152,8 +162,18 @@ class KernelContext:
         self._param_keys: dict[Any, str] = {}
         self.mask = "mask"
         self.zero = "zero"
+        self.block_shape = "[BLOCK]"
         for n in ("lin_c", "off", "t"):
             self.names.reserve(n)
+
+    def full(self, value: Any, tl_type: str) -> str:
+        """``tl.full(<block_shape>, value, tl_type)`` text (``value`` is already a safe literal)."""
+        return f"tl.full({self.block_shape}, {value}, {tl_type})"
+
+    def block(self, shape: str, mask: str | None = None, zero: str | None = None) -> "_BlockSetting":
+        """Context manager emitting on another block: sets :attr:`block_shape` (and optionally
+        :attr:`mask`, :attr:`zero`) and restores the previous values on exit."""
+        return _BlockSetting(self, shape, mask, zero)
 
     def emit(self, expr: str, hint: str = "t") -> str:
         name = self.names.fresh(hint)
@@ -186,6 +206,23 @@ class KernelContext:
         out.extend("    " + p for p in prologue)
         out.extend(self.body.lines)
         return "\n".join(out) + "\n"
+
+
+class _BlockSetting:
+    def __init__(self, ctx: "KernelContext", shape: str, mask: str | None, zero: str | None):
+        self.ctx, self.new = ctx, (shape, mask, zero)
+
+    def __enter__(self) -> "KernelContext":
+        c = self.ctx
+        self.old = (c.block_shape, c.mask, c.zero)
+        shape, mask, zero = self.new
+        c.block_shape = shape
+        c.mask = mask if mask is not None else c.mask
+        c.zero = zero if zero is not None else c.zero
+        return c
+
+    def __exit__(self, *a: Any) -> None:
+        self.ctx.block_shape, self.ctx.mask, self.ctx.zero = self.old
 
 
 class ElementalGenerator:
@@ -356,6 +393,16 @@ class ElementalGenerator:
         self._scopes[-1][key] = res
         return res
 
+    def bind_value(self, inst: Instruction, idx: Index, value: Any) -> None:
+        """Make :meth:`value` of ``inst`` at ``idx`` return ``value`` (a variable, or a list for tuples).
+
+        For emitters that compute a hero themselves and hand its value to the elemental epilogue
+        (XLA's "injected values"). The binding lives in the innermost scope (:meth:`push_scope`), so a
+        value bound inside a loop body is forgotten when the loop's scope is popped. ``idx`` must be
+        the canonical index the epilogue will ask for (as returned by :meth:`delinearize` etc.).
+        """
+        self._scopes[-1][(id(inst), tuple(idx))] = value
+
     def emit(self, expr: str, inst: Instruction) -> str:
         return self.ctx.emit(expr, inst.name)
 
@@ -393,10 +440,10 @@ class ElementalGenerator:
         return "f32" if et in _LOW_FLOATS else et
 
     def fconst(self, value: float, et: str) -> str:
-        return self.ctx.emit(ts.float_constant(value, et), "k")
+        return self.ctx.emit(ts.float_constant(value, et, self.ctx.block_shape), "k")
 
     def iconst(self, value: int, et: str) -> str:
-        return self.ctx.emit(ts.int_constant(value, et), "k")
+        return self.ctx.emit(ts.int_constant(value, et, self.ctx.block_shape), "k")
 
     def wrap_subbyte(self, v: str, et: str, hint: str) -> str:
         if et in ("s4", "s2"):
@@ -406,13 +453,39 @@ class ElementalGenerator:
             return self.ctx.emit(f"({v} & {(1 << dtypes.bit_width(et)) - 1})", hint)
         return v
 
-    def scalar_index(self, inst: Instruction) -> str:
-        """A scalar integer operand (start index) as an index tensor."""
+    def scalar_index(self, inst: Instruction, lo: int | None = None, hi: int | None = None) -> str:
+        """A scalar integer operand (start index) as an index tensor, clamped to ``[lo, hi]`` if given.
+
+        The clamp is done in the operand's own type when that type does not fit the index type
+        (``s64``/``u64``, or ``u32`` with 32-bit indices): narrowing first would wrap, e.g. an ``s64``
+        start of ``-10**12`` would become a positive 32-bit value (XLA clamps in the start's type).
+
+        Raises:
+            EmitterUnsupported: the operand is not an integer.
+        """
         v = self.value(inst, ())
         et = inst.shape.element_type
         if not dtypes.is_integral(et):
             raise EmitterUnsupported(inst.opcode, inst.name, "start index must be an integer")
-        return self.ctx.emit(f"{v}.to({self.ctx.idx_t})", "start")
+        return self.to_index(v, et, lo, hi)
+
+    def to_index(self, v: str, et: str, lo: int | None = None, hi: int | None = None) -> str:
+        """Integer value ``v`` of element type ``et`` converted to the index type, clamped to
+        ``[lo, hi]`` (when given) before narrowing so out-of-range values saturate instead of wrapping."""
+        idx_bits = 64 if self.ctx.idx_t == "tl.int64" else 32
+        bits = dtypes.bit_width(et)
+        fits = bits < idx_bits or (bits == idx_bits and dtypes.is_signed_int(et))
+        if not fits and (lo is not None or hi is not None):
+            t = self.tl(et)
+            if lo is not None and dtypes.is_signed_int(et):
+                v = self.ctx.emit(f"tl.maximum({v}, {self.ctx.full(int(lo), t)})", "sclamp")
+            if hi is not None:
+                v = self.ctx.emit(f"tl.minimum({v}, {self.ctx.full(max(int(hi), 0), t)})", "sclamp")
+        clamped = not fits and lo is not None and hi is not None and (dtypes.is_signed_int(et) or lo <= 0)
+        r = self.ctx.emit(f"{v}.to({self.ctx.idx_t})", "start")
+        if lo is not None and hi is not None and not clamped:
+            r = self.iclamp(r, int(lo), int(hi))
+        return r
 
     def call_computation(self, comp: Computation, args: list[Any]) -> Any:
         """Emit ``comp`` (a scalar reducer / map body) on bound argument variables at the current point."""
@@ -432,11 +505,39 @@ class ElementalGenerator:
                 raise EmitterUnsupported("parameter", inst.name, f"unbound parameter {n}")
             return self.bindings[n]
         if inst.shape.is_tuple:
-            raise EmitterUnsupported("parameter", inst.name, "tuple-shaped fusion parameters are not supported")
+            # read whole: only when every leaf has the shape of the index (else use get-tuple-element)
+            leaves = inst.shape.leaves()
+            if any(leaf.dimensions != leaves[0].dimensions or not leaf.is_array for leaf in leaves):
+                raise EmitterUnsupported("parameter", inst.name, "tuple-shaped fusion parameter read other than "
+                                         "through get-tuple-element, with leaves of different shapes")
+            flat = [self.tuple_parameter_leaf(inst, k, idx) for k in range(len(leaves))]
+            return _nest(inst.shape, iter(flat))
         shape = self.ctx.operand_shapes[n] if n < len(self.ctx.operand_shapes) else inst.shape
         if shape.dimensions != inst.shape.dimensions:
             shape = inst.shape
         ptr = self.ctx.param("operand", n, shape, inst.name)
+        return self._load(ptr, shape, idx, inst)
+
+    def tuple_parameter_leaf(self, inst: Instruction, leaf: int, idx: Index) -> str:
+        """Leaf number ``leaf`` (flat, in :meth:`Shape.leaves` order) of the tuple-shaped fusion parameter
+        ``inst``, loaded at ``idx``.
+
+        A tuple-shaped fusion operand is passed to the kernel as one buffer per leaf: a
+        :class:`~fusegen.codegen.kernel.KernelParam` of kind ``"operand_leaf"`` whose ``index`` is the
+        operand number and whose ``value`` is the flat leaf number (as XLA passes each leaf's buffer).
+        """
+        n = inst.parameter_number
+        leaves = inst.shape.leaves()
+        op_shape = self.ctx.operand_shapes[n] if n < len(self.ctx.operand_shapes) else inst.shape
+        op_leaves = op_shape.leaves() if op_shape.is_tuple else []
+        shape = op_leaves[leaf] if len(op_leaves) == len(leaves) else leaves[leaf]
+        if shape.dimensions != leaves[leaf].dimensions:
+            shape = leaves[leaf]
+        if not shape.is_array:
+            raise EmitterUnsupported("parameter", inst.name, f"tuple parameter leaf {leaf} is not an array")
+        _check_type(inst, shape)
+        ptr = self.ctx.param("operand_leaf", n, shape, f"{inst.name}_{leaf}", value=leaf,
+                             key=("operand_leaf", n, leaf))
         return self._load(ptr, shape, idx, inst)
 
     def _load(self, ptr: str, shape: Shape, idx: Index, inst: Instruction) -> str:
@@ -452,10 +553,10 @@ class ElementalGenerator:
         if val.size == 1:
             x = val.reshape(-1)[0]
             if et == "pred":
-                return self.ctx.emit(ts.int_constant(bool(x), "pred"), inst.name)
+                return self.ctx.emit(ts.int_constant(bool(x), "pred", self.ctx.block_shape), inst.name)
             if is_float(et):
-                return self.ctx.emit(ts.float_constant(float(np.asarray(x).astype(np.float64)), et), inst.name)
-            return self.ctx.emit(ts.int_constant(int(x), et), inst.name)
+                return self.ctx.emit(ts.float_constant(float(np.asarray(x).astype(np.float64)), et, self.ctx.block_shape), inst.name)
+            return self.ctx.emit(ts.int_constant(int(x), et, self.ctx.block_shape), inst.name)
         ptr = self.ctx.constant_param(inst, val)
         return self._load(ptr, inst.shape, idx, inst)
 
@@ -589,7 +690,7 @@ class ElementalGenerator:
         src_idx = []
         for d, s in enumerate(starts):
             hi = src.shape.dimensions[d] - inst.shape.dimensions[d]
-            st = self.iclamp(self.scalar_index(s), 0, hi)
+            st = self.scalar_index(s, 0, hi)
             src_idx.append(self.iadd(idx[d], st))
         return self.value(src, tuple(src_idx))
 
@@ -602,7 +703,7 @@ class ElementalGenerator:
         out = []
         for d, s in enumerate(starts):
             hi = src.shape.dimensions[d] - upd.shape.dimensions[d]
-            out.append(self.iclamp(self.scalar_index(s), 0, hi))
+            out.append(self.scalar_index(s, 0, hi))
         return out
 
     def _dynamic_update_slice(self, inst: Instruction, idx: Index) -> Any:
@@ -654,8 +755,7 @@ class ElementalGenerator:
             v = self.value(indices, tuple(ii))
             if not dtypes.is_integral(indices.shape.element_type):
                 raise EmitterUnsupported(inst.opcode, inst.name, "gather indices must be integers")
-            s = self.ctx.emit(f"{v}.to({self.ctx.idx_t})", "gidx")
-            starts[od] = self.iclamp(s, 0, operand.shape.dimensions[od] - sizes[od])
+            starts[od] = self.to_index(v, indices.shape.element_type, 0, operand.shape.dimensions[od] - sizes[od])
         src_idx = []
         j = 0
         for d in range(operand.shape.rank):
@@ -674,6 +774,30 @@ class ElementalGenerator:
         return [self.value(o, idx) if not o.shape.is_tuple else self.value(o, idx) for o in inst.operands]
 
     def _gte(self, inst: Instruction, idx: Index) -> Any:
+        # Follow get-tuple-element / tuple chains to the element itself, so only that element is read
+        # (tuple elements may have other shapes than the one indexed here).
+        path = [int(inst.attrs.get("index", 0))]
+        src = inst.operands[0]
+        while True:
+            if src.opcode == "get-tuple-element":
+                path.insert(0, int(src.attrs.get("index", 0)))
+                src = src.operands[0]
+            elif src.opcode == "tuple" and path:
+                src = src.operands[path.pop(0)]
+                if not path:
+                    return self.value(src, idx)
+            else:
+                break
+        if src.opcode == "parameter" and self.bindings is None and src.shape.is_tuple:
+            shape, leaf = src.shape, 0
+            for k in path:
+                subs = shape.tuple_shapes or ()
+                leaf += sum(len(t.leaves()) for t in subs[:k])
+                shape = subs[k]
+            if shape.is_tuple:
+                n = len(shape.leaves())
+                return _nest(shape, iter([self.tuple_parameter_leaf(src, leaf + j, idx) for j in range(n)]))
+            return self.tuple_parameter_leaf(src, leaf, idx)
         v = self.value(inst.operands[0], idx)
         if not isinstance(v, list):
             raise EmitterUnsupported(inst.opcode, inst.name, "get-tuple-element of a non-tuple value")
@@ -702,7 +826,10 @@ class ElementalGenerator:
             out_rank = inst.shape.rank
         if len(out_idx) != out_rank or len(kept) != out_rank:
             raise EmitterUnsupported(inst.opcode, inst.name, "reduce index rank mismatch")
+        comp, promoted = self._accumulating_reducer(comp, n, inputs[0].shape.element_type)
         init_vals = [self.value(i, ()) for i in inits]
+        if promoted:
+            init_vals = [self.up(init_vals[0], inputs[0].shape.element_type)]
         accs = []
         for k, v in enumerate(init_vals):
             accs.append(self.ctx.emit(v, f"acc_{inst.name}"))
@@ -711,6 +838,7 @@ class ElementalGenerator:
         for s in rsizes:
             total *= s
         if total == 0:
+            accs = self._round_accumulators(accs, promoted, inputs[0].shape.element_type, inst)
             return accs if inst.shape.is_tuple else accs[0]
         loop = total > 1
         r = None
@@ -738,6 +866,8 @@ class ElementalGenerator:
                     src_idx.append(out_idx[j])
                     j += 1
             xs = [self.value(i, tuple(src_idx)) for i in inputs]
+            if promoted:
+                xs = [self.up(xs[0], inputs[0].shape.element_type)]
             res = self.call_computation(comp, list(accs) + list(xs))
             res_list = res if isinstance(res, list) else [res]
             if len(res_list) != len(accs):
@@ -748,6 +878,121 @@ class ElementalGenerator:
             if loop:
                 self.pop_scope()
                 self.ctx.body.dedent()
+        accs = self._round_accumulators(accs, promoted, inputs[0].shape.element_type, inst)
+        return accs if inst.shape.is_tuple else accs[0]
+
+    def _accumulating_reducer(self, comp: Computation, n: int, et: str) -> tuple[Computation, bool]:
+        """The reducer to fold with, and whether it is an f32 copy of an f16/bf16 add/multiply (then
+        the fold accumulates in f32 and rounds once, as the reference evaluator does)."""
+        if n != 1:
+            return comp, False
+        from fusegen.codegen.reduction_codegen import promoted_reducer
+
+        p = promoted_reducer(comp)
+        return (p, True) if p is not None else (comp, False)
+
+    def _round_accumulators(self, accs: list[str], promoted: bool, et: str, inst: Instruction) -> list[str]:
+        if not promoted:
+            return accs
+        return [self.ctx.emit(f"{accs[0]}.to({self.tl(et)})", inst.name)]
+
+    def _reduce_window(self, inst: Instruction, idx: Index) -> Any:
+        """``reduce-window``: a runtime loop over the window positions (row-major, as
+        ``HloEvaluator::HandleReduceWindow``) folding ``to_apply`` into accumulators started at the init
+        values. Window element ``w`` of output ``o`` reads padded position ``o*stride + w*window_dilation``;
+        positions in the (low/high or base-dilation) padding read the init value."""
+        from fusegen.evaluator.reduce import parse_window
+
+        comp = inst.attrs.get("to_apply")
+        if not isinstance(comp, Computation):
+            raise EmitterUnsupported(inst.opcode, inst.name, "reduce-window without to_apply computation")
+        n = len(inst.operands) // 2
+        inputs, inits = inst.operands[:n], inst.operands[n:]
+        in_shape = inputs[0].shape
+        rank = in_shape.rank
+        out_shape = inst.shape.tuple_shapes[0] if inst.shape.is_tuple else inst.shape
+        if len(idx) != rank or out_shape.rank != rank:
+            raise EmitterUnsupported(inst.opcode, inst.name, "reduce-window index rank mismatch")
+        try:
+            w = parse_window(inst, rank)
+        except Exception as e:  # malformed window: decline, the host backend reports it
+            raise EmitterUnsupported(inst.opcode, inst.name, f"bad window: {e}") from None
+        et = in_shape.element_type
+        comp, promoted = self._accumulating_reducer(comp, n, et)
+        init_vals = [self.value(i, ()) for i in inits]
+        if promoted:
+            init_vals = [self.up(init_vals[0], et)]
+        accs = [self.ctx.emit(v, f"acc_{inst.name}") for v in init_vals]
+        sizes = list(w["size"])
+        total = 1
+        for sz in sizes:
+            total *= sz
+        if total == 0 or out_shape.numel == 0:
+            accs = self._round_accumulators(accs, promoted, et, inst)
+            return accs if inst.shape.is_tuple else accs[0]
+        loop = total > 1
+        if loop:
+            r = self.ctx.names.fresh("rw")
+            self.ctx.body.line(f"for {r} in range(0, {total}):")
+            self.ctx.body.indent()
+            self.push_scope()
+        try:
+            pos: list[int | str] = [0] * rank
+            if loop:
+                rv = self.iexpr(f"{self.ctx.zero} + {r}", "rw")
+                stride = 1
+                for d in reversed(range(rank)):  # row-major over the window dims
+                    if sizes[d] > 1:
+                        q = self.idiv(rv, stride)
+                        pos[d] = q if stride * sizes[d] == total else self.imod(q, sizes[d])
+                    stride *= sizes[d]
+            conds: list[str] = []
+            src_idx: list[int | str] = []
+            for d in range(rank):
+                lo = int(w["pad"][d][0])
+                st, wd, bd = int(w["stride"][d]), int(w["rhs_dilate"][d]), int(w["lhs_dilate"][d])
+                size_d = in_shape.dimensions[d]
+                span = (size_d - 1) * bd  # last padded position holding an element
+                p = self.isub(self.iadd(self.imul(idx[d], st), self.imul(pos[d], wd)), lo)
+                # static range of p: decides which conditions can fail
+                pmin = -lo
+                pmax = (out_shape.dimensions[d] - 1) * st + (sizes[d] - 1) * wd - lo
+                if isinstance(p, int):
+                    if p < 0 or p > span or p % bd:
+                        conds.append("False")
+                    src_idx.append(min(max(p, 0), span) // bd)
+                    continue
+                parts = []
+                if pmin < 0:
+                    parts.append(f"({p} >= 0)")
+                if pmax > span:
+                    parts.append(f"({p} <= {span})")
+                if bd > 1:
+                    parts.append(f"(({self.iclamp(p, 0, span)} % {bd}) == 0)")
+                if parts:
+                    conds.append(self.ctx.emit(" & ".join(parts), "inwin"))
+                q = self.iclamp(p, 0, span) if parts else p
+                src_idx.append(self.idiv(q, bd) if bd > 1 else q)
+            if "False" in conds:
+                xs = list(init_vals)
+            else:
+                xs = [self.value(i, tuple(src_idx)) for i in inputs]
+                if promoted:
+                    xs = [self.up(xs[0], et)]
+                if conds:
+                    cond = conds[0] if len(conds) == 1 else self.ctx.emit(" & ".join(conds), "inwin")
+                    xs = [self.ctx.emit(f"tl.where({cond}, {x}, {iv})", "xw") for x, iv in zip(xs, init_vals)]
+            res = self.call_computation(comp, list(accs) + list(xs))
+            res_list = res if isinstance(res, list) else [res]
+            if len(res_list) != len(accs):
+                raise EmitterUnsupported(inst.opcode, inst.name, "reducer returns the wrong number of values")
+            for a, v in zip(accs, res_list):
+                self.ctx.body.line(f"{a} = {v}")
+        finally:
+            if loop:
+                self.pop_scope()
+                self.ctx.body.dedent()
+        accs = self._round_accumulators(accs, promoted, et, inst)
         return accs if inst.shape.is_tuple else accs[0]
 
     # ------------------------------------------------------------------------------- elementwise
@@ -799,10 +1044,42 @@ class ElementalGenerator:
             return self.emit(f"tl.{op}({a}, {b})", inst)
         if op in ("divide", "remainder"):
             return self._int_divrem(inst, a, b)
-        if op in ("power", "atan2"):
+        if op == "power":
+            return self._int_pow(inst, a, b)
+        if op == "atan2":
             raise EmitterUnsupported(op, inst.name, f"{op} on integers")
         sym = {"add": "+", "subtract": "-", "multiply": "*", "and": "&", "or": "|", "xor": "^"}[op]
         r = self.emit(f"{a} {sym} {b}", inst)
+        return self.wrap_subbyte(r, et, inst.name)
+
+    def _int_pow(self, inst: Instruction, a: str, b: str) -> str:
+        """Integer ``power``: exponentiation by squaring with wrap-around; a negative exponent gives
+        ``1`` for base ``1`` and ``0`` otherwise (XLA's ``EmitIntegerPow`` in ``elemental_ir_emitter.cc``,
+        and the reference evaluator's ``_int_pow``)."""
+        et = inst.shape.element_type
+        t = self.tl(et)
+        signed = dtypes.is_signed_int(et)
+        bits = dtypes.bit_width(et)
+        steps = bits - 1 if signed else bits  # bits of the largest exponent
+        body = self.ctx.body
+        acc = self.ctx.names.fresh("pw_acc")
+        base = self.ctx.names.fresh("pw_base")
+        e = self.ctx.names.fresh("pw_e")
+        k = self.ctx.names.fresh("pw_k")
+        neg = self.ctx.emit(f"{b} < 0", "pw_neg") if signed else None
+        body.line(f"{acc} = {self.ctx.full(1, t)}")
+        body.line(f"{base} = {a} + {self.ctx.full(0, t)}")
+        body.line(f"{e} = tl.where({neg}, {self.ctx.full(0, t)}, {b})" if signed else f"{e} = {b} + {self.ctx.full(0, t)}")
+        body.line(f"for {k} in range(0, {steps}):")
+        body.indent()
+        body.line(f"{acc} = tl.where(({e} & {self.ctx.full(1, t)}) != 0, {acc} * {base}, {acc})")
+        body.line(f"{base} = {base} * {base}")
+        body.line(f"{e} = {e} >> {self.ctx.full(1, t)}")
+        body.dedent()
+        r = acc
+        if signed:
+            one = self.ctx.emit(f"({a} == {self.ctx.full(1, t)}).to({t})", "pw_one")
+            r = self.emit(f"tl.where({neg}, {one}, {acc})", inst)
         return self.wrap_subbyte(r, et, inst.name)
 
     def _minmax_expr(self, op: str, x: str, y: str) -> str:
@@ -813,23 +1090,23 @@ class ElementalGenerator:
         et = inst.shape.element_type
         t = self.tl(et)
         lo, hi = _int_range(et)
-        one = f"tl.full([BLOCK], 1, {t})"
+        one = f"tl.full({self.ctx.block_shape}, 1, {t})"
         bad0 = self.ctx.emit(f"{b} == 0", "divz")
         if dtypes.is_signed_int(et):
             ovf = self.ctx.emit(f"({a} == {lo}) & ({b} == -1)", "ovf")
             safe = self.ctx.emit(f"tl.where({bad0} | {ovf}, {one}, {b})", "den")
             if inst.opcode == "divide":
                 q = self.ctx.emit(f"{a} // {safe}", "q")
-                r = self.emit(f"tl.where({bad0}, tl.full([BLOCK], -1, {t}), "
-                              f"tl.where({ovf}, tl.full([BLOCK], {lo}, {t}), {q}))", inst)
+                r = self.emit(f"tl.where({bad0}, tl.full({self.ctx.block_shape}, -1, {t}), "
+                              f"tl.where({ovf}, tl.full({self.ctx.block_shape}, {lo}, {t}), {q}))", inst)
             else:
                 m = self.ctx.emit(f"{a} % {safe}", "m")
-                r = self.emit(f"tl.where({bad0}, {a}, tl.where({ovf}, tl.full([BLOCK], 0, {t}), {m}))", inst)
+                r = self.emit(f"tl.where({bad0}, {a}, tl.where({ovf}, tl.full({self.ctx.block_shape}, 0, {t}), {m}))", inst)
         else:
             safe = self.ctx.emit(f"tl.where({bad0}, {one}, {b})", "den")
             if inst.opcode == "divide":
                 q = self.ctx.emit(f"{a} // {safe}", "q")
-                r = self.emit(f"tl.where({bad0}, tl.full([BLOCK], {hi}, {t}), {q})", inst)
+                r = self.emit(f"tl.where({bad0}, tl.full({self.ctx.block_shape}, {hi}, {t}), {q})", inst)
             else:
                 m = self.ctx.emit(f"{a} % {safe}", "m")
                 r = self.emit(f"tl.where({bad0}, {a}, {m})", inst)
@@ -846,8 +1123,8 @@ class ElementalGenerator:
         st = f"tl.int{bits}"
         ut = f"tl.uint{bits}"
         oob = self.ctx.emit(f"({b} < 0) | ({b} >= {bits})" if signed else f"{b} >= {bits}", "oob")
-        s = self.ctx.emit(f"tl.where({oob}, tl.full([BLOCK], 0, {t}), {b})", "sh")
-        zero = f"tl.full([BLOCK], 0, {t})"
+        s = self.ctx.emit(f"tl.where({oob}, tl.full({self.ctx.block_shape}, 0, {t}), {b})", "sh")
+        zero = f"tl.full({self.ctx.block_shape}, 0, {t})"
         if inst.opcode == "shift-left":
             return self.emit(f"tl.where({oob}, {zero}, {a} << {s})", inst)
         if inst.opcode == "shift-right-logical":
@@ -863,7 +1140,7 @@ class ElementalGenerator:
             xs = self.ctx.emit(f"{a}.to({st}, bitcast=True)", "sx")
             ss = self.ctx.emit(f"{s}.to({st}, bitcast=True)", "ss")
         r = self.ctx.emit(f"{xs} >> {ss}", "sar")
-        fill = self.ctx.emit(f"tl.where({xs} < 0, tl.full([BLOCK], -1, {st}), tl.full([BLOCK], 0, {st}))", "fill")
+        fill = self.ctx.emit(f"tl.where({xs} < 0, tl.full({self.ctx.block_shape}, -1, {st}), tl.full({self.ctx.block_shape}, 0, {st}))", "fill")
         r = self.ctx.emit(f"tl.where({oob}, {fill}, {r})", "sar")
         return r if signed else self.emit(f"{r}.to({t}, bitcast=True)", inst)
 
@@ -894,8 +1171,8 @@ class ElementalGenerator:
             if is_float(et):
                 xc = self.up(x, et)
                 ct = self.tl(self.compute_type(et))
-                r = self.emit(f"tl.where({xc} != {xc}, {xc}, tl.where({xc} > 0, tl.full([BLOCK], 1.0, {ct}), "
-                              f"tl.where({xc} < 0, tl.full([BLOCK], -1.0, {ct}), {xc})))", inst)
+                r = self.emit(f"tl.where({xc} != {xc}, {xc}, tl.where({xc} > 0, tl.full({self.ctx.block_shape}, 1.0, {ct}), "
+                              f"tl.where({xc} < 0, tl.full({self.ctx.block_shape}, -1.0, {ct}), {xc})))", inst)
                 return self.down(r, et, inst.name)
             if et == "pred":
                 return x
@@ -915,7 +1192,7 @@ class ElementalGenerator:
                 raise EmitterUnsupported(op, inst.name, f"logistic on {et}")
             xc = self.up(x, et)
             ct = self.tl(self.compute_type(et))
-            r = self.emit(f"tl.full([BLOCK], 1.0, {ct}) / (tl.full([BLOCK], 1.0, {ct}) + libdevice.exp(-{xc}))", inst)
+            r = self.emit(f"tl.full({self.ctx.block_shape}, 1.0, {ct}) / (tl.full({self.ctx.block_shape}, 1.0, {ct}) + libdevice.exp(-{xc}))", inst)
             return self.down(r, et, inst.name)
         if op in ("popcnt", "count-leading-zeros"):
             if not dtypes.is_integral(et) or dtypes.bit_width(et) < 8:
@@ -1021,12 +1298,12 @@ class ElementalGenerator:
                 hi_f = float(np.nextafter(fdt(hi_f), fdt(0)))
             lo_f = float(fdt(lo))
             ct = self.tl(ce)
-            xn = self.ctx.emit(f"tl.where({xc} != {xc}, tl.full([BLOCK], 0.0, {ct}), {xc})", "cvn")
+            xn = self.ctx.emit(f"tl.where({xc} != {xc}, tl.full({self.ctx.block_shape}, 0.0, {ct}), {xc})", "cvn")
             xcl = self.ctx.emit(f"tl.minimum(tl.maximum({xn}, {ts.float_literal(lo_f)}), {ts.float_literal(hi_f)})", "cvc")
             store_t = self.tl(dst) if dst not in ("s4", "s2", "u4", "u2") else self.tl(dst)
             r = self.ctx.emit(f"{xcl}.to({store_t})", "cvi")
             top = ts.float_literal(float(hi) + 1.0)
-            return self.emit(f"tl.where({xn} >= {top}, tl.full([BLOCK], {hi}, {td}), {r})", inst)
+            return self.emit(f"tl.where({xn} >= {top}, tl.full({self.ctx.block_shape}, {hi}, {td}), {r})", inst)
         if is_float(dst):  # int -> float
             if dst in _LOW_FLOATS:
                 return self.emit(f"{x}.to(tl.float32).to({td})", inst)
@@ -1097,6 +1374,7 @@ _HANDLERS: dict[str, Callable[[ElementalGenerator, Instruction, Index], Any]] = 
     "get-tuple-element": ElementalGenerator._gte,
     "map": ElementalGenerator._map,
     "reduce": ElementalGenerator._reduce,
+    "reduce-window": ElementalGenerator._reduce_window,
     "compare": ElementalGenerator._compare,
     "select": ElementalGenerator._select,
     "clamp": ElementalGenerator._clamp,
@@ -1112,6 +1390,13 @@ for _op in ("add", "subtract", "multiply", "divide", "remainder", "maximum", "mi
     _HANDLERS[_op] = ElementalGenerator._arith
 for _op in ("not", "negate", "abs", "sign", "is-finite", "logistic", "popcnt", "count-leading-zeros"):
     _HANDLERS[_op] = ElementalGenerator._unary
+
+
+def _nest(shape: Shape, flat: Any) -> Any:
+    """Leaf values from the iterator ``flat`` arranged as the (nested) tuple ``shape``."""
+    if not shape.is_tuple:
+        return next(flat)
+    return [_nest(t, flat) for t in shape.tuple_shapes or ()]
 
 
 def choose_index_dtype(shapes: Sequence[Shape], block: int) -> str:

@@ -3,31 +3,26 @@ f32 accumulation of f16/bf16 sums, and a vectorised ``tl.reduce`` for Triton's i
 
 * :func:`combine_function` writes a reducer (``to_apply``) computation as a ``@triton.jit`` function
   ``(acc..., x...) -> result(s)`` usable as ``tl.reduce``'s ``combine_fn``. Its body is produced by the
-  :class:`~fusegen.codegen.elemental.ElementalGenerator` on bound arguments, with constants written as
-  0-d tensors (``tl.full([], ...)``) so the function works on scalars (compiled ``tl.reduce`` regions)
-  and on tensors of any shape (the interpreter). Mirrors XLA's reducer call in
+  :class:`~fusegen.codegen.elemental.ElementalGenerator` on bound arguments with the kernel context's
+  block shape set to ``[]``, so constants are 0-d tensors (``tl.full([], ...)``) and the function works
+  on scalars (compiled ``tl.reduce`` regions) and on tensors of any shape (the interpreter). Mirrors XLA's reducer call in
   ``emitters/reduction.cc`` (``ReductionFusion::EmitReduction`` calling ``to_apply`` on shuffled values).
 * :func:`promoted_reducer`: an f16/bf16 ``add``/``multiply`` reducer rewritten on f32, so a reduction
   accumulates in f32 and rounds once (what the reference evaluator does).
-* :func:`patch_interpreter_reduce`: Triton 3.9's interpreter folds a generic ``tl.reduce`` one element at
-  a time in Python; fusegen's combine functions are elementwise, so for them (name prefix
-  :data:`COMBINE_PREFIX`) the fold is done as a pairwise tree over whole numpy arrays (same values for an
-  associative combiner; the reduction order of a compiled ``tl.reduce`` is a tree as well).
+
+The interpreter's vectorised ``tl.reduce`` for these combine functions lives in
+:func:`fusegen.codegen.triton_runtime.run_interpreted` (it patches the interpreter itself).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
-
-import numpy as np
+from typing import Any
 
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.triton_runtime import COMBINE_PREFIX  # noqa: F401  (re-exported)
 from fusegen.hlo.ir import Computation, Instruction, Shape
-
-#: Name prefix of generated combine functions (the interpreter patch only vectorises these).
-COMBINE_PREFIX = "fg_combine_"
 
 _SIMPLE = ("add", "multiply", "maximum", "minimum", "and", "or", "xor")
 _BLOCK_SHAPE = re.compile(r"tl\.full\(\[BLOCK\]")
@@ -98,9 +93,10 @@ def combine_function(ctx: Any, comp: Computation, n: int, name: str) -> list[str
     ctx.body = ts.SourceBuilder()
     ctx.body.level = 1
     try:
-        args = [ctx.names.fresh(f"a{k}") for k in range(n)] + [ctx.names.fresh(f"b{k}") for k in range(n)]
-        gen = ElementalGenerator(ctx, comp, {i: a for i, a in enumerate(args)})
-        res = gen.value(comp.root, ())
+        with ctx.block("[]"):
+            args = [ctx.names.fresh(f"a{k}") for k in range(n)] + [ctx.names.fresh(f"b{k}") for k in range(n)]
+            gen = ElementalGenerator(ctx, comp, {i: a for i, a in enumerate(args)})
+            res = gen.value(comp.root, ())
         vals = res if isinstance(res, list) else [res]
         if len(vals) != n or any(isinstance(v, list) for v in vals):
             raise EmitterUnsupported("reduce", comp.name, f"reducer returns {len(vals)} values for {n} operands")
@@ -109,7 +105,6 @@ def combine_function(ctx: Any, comp: Computation, n: int, name: str) -> list[str
         ctx.body = saved
     out = []
     for line in body:
-        line = _BLOCK_SHAPE.sub("tl.full([]", line)
         if "BLOCK" in line or re.search(rf"\b({ctx.zero}|{ctx.mask})\b", line) or "tl.load" in line:
             raise EmitterUnsupported("reduce", comp.name, "reducer computation needs kernel state")
         out.append(line)
@@ -118,73 +113,21 @@ def combine_function(ctx: Any, comp: Computation, n: int, name: str) -> list[str
 
 
 def retarget_block(lines: list[str], start: int, block: str) -> None:
-    """Rewrite generated constants ``tl.full([BLOCK], ...)`` in ``lines[start:]`` to shape ``[block]``.
+    """Rewrite constants ``tl.full([BLOCK], ...)`` in ``lines[start:]`` to shape ``[block]``.
 
-    The elemental generator writes every value as a ``[BLOCK]`` tensor; a reduction's epilogue runs on
-    the (smaller) block of reduced values, whose size is the constexpr ``block``.
+    Deprecated: emit on the smaller block with ``KernelContext.block("[block]")`` instead (the
+    elemental generator then writes constants of that shape directly).
     """
     for k in range(start, len(lines)):
         lines[k] = _BLOCK_SHAPE.sub(f"tl.full([{block}]", lines[k])
 
 
-# ------------------------------------------------------------------------------------------------
-# interpreter
-# ------------------------------------------------------------------------------------------------
-_PATCHED = False
-
-
 def patch_interpreter_reduce() -> None:
-    """Fold ``tl.reduce`` with a fusegen combine function as a vectorised pairwise tree in Triton's
-    interpreter (idempotent). Other combine functions keep the interpreter's element-by-element path."""
-    global _PATCHED
-    if _PATCHED:
-        return
-    import triton.language as tl
-    from triton.runtime import interpreter as interp
+    """Deprecated alias: :func:`fusegen.codegen.triton_runtime.run_interpreted` applies the vectorised
+    ``tl.reduce`` patch itself."""
+    from fusegen.codegen.triton_runtime import _patch_interpreter_reduce
 
-    ops = interp.ReduceOps
-    original = ops.generic_reduce
-
-    def generic_reduce(self: Any, input: Sequence[Any]) -> list[Any]:
-        fn = getattr(self.combine_fn, "fn", None)
-        if fn is None or not getattr(fn, "__name__", "").startswith(COMBINE_PREFIX):
-            return original(self, input)
-        original_axis = self.axis
-        tensors, axis = self.unravel(input, self.axis)
-        types = [t.dtype for t in tensors]
-        datas = [np.moveaxis(t.handle.data, axis, -1) for t in tensors]
-        n = datas[0].shape[-1]
-        while n > 1:
-            h = n // 2
-            lhs = [np.ascontiguousarray(d[..., 0:2 * h:2]) for d in datas]
-            rhs = [np.ascontiguousarray(d[..., 1:2 * h:2]) for d in datas]
-            args = [self.to_tensor(x, ty) for x, ty in zip(lhs, types)] + \
-                   [self.to_tensor(x, ty) for x, ty in zip(rhs, types)]
-            res = fn(*args)
-            res = res if isinstance(res, tuple) else (res,)
-            merged = []
-            for r, l in zip(res, lhs):
-                data = r.handle.data if isinstance(r, tl.core.tensor) else np.asarray(r)
-                merged.append(np.broadcast_to(np.asarray(data).astype(l.dtype, copy=False), l.shape))
-            if n % 2:
-                merged = [np.concatenate([m, d[..., -1:]], axis=-1) for m, d in zip(merged, datas)]
-            datas = merged
-            n = datas[0].shape[-1]
-        outs = []
-        for d, ty in zip(datas, types):
-            o = d[..., 0] if n == 1 else np.zeros(d.shape[:-1], d.dtype)
-            if self.keep_dims:
-                if original_axis is not None:
-                    o = np.expand_dims(o, axis)
-                else:
-                    o = o.reshape((1,) * len(tensors[0].handle.data.shape))
-            elif original_axis is None:
-                o = o.item()
-            outs.append(self.to_tensor(np.ascontiguousarray(o) if isinstance(o, np.ndarray) else o, ty))
-        return outs
-
-    ops.generic_reduce = generic_reduce
-    _PATCHED = True
+    _patch_interpreter_reduce()
 
 
 __all__ = ["COMBINE_PREFIX", "simple_reducer_op", "promoted_reducer", "combine_function", "retarget_block",

@@ -5,7 +5,9 @@
   and no string is ever ``exec``'d.
 * :func:`run_interpreted` runs a kernel with ``triton.runtime.interpreter.InterpretedFunction`` on 1-D
   numpy buffers (through :class:`NpPtr`, which gives numpy arrays the torch-like surface the interpreter
-  wants). ``TRITON_INTERPRET`` stays unset so the same process can also compile.
+  wants). ``TRITON_INTERPRET`` stays unset so the same process can also compile. It patches the
+  interpreter first (once): float downcasts to bf16/fp8 round to nearest even like the GPU, and
+  ``tl.reduce`` with fusegen's combine functions (:data:`COMBINE_PREFIX`) folds vectorised.
 * :func:`compile_for_target` compiles the same ``JITFunction`` for ``GPUTarget("cuda", 90, 32)`` and
   returns PTX and sizes.
 * :func:`run_fusion` runs an :class:`~fusegen.codegen.kernel.EmittedFusion` on logical operand values:
@@ -224,6 +226,73 @@ def _patch_interpreter_float_casts() -> None:
     _PATCHED = True
 
 
+#: Name prefix of the ``@triton.jit`` combine functions fusegen generates for ``tl.reduce`` (reducer
+#: computations written elementwise); the interpreter folds reductions with them vectorised.
+COMBINE_PREFIX = "fg_combine_"
+
+_REDUCE_PATCHED = False
+
+
+def _patch_interpreter_reduce() -> None:
+    """Fold ``tl.reduce`` with a fusegen combine function as a vectorised pairwise tree in Triton's
+    interpreter (idempotent).
+
+    Triton 3.9's interpreter folds a generic ``tl.reduce`` one element at a time in Python. fusegen's
+    combine functions (name prefix :data:`COMBINE_PREFIX`) are elementwise, so the fold is done as a
+    pairwise tree over whole numpy arrays: the same values for an associative combiner, and the order of
+    a compiled ``tl.reduce`` is a tree as well. Other combine functions keep the interpreter's path.
+    """
+    global _REDUCE_PATCHED
+    if _REDUCE_PATCHED:
+        return
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    ops = interp.ReduceOps
+    original = ops.generic_reduce
+
+    def generic_reduce(self: Any, input: Sequence[Any]) -> list[Any]:
+        fn = getattr(self.combine_fn, "fn", None)
+        if fn is None or not getattr(fn, "__name__", "").startswith(COMBINE_PREFIX):
+            return original(self, input)
+        original_axis = self.axis
+        tensors, axis = self.unravel(input, self.axis)
+        types = [t.dtype for t in tensors]
+        datas = [np.moveaxis(t.handle.data, axis, -1) for t in tensors]
+        n = datas[0].shape[-1]
+        while n > 1:
+            h = n // 2
+            lhs = [np.ascontiguousarray(d[..., 0:2 * h:2]) for d in datas]
+            rhs = [np.ascontiguousarray(d[..., 1:2 * h:2]) for d in datas]
+            args = [self.to_tensor(x, ty) for x, ty in zip(lhs, types)] + \
+                   [self.to_tensor(x, ty) for x, ty in zip(rhs, types)]
+            res = fn(*args)
+            res = res if isinstance(res, tuple) else (res,)
+            merged = []
+            for r, l in zip(res, lhs):
+                data = r.handle.data if isinstance(r, tl.core.tensor) else np.asarray(r)
+                merged.append(np.broadcast_to(np.asarray(data).astype(l.dtype, copy=False), l.shape))
+            if n % 2:
+                merged = [np.concatenate([m, d[..., -1:]], axis=-1) for m, d in zip(merged, datas)]
+            datas = merged
+            n = datas[0].shape[-1]
+        outs = []
+        for d, ty in zip(datas, types):
+            o = d[..., 0] if n == 1 else np.zeros(d.shape[:-1], d.dtype)
+            if self.keep_dims:
+                if original_axis is not None:
+                    o = np.expand_dims(o, axis)
+                else:
+                    o = o.reshape((1,) * len(tensors[0].handle.data.shape))
+            elif original_axis is None:
+                o = o.item()
+            outs.append(self.to_tensor(np.ascontiguousarray(o) if isinstance(o, np.ndarray) else o, ty))
+        return outs
+
+    ops.generic_reduce = generic_reduce
+    _REDUCE_PATCHED = True
+
+
 # --------------------------------------------------------------------------------------------------
 # loading
 # --------------------------------------------------------------------------------------------------
@@ -310,6 +379,7 @@ def run_interpreted(ks: KernelSource, buffers: Sequence[np.ndarray], scalars: Se
     from triton.runtime.interpreter import InterpretedFunction
 
     _patch_interpreter_float_casts()
+    _patch_interpreter_reduce()
     if len(buffers) != len(ks.params):
         raise ValueError(f"kernel {ks.name} takes {len(ks.params)} buffers, got {len(buffers)}")
     jitfn = load_kernel(ks, interpret=True)
@@ -421,6 +491,15 @@ def from_storage(flat: np.ndarray, element_type: str) -> np.ndarray:
     return flat
 
 
+def _tuple_leaves(v: Any) -> list[Any]:
+    if isinstance(v, (tuple, list)):
+        out: list[Any] = []
+        for x in v:
+            out.extend(_tuple_leaves(x))
+        return out
+    return [v]
+
+
 def _fusion_shapes(where: Any) -> tuple[list[Shape], Shape]:
     fusion = getattr(where, "fusion", where)
     if isinstance(fusion, Instruction):
@@ -437,7 +516,9 @@ def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: An
 
     Args:
         emitted: what the emitter produced.
-        operand_values: one logical numpy array per fusion operand (``shape.dimensions`` order).
+        operand_values: one logical numpy array per fusion operand (``shape.dimensions`` order); a
+            tuple-shaped operand is a (nested) tuple of them, and kernels read its leaves as separate
+            buffers (parameters of kind ``"operand_leaf"``: ``index`` = operand, ``value`` = flat leaf).
         fusion: the FusionAnalysis, the fusion :class:`Instruction`, or ``(operand_shapes, output_shape)``;
             gives the layouts for the physical conversions.
         interpret_max_programs: see :func:`run_interpreted` (``None`` keeps the emitted launch).
@@ -458,10 +539,27 @@ def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: An
         if i not in phys_ops:
             v = operand_values[i]
             if isinstance(v, tuple):
-                raise ValueError(f"fusion operand {i} is a tuple; not supported by Triton kernels")
+                raise ValueError(f"fusion operand {i} is a tuple: its kernel parameters are per leaf "
+                                 "(kind 'operand_leaf')")
             s = op_shapes[i]
             phys_ops[i] = to_storage(to_physical(np.asarray(v), s), s.element_type)
         return phys_ops[i]
+
+    phys_leaves: dict[tuple[int, int], np.ndarray] = {}
+
+    def leaf_buffer(i: int, k: int) -> np.ndarray:
+        """Buffer of flat leaf ``k`` of the tuple-shaped operand ``i`` (XLA passes each leaf's buffer)."""
+        if (i, k) not in phys_leaves:
+            v = operand_values[i]
+            s = op_shapes[i]
+            vals = _tuple_leaves(v)
+            shapes = s.leaves()
+            if len(vals) != len(shapes) or not 0 <= k < len(vals):
+                raise ValueError(f"fusion operand {i} has {len(vals)} leaves; the kernel reads leaf {k} "
+                                 f"of {len(shapes)}")
+            ls = shapes[k]
+            phys_leaves[(i, k)] = to_storage(to_physical(np.asarray(vals[k]), ls), ls.element_type)
+        return phys_leaves[(i, k)]
 
     outs: list[np.ndarray] = []
     for k, s in enumerate(leaves):
@@ -477,6 +575,8 @@ def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: An
         for p in ks.params:
             if p.kind == "operand":
                 bufs.append(operand_buffer(p.index))
+            elif p.kind == "operand_leaf":
+                bufs.append(leaf_buffer(p.index, int(p.value)))
             elif p.kind == "output":
                 bufs.append(outs[p.index])
             elif p.kind == "constant":
@@ -490,6 +590,6 @@ def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: An
 
 
 __all__ = [
-    "NpPtr", "CompileResult", "load_kernel", "run_interpreted", "compile_for_target", "run_fusion",
+    "COMBINE_PREFIX", "NpPtr", "CompileResult", "load_kernel", "run_interpreted", "compile_for_target", "run_fusion",
     "to_storage", "from_storage", "kernel_dir", "KernelParam",
 ]

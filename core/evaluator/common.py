@@ -180,6 +180,13 @@ def is_liftable(comp: Computation) -> bool:
     return _il(comp)
 
 
+def contiguous(x: Any) -> np.ndarray:
+    """``x`` as a C-contiguous array *of the same shape* (``np.ascontiguousarray`` turns 0-d into ``(1,)``,
+    which would make scalar results fail the shape check)."""
+    a = np.asarray(x)
+    return np.ascontiguousarray(a).reshape(a.shape)
+
+
 def zeros_for(shape: Shape) -> Value:
     """A zero value of ``shape`` (tuples recursively; tokens as ``()``)."""
     if shape.is_tuple:
@@ -191,7 +198,7 @@ def zeros_for(shape: Shape) -> Value:
 
 def total_order_key(x: np.ndarray) -> np.ndarray:
     """Signed integers ordering floats like XLA's total order (-NaN < -inf < ... < -0 < +0 < ... < NaN)."""
-    x = np.ascontiguousarray(x)
+    x = contiguous(x)
     bits = x.dtype.itemsize * 8
     it = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[x.dtype.itemsize]
     i = x.view(it)

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from fusegen.evaluator.common import (
+    contiguous,
     EvaluationError,
     call,
     call_lifted,
@@ -26,8 +27,40 @@ from fusegen.evaluator.common import (
 from fusegen.hlo.ir import Computation, Instruction
 
 
+def _bind_operand(param: Instruction, value, fusion: Instruction):
+    """A fusion operand as its fused parameter declares it.
+
+    The fused computation reads the operand's buffer through the parameter's shape (as a GPU kernel
+    does): an operand with more elements than the parameter (malformed HLO that XLA's verifier would
+    reject, e.g. ``s32[1024]`` bound to an ``s32[]`` parameter in ``print_indexing_test.hlo``) is read
+    as its first elements in physical order, one with as many elements is reinterpreted (bitcast).
+
+    Raises:
+        EvaluationError: the operand has fewer elements than the parameter.
+    """
+    from fusegen.hlo.layout_util import from_physical, to_physical
+
+    shape = param.shape
+    if shape.is_tuple or isinstance(value, tuple) or shape.element_type == "token":
+        return value
+    arr = np.asarray(value)
+    if arr.shape == tuple(shape.dimensions):
+        return arr
+    op_shape = fusion.operands[param.parameter_number].shape if param.parameter_number < len(fusion.operands) \
+        else shape
+    if arr.size < shape.numel:
+        raise EvaluationError(f"%{fusion.name}: operand {param.parameter_number} has {arr.size} elements, "
+                              f"fused parameter %{param.name} declares {shape.element_type}{list(shape.dimensions)}")
+    flat = to_physical(arr, op_shape) if op_shape.is_array and tuple(op_shape.dimensions) == arr.shape \
+        else arr.reshape(-1)
+    return from_physical(contiguous(flat[: shape.numel]), shape)
+
+
 def _fusion(inst: Instruction, ops: list):
-    return call(computation_attr(inst, "calls", "to_apply"), list(ops))
+    comp = computation_attr(inst, "calls", "to_apply")
+    params = {p.parameter_number: p for p in comp.parameters}
+    bound = [(_bind_operand(params[k], v, inst) if k in params else v) for k, v in enumerate(ops)]
+    return call(comp, bound)
 
 
 def _call(inst: Instruction, ops: list):

@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 from fusegen.evaluator.common import (
+    contiguous,
     EvaluationError,
     as_array,
     attr_int,
@@ -66,7 +67,7 @@ def _sign(x: np.ndarray) -> np.ndarray:
 
 
 def _unsigned_view(x: np.ndarray) -> np.ndarray:
-    x = np.ascontiguousarray(x)
+    x = contiguous(x)
     return x.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[x.dtype.itemsize])
 
 
@@ -206,19 +207,19 @@ def _shift(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.broadcast_arrays(a, b)
     dt = a.dtype
     bits = dt.itemsize * 8
-    ub = _unsigned_view(np.ascontiguousarray(b)).astype(np.uint64)
+    ub = _unsigned_view(contiguous(b)).astype(np.uint64)
     oob = ub >= np.uint64(bits)
     amt = np.where(oob, 0, ub).astype(dt)
     if op == "shift-left":
         r = np.left_shift(a, amt)
         return np.where(oob, np.zeros((), dt), r)
     if op == "shift-right-logical":
-        ua = _unsigned_view(np.ascontiguousarray(a))
+        ua = _unsigned_view(contiguous(a))
         r = np.right_shift(ua, amt.astype(ua.dtype)).view(dt)
         return np.where(oob, np.zeros((), dt), r)
     # arithmetic: shift the signed view
     sdt = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[dt.itemsize]
-    sa = np.ascontiguousarray(a).view(sdt)
+    sa = contiguous(a).view(sdt)
     r = np.right_shift(sa, amt.astype(sdt))
     fill = np.where(sa < 0, np.array(-1, sdt), np.array(0, sdt))
     return np.where(oob, fill, r).astype(sdt).view(dt)
@@ -334,7 +335,7 @@ def _convert(inst: Instruction, ops: list) -> np.ndarray:
 
 
 def _bitcast_convert(inst: Instruction, ops: list) -> np.ndarray:
-    x = np.ascontiguousarray(ops[0])
+    x = contiguous(ops[0])
     dt = shape_dtype(inst.shape)
     dims = tuple(inst.shape.dimensions)
     if x.dtype.itemsize == dt.itemsize:
@@ -358,7 +359,7 @@ def reduce_precision_array(x: np.ndarray, exponent_bits: int, mantissa_bits: int
     else:
         cx = cx.astype(np.float32)
         it, src_m, src_e, nbits = np.uint32, 23, 8, 32
-    v = np.ascontiguousarray(cx).view(it).copy()
+    v = contiguous(cx).view(it).copy()
     one = it(1)
     if mantissa_bits < src_m:
         sh = it(src_m - mantissa_bits)
@@ -378,7 +379,7 @@ def reduce_precision_array(x: np.ndarray, exponent_bits: int, mantissa_bits: int
         signed_zero = v & sign_mask
         signed_inf = signed_zero | exp_mask
         v = np.where(over, signed_inf, np.where(under, signed_zero, v))
-    r = np.ascontiguousarray(v).view(cx.dtype)
+    r = contiguous(v).view(cx.dtype)
     r = np.where(np.isnan(cx), cx, r)
     return as_array(r, out_dt)
 

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from fusegen.evaluator.common import (
+    contiguous,
     EvaluationError,
     as_array,
     attr_bool,
@@ -81,7 +82,7 @@ def gather_array(operand: np.ndarray, indices: np.ndarray, offset_dims, collapse
         else:
             perm.append(bi)
             bi += 1
-    return np.ascontiguousarray(np.transpose(g, perm))
+    return contiguous(np.transpose(g, perm))
 
 
 def _gather(inst: Instruction, ops: list) -> np.ndarray:
@@ -202,7 +203,7 @@ def _sort_key(x: np.ndarray, total: bool) -> np.ndarray:
         cx = up(x)
         if not total:
             cx = cx + np.zeros((), cx.dtype)  # -0 == +0 under the partial order
-        return total_order_key(np.ascontiguousarray(cx))
+        return total_order_key(contiguous(cx))
     if x.dtype == np.bool_:
         return x.astype(np.int8)
     return x
@@ -242,7 +243,7 @@ def _sort(inst: Instruction, ops: list):
 
             oflat[r] = sorted(range(shp[-1]), key=functools.cmp_to_key(cmp))
     outs = [np.moveaxis(np.take_along_axis(m, order, axis=-1), -1, dim) for m in moved]
-    outs = [np.ascontiguousarray(o) for o in outs]
+    outs = [contiguous(o) for o in outs]
     return tuple(outs) if inst.shape.is_tuple else outs[0]
 
 

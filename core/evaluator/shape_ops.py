@@ -15,6 +15,7 @@ from typing import Callable
 import numpy as np
 
 from fusegen.evaluator.common import (
+    contiguous,
     EvaluationError,
     as_array,
     attr_int,
@@ -62,7 +63,7 @@ def _bitcast(inst: Instruction, ops: list) -> np.ndarray:
 
 
 def _transpose(inst: Instruction, ops: list) -> np.ndarray:
-    return np.ascontiguousarray(np.transpose(np.asarray(ops[0]), attr_ints(inst, "dimensions")))
+    return contiguous(np.transpose(np.asarray(ops[0]), attr_ints(inst, "dimensions")))
 
 
 def _slice(inst: Instruction, ops: list) -> np.ndarray:
@@ -76,7 +77,7 @@ def _slice(inst: Instruction, ops: list) -> np.ndarray:
         start, limit = int(item[0]), int(item[1])
         stride = int(item[2]) if len(item) > 2 else 1
         idx.append(slice(start, limit, stride))
-    return np.ascontiguousarray(np.asarray(ops[0])[tuple(idx)])
+    return contiguous(np.asarray(ops[0])[tuple(idx)])
 
 
 def _start_indices(ops: list, first: int, rank: int) -> list[int]:
@@ -96,7 +97,7 @@ def _dynamic_slice(inst: Instruction, ops: list) -> np.ndarray:
     sizes = attr_ints(inst, "dynamic_slice_sizes", tuple(inst.shape.dimensions))
     starts = clamp_starts(_start_indices(ops, 1, x.ndim), x.shape, sizes)
     idx = tuple(slice(s, s + z) for s, z in zip(starts, sizes))
-    return np.ascontiguousarray(x[idx])
+    return contiguous(x[idx])
 
 
 def _dynamic_update_slice(inst: Instruction, ops: list) -> np.ndarray:
@@ -220,7 +221,7 @@ def _constant(inst: Instruction, ops: list):
 
 
 def _reverse(inst: Instruction, ops: list) -> np.ndarray:
-    return np.ascontiguousarray(np.flip(np.asarray(ops[0]), axis=attr_ints(inst, "dimensions")))
+    return contiguous(np.flip(np.asarray(ops[0]), axis=attr_ints(inst, "dimensions")))
 
 
 def _identity(inst: Instruction, ops: list):

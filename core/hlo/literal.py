@@ -34,8 +34,9 @@ def _scalar(tok: str) -> float | int | bool:
         return math.inf
     if t == "-inf":
         return -math.inf
-    if _NAN.match(t):
-        return math.nan
+    m = _NAN.match(t)
+    if m:
+        return -math.nan if m.group(1) == "-" else math.nan
     neg = t.startswith("-")
     body = t.lstrip("+-")
     if body.startswith("0x"):
@@ -43,11 +44,13 @@ def _scalar(tok: str) -> float | int | bool:
             v = float.fromhex(body)
             return -v if neg else v
         v = int(body, 16)
-        return -v if neg else v
+        return (-0.0 if neg else 0) if v == 0 else (-v if neg else v)
     try:
-        return int(t)
+        v = int(t)
     except ValueError:
         return float(t)
+    # XLA prints negative zero as "-0": keep its sign (a float -0.0 still converts to integer 0)
+    return -0.0 if v == 0 and neg else v
 
 
 def _is_int_dtype(dtype: np.dtype) -> bool:

@@ -25,16 +25,9 @@ def flatten(v: Any) -> list[str]:
 
 
 def seed_value(gen: Any, inst: Instruction, idx: Sequence[Any], value: str) -> None:
-    """Make ``gen.value(inst, idx)`` return ``value`` (an injected hero value).
-
-    Uses the generator's innermost value scope; fusegen's elemental generator keys values by
-    ``(id(instruction), index tuple)``.
-    """
-    binder = getattr(gen, "bind_value", None)
-    if binder is not None:  # a public API, when the elemental generator offers one
-        binder(inst, tuple(idx), value)
-        return
-    gen._scopes[-1][(id(inst), tuple(idx))] = value
+    """Make ``gen.value(inst, idx)`` return ``value`` (an injected hero value), through
+    :meth:`fusegen.codegen.elemental.ElementalGenerator.bind_value` (innermost scope)."""
+    gen.bind_value(inst, tuple(idx), value)
 
 
 def root_leaves(fusion: Instruction, roots: Sequence[Instruction]) -> list[Shape]:

@@ -45,8 +45,7 @@ from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
-from fusegen.codegen.reduction_codegen import (COMBINE_PREFIX, combine_function, patch_interpreter_reduce,
-                                               promoted_reducer, retarget_block)
+from fusegen.codegen.reduction_codegen import COMBINE_PREFIX, combine_function, promoted_reducer
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction, Shape
 from fusegen.plugin_manager import hookimpl
@@ -184,7 +183,6 @@ class ReductionFusion(FusionEmitter):
 
     # ------------------------------------------------------------------------------------------
     def emit(self) -> EmittedFusion:
-        patch_interpreter_reduce()
         fusion = self.fusion
         comp = self.computation
         plan = _Plan(self.analysis, fusion)
@@ -352,7 +350,6 @@ class ReductionFusion(FusionEmitter):
             reduced.append(outs)
 
         # epilogue on the block of reduced values
-        start = len(body.lines)
         line("o = tl.arange(0, OBLOCK)" + (".to(tl.int64)" if i64 else ""))
         line("oA = pid_a * TA + o // TB")
         line("oB = pid_b * TB + o % TB")
@@ -360,7 +357,7 @@ class ReductionFusion(FusionEmitter):
         line("oA_c = tl.minimum(oA, NA - 1)")
         line("oB_c = tl.minimum(oB, NB - 1)")
         line(f"ozero = tl.full([OBLOCK], 0, {idx_t})")
-        ctx.zero, ctx.mask = "ozero", "omask"
+        ctx.zero, ctx.mask, ctx.block_shape = "ozero", "omask", "[OBLOCK]"
         injected: dict[int, Any] = {}
         egen = _EpilogueGenerator(ctx, comp, injected)
         p_out = egen.itensor(self._p(egen, plan.dims, "oA_c", 0, "oB_c"))
@@ -391,8 +388,7 @@ class ReductionFusion(FusionEmitter):
                 off = egen.linearize(ridx, ls.dimensions, ls.minor_to_major())
                 ptr = ctx.param("output", leaf_no, ls, f"out{leaf_no}")
                 store_line(egen, ptr, off, v, ls.element_type, "omask")
-        retarget_block(body.lines, start, "OBLOCK")
-        ctx.zero, ctx.mask = "zero", "mask"
+        ctx.zero, ctx.mask, ctx.block_shape = "zero", "mask", "[BLOCK]"
         return combine_src
 
     @staticmethod

@@ -14,8 +14,8 @@ How the combiner (``to_apply``) is applied:
 
 * ``atomic``: a plain binary op of its two parameters with a native atomic for the element type:
   ``tl.atomic_add`` (f32, f64, f16, bf16, s32/u32/s64/u64; f32 add is the hardware float atomic add, never a
-  compare-and-swap loop: bug B07), ``tl.atomic_max``/``atomic_min`` (f32, f64 with NaN propagated, 32/64-bit
-  integers), ``tl.atomic_and``/``or``/``xor`` (32/64-bit integers).
+  compare-and-swap loop: bug B07), ``tl.atomic_max``/``atomic_min`` (32/64-bit integers; f32, f64 with NaN
+  propagated: a first kernel gives NaNs already in the targeted elements the sign the atomics keep), ``tl.atomic_and``/``or``/``xor`` (32/64-bit integers).
 * ``store``: an overwrite combiner (returns its update parameters) with ``unique_indices=true``: a plain store.
 * ``keep``: a combiner returning its operand parameters: the output is the operand.
 * ``serial``: any other combiner (multiply, argmax-style variadic, sub-32-bit types, pred, f16/bf16 max...),
@@ -30,7 +30,6 @@ target changes (sorted indices make runs long); other combiners use the paths ab
 from __future__ import annotations
 
 import ctypes
-import math
 from typing import Any, Sequence
 
 import attrs
@@ -291,13 +290,20 @@ class ScatterFusion(FusionEmitter):
 
     def __init__(self, analysis: Any):
         super().__init__(analysis)
+        self.error: EmitterUnsupported | None = None
+        self.strategy, self.atomic_op = "serial", None
+        try:
+            self._describe()
+        except EmitterUnsupported as e:  # reported by emit(), so the fallback names the reason
+            self.error = e
+
+    def _describe(self) -> None:
         roots = fusion_roots(self.computation)
         if len(roots) != 1 or roots[0].opcode != "scatter":
             raise EmitterUnsupported("fusion", self.fusion.name, "the root of a scatter fusion must be the scatter")
         self.scatter = roots[0]
         self.desc = describe_scatter(self.scatter)
-        device = getattr(analysis, "device", None)
-        self.name = choose_scatter_emitter(self.desc, device)
+        self.name = choose_scatter_emitter(self.desc, getattr(self.analysis, "device", None))
         et = self.desc.operands[0].shape.element_type
         comp = self.scatter.attrs.get("to_apply")
         if not isinstance(comp, Computation):
@@ -393,17 +399,14 @@ class ScatterFusion(FusionEmitter):
         o = gen.itensor(off)
         fn = _ATOMIC_FN[self.atomic_op]
         if self.atomic_op in ("maximum", "minimum") and et in ("f32", "f64"):
-            # NaN must win. Non-NaN lanes take Triton's float max/min; a NaN lane does an integer max on the
-            # bit pattern: +NaN (0x7fc0..) beats every signed pattern of a max result, -NaN (0xffc0..) every
-            # unsigned pattern of a min result, and the float trick then never replaces them.
-            bits = dtypes.bit_width(et)
+            # NaN must win. Non-NaN lanes take Triton's float max/min (signed max / unsigned min of the bits for
+            # max, the mirror for min); a NaN lane does an integer max on the bit pattern: +NaN (0x7fc0..) beats
+            # every signed pattern of a max result, -NaN (0xffc0..) every unsigned pattern of a min result, and
+            # the float trick then never replaces them. NaNs already in the operand were given that sign by
+            # the canonicalization kernel that runs first.
             isn = ctx.emit(f"{val} != {val}", "isnan")
             ctx.body.line(f"{fn}({ptr} + {o}, {val}, mask={mask} & ~{isn}, sem=\"relaxed\")")
-            qnan = 0x7FC00000 if bits == 32 else 0x7FF8000000000000
-            if self.atomic_op == "maximum":
-                it, nan_bits = f"tl.int{bits}", qnan
-            else:
-                it, nan_bits = f"tl.uint{bits}", qnan | (1 << (bits - 1))
+            it, nan_bits = self._nan_bits(et)
             iptr = ctx.emit(f"{ptr}.to(tl.pointer_type({it}), bitcast=True)", "iptr")
             ctx.body.line(f"tl.atomic_max({iptr} + {o}, tl.full([BLOCK], {nan_bits}, {it}), mask={mask} & {isn}, "
                           f"sem=\"relaxed\")")
@@ -411,7 +414,21 @@ class ScatterFusion(FusionEmitter):
         ctx.body.line(f"{fn}({ptr} + {o}, {val}, mask={mask}, sem=\"relaxed\")")
 
     # --------------------------------------------------------------------------------- kernels
-    def _distributed_updates_kernel(self) -> KernelSource:
+    def _nan_bits(self, et: str) -> tuple[str, int]:
+        """Integer view and bit pattern of the NaN a float max (+NaN) / min (-NaN) atomic keeps."""
+        bits = dtypes.bit_width(et)
+        qnan = 0x7FC00000 if bits == 32 else 0x7FF8000000000000
+        if self.atomic_op == "maximum":
+            return f"tl.int{bits}", qnan
+        return f"tl.uint{bits}", qnan | (1 << (bits - 1))
+
+    def _needs_nan_canonicalization(self) -> bool:
+        et = self._leaves()[0].element_type
+        return self.strategy == "atomic" and self.atomic_op in ("maximum", "minimum") and et in ("f32", "f64")
+
+    def _distributed_updates_kernel(self, canonicalize_nans: bool = False) -> KernelSource:
+        """One lane per update element. With ``canonicalize_nans`` the kernel only rewrites NaNs already in the
+        targeted output elements to the sign the float max/min atomics keep (run before the atomic kernel)."""
         d = self.desc
         leaves = self._leaves()
         upd = d.updates[0].shape
@@ -426,15 +443,22 @@ class ScatterFusion(FusionEmitter):
             m = ctx.mask if cond is None else ctx.emit(f"{ctx.mask} & {cond}", "m")
             for k in range(d.n):
                 ls = leaves[k]
-                v = gen.value(d.updates[k], uidx)
                 off = gen.linearize(tidx, ls.dimensions, ls.minor_to_major())
                 ptr = ctx.param("output", k, ls, f"out{k}")
+                if canonicalize_nans:
+                    o = gen.itensor(off)
+                    it, nan_bits = self._nan_bits(ls.element_type)
+                    cur = ctx.emit(f"tl.load({ptr} + {o}, mask={m}, other=0)", "cur")
+                    iptr = ctx.emit(f"{ptr}.to(tl.pointer_type({it}), bitcast=True)", "iptr")
+                    ctx.body.line(f"tl.store({iptr} + {o}, tl.full([BLOCK], {nan_bits}, {it}), mask={m} & ({cur} != {cur}))")
+                    continue
+                v = gen.value(d.updates[k], uidx)
                 if self.strategy == "atomic":
                     self._atomic_line(gen, ptr, off, v, m, ls.element_type)
                 else:  # store (unique indices)
                     store_line(gen, ptr, off, v, ls.element_type, m)
 
-        tag = "atomic" if self.strategy == "atomic" else "store"
+        tag = "nan_canon" if canonicalize_nans else ("atomic" if self.strategy == "atomic" else "store")
         return build_linear_kernel(self, f"scatter_{tag}_{self.fusion.name}", n_total, body)
 
     def _window_index(self, gen: ElementalGenerator, s: str, w: str) -> tuple:
@@ -564,6 +588,8 @@ class ScatterFusion(FusionEmitter):
 
     # ------------------------------------------------------------------------------------ emit
     def emit(self) -> EmittedFusion:
+        if self.error is not None:
+            raise self.error
         d = self.desc
         leaves = self._leaves()
         if len(leaves) != d.n:
@@ -580,6 +606,8 @@ class ScatterFusion(FusionEmitter):
             return EmittedFusion(emitter=self.name, kernels=tuple(kernels), output_aliases=aliases)
         if self.strategy == "atomic" and leaves[0].element_type == "bf16" and self.atomic_op == "add":
             ensure_interpreter_bf16_atomic_add()
+        if self._needs_nan_canonicalization():
+            kernels.append(self._distributed_updates_kernel(canonicalize_nans=True))
         if self.strategy == "serial":
             kernels.append(self._serial_kernel())
         elif self.strategy == "atomic" and self.name == "ScatterWithDistributedIndices":

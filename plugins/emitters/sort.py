@@ -12,12 +12,13 @@ compare-exchange steps.
 * Ties (neither element before the other) are broken by the original position, so the result is the stable
   order (``is_stable=true``; for ``is_stable=false`` the stable order is one of the allowed results, and the
   tie-break costs nothing extra since both comparator calls are needed anyway).
-* Padding lanes (position ``>= N``) sort after every real element whatever the comparator says.
+* Padding lanes (position ``>= NSORT``, the sorted dimension's size) sort after every real element whatever the comparator says.
 * A value's partner is fetched by viewing the row as ``[.., 2, j]`` and swapping the halves (``tl.split`` /
   ``tl.join``) on integer bit patterns, so NaNs and -0.0 survive the exchange unchanged.
 
 Operands may be computed in the fusion (``iota``, converts...): they are produced by the elemental generator
-at each lane's index. Sorted dimensions longer than :data:`MAX_SORT_SIZE` raise :class:`EmitterUnsupported`.
+at each lane's index. Sorted dimensions longer than :data:`MAX_SORT_SIZE` raise :class:`EmitterUnsupported`
+(XLA sorts those with one kernel per global merge step; that needs an index buffer shared by the launches).
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ from fusegen.hlo.ir import Computation, Instruction
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
 
-#: Largest padded sort dimension one program sorts in registers.
-MAX_SORT_SIZE = 16384
+#: Largest padded sort dimension one program sorts in registers. 1024 compiles for sm_90 in about a second;
+#: Triton's compile time for the unrolled network grows to ~50 s at 2048 and ~110 s at 4096.
+MAX_SORT_SIZE = 1024
 #: Elements per program the row batching aims for.
 TARGET_BLOCK = 1024
 
@@ -95,6 +97,13 @@ class SortFusion(FusionEmitter):
 
     def __init__(self, analysis: Any):
         super().__init__(analysis)
+        self.error: EmitterUnsupported | None = None
+        try:
+            self._describe()
+        except EmitterUnsupported as e:  # reported by emit(), so the fallback names the reason
+            self.error = e
+
+    def _describe(self) -> None:
         sort, leaf_operand = _sort_outputs(self.computation)
         if sort is None:
             raise EmitterUnsupported("fusion", self.fusion.name, "the outputs of a sort fusion must be sort results")
@@ -121,6 +130,8 @@ class SortFusion(FusionEmitter):
         return r, block, max(1, -(-self.rows // r))
 
     def emit(self) -> EmittedFusion:
+        if self.error is not None:
+            raise self.error
         sort = self.sort
         leaves = self.fusion.shape.leaves()
         if len(leaves) != len(self.leaf_operand):
@@ -188,9 +199,12 @@ class SortFusion(FusionEmitter):
                     "mask = (loc < NSORT) & (row < ROWS)", f"zero = tl.full([BLOCK], 0, {idx_t})"]
         source = ctx.render(entry, ["BLOCK", "NPAD", "NSORT", "R", "ROWS"], prologue)
         warps = max(1, min(8, block // 256))
+        # the partner exchange (reshape/permute/split) goes through shared memory: one carrier per lane
+        carrier_bytes = max(8 if (et != "pred" and dtypes.bit_width(et) == 64) else 4 for et in ets)
         ks = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
                           constexprs={"BLOCK": block, "NPAD": self.npad, "NSORT": self.n, "R": r, "ROWS": self.rows},
-                          launch=LaunchDimensions(grid=(programs,), num_warps=warps), num_stages=1)
+                          launch=LaunchDimensions(grid=(programs,), num_warps=warps,
+                                                  shared_memory_bytes=block * carrier_bytes), num_stages=1)
         return EmittedFusion(emitter=self.name, kernels=(ks,))
 
     def _step(self, gen: ElementalGenerator, j: int, k: int, carriers: list[str], ets: list[str]) -> None:

@@ -1,0 +1,405 @@
+"""The conformance tests themselves (collected by the ``fusegen.conformance`` pytest plugin).
+
+Each test is one check (its name, with ``test_`` dropped and ``_`` as ``-``, is what failure messages
+say in brackets). Tests are parametrised over the plugin under test in ``pytest_generate_tests``:
+emitter checks over the corpus fusions its factories serve and over the kinds it declares; backend
+checks over its execution backends, codegen backends and the corpus instructions they accept. A test
+whose capability the plugin does not declare, or whose device this machine lacks, is skipped with the
+reason.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from fusegen.conformance import checks, corpus, generators
+from fusegen.conformance.checks import CheckFailed
+
+NONE = "none"
+
+
+# ------------------------------------------------------------------------------------------ plumbing
+def _state(config: Any) -> Any:
+    from fusegen.conformance import get_state
+
+    return get_state(config)
+
+
+def pytest_generate_tests(metafunc: Any) -> None:
+    st = _state(metafunc.config)
+    name = metafunc.function.__name__
+    params = st.params_for(name) if st is not None else None
+    if params is None:
+        metafunc.parametrize("case", [pytest.param(None, id=NONE)])
+        return
+    if not params:
+        params = [pytest.param(None, id=NONE)]
+    metafunc.parametrize("case", params)
+
+
+@pytest.fixture
+def st(request: Any) -> Any:
+    s = _state(request.config)
+    if s is None:
+        pytest.skip("no plugin under test: run with --fusegen-plugin NAME")
+    return s
+
+
+def _need(st: Any, case: Any, what: str) -> None:
+    if case is None:
+        pytest.skip(st.skip_reasons.get(what, f"nothing to check: {what}"))
+
+
+def _tol(st: Any, request: Any) -> dict | None:
+    return st.target.tolerance_for(request.node.name, st.tolerance_overrides)
+
+
+# ------------------------------------------------------------------------------ every plugin
+def test_declares_capabilities(st: Any, case: Any) -> None:
+    """Capabilities parse (checked when loading); every emitter factory's kind is declared and every declared
+    kind is served by one of the plugin's factories."""
+    t = st.target
+    caps = t.capabilities
+    undeclared = sorted({f.kind for f in t.factories} - set(caps.kinds))
+    if undeclared:
+        raise CheckFailed("declares-capabilities", f"plugin {t.name!r}: emitter factories serve {undeclared} but its "
+                                                   f"capabilities ({caps.source}) declare kinds {list(caps.kinds)}")
+    unserved = sorted(set(caps.kinds) - {f.kind for f in t.factories})
+    if unserved:
+        raise CheckFailed("declares-capabilities", f"plugin {t.name!r} declares kinds {unserved} but registers no "
+                                                   f"emitter factory for them")
+    if not (t.is_emitter_plugin or t.is_backend_plugin or t.info.hooks):
+        raise CheckFailed("declares-capabilities", f"plugin {t.name!r} implements no fusegen hook")
+
+
+# ---------------------------------------------------------------------------- emitter plugins
+def test_factory_kinds(st: Any, case: Any) -> None:
+    """Each emitter factory has a name, a kind spelled like XLA's (``k...``), an int rank and a callable."""
+    t = st.target
+    if not t.factories:
+        pytest.skip(f"plugin {t.name!r} registers no emitter factory")
+    for f in t.factories:
+        if not (isinstance(f.name, str) and f.name):
+            raise CheckFailed("factory-kinds", f"plugin {t.name!r}: factory with empty name")
+        if not (isinstance(f.kind, str) and f.kind.startswith("k") and f.kind[1:2].isupper()):
+            raise CheckFailed("factory-kinds", f"plugin {t.name!r}: factory {f.name!r} kind {f.kind!r} is not a "
+                                               f"kind name like 'kLoop'")
+        if not isinstance(f.rank, int) or isinstance(f.rank, bool):
+            raise CheckFailed("factory-kinds", f"plugin {t.name!r}: factory {f.name!r} rank {f.rank!r} is not an int")
+        if not callable(f.create):
+            raise CheckFailed("factory-kinds", f"plugin {t.name!r}: factory {f.name!r} create is not callable")
+    for m in t.matchers:
+        if not (isinstance(m.rank, int) and callable(m.match) and m.name):
+            raise CheckFailed("factory-kinds", f"plugin {t.name!r}: matcher {m.name!r} needs a name, an int rank and "
+                                               f"a callable")
+
+
+def test_matcher_claims_corpus(st: Any, case: Any) -> None:
+    """A corpus case labelled with one of the plugin's kinds dispatches to it, decided by the plugin's matcher."""
+    _need(st, case, "matcher")
+    from fusegen.analysis.fusion_analysis import FusionAnalysis, entry_fusion
+    from fusegen.dispatch import get_emitter_fusion_kind
+
+    t = st.target
+    path, want = case
+    module = corpus.parse_file(path)[0]
+    d = get_emitter_fusion_kind(FusionAnalysis.create(entry_fusion(module), corpus.device_for(path)), t.pm)
+    mine = {m.name for m in t.matchers}
+    if d.kind != want or d.decided_by not in mine:
+        raise CheckFailed("matcher-claims-corpus", f"plugin {t.name!r}: {path.name} is labelled {want} but dispatches "
+                                                   f"to {d.kind} (decided by {d.plugin}:{d.decided_by})")
+
+
+def test_matcher_claims_nothing_else(st: Any, case: Any) -> None:
+    """No corpus case labelled with another kind is claimed by the plugin's matchers."""
+    _need(st, case, "matcher")
+    from fusegen.analysis.fusion_analysis import FusionAnalysis, entry_fusion
+    from fusegen.dispatch import get_emitter_fusion_kind
+
+    t = st.target
+    mine = {m.name for m in t.matchers}
+    wrong = []
+    for path, want in case:
+        try:
+            module = corpus.parse_file(path)[0]
+            d = get_emitter_fusion_kind(FusionAnalysis.create(entry_fusion(module), corpus.device_for(path)), t.pm)
+        except Exception:
+            continue
+        if d.decided_by in mine and d.plugin == t.name:
+            wrong.append(f"{path.name} ({want} -> {d.kind})")
+    if wrong:
+        raise CheckFailed("matcher-claims-corpus", f"plugin {t.name!r} claims {len(wrong)} corpus case(s) labelled with "
+                                                   f"another kind: {', '.join(wrong[:5])}")
+
+
+def _corpus_emit(st: Any, case: Any, check: str) -> tuple[Any, Any, Any]:
+    module, fusion = corpus.load_fusion(case)
+    _a, _f, emitted = checks.emit_with_plugin(st.target, fusion, corpus.device_for(case.path), check)
+    return module, fusion, emitted
+
+
+def test_corpus_output(st: Any, case: Any, request: Any) -> None:
+    """Outputs of the plugin's kernels (Triton interpreter) equal the reference evaluator on corpus fusions."""
+    _need(st, case, "corpus")
+    st.require_device("cpu-interpreter")
+    module, fusion, emitted = _corpus_emit(st, case, "output-matches-evaluator")
+    ops, ref = corpus.operands_and_reference(module, fusion)
+    checks.check_outputs(st.target, fusion, emitted, ops, ref, _tol(st, request), st.device)
+
+
+def test_compiles_sm90(st: Any, case: Any) -> None:
+    """Every kernel compiles for sm_90 (Hopper) with Triton, without a GPU."""
+    _need(st, case, "corpus")
+    st.require_device("sm_90")
+    _m, fusion, emitted = _corpus_emit(st, case, "compiles-sm90")
+    checks.check_compiles(st.target, fusion.name, emitted, st.device)
+
+
+def test_launch_within_limits(st: Any, case: Any) -> None:
+    """Grid, threads per block and shared memory within the device limits (``fusegen.device``)."""
+    _need(st, case, "corpus")
+    _m, fusion, emitted = _corpus_emit(st, case, "launch-within-limits")
+    checks.check_launch(st.target, fusion.name, emitted, st.device)
+
+
+def test_deterministic_source(st: Any, case: Any) -> None:
+    """Emitting the same fusion twice (fresh parse, fresh analysis) gives the same kernels, byte for byte."""
+    _need(st, case, "corpus")
+    _m1, f1, e1 = _corpus_emit(st, case, "deterministic-source")
+    _m2, f2, e2 = _corpus_emit(st, case, "deterministic-source")
+    a, b = checks.source_fingerprint(e1), checks.source_fingerprint(e2)
+    if a != b:
+        diff = next((x[0] for x, y in zip(a, b) if x != y), "kernel count")
+        raise CheckFailed("deterministic-source", f"plugin {st.target.name!r}, fusion %{f1.name}: two emissions differ "
+                                                  f"({diff})")
+
+
+def test_generated_output(st: Any, case: Any, request: Any) -> None:
+    """Hypothesis-generated fusions of each declared kind: the plugin's kernels equal the reference evaluator,
+    launch within the limits, and emit deterministically."""
+    _need(st, case, "generated")
+    st.require_device("cpu-interpreter")
+    from hypothesis import HealthCheck, assume, given, settings
+
+    from fusegen.analysis.fusion_analysis import FusionAnalysis
+    from fusegen.dispatch import get_emitter_fusion_kind, get_fusion_emitter
+    from fusegen.hlo.parser import parse_module
+    from fusegen.runtime.inputs import make_inputs
+    from fusegen.evaluator.evaluator import evaluate_instruction
+
+    kind, gen_name = case
+    t = st.target
+    strategy = generators.GENERATORS[gen_name](tuple(t.capabilities.dtypes))
+    tol = _tol(st, request)
+    seen: list[int] = []
+
+    @settings(max_examples=st.max_examples, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def run(text: str) -> None:
+        module = parse_module(text, f"<generated {gen_name}>")
+        fusion = module.entry.root
+        analysis = FusionAnalysis.create(fusion, st.device)
+        got = get_emitter_fusion_kind(analysis, t.pm).kind
+        assume(got == kind)
+        _em, factory = get_fusion_emitter(analysis, got, t.pm)
+        assume(factory is not None and factory.plugin == t.name)
+        seen.append(1)
+        try:
+            _a, _f, emitted = checks.emit_with_plugin(t, fusion, st.device, "output-matches-evaluator")
+            _a, _f, again = checks.emit_with_plugin(t, parse_module(text, "<again>").entry.root, st.device,
+                                                    "deterministic-source")
+            if checks.source_fingerprint(emitted) != checks.source_fingerprint(again):
+                raise CheckFailed("deterministic-source", f"plugin {t.name!r}: two emissions of one generated fusion "
+                                                          f"differ")
+            ops = make_inputs(module, seed=0)
+            ref = evaluate_instruction(fusion, ops)
+            checks.check_outputs(t, fusion, emitted, ops, ref, tol, st.device)
+        except CheckFailed as e:
+            raise CheckFailed(e.check, f"{str(e)[len(e.check) + 3:]}\ngenerated HLO:\n{text}") from None
+
+    run()
+    if not seen:
+        pytest.skip(f"no generated {gen_name} fusion dispatched to {kind} served by {t.name!r}")
+
+
+# ---------------------------------------------------------------------------- backend plugins
+def test_execution_backend_declared(st: Any, case: Any) -> None:
+    """Execution backends have a name, an int rank, callables, and declare ``trusted`` as a bool."""
+    _need(st, case, "execution")
+    b = case
+    if not (isinstance(b.name, str) and b.name and isinstance(b.rank, int) and callable(b.can_execute)
+            and callable(b.execute)):
+        raise CheckFailed("backend-declared", f"plugin {st.target.name!r}: execution backend {b.name!r} needs a name, an "
+                                              f"int rank and callables can_execute/execute")
+    if not isinstance(b.trusted, bool):
+        raise CheckFailed("can-produce-wrong-results-declared", f"plugin {st.target.name!r}: execution backend "
+                                                                f"{b.name!r} trusted={b.trusted!r} is not a bool")
+
+
+def test_execution_backend_results(st: Any, case: Any, request: Any) -> None:
+    """An execution backend's result equals the reference evaluator on corpus instructions it accepts."""
+    _need(st, case, "execution-results")
+    st.require_device(*st.target.capabilities.devices)
+    from fusegen.runtime.inputs import leaves
+
+    b, (path, mi, name) = case
+    module, inst = corpus.load_instruction(path, mi, name)
+    ops, ref = corpus.operands_and_reference(module, inst)
+    try:
+        got = b.execute(inst, ops, None)
+    except Exception as e:
+        raise CheckFailed("results-within-tolerance", f"plugin {st.target.name!r}: backend {b.name!r} raised on "
+                                                      f"%{inst.name} ({path.name}): {type(e).__name__}: {e}") from e
+    tol = _tol(st, request)
+    for k, (s, o, r) in enumerate(zip(inst.shape.leaves(), leaves(got), leaves(ref))):
+        ok, err = checks.within(o, r, s.element_type, tol)
+        if not ok:
+            raise CheckFailed("results-within-tolerance", f"plugin {st.target.name!r}: backend {b.name!r} on %{inst.name} "
+                                                          f"({path.name}) output {k}: max abs error {err:.3g}")
+
+
+def _codegen(st: Any, case: Any) -> tuple[Any, Any, Any, Any]:
+    _need(st, case, "codegen")
+    st.require_device(*st.target.capabilities.devices)
+    backend, (path, mi, name) = case
+    module, inst = corpus.load_instruction(path, mi, name)
+    return backend, module, inst, path
+
+
+def test_codegen_backend_declared(st: Any, case: Any) -> None:
+    """A codegen backend has a name and version, and ``can_produce_wrong_results()`` answers a bool."""
+    _need(st, case, "codegen-declared")
+    b = case
+    if not (isinstance(b.name, str) and b.name and isinstance(b.version, str) and b.version):
+        raise CheckFailed("backend-declared", f"plugin {st.target.name!r}: codegen backend {b!r} needs a name and a version")
+    v = b.can_produce_wrong_results()
+    if not isinstance(v, bool):
+        raise CheckFailed("can-produce-wrong-results-declared", f"plugin {st.target.name!r}: {b.name}."
+                                                                f"can_produce_wrong_results() returned {v!r}, not a bool")
+
+
+def test_supported_configs(st: Any, case: Any) -> None:
+    """Supported configs are non-empty, JSON-serialisable (``Config.to_json`` round trip) and stable (asked
+    twice, and of a backend rebuilt from ``worker_spec()``, the same list)."""
+    from fusegen.codegen_backend import CodegenBackend, Config
+
+    backend, _m, inst, path = _codegen(st, case)
+    cfgs = backend.get_supported_configs(inst)
+    where = f"plugin {st.target.name!r}: backend {backend.name!r} on %{inst.name} ({path.name})"
+    if not cfgs:
+        raise CheckFailed("supported-configs", f"{where}: no supported configs")
+    for c in cfgs:
+        if not isinstance(c, Config) or c.backend != backend.name:
+            raise CheckFailed("supported-configs", f"{where}: {c!r} is not a Config of backend {backend.name!r}")
+        try:
+            again = Config.from_json(json.loads(json.dumps(c.to_json())))
+        except Exception as e:
+            raise CheckFailed("configs-serialisable", f"{where}: config {c} does not survive JSON: {e}") from e
+        if again != c:
+            raise CheckFailed("configs-serialisable", f"{where}: config {c} reads back as {again}")
+    names = [c.name for c in cfgs]
+    if [c.name for c in backend.get_supported_configs(inst)] != names:
+        raise CheckFailed("configs-stable", f"{where}: asking twice gives different configs")
+    try:
+        fresh = CodegenBackend.from_worker_spec(backend.worker_spec())
+    except Exception:
+        fresh = None  # a backend that cannot be rebuilt compiles in process; stability across calls is checked
+    if fresh is not None and [c.name for c in fresh.get_supported_configs(inst)] != names:
+        raise CheckFailed("configs-stable", f"{where}: a backend rebuilt from {backend.worker_spec()!r} gives "
+                                            f"different configs")
+
+
+def test_scratch_bytes(st: Any, case: Any) -> None:
+    """``scratch_bytes(config)`` is a non-negative int for every supported config."""
+    backend, _m, inst, path = _codegen(st, case)
+    for c in backend.get_supported_configs(inst)[:64]:
+        n = backend.scratch_bytes(c)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            raise CheckFailed("scratch-bytes", f"plugin {st.target.name!r}: backend {backend.name!r} reports "
+                                               f"scratch_bytes={n!r} for {c}")
+
+
+def test_compile_apply_roundtrip(st: Any, case: Any) -> None:
+    """A supported config compiles to an ``Executable``; ``apply_config`` writes it into the backend config,
+    idempotently, and the module prints and parses back with the same backend config."""
+    from fusegen.codegen_backend import Executable
+    from fusegen.hlo.parser import parse_modules
+    from fusegen.hlo.printer import print_module
+
+    backend, module, inst, path = _codegen(st, case)
+    where = f"plugin {st.target.name!r}: backend {backend.name!r} on %{inst.name} ({path.name})"
+    cfgs = backend.get_supported_configs(inst)
+    if not cfgs:
+        raise CheckFailed("supported-configs", f"{where}: no supported configs")
+    errors = []
+    exe = None
+    for c in cfgs[: st.max_compiles]:
+        try:
+            exe = backend.compile(inst, c)
+            break
+        except Exception as e:
+            errors.append(f"{c}: {type(e).__name__}: {e}")
+    if exe is None:
+        raise CheckFailed("compile-apply-roundtrip", f"{where}: none of the first {st.max_compiles} configs compiles: "
+                                                     + "; ".join(errors))
+    if not isinstance(exe, Executable):
+        raise CheckFailed("compile-apply-roundtrip", f"{where}: compile returned {type(exe).__name__}, not an Executable")
+    before = json.dumps(inst.attrs.get("backend_config"), sort_keys=True, default=str)
+    backend.apply_config(inst, c)
+    once = json.dumps(inst.attrs.get("backend_config"), sort_keys=True, default=str)
+    if once == before:
+        raise CheckFailed("compile-apply-roundtrip", f"{where}: apply_config({c}) left the backend config unchanged")
+    backend.apply_config(inst, c)
+    if json.dumps(inst.attrs.get("backend_config"), sort_keys=True, default=str) != once:
+        raise CheckFailed("compile-apply-roundtrip", f"{where}: applying {c} twice changes the backend config again")
+    text = print_module(module)
+    mods = parse_modules(text, f"<printed {path.name}>")
+    back = next((i for m in mods for comp in m.computations for i in comp.instructions if i.name == inst.name), None)
+    if back is None or json.dumps(back.attrs.get("backend_config"), sort_keys=True, default=str) != once:
+        raise CheckFailed("compile-apply-roundtrip", f"{where}: the applied backend config does not survive printing "
+                                                     f"and parsing the module")
+
+
+def test_codegen_results_within_tolerance(st: Any, case: Any, request: Any) -> None:
+    """The compiled executable of the first compilable config gives the reference evaluator's result."""
+    import numpy as np
+
+    from fusegen.codegen import triton_runtime
+    from fusegen.hlo.layout_util import from_physical, to_physical
+    from fusegen.hlo import dtypes
+    from fusegen.runtime.inputs import leaves
+
+    backend, module, inst, path = _codegen(st, case)
+    st.require_device("cpu-interpreter", "cuda-gpu")
+    where = f"plugin {st.target.name!r}: backend {backend.name!r} on %{inst.name} ({path.name})"
+    exe, cfg = None, None
+    for c in backend.get_supported_configs(inst)[: st.max_compiles]:
+        try:
+            exe, cfg = backend.compile(inst, c), c
+            break
+        except Exception:
+            continue
+    if exe is None:
+        raise CheckFailed("compile-apply-roundtrip", f"{where}: no config compiles")
+    ops, ref = corpus.operands_and_reference(module, inst)
+    inputs = [triton_runtime.to_storage(to_physical(np.asarray(v), o.shape), o.shape.element_type)
+              for v, o in zip(ops, inst.operands)]
+    shapes = inst.shape.leaves()
+    outputs = [triton_runtime.to_storage(np.zeros(s.numel, dtypes.numpy_dtype(s.element_type)), s.element_type)
+               for s in shapes]
+    n = backend.scratch_bytes(cfg)
+    scratch = np.zeros(n, np.uint8) if n else None
+    try:
+        exe.run(inputs, outputs, scratch)
+    except Exception as e:
+        raise CheckFailed("results-within-tolerance", f"{where}: running {cfg} raised {type(e).__name__}: {e}") from e
+    tol = _tol(st, request)
+    for k, (s, o, r) in enumerate(zip(shapes, outputs, leaves(ref))):
+        got = from_physical(triton_runtime.from_storage(o, s.element_type), s)
+        ok, err = checks.within(got, r, s.element_type, tol)
+        if not ok:
+            raise CheckFailed("results-within-tolerance", f"{where}: config {cfg} output {k}: max abs error {err:.3g}")
