@@ -87,7 +87,10 @@ def fusegen_codegen_backends():
         list[fusegen.codegen_backend.CodegenBackend]: every registered backend is asked for the
         supported configs of each tunable instruction; the autotuner enumerates them all (selectable
         with ``xla_gpu_experimental_autotune_backends``'s ``+name,-name`` syntax). Order matters for
-        "first config" (level 0): backends are kept in registration order of their plugins.
+        "first config" (level 0): backends are ordered by ascending ``CodegenBackend.rank`` (XLA's CUDA
+        order, ``factory_cuda.cc``: cuDNN 100, Triton 200, cuBLASLt 300, fission 400, native 500,
+        block-level 600; host 1000), then plugin order. A backend name registered by two plugins is an
+        error naming both (``fusegen.autotuning.autotuner.discover_backends``).
     """
 
 

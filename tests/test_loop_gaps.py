@@ -326,13 +326,14 @@ ENTRY e {{
 
 
 def test_column_sum_reference_is_accurate():
-    """An f32 sum over the major axis rounds the exact sum (no row-after-row f32 drift)."""
+    """An f32 sum over the major axis is within 2 ulp of the exact sum (no row-after-row f32 drift)."""
     rows, cols = 8192, 16
     m = parse_modules(_SUM.format(et="f32", rows=rows, cols=cols))[0]
     x = (np.random.default_rng(1).normal(size=(rows, cols)) * 100 + 1000).astype(np.float32)
     out = evaluate_module(m, [x])
     exact = np.array([math.fsum(x[:, j].astype(np.float64)) for j in range(cols)])
-    np.testing.assert_array_equal(out, exact.astype(np.float32))
+    ulp = np.spacing(exact.astype(np.float32)).astype(np.float64)
+    assert (np.abs(out.astype(np.float64) - exact) <= 2 * ulp).all()  # row after row in f32: ~30 ulp off
     # bf16 sums keep the documented f32 accumulation (B19) and round once to bf16
     mb = parse_modules(_SUM.format(et="bf16", rows=rows, cols=cols))[0]
     xb = x.astype(ml_dtypes.bfloat16)

@@ -12,6 +12,8 @@ from fusegen import __version__
 from fusegen.cli.config import config
 from fusegen.cli.explain import explain
 from fusegen.cli.opt import opt
+from fusegen.cli.tune import tune
+from fusegen.cli.cache import cache
 from fusegen.cli.plugins import plugins
 from fusegen.cli.run import run
 
@@ -31,6 +33,8 @@ cli.add_command(explain)
 cli.add_command(plugins)
 cli.add_command(config)
 cli.add_command(opt)
+cli.add_command(tune)
+cli.add_command(cache)
 
 
 def main() -> None:

@@ -109,6 +109,7 @@ def fusions_served_by(target: Any, root: Path, limit: int) -> list[CorpusFusion]
     """Up to ``limit`` corpus fusions whose emitter comes from ``target``'s factories, spread over the corpus
     (small ones only, see :data:`MAX_ELEMENTS`), in a stable order."""
     from fusegen.analysis.fusion_analysis import FusionAnalysis
+    from fusegen.codegen.emitter import EmitterUnsupported
     from fusegen.dispatch import get_emitter_fusion_kind, get_fusion_emitter
 
     names = {f.name for f in target.factories}
@@ -124,11 +125,18 @@ def fusions_served_by(target: Any, root: Path, limit: int) -> list[CorpusFusion]
                     kind = get_emitter_fusion_kind(a, target.pm).kind
                     if kind not in target.capabilities.kinds and not any(f.kind == kind for f in target.factories):
                         continue
-                    _em, fac = get_fusion_emitter(a, kind, target.pm)
+                    em, fac = get_fusion_emitter(a, kind, target.pm)
                 except Exception:
                     continue  # fusions fusegen cannot analyse are the analysis tests' business
-                if fac is not None and fac.plugin == target.name and fac.name in names:
-                    found.append(CorpusFusion(path, mi, inst.name, kind, fac.name, size))
+                if fac is None or fac.plugin != target.name or fac.name not in names:
+                    continue
+                try:
+                    em.emit()
+                except EmitterUnsupported:
+                    continue  # a documented decline: the fusion runs on an execution backend
+                except Exception:
+                    pass  # anything else is the plugin's failure, reported by the tests
+                found.append(CorpusFusion(path, mi, inst.name, kind, fac.name, size))
     if len(found) <= limit:
         return found
     step = len(found) / limit

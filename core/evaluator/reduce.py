@@ -5,9 +5,8 @@ Semantics: XLA operation semantics; the combiner's parameters are ``(accumulator
 * A single-input reduce whose ``to_apply`` is one of add / multiply / maximum / minimum / and / or / xor of its two
   parameters runs as one numpy reduction. f16/bf16 sums and products accumulate in f32 and round once at the end
   (XLA's reduction order is unspecified, so no reference can match GPU bits there; this is the most accurate one).
-  Float sums are computed pairwise over contiguous rows (:func:`accurate_sum`), f32 ones in f64, and rounded
-  once: numpy would otherwise accumulate row after row along a non-minor axis, less accurately than any GPU
-  reduction tree.
+  Float sums are computed pairwise over contiguous rows (:func:`accurate_sum`): numpy would otherwise
+  accumulate row after row along a non-minor axis, less accurately than any GPU reduction tree.
 * Any other combiner (variadic reduces such as argmax included) folds the reduced elements in XLA's order
   (``HloEvaluator::HandleReduce``: ``acc = init``, then ``acc = f(acc, x)`` over the reduced index space in
   row-major order), evaluating the combiner on all output elements at once when it is elementwise, else one
@@ -108,14 +107,15 @@ def sequential_fold(comp: Computation, accs: list[np.ndarray], xs: list[np.ndarr
     return accs
 
 
-def accurate_sum(x: np.ndarray, rdims: tuple[int, ...], init: np.ndarray, acc_dtype=np.float64) -> np.ndarray:
-    """``init + sum(x over rdims)`` for float ``x`` (f32 or f64), accumulated pairwise in ``acc_dtype``.
+def accurate_sum(x: np.ndarray, rdims: tuple[int, ...], init: np.ndarray) -> np.ndarray:
+    """``init + sum(x over rdims)`` for float ``x`` (f32 or f64), summed pairwise in ``x``'s dtype.
 
     numpy sums pairwise only along a contiguous innermost axis; over any other axis it adds row after
     row, which for long f32 sums drifts far more than a GPU's tree reduction (gpu_colsum: 1.3e-4 off the
-    exact sum). The reduced dims are therefore moved last and made contiguous before summing; f32 sums
-    use ``acc_dtype=float64``, f16/bf16 sums (``x`` widened to f32) keep f32 accumulation (bug B19's
-    documented rule). The caller rounds the result once to the result type.
+    exact sum). The reduced dims are therefore moved last and made contiguous before summing. The sum
+    stays in f32 for f32 input and for f16/bf16 input widened to f32 (bug B19's documented rule): below
+    eight elements numpy's pairwise sum is the sequential one, so short sums (split-K partials) equal
+    XLA's in-order fold bit for bit. The caller rounds once to the result type.
     """
     keep = [d for d in range(x.ndim) if d not in rdims]
     k = 1
@@ -123,8 +123,8 @@ def accurate_sum(x: np.ndarray, rdims: tuple[int, ...], init: np.ndarray, acc_dt
         k *= x.shape[d]
     moved = np.moveaxis(x, list(rdims), list(range(x.ndim - len(rdims), x.ndim)))
     flat = np.ascontiguousarray(moved).reshape(tuple(x.shape[d] for d in keep) + (k,))
-    total = np.add.reduce(flat, axis=-1, dtype=acc_dtype)
-    return np.add(total, np.asarray(init, dtype=acc_dtype))
+    total = np.add.reduce(flat, axis=-1, dtype=x.dtype)
+    return np.add(total, np.asarray(init, dtype=x.dtype))
 
 
 def _reduce(inst: Instruction, ops: list):
@@ -148,9 +148,7 @@ def _reduce(inst: Instruction, ops: list):
         init = up(inits[0])
         f = _ufunc(op, x.dtype)
         if op == "add" and x.dtype in (np.float32, np.float64):
-            # B19 rule for f16/bf16: accumulate in f32 (not wider), round once
-            acc_dt = np.float32 if xs[0].dtype != x.dtype else np.float64
-            results = [as_array(accurate_sum(x, rdims, init, acc_dt), out_dts[0])]
+            results = [as_array(accurate_sum(x, rdims, init), out_dts[0])]
         else:
             if op == "multiply" and x.dtype == np.float32 and xs[0].dtype != np.float32:
                 r = f.reduce(x, axis=rdims, dtype=np.float32)
