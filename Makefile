@@ -6,10 +6,14 @@ STAMP := $(VENV)/.fusegen-installed
 
 .PHONY: demo test bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml examples/input-slices-plugin/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
+	# cuDNN graph building works on a CPU; its heavy deps (cutlass-dsl) are only needed on a GPU.
+	$(BIN)/python -m pip install -q --no-deps nvidia-cudnn-frontend==1.32.0
+	# The example third-party plugin: discovered through its entry point, checked by the conformance suite.
+	$(BIN)/python -m pip install -q -e examples/input-slices-plugin
 	touch $(STAMP)
 
 demo: $(STAMP)

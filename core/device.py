@@ -44,6 +44,7 @@ class DeviceDescription:
         dnn_version: cuDNN version string (``"0.0.0"``: fusegen links no cuDNN, as XLA's cache-key
             tests force it).
         gcn_arch_name: ROCm architecture (``gfx90a``) for ROCm descriptions, else ``""``.
+        oneapi_architecture: oneAPI architecture (``BMG``) for SYCL descriptions, else ``""``.
     """
 
     name: str
@@ -67,6 +68,7 @@ class DeviceDescription:
     fpus_per_core: int = 0
     dnn_version: str = "0.0.0"
     gcn_arch_name: str = ""
+    oneapi_architecture: str = ""
 
     @property
     def warp_size(self) -> int:
@@ -191,11 +193,18 @@ def model_string(device: DeviceDescription) -> str:
     autotune_cache_key.cc): bandwidth rounded to GB/s (1e9 bytes/s), L2 in MiB, both printed as
     doubles with six significant digits, e.g.
     ``"CUDA: 9.0, Cores: 132, GPU clock: 1.98 GHz, Memory bandwidth: 4800 GB/s, L2 cache: 50 MB, DNN version: 0.0.0"``.
+    SYCL devices print ``oneAPI: <architecture name>`` (``oneAPI: BMG_G21``), ROCm ``ROCM: <gcn arch>``.
     """
     if device.platform == "CUDA":
         cc = f"CUDA: {device.compute_capability[0]}.{device.compute_capability[1]}"
     elif device.platform == "ROCM":
         cc = f"ROCM: {device.gcn_arch_name.split(':')[0]}"
+    elif device.platform == "SYCL":
+        # XLA prints the oneAPI architecture by its device name (the B580's BMG die is BMG_G21).
+        from fusegen.cache.key import ONEAPI_ARCH_NAMES
+
+        arch = device.oneapi_architecture
+        cc = f"oneAPI: {ONEAPI_ARCH_NAMES.get(arch, arch)}"
     else:
         cc = f"{device.platform}: {device.model}"
     bw = math.floor(device.memory_bandwidth / 1e9 + 0.5)  # std::round: half away from zero
@@ -270,4 +279,5 @@ def from_target_config_text(text: str, name: str = "custom") -> DeviceDescriptio
         block_dim_limit=(int(num("block_dim_limit_x")), int(num("block_dim_limit_y")), int(num("block_dim_limit_z"))),
         fpus_per_core=int(num("fpus_per_core")),
         gcn_arch_name=fields.get(g + "rocm_compute_capability.gcn_arch_name", ""),
+        oneapi_architecture=fields.get(g + "oneapi_compute_capability.architecture", ""),
     )

@@ -28,3 +28,13 @@ def corpus() -> Path:
     if not CORPUS.exists():
         pytest.skip(f"shared corpus not found at {CORPUS}")
     return CORPUS
+
+
+def pytest_collection_modifyitems(config, items):
+    """``slow`` tests (full corpus sweeps, every-config compiles) run only with FUSEGEN_SLOW=1 (CI sets it)."""
+    if os.environ.get("FUSEGEN_SLOW", "") not in ("", "0"):
+        return
+    skip = pytest.mark.skip(reason="slow sweep; set FUSEGEN_SLOW=1 to run it (CI does)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

@@ -108,9 +108,6 @@ def test_cache_key_model_string_from_device(path):
     device_mod = pytest.importorskip("fusegen.device")
     dev = device_mod.from_target_config_text(path.read_text())
     got, want = device_mod.model_string(dev), _index()[path.name]
-    if "bmg_g21" in path.name and got != want:
-        pytest.xfail(f"fusegen.device.model_string gives {got.split(',')[0]!r} for this SYCL device; XLA prints "
-                     f"{want.split(',')[0]!r} (reported to the device owner)")
     assert got == want
     assert make_key_model(dev) == want
 

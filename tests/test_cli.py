@@ -129,3 +129,40 @@ def test_hostile_instruction_names_never_reach_kernel_source_raw(tmp_path):
 def test_unknown_device_is_a_clear_error():
     p = fusegen("run", str(EXAMPLE), "--device", "tpu9")
     assert p.returncode == 2 and "h200" in p.stderr and "Traceback" not in p.stderr
+
+
+def _gelu_matmul():
+    from conftest import corpus_path
+
+    return corpus_path("jax", "gelu_matmul.pre.hlo")
+
+
+def test_config_file_and_xla_flags_send_the_dot_to_cublas(tmp_path):
+    src = _gelu_matmul()
+    d = json.loads(fusegen("explain", str(src), "--json", cwd=tmp_path).stdout)
+    assert [f["kind"] for f in d["fusions"] if f["name"].startswith("gemm_fusion")] == ["kTriton"]
+    assert d["library_calls"] == []
+    (tmp_path / "fusegen.toml").write_text("[debug_options]\nxla_gpu_enable_triton_gemm = false\n")
+    d = json.loads(fusegen("explain", str(src), "--json", cwd=tmp_path).stdout)
+    assert [c["target"] for c in d["library_calls"]] == ["__cublas$lt$matmul"]
+    assert not any(f["kind"] == "kTriton" for f in d["fusions"])
+    show = json.loads(fusegen("config", "show", "--json", cwd=tmp_path).stdout)
+    src_of = show["options"]["debug_options.xla_gpu_enable_triton_gemm"]
+    assert src_of["value"] is False and src_of["source"] == f"file:{tmp_path / 'fusegen.toml'}:2"
+    (tmp_path / "fusegen.toml").unlink()
+    env = {**__import__("os").environ, "XLA_FLAGS": "--xla_gpu_enable_triton_gemm=false"}
+    p = subprocess.run([sys.executable, "-m", "fusegen.cli", "explain", str(src), "--json"], capture_output=True,
+                       text=True, cwd=tmp_path, env=env)
+    assert [c["target"] for c in json.loads(p.stdout)["library_calls"]] == ["__cublas$lt$matmul"]
+    p = subprocess.run([sys.executable, "-m", "fusegen.cli", "config", "show", "--json"], capture_output=True,
+                       text=True, cwd=tmp_path, env=env)
+    assert json.loads(p.stdout)["options"]["debug_options.xla_gpu_enable_triton_gemm"]["source"] == "env:XLA_FLAGS"
+
+
+def test_plugins_disable_in_config_takes_a_kind_back_to_the_host(tmp_path):
+    from conftest import corpus_path
+
+    src = corpus_path("jax", "gpu_transpose_add.default.h100_opt.hlo")
+    (tmp_path / "fusegen.toml").write_text('[plugins]\ndisable = ["transpose"]\n')
+    d = json.loads(fusegen("explain", str(src), "--json", cwd=tmp_path).stdout)
+    assert [(f["kind"], f["backend"]) for f in d["fusions"]] == [("kTranspose", "host")]

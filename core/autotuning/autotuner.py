@@ -52,6 +52,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("fusegen.autotuning")
 
+#: fusegen's CPU default of ``cost_model_top_k``: in Triton's interpreter one run of a small-tile config of a
+#: real GEMM takes minutes (``gpu_mlp_bf16``: 8192 programs for 16x8 tiles), so without a GPU only the
+#: roofline's best 4 configs (the host backend, always kept, and 3 Triton tilings) are compiled and timed.
+#: Override with ``--cost-model-top-k`` (0 tunes every config).
+CPU_DEFAULT_TOP_K = 4
+
 #: Options whose value changes which config wins (fingerprinted into every cache key).
 RESULT_CHANGING = ("xla_gpu_autotune_level", "xla_gpu_autotune_gemm_rtol", "xla_gpu_experimental_autotune_backends",
                    "xla_gpu_deterministic_ops", "xla_gpu_exclude_nondeterministic_ops", "scratch_bytes_window_us",
@@ -68,7 +74,9 @@ class AutotuneOptions:
     (False), ``xla_gpu_experimental_autotune_backends`` ("" = all; ``"+triton,-cublaslt"`` or
     ``"triton,host"``), ``xla_gpu_crash_on_verification_failures`` (False).
 
-    fusegen's own: ``scratch_bytes_window_us`` (XLA's hard-coded 2 µs), ``cost_model_top_k`` (0 = off),
+    fusegen's own: ``scratch_bytes_window_us`` (XLA's hard-coded 2 µs), ``cost_model_top_k`` (0 = off;
+    ``None`` = fusegen's default: :data:`CPU_DEFAULT_TOP_K` when the autotuner times on the CPU because no
+    GPU is usable and no profiler was given, else off; see :func:`default_top_k`),
     ``compile_workers`` (None = CPU count, 0 = in process), ``compile_timeout_s``, ``profile_runs`` (None:
     5 with CUDA events, 0 = the timed warm-up run on the CPU),
     ``seed`` (input data), ``tune_emitter_fusions`` (also tune emitter fusions' launch parameters),
@@ -86,7 +94,7 @@ class AutotuneOptions:
     xla_gpu_deterministic_ops: bool = False
     xla_gpu_exclude_nondeterministic_ops: bool = False
     scratch_bytes_window_us: float = DEFAULT_SCRATCH_WINDOW_US
-    cost_model_top_k: int = 0
+    cost_model_top_k: int | None = None
     compile_workers: int | None = None
     compile_timeout_s: float = DEFAULT_TIMEOUT_S
     profile_runs: int | None = None
@@ -120,6 +128,21 @@ class AutotuneOptions:
         d["xla_gpu_experimental_autotune_backends"] = None  # represented by the selected set below
         d["backends"] = sorted(f"{b.name}:{b.version}" for b in backends)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
+def default_top_k(profiler: Profiler | None, device: Any) -> int:
+    """``cost_model_top_k`` when the options leave it ``None``.
+
+    :data:`CPU_DEFAULT_TOP_K` when the autotuner will build its own profiler (``profiler is None``) and
+    that is CPU wall time (no CuPy/GPU), and ``device`` is a description the cost model can use; else 0.
+    A profiler passed in explicitly (tests, benchmarks) keeps every config.
+    """
+    if profiler is not None or not hasattr(device, "memory_bandwidth"):
+        return 0
+    from fusegen.autotuning.profiler import CudaEventsProfiler
+
+    ok, _ = CudaEventsProfiler.availability()
+    return 0 if ok else CPU_DEFAULT_TOP_K
 
 
 # --------------------------------------------------------------------------------------------
@@ -269,7 +292,8 @@ class InstructionReport:
     """What happened to one instruction (one row of the summary table).
 
     ``step``: ``cache`` | ``tuned`` | ``single-config`` | ``single-compiled`` | ``first-compilable`` |
-    ``default`` | ``error``; ``cache``: ``memory`` | ``directory`` | ``miss``.
+    ``default`` | ``kept`` (re-tuning, no supported config here: its own config stays) | ``error``; ``cache``: ``memory`` | ``directory`` | ``miss``. ``configs`` counts the
+    configs tried (after the cost model), ``supported`` every supported config before it.
     """
 
     name: str
@@ -277,6 +301,7 @@ class InstructionReport:
     cache: str = "miss"
     step: str = ""
     configs: int = 0
+    supported: int = 0
     compiled: int = 0
     failures: dict[str, int] = attrs.field(factory=dict)
     winner: str | None = None
@@ -288,13 +313,19 @@ class InstructionReport:
     seconds: float = 0.0
     results: list[ProfileResult] = attrs.field(factory=list, repr=False)
 
+    @property
+    def cache_hit(self) -> bool:
+        return self.cache in ("memory", "directory")
+
     def to_json(self) -> dict:
         d = attrs.asdict(self, filter=lambda a, v: a.name != "results")
+        d["cache_hit"] = self.cache_hit
         return d
 
 
 def summary_table(reports: Sequence[InstructionReport], title: str = "autotuning"):
     """A ``rich`` table: configs tried, failures by kind, winner, time, scratch, tie-break, cache."""
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title)
@@ -303,8 +334,12 @@ def summary_table(reports: Sequence[InstructionReport], title: str = "autotuning
         t.add_column(col, overflow="fold")
     for r in reports:
         fails = ", ".join(f"{k}×{v}" for k, v in sorted(r.failures.items())) or "-"
-        t.add_row(r.name, r.cache, r.step if not r.error else f"[red]error[/]: {r.error.splitlines()[0]}",
-                  str(r.configs), str(r.compiled), fails, r.winner or "-",
+        cache = f"hit ({r.cache})" if r.cache_hit else r.cache
+        err = r.error.splitlines()[0] if r.error else ""
+        err = err if len(err) <= 160 else err[:159] + "…"  # XLA's messages embed the whole instruction
+        t.add_row(r.name, cache, r.step if not r.error else f"[red]error[/]: {escape(err)}",
+                  str(r.configs) if r.supported <= r.configs else f"{r.configs} of {r.supported}",
+                  str(r.compiled), fails, r.winner or "-",
                   "-" if r.duration_us is None else f"{r.duration_us:.2f}", str(r.scratch_bytes),
                   "yes" if r.tie_break else "no")
     return t
@@ -344,6 +379,8 @@ class Autotuner:
 
             device = DEFAULT_DEVICE
         self.device = device
+        if self.options.cost_model_top_k is None:
+            self.options = attrs.evolve(self.options, cost_model_top_k=default_top_k(profiler, device))
         if self.options.cost_model_top_k > 0 and not hasattr(device, "memory_bandwidth"):
             raise ValueError("cost_model_top_k needs a device description (fusegen.device), not a model string")
         self.cache = cache if cache is not None else TieredCache(
@@ -498,6 +535,7 @@ class Autotuner:
         if opts.xla_gpu_require_complete_aot_autotune_results:
             raise AutotuneError(f"No cached config found for HLO instr: {describe(instr)}", code="NotFound")
         configs = self.supported_configs(instr)
+        rep.supported = len(configs)
         # 3. cost model
         if opts.cost_model_top_k > 0 and configs:
             configs, _ = cost_model.rank_configs(instr, configs, self.by_name, self.device, opts.cost_model_top_k)
@@ -507,6 +545,11 @@ class Autotuner:
             self._first_compilable(instr, configs, rep)
             return
         # 5. tune
+        if not configs and opts.retune_configured and not needs_config(instr, opts.tune_emitter_fusions):
+            # Re-tuning an instruction that carries a config, with no backend able to tune it here (cuBLASLt
+            # without a GPU): keep its config rather than fail; nothing is cached.
+            rep.step = "kept"
+            return
         if not configs:
             raise AutotuneError(f"No supported configs found for HLO: {describe(instr)}", code="NotFound")
         if len(configs) == 1:

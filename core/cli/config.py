@@ -54,6 +54,7 @@ def resolve_config(config_path, xla_flags, pm=None, quiet: bool = False):
         if pm is None:
             pm = _plugin_manager()
         cfg = load_config(config_path=config_path, cli_flags=list(xla_flags or ()), pm=pm)
+        pm.apply_config(cfg)  # [plugins] enable/disable
     except (ConfigError, PluginError) as e:
         fail(str(e))
     if not quiet:

@@ -21,6 +21,12 @@ def plugins(as_json, hook_name):
         matchers, factories, backends, passes = pm.kind_matchers(), pm.emitter_factories(), pm.execution_backends(), pm.passes()
     except PluginError as e:
         fail(str(e))
+    if hook_name:
+        known = sorted(n for n in dir(pm.pm.hook) if n.startswith("fusegen_"))
+        if hook_name not in known:
+            from fusegen.config.xla_flags import did_you_mean
+
+            fail(f"unknown hook {hook_name!r}{did_you_mean(hook_name, known)}; hooks: {', '.join(known)}")
     rows = []
     for info in pm.infos.values():
         if hook_name and hook_name not in info.hooks:

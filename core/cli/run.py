@@ -1,4 +1,13 @@
-"""``fusegen run MODULE.hlo``: parse, dispatch, generate, run every fusion, compare with the reference."""
+"""``fusegen run MODULE.hlo``: parse, dispatch, generate, run every fusion, compare with the reference.
+
+With ``--autotune`` every tunable instruction (XLA's ``ConfigAssigner`` list: ``__triton_gemm`` /
+``__triton_nested_gemm_fusion`` fusions, cuBLASLt calls, ``__cudnn$fusion``, ``__custom_fusion``) is tuned
+first, including those that already carry a config (corpus modules come tuned for another machine), with
+the codegen backends plugins contribute (Triton configs, cuBLASLt, cuDNN, the host backend). The winners
+are applied to the backend configs, so the run then uses them. The autotune cache directory is
+``xla_gpu_per_fusion_autotune_cache_dir`` (config file, ``XLA_FLAGS``, ``--xla-flag``, or
+``--autotune-cache-dir``); a second run with the same directory is served from it without compiling.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +41,81 @@ def report_table(report, title: str):
     return t
 
 
+def autotune_json(tuned: list, compiles: int, cache_stats: dict) -> dict:
+    """The ``autotune`` part of ``--json``: one entry per instruction, plus totals.
+
+    Each entry: ``name``, ``configs`` (tried), ``supported``, ``compiled``, ``failures`` (kind -> count),
+    ``winner``, ``duration_us``, ``scratch_bytes``, ``tie_break``, ``cache`` (``memory`` | ``directory`` |
+    ``miss``), ``cache_hit``, ``step``, ``error`` (and ``module`` for multi-module files), and for a
+    profiled instruction ``candidates``: ``[{"name", "backend", "trusted", "duration_us", "scratch_bytes",
+    "failure": null | kind}]`` in config order.
+    """
+    multi = len({m for m, _ in tuned}) > 1
+    entries = []
+    for module_name, r in tuned:
+        d = r.to_json()
+        d["candidates"] = [{"name": c.name, "backend": getattr(c.config, "backend", ""), "trusted": bool(c.trusted),
+                            "duration_us": c.duration_us, "scratch_bytes": c.scratch_bytes,
+                            "failure": c.failure.kind.name if c.failure else None} for c in r.results]
+        if multi:
+            d["module"] = module_name
+        entries.append(d)
+    return {"autotune": entries, "autotune_compiles": compiles, "autotune_cache": dict(cache_stats)}
+
+
+def _autotune(modules, cfg, device, module_path, record_dir, cache_dir, top_k, show_progress):
+    """Tune every module's tunable instructions in place; returns ``(tuner, [(module name, report)])``."""
+    from fusegen.autotuning.autotuner import AutotuneOptions, Autotuner, discover_backends
+    from fusegen.autotuning.selection import AutotuneError
+    from fusegen.plugin_manager import PluginError
+
+    overrides = {"retune_configured": True}
+    if cache_dir is not None:
+        overrides["xla_gpu_per_fusion_autotune_cache_dir"] = cache_dir
+    if top_k is not None:
+        overrides["cost_model_top_k"] = top_k
+    try:
+        options = AutotuneOptions.from_debug_options(cfg.debug_options, **overrides)
+    except (ValueError, TypeError) as e:
+        fail(str(e))
+    try:
+        backends = discover_backends()
+    except PluginError as e:
+        fail(str(e))
+    if not backends:
+        fail("--autotune: no codegen backends are registered (plugins contribute them through the "
+             "fusegen_codegen_backends hook)")
+    progress = None
+    if show_progress:
+        from rich.console import Console
+        from rich.progress import Progress
+
+        progress = Progress(console=Console(stderr=True), transient=True)
+    try:
+        tuner = Autotuner(backends, options, device, record_dir=record_dir, progress=progress)
+    except ValueError as e:
+        fail(str(e))
+    tuned = []
+    with tuner:
+        for module in modules:
+            try:
+                if progress is not None:
+                    with progress:
+                        reps = tuner.tune_module(module, raise_on_error=False)
+                else:
+                    reps = tuner.tune_module(module, raise_on_error=False)
+            except AutotuneError as e:
+                fail(f"{module_path}: {e.code}: {e.message}")
+            except OSError as e:  # cache or record directory not writable
+                fail(f"{module_path}: autotuning: {e}")
+            except PluginError as e:
+                fail(f"{module_path}: {e}")
+            except Exception as e:  # never a bare traceback
+                internal_error(f"{module_path}: autotuning module {module.name}", e)
+            tuned.extend((module.name, r) for r in reps)
+    return tuner, tuned
+
+
 def report_json(reports) -> dict:
     """The ``--json`` document: ``{"module", "fusions": [...], ...}`` (fusions in entry post order)."""
     if len(reports) == 1:
@@ -63,11 +147,23 @@ def report_json(reports) -> dict:
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of tables.")
 @click.option("--no-compile", is_flag=True, help="Skip compiling each kernel for sm_90.")
-def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, xla_flags, as_json, no_compile):
+@click.option("--autotune", is_flag=True,
+              help="Autotune every GEMM/library instruction first (also those carrying a config) and run the winners.")
+@click.option("--autotune-cache-dir", "autotune_cache_dir", type=click.Path(file_okay=False), default=None,
+              help="Autotune cache directory (sets xla_gpu_per_fusion_autotune_cache_dir). Needs --autotune.")
+@click.option("--record", "record_dir", type=click.Path(file_okay=False), default=None,
+              help="Write a replay record per tuned instruction (fusegen tune --replay). Needs --autotune.")
+@click.option("--cost-model-top-k", "top_k", type=click.IntRange(0, None), default=None,
+              help="Compile and time only the cost model's best K configs (0: all). Default: 4 when timing "
+                   "on the CPU (no GPU), else all.")
+def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, xla_flags, as_json, no_compile,
+        autotune, autotune_cache_dir, record_dir, top_k):
     """Run MODULE.hlo end to end on seeded random inputs (or --inputs) and check every fusion.
 
     Each fusion's kernel output is compared with the reference evaluator on the same operands; the
-    module's outputs are compared too. Exit 1 on any mismatch, 2 on bad input, 3 on an internal error.
+    module's outputs are compared too. With --autotune the tunable instructions are tuned first and a
+    summary table is printed before the run table (to stderr with --json; the JSON gets an "autotune"
+    list). Exit 1 on any mismatch or failed tuning, 2 on bad input, 3 on an internal error.
     """
     from fusegen.evaluator.evaluator import UnsupportedOpError
     from fusegen.plugin_manager import PluginError
@@ -77,9 +173,24 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
     modules = load_modules(module_path)
+    if not autotune:
+        given = [n for n, v in (("--autotune-cache-dir", autotune_cache_dir), ("--record", record_dir),
+                                ("--cost-model-top-k", top_k)) if v is not None]
+        if given:
+            fail(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --autotune")
     prepare_modules(modules, cfg, device)
     if (inputs_path or outputs_path) and len(modules) > 1:
         fail(f"{module_path}: holds {len(modules)} modules; --inputs/--save-outputs need a single-module file")
+    tuner, tuned = None, []
+    if autotune:
+        tuner, tuned = _autotune(modules, cfg, device, module_path, record_dir, autotune_cache_dir, top_k,
+                                 show_progress=not as_json and sys.stderr.isatty())
+        from rich.console import Console
+
+        from fusegen.autotuning.autotuner import summary_table
+
+        tconsole = Console(stderr=as_json, width=None if (sys.stderr if as_json else sys.stdout).isatty() else 160)
+        tconsole.print(summary_table([r for _, r in tuned], title=f"autotuning {module_path} on {device.name}"))
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     reports, outputs = [], []
     n_fusions = sum(1 for m in modules for c in m.computations for i in c.instructions if i.opcode == "fusion")
@@ -110,9 +221,14 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             progress.stop()
     if outputs_path:
         np.savez(outputs_path, **{f"o{i}": a for i, a in enumerate(leaves(outputs[0]))})
-    ok = all(r.ok for r in reports)
+    ok = all(r.ok for r in reports) and not any(r.error for _, r in tuned)
     if as_json:
-        click.echo(json.dumps(report_json(reports), indent=2))
+        doc = report_json(reports)
+        if tuner is not None:
+            doc.update(autotune_json(tuned, tuner.compiles, tuner.cache.stats))
+            if any(r.error for _, r in tuned):
+                doc["status"] = "autotune-error" if doc.get("status") == "ok" else doc.get("status")
+        click.echo(json.dumps(doc, indent=2))
     else:
         from rich.console import Console
 

@@ -18,7 +18,17 @@ can leave its buffer.
 Numerics follow XLA:GPU: f16/bf16/fp8 arithmetic is done in f32 and rounded back; transcendental functions
 call libdevice; integer division by zero gives -1 (all ones), ``INT_MIN / -1`` gives ``INT_MIN``;
 float->int conversion saturates and maps NaN to 0; shifts by >= bit width give 0 (or the sign fill);
-``maximum``/``minimum`` propagate NaN.
+``maximum``/``minimum`` propagate NaN; integer ``power`` is exponentiation by squaring (negative exponents
+give 0, or 1 for base 1); start indices wider than the index type saturate before they are narrowed.
+``reduce`` and ``reduce-window`` are runtime loops over the reduced elements / window positions (f16/bf16
+add/multiply reducers accumulate in f32 and round once, as the reference evaluator does).
+
+Tuple-shaped fusion parameters are read leaf by leaf (one kernel buffer per leaf, parameter kind
+``"operand_leaf"``) through their ``get-tuple-element`` users.
+
+Emitters that compute part of a fusion themselves (a hero) hand its values to the generator with
+:meth:`ElementalGenerator.bind_value`, and emit on another block shape (a reduction's epilogue, scalar
+combine functions) with :meth:`KernelContext.block`.
 
 Anything else raises :class:`~fusegen.codegen.emitter.EmitterUnsupported` naming the op and instruction.
 """
@@ -302,6 +312,8 @@ class ElementalGenerator:
             return a - b
         if b == 0:
             return a
+        if isinstance(b, int) and b < 0:
+            return self.iadd(a, -b)
         return self.iexpr(f"{self.itensor(a)} - {b}")
 
     def imul(self, a: int | str, k: int) -> int | str:

@@ -35,7 +35,7 @@ def corpus_root() -> Path | None:
 
 def hlo_files(root: Path, patterns: tuple[str, ...] = ()) -> list[Path]:
     """HLO files under ``root`` matching ``patterns`` (default: xla/cases, jax, xla/modules), sorted."""
-    pats = patterns or ("xla/cases/*.hlo", "jax/*.hlo", "xla/modules/*.hlo")
+    pats = patterns or ("xla/cases/*.hlo", "jax/*.hlo", "xla/modules/*.hlo", "bugs/*.hlo")
     out: list[Path] = []
     for pat in pats:
         out.extend(sorted(root.glob(pat)))
@@ -199,9 +199,9 @@ def expected_kind(expected: str) -> str:
 
 
 def instructions_for_backend(root: Path, patterns: tuple[str, ...], accept, limit: int) -> list[tuple[Path, int, str]]:
-    """Up to ``limit`` ``(file, module index, instruction name)`` in files matching ``patterns`` for which
-    ``accept(instruction)`` is true."""
-    out: list[tuple[Path, int, str]] = []
+    """The ``limit`` smallest ``(file, module index, instruction name)`` in files matching ``patterns`` for which
+    ``accept(instruction)`` is true (ties in file order)."""
+    found: list[tuple[int, int, tuple[Path, int, str]]] = []
     for path in hlo_files(root, patterns):
         for mi, module in enumerate(parse_file(path)):
             for comp in module.computations:
@@ -211,10 +211,8 @@ def instructions_for_backend(root: Path, patterns: tuple[str, ...], accept, limi
                     except Exception:
                         ok = False
                     if ok:
-                        out.append((path, mi, inst.name))
-                        if len(out) >= limit:
-                            return out
-    return out
+                        found.append((_elements(inst), len(found), (path, mi, inst.name)))
+    return [loc for _n, _k, loc in sorted(found)[:limit]]
 
 
 def load_instruction(path: Path, module_index: int, name: str) -> tuple[Any, Any]:

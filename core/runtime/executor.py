@@ -6,7 +6,9 @@ on numpy buffers in Triton's interpreter; each fusion's outputs are compared wit
 evaluator on the same operands. ``while``, ``conditional`` and ``call`` bodies are run by the
 executor too, so their fusions get kernels like any other. Every other instruction, and every
 fusion whose kind has no emitter, runs on the first execution backend that accepts it (the host
-backend in the end) and is reported as such.
+backend in the end) and is reported as such. A fusion whose autotuned winner names an execution
+backend (:mod:`fusegen.autotuning.tuned_backend`, e.g. the host backend beating every Triton config)
+runs on that backend, decided by ``autotuner``.
 
 Mirrors the role of XLA's ``ThunkEmitter`` + ``GpuExecutable`` (``xla/service/gpu/thunk_emitter.cc``):
 a sequence of kernel / library / copy thunks.
@@ -21,6 +23,7 @@ import attrs
 import numpy as np
 
 from fusegen import dispatch
+from fusegen.autotuning.tuned_backend import tuned_execution_backend
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
 from fusegen.codegen.emitter import EmitterUnsupported
@@ -127,6 +130,12 @@ class Executor:
         decision = dispatch.get_emitter_fusion_kind(analysis, self.pm)
         rep.kind, rep.decided_by = decision.kind, decision.decided_by
         emitted = None
+        tuned = tuned_execution_backend(inst)
+        if tuned is not None:  # the autotuner chose an execution backend over every kernel config
+            rep.decided_by, rep.backend = "autotuner", self._backend_for(inst).name
+            rep.reason = f"autotuned winner: {tuned} backend"
+            self._emitted[id(inst)] = (None, rep)
+            return None, rep
         try:
             emitter, factory = dispatch.get_fusion_emitter(analysis, decision.kind, self.pm)
         except EmitterUnsupported as e:
@@ -157,6 +166,13 @@ class Executor:
         return emitted, rep
 
     def _backend_for(self, inst: Instruction):
+        tuned = tuned_execution_backend(inst)
+        if tuned is not None:
+            for b in self.pm.execution_backends():
+                if b.name == tuned:
+                    return b
+            raise PluginError("fusegen", f"%{inst.name} was autotuned to run on execution backend {tuned!r}, "
+                                         "which no plugin registers")
         for b in self.pm.execution_backends():
             if self.pm.call_plugin(b.plugin, f"{b.name}.can_execute", b.can_execute, inst):
                 return b

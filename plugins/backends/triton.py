@@ -134,7 +134,19 @@ class TritonBackend(CodegenBackend):
         return _TritonExecutable(instr, emitted)
 
     def apply_config(self, instr: Instruction, config: Config) -> None:
-        """Write ``triton_gemm_config`` into the fusion's ``fusion_backend_config`` (XLA ``ApplyConfig``)."""
+        """Write the config into the fusion's ``fusion_backend_config`` (XLA ``ApplyConfig``), in place.
+
+        ``triton_gemm_config`` is always written: it is what the GEMM emitter reads first
+        (:func:`fusegen_plugins.backends.triton_gemm_emitter.resolve_config`) and the only field that carries
+        ``block_k``. A ``__triton_nested_gemm_fusion`` also gets its ``block_level_fusion_config`` replaced by
+        the same tiling (output tile ``[1, ..., block_m, block_n]``, warps, stages, CTAs, TMA; other fields of
+        the old one kept), so the two never disagree; on a ``__triton_gemm`` fusion a stale
+        ``block_level_fusion_config`` is removed. A host winner applied earlier is cleared.
+
+        Raises:
+            fusegen_plugins.backends.triton_configs.ConfigError: a malformed config (``split_k > 1``...).
+        """
+        from fusegen.autotuning.tuned_backend import EXECUTION_BACKEND_FIELD
         from fusegen_plugins.backends.triton_configs import from_values
 
         cfg = from_values(dict(config.values))
@@ -142,11 +154,33 @@ class TritonBackend(CodegenBackend):
         fbc = dict(bc.get("fusion_backend_config") or {})
         fbc.setdefault("kind", "__triton_gemm")
         fbc["triton_gemm_config"] = cfg.to_backend_config()
+        if fbc["kind"] == "__triton_nested_gemm_fusion":
+            fbc["block_level_fusion_config"] = _block_level_config(instr, cfg, fbc.get("block_level_fusion_config"))
+        else:
+            fbc.pop("block_level_fusion_config", None)
+        fbc.pop(EXECUTION_BACKEND_FIELD, None)
         bc["fusion_backend_config"] = fbc
         instr.attrs["backend_config"] = bc
 
     def scratch_bytes(self, config: Config) -> int:
         return 0
+
+
+def _block_level_config(instr: Instruction, cfg: Any, old: Any) -> dict:
+    """The ``block_level_fusion_config`` of a nested GEMM fusion tiled by ``cfg`` (a ``TritonGemmConfig``).
+
+    XLA's ``NestGemmFusion`` turns a ``triton_gemm_config`` into this form: the output tile is ``block_m x
+    block_n`` with 1 on every batch dimension (the dot's output is ``[batch..., m, n]``). Fields of ``old`` this
+    does not set (``is_warp_specialization_allowed``, ``waves_per_eu``...) are kept.
+    """
+    rank = max(2, len(instr.shape.dimensions)) if not instr.shape.is_tuple else 2
+    out = dict(old) if isinstance(old, dict) else {}
+    out["output_tiles"] = [{"sizes": ["1"] * (rank - 2) + [str(cfg.block_m), str(cfg.block_n)]}]
+    out["num_warps"] = str(cfg.num_warps)
+    out["num_ctas"] = cfg.num_ctas
+    out["num_stages"] = cfg.num_stages
+    out["is_tma_allowed"] = cfg.is_tma_allowed
+    return out
 
 
 @hookimpl
