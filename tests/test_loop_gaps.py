@@ -421,3 +421,100 @@ print("ok")
 '''
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(REPO), timeout=300)
     assert r.returncode == 0 and "ok" in r.stdout, r.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------------ elemental dot
+CASES = CORPUS / "xla" / "cases"
+
+
+@pytest.mark.parametrize("name", ["lit_shared__loop__dot_fp8.hlo", "cudnn__OddDimensionsAreSupported__pipeline0.hlo",
+                                  "cache_key_hlo__kDotFusionHloText.hlo"])
+def test_loop_fusion_with_dot_matches_evaluator(name):
+    p = CASES / name
+    if not p.exists():
+        pytest.skip(f"{p} not found")
+    m = load(p)
+    (f,) = [i for i in m.entry.post_order() if i.opcode == "fusion"]  # kLoop, or a kCustom dispatch makes kLoop
+    ops, ref = operands_and_reference(m, f)
+    emitted = pick_emitter(FusionAnalysis.create(f)).emit()
+    assert emitted.emitter == "LoopFusion"
+    run_and_compare(f, ops, ref, emitted)
+    if name == "lit_shared__loop__dot_fp8.hlo":
+        r = triton_runtime.compile_for_target(emitted.kernels[0])
+        assert ".target sm_90a" in r.ptx
+
+
+def test_batched_integer_dot_by_hand():
+    """s8 x s8 -> s32 batch dot (batch dim 1 on both sides, contracting lhs 2 / rhs 0), wrapping in s32."""
+    text = """HloModule m
+fused {
+  a = s8[3,2,5] parameter(0)
+  b = s8[5,2,4] parameter(1)
+  ROOT d = s32[2,3,4] dot(a, b), lhs_batch_dims={1}, rhs_batch_dims={1}, lhs_contracting_dims={2},
+    rhs_contracting_dims={0}
+}
+ENTRY e {
+  a = s8[3,2,5] parameter(0)
+  b = s8[5,2,4] parameter(1)
+  ROOT f = s32[2,3,4] fusion(a, b), kind=kLoop, calls=fused
+}"""
+    rng = np.random.default_rng(5)
+    a = rng.integers(-128, 128, size=(3, 2, 5)).astype(np.int8)
+    b = rng.integers(-128, 128, size=(5, 2, 4)).astype(np.int8)
+    outs, _, _, emitted = _run_loop(text, [a, b])
+    expect = np.einsum("mbk,kbn->bmn", a.astype(np.int64), b.astype(np.int64)).astype(np.int32)
+    np.testing.assert_array_equal(outs[0], expect)
+    assert "for kk in range(0, 5)" in emitted.kernels[0].source
+
+
+# ---------------------------------------------------------------------------------------------- complex
+def test_complex_loop_fusion_by_hand():
+    """c64 arithmetic, complex/real/imag, select and a c64 -> c128 convert in one loop fusion."""
+    text = """HloModule m
+fused {
+  re = f32[6] parameter(0)
+  im = f32[6] parameter(1)
+  z = c64[6] parameter(2)
+  c = c64[6] complex(re, im)
+  m = c64[6] multiply(c, z)
+  d = c64[6] divide(m, z)
+  s = c64[6] subtract(d, c)
+  n = c64[6] negate(z)
+  eq = pred[6] compare(c, z), direction=NE
+  sel = c64[6] select(eq, n, z)
+  w = c128[6] convert(sel)
+  r = f32[6] real(m)
+  i = f32[6] imag(m)
+  ROOT t = (c64[6], c64[6], c128[6], f32[6], f32[6]) tuple(s, m, w, r, i)
+}
+ENTRY e {
+  re = f32[6] parameter(0)
+  im = f32[6] parameter(1)
+  z = c64[6] parameter(2)
+  ROOT f = (c64[6], c64[6], c128[6], f32[6], f32[6]) fusion(re, im, z), kind=kLoop, calls=fused
+}"""
+    re = np.array([1, 2, 3, -1, 0.5, 2], np.float32)
+    im = np.array([0, -1, 2, 4, -0.5, 3], np.float32)
+    z = np.array([1 + 1j, 2 - 1j, 3 + 2j, 0.5j, 4, -2 - 2j], np.complex64)
+    outs, _, _, _ = _run_loop(text, [re, im, z])
+    c = (re + 1j * im).astype(np.complex64)
+    np.testing.assert_allclose(outs[0], np.zeros(6), atol=1e-5)
+    np.testing.assert_allclose(outs[1], c * z, rtol=1e-6)
+    assert outs[2].dtype == np.complex128
+    np.testing.assert_array_equal(outs[2], np.where(c != z, -z, z).astype(np.complex128))
+    np.testing.assert_allclose(outs[3], (c * z).real, rtol=1e-6)
+    np.testing.assert_allclose(outs[4], (c * z).imag, rtol=1e-6)
+
+
+def test_complex_declined_by_other_emitters():
+    """Emitters that do not opt in (``KernelContext.complex_values``) still decline complex types."""
+    m = load("""HloModule m
+ENTRY e {
+  z = c64[4] parameter(0)
+  ROOT n = c64[4] negate(z)
+}""")
+    ctx = KernelContext("tl.int32", [Shape("c64", (4,))])
+    gen = ElementalGenerator(ctx, m.entry)
+    from fusegen.codegen.emitter import EmitterUnsupported
+    with pytest.raises(EmitterUnsupported, match="c64"):
+        gen.value(m.entry.root, ("lin_c",))

@@ -96,10 +96,40 @@ def _int_range(et: str) -> tuple[int, int]:
     return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
 
 
+#: Complex element types and the float type of their parts.
+COMPLEX_PARTS = {"c64": "f32", "c128": "f64"}
+#: Opcodes that accept complex operands / results (besides the complex arithmetic of ``_complex_op``).
+_COMPLEX_OK = frozenset({
+    "parameter", "constant", "broadcast", "reshape", "copy", "transpose", "slice", "reverse", "pad",
+    "concatenate", "dynamic-slice", "dynamic-update-slice", "gather", "tuple", "get-tuple-element", "select",
+    "compare", "convert", "bitcast",
+})
+
+
+class Cx(tuple):
+    """A complex value: the pair ``(re, im)`` of variables of the part type (``c64`` -> f32 parts).
+
+    Buffers of complex type are stored as interleaved parts (numpy's layout), read and written by the
+    part type at offsets ``2 * off`` and ``2 * off + 1``.
+    """
+
+    __slots__ = ()
+
+    @property
+    def re(self) -> str:
+        return self[0]
+
+    @property
+    def im(self) -> str:
+        return self[1]
+
+
 def _check_type(inst: Instruction, shape: Shape | None = None) -> None:
     shape = shape or inst.shape
     for leaf in shape.leaves():
         et = leaf.element_type
+        if et in COMPLEX_PARTS:
+            continue
         try:
             ts.tl_dtype(et)
         except dtypes.UnsupportedTypeError:
@@ -159,6 +189,9 @@ class KernelContext:
             builds are ``tl.full(<block_shape>, ...)``. Set it to e.g. ``"[OBLOCK]"`` while emitting on a
             smaller block, or ``"[]"`` for scalar code (combine functions); :meth:`block` does this for a
             ``with`` block.
+        complex_values: whether the emitter handles complex values (:class:`Cx` pairs, stored with
+            :func:`fusegen.codegen.emitter.store_line`); when false (the default) complex types are
+            declined as before. The loop emitter sets it.
     """
 
     def __init__(self, index_dtype: str, operand_shapes: Sequence[Shape]):
@@ -173,6 +206,7 @@ class KernelContext:
         self.mask = "mask"
         self.zero = "zero"
         self.block_shape = "[BLOCK]"
+        self.complex_values = False
         for n in ("lin_c", "off", "t"):
             self.names.reserve(n)
 
@@ -421,6 +455,18 @@ class ElementalGenerator:
     def _emit(self, inst: Instruction, idx: Index) -> Any:
         op = inst.opcode
         _check_type(inst)
+        if self.ctx.complex_values and (op in ("complex", "real", "imag") or (
+                op in ("add", "subtract", "multiply", "divide", "negate") and inst.shape.element_type in COMPLEX_PARTS)):
+            return self._complex_op(inst, idx)
+        has_complex = any(leaf.element_type in COMPLEX_PARTS for x in [inst] + list(inst.operands)
+                          for leaf in x.shape.leaves())
+        if has_complex and not self.ctx.complex_values:
+            et = next(leaf.element_type for x in [inst] + list(inst.operands) for leaf in x.shape.leaves()
+                      if leaf.element_type in COMPLEX_PARTS)
+            raise EmitterUnsupported(op, inst.name, f"element type {et} has no Triton type")
+        if has_complex and op not in _COMPLEX_OK:
+            raise EmitterUnsupported(op, inst.name, "complex operands are only supported by elementwise "
+                                     "add/subtract/multiply/divide/negate, compare EQ/NE, convert and data movement")
         handler = _HANDLERS.get(op)
         if handler is not None:
             return handler(self, inst, idx)
@@ -429,6 +475,51 @@ class ElementalGenerator:
         raise EmitterUnsupported(op, inst.name, f"opcode {op!r} is not supported by the elemental emitter")
 
     # ------------------------------------------------------------------------------------- helpers
+    def where(self, cond: str, a: Any, b: Any, hint: str) -> Any:
+        """``tl.where(cond, a, b)`` on values: per part for complex values, per leaf for tuples."""
+        if isinstance(a, Cx):
+            return Cx((self.ctx.emit(f"tl.where({cond}, {a.re}, {b.re})", hint),
+                       self.ctx.emit(f"tl.where({cond}, {a.im}, {b.im})", hint)))
+        if isinstance(a, list):
+            return [self.where(cond, x, y, hint) for x, y in zip(a, b)]
+        return self.ctx.emit(f"tl.where({cond}, {a}, {b})", hint)
+
+    def _complex_op(self, inst: Instruction, idx: Index) -> Any:
+        """Complex arithmetic (``c64`` / ``c128``) on ``(re, im)`` pairs: add, subtract, multiply, divide
+        (Smith's algorithm, as numpy), negate, compare EQ/NE, select; ``complex``/``real``/``imag``."""
+        op = inst.opcode
+        name = inst.name
+        em = self.ctx.emit
+        if op == "complex":
+            a, b = self._operands(inst, idx)
+            return Cx((a, b))
+        if op in ("real", "imag"):
+            (x,) = self._operands(inst, idx)
+            if not isinstance(x, Cx):  # real(x) = x, imag(x) = 0 for a real x
+                et = inst.shape.element_type
+                return x if op == "real" else self.ctx.emit(ts.float_constant(0.0, et, self.ctx.block_shape), name)
+            return x.re if op == "real" else x.im
+        vals = self._operands(inst, idx)
+        if op == "negate":
+            (x,) = vals
+            return Cx((em(f"-{x.re}", name), em(f"-{x.im}", name)))
+        a, b = vals
+        if op in ("add", "subtract"):
+            sym = "+" if op == "add" else "-"
+            return Cx((em(f"{a.re} {sym} {b.re}", name), em(f"{a.im} {sym} {b.im}", name)))
+        if op == "multiply":
+            return Cx((em(f"{a.re} * {b.re} - {a.im} * {b.im}", name), em(f"{a.re} * {b.im} + {a.im} * {b.re}", name)))
+        if op == "divide":
+            big = em(f"tl.abs({b.re}) >= tl.abs({b.im})", "cdv")
+            r1 = em(f"{b.im} / {b.re}", "cdv")
+            d1 = em(f"{b.re} + {b.im} * {r1}", "cdv")
+            r2 = em(f"{b.re} / {b.im}", "cdv")
+            d2 = em(f"{b.re} * {r2} + {b.im}", "cdv")
+            re = em(f"tl.where({big}, ({a.re} + {a.im} * {r1}) / {d1}, ({a.re} * {r2} + {a.im}) / {d2})", name)
+            im = em(f"tl.where({big}, ({a.im} - {a.re} * {r1}) / {d1}, ({a.im} * {r2} - {a.re}) / {d2})", name)
+            return Cx((re, im))
+        raise EmitterUnsupported(op, name, f"{op} on {inst.operands[0].shape.element_type}")
+
     def tl(self, et: str) -> str:
         return ts.tl_dtype(et)
 
@@ -552,16 +643,28 @@ class ElementalGenerator:
                              key=("operand_leaf", n, leaf))
         return self._load(ptr, shape, idx, inst)
 
-    def _load(self, ptr: str, shape: Shape, idx: Index, inst: Instruction) -> str:
+    def _load(self, ptr: str, shape: Shape, idx: Index, inst: Instruction) -> Any:
         off = self.itensor(self.linearize(idx, shape.dimensions, shape.minor_to_major()))
-        v = self.ctx.emit(f"tl.load({ptr} + {off}, mask={self.ctx.mask}, other=0)", inst.name)
+        if shape.element_type in COMPLEX_PARTS:
+            o2 = self.ctx.emit(f"{off} * 2", "off")
+            re = self.ctx.emit(f"tl.load({ptr} + {o2}, mask={self.ctx.mask}, other=0)", f"{inst.name}_re")
+            im = self.ctx.emit(f"tl.load({ptr} + {o2} + 1, mask={self.ctx.mask}, other=0)", f"{inst.name}_im")
+            return Cx((re, im))
+        # fp8: no `other` (the interpreter cannot cast it to fp8); every index is in range anyway
+        other = "" if shape.element_type.startswith("f8") else ", other=0"
+        v = self.ctx.emit(f"tl.load({ptr} + {off}, mask={self.ctx.mask}{other})", inst.name)
         if shape.element_type == "pred":
             v = self.ctx.emit(f"{v} != 0", inst.name)
         return v
 
-    def _constant(self, inst: Instruction, idx: Index) -> str:
+    def _constant(self, inst: Instruction, idx: Index) -> Any:
         et = inst.shape.element_type
         val = parse_constant(inst)
+        if val.size == 1 and et in COMPLEX_PARTS:
+            x = complex(val.reshape(-1)[0])
+            pt = COMPLEX_PARTS[et]
+            return Cx((self.ctx.emit(ts.float_constant(x.real, pt, self.ctx.block_shape), f"{inst.name}_re"),
+                       self.ctx.emit(ts.float_constant(x.imag, pt, self.ctx.block_shape), f"{inst.name}_im")))
         if val.size == 1:
             x = val.reshape(-1)[0]
             if et == "pred":
@@ -610,7 +713,7 @@ class ElementalGenerator:
         return v
 
     def _reinterpret(self, v: str, s_et: str, d_et: str, inst: Instruction) -> str:
-        if "pred" in (s_et, d_et) or dtypes.bit_width(s_et) < 8:
+        if "pred" in (s_et, d_et) or dtypes.bit_width(s_et) < 8 or s_et in COMPLEX_PARTS or d_et in COMPLEX_PARTS:
             raise EmitterUnsupported(inst.opcode, inst.name, f"bit reinterpretation {s_et} -> {d_et}")
         return self.ctx.emit(f"{v}.to({self.tl(d_et)}, bitcast=True)", inst.name)
 
@@ -665,7 +768,7 @@ class ElementalGenerator:
         if "False" in conds:
             return padv
         cond = conds[0] if len(conds) == 1 else self.ctx.emit(" & ".join(conds), "inpad")
-        return self.emit(f"tl.where({cond}, {inner}, {padv})", inst)
+        return self.where(cond, inner, padv, inst.name)
 
     def _concatenate(self, inst: Instruction, idx: Index) -> Any:
         k = int_list(inst.attrs.get("dimensions"))[0]
@@ -689,7 +792,7 @@ class ElementalGenerator:
             if result is None:
                 result = v
             else:
-                result = self.emit(f"tl.where({ck} < {start + size}, {v}, {result})", inst)
+                result = self.where(f"{ck} < {start + size}", v, result, inst.name)
         if result is None:
             raise EmitterUnsupported(inst.opcode, inst.name, "empty concatenate")
         return result
@@ -740,7 +843,7 @@ class ElementalGenerator:
         if not conds:
             return u
         cond = self.ctx.emit(" & ".join(conds), "inupd")
-        return self.emit(f"tl.where({cond}, {u}, {base})", inst)
+        return self.where(cond, u, base, inst.name)
 
     def _gather(self, inst: Instruction, idx: Index) -> Any:
         a = inst.attrs
@@ -907,6 +1010,89 @@ class ElementalGenerator:
         if not promoted:
             return accs
         return [self.ctx.emit(f"{accs[0]}.to({self.tl(et)})", inst.name)]
+
+    def _dot(self, inst: Instruction, idx: Index) -> str:
+        """``dot`` as a runtime loop over the contracting elements (XLA's elemental dot,
+        ``EmitElementalDot`` in ``elemental_ir_emitter.cc``): output index = batch, lhs free, rhs free.
+
+        Floats narrower than f32 are multiplied and accumulated in f32 (f64 when an operand or the result
+        is f64) and rounded once, as the reference evaluator does; integer dots accumulate in 64 bits and
+        wrap to the result width.
+        """
+        lhs, rhs = inst.operands
+        lb, rb = int_list(inst.attrs.get("lhs_batch_dims")), int_list(inst.attrs.get("rhs_batch_dims"))
+        lc, rc = int_list(inst.attrs.get("lhs_contracting_dims")), int_list(inst.attrs.get("rhs_contracting_dims"))
+        if len(lb) != len(rb) or len(lc) != len(rc):
+            raise EmitterUnsupported(inst.opcode, inst.name, "dot with unmatched batch / contracting dims")
+        if inst.attrs.get("sparsity") or len(inst.operands) != 2:
+            raise EmitterUnsupported(inst.opcode, inst.name, "sparse dot")
+        lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
+        rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+        if len(idx) != len(lb) + len(lf) + len(rf):
+            raise EmitterUnsupported(inst.opcode, inst.name, "dot index rank mismatch")
+        et_l, et_r, et_o = lhs.shape.element_type, rhs.shape.element_type, inst.shape.element_type
+        ints = [dtypes.is_integral(t) or t == "pred" for t in (et_l, et_r, et_o)]
+        if all(ints):
+            if "u64" in (et_l, et_r, et_o) or et_o == "pred":
+                raise EmitterUnsupported(inst.opcode, inst.name, f"integer dot {et_l} x {et_r} -> {et_o}")
+            acc_et = "s64"
+        elif not any(ints):
+            acc_et = "f64" if "f64" in (et_l, et_r, et_o) else "f32"
+        else:
+            raise EmitterUnsupported(inst.opcode, inst.name, f"mixed integer / float dot {et_l} x {et_r} -> {et_o}")
+        at = self.tl(acc_et)
+        nb = len(lb)
+        lidx: list[Any] = [0] * lhs.shape.rank
+        ridx: list[Any] = [0] * rhs.shape.rank
+        for k, (dl, dr) in enumerate(zip(lb, rb)):
+            lidx[dl] = ridx[dr] = idx[k]
+        for k, d in enumerate(lf):
+            lidx[d] = idx[nb + k]
+        for k, d in enumerate(rf):
+            ridx[d] = idx[nb + len(lf) + k]
+        csizes = [lhs.shape.dimensions[d] for d in lc]
+        if csizes != [rhs.shape.dimensions[d] for d in rc]:
+            raise EmitterUnsupported(inst.opcode, inst.name, "contracting dimensions differ in size")
+        total = 1
+        for c in csizes:
+            total *= c
+        acc = self.ctx.emit(self.ctx.full(0.0 if acc_et != "s64" else 0, at), f"acc_{inst.name}")
+        loop = total > 1
+        if total > 0:
+            if loop:
+                r = self.ctx.names.fresh("kk")
+                self.ctx.body.line(f"for {r} in range(0, {total}):")
+                self.ctx.body.indent()
+                self.push_scope()
+            try:
+                comps: list[Any] = [0] * len(lc)
+                if loop:
+                    rv = self.iexpr(f"{self.ctx.zero} + {r}", "kk")
+                    stride = 1
+                    for j in reversed(range(len(lc))):  # row-major over the contracting dims
+                        if csizes[j] > 1:
+                            q = self.idiv(rv, stride)
+                            comps[j] = q if stride * csizes[j] == total else self.imod(q, csizes[j])
+                        stride *= csizes[j]
+                for j, (dl, dr) in enumerate(zip(lc, rc)):
+                    lidx[dl] = ridx[dr] = comps[j]
+                a = self.value(lhs, tuple(lidx))
+                b = self.value(rhs, tuple(ridx))
+                xs = []
+                for v, t in ((a, et_l), (b, et_r)):
+                    if self.compute_type(t) != acc_et:
+                        v = self.ctx.emit(f"{self.up(v, t)}.to({at})", "dv")
+                    else:
+                        v = self.up(v, t)
+                    xs.append(v)
+                self.ctx.body.line(f"{acc} = {acc} + {xs[0]} * {xs[1]}")
+            finally:
+                if loop:
+                    self.pop_scope()
+                    self.ctx.body.dedent()
+        if et_o == acc_et:
+            return acc
+        return self.wrap_subbyte(self.emit(f"{acc}.to({self.tl(et_o)})", inst), et_o, inst.name)
 
     def _reduce_window(self, inst: Instruction, idx: Index) -> Any:
         """``reduce-window``: a runtime loop over the window positions (row-major, as
@@ -1234,6 +1420,12 @@ class ElementalGenerator:
         if sym is None:
             raise EmitterUnsupported("compare", inst.name, f"unknown direction {direction!r}")
         ctype = str(inst.attrs.get("type", "")).upper()
+        if et in COMPLEX_PARTS:
+            if direction not in ("EQ", "NE"):
+                raise EmitterUnsupported("compare", inst.name, f"compare {direction} on {et}")
+            if direction == "EQ":
+                return self.emit(f"({a.re} == {b.re}) & ({a.im} == {b.im})", inst)
+            return self.emit(f"({a.re} != {b.re}) | ({a.im} != {b.im})", inst)
         if is_float(et):
             ac, bc = self.up(a, et), self.up(b, et)
             if ctype == "TOTALORDER":
@@ -1256,8 +1448,8 @@ class ElementalGenerator:
         p = self.value(inst.operands[0], idx if inst.operands[0].shape.rank else ())
         a = self.value(inst.operands[1], idx)
         b = self.value(inst.operands[2], idx)
-        if isinstance(a, list):
-            return [self.emit(f"tl.where({p}, {x}, {y})", inst) for x, y in zip(a, b)]
+        if isinstance(a, (list, Cx)):
+            return self.where(p, a, b, inst.name)
         return self.emit(f"tl.where({p}, {a}, {b})", inst)
 
     def _clamp(self, inst: Instruction, idx: Index) -> str:
@@ -1281,10 +1473,19 @@ class ElementalGenerator:
         dst = inst.shape.element_type
         return self.convert(x, src, dst, inst)
 
-    def convert(self, x: str, src: str, dst: str, inst: Instruction) -> str:
-        """``convert`` with XLA semantics (saturating float->int, NaN->0, !=0 to pred)."""
+    def convert(self, x: Any, src: str, dst: str, inst: Instruction) -> Any:
+        """``convert`` with XLA semantics (saturating float->int, NaN->0, !=0 to pred); to a complex type
+        the value becomes the real part, between complex types each part converts."""
         if src == dst:
             return x
+        if dst in COMPLEX_PARTS:
+            part = COMPLEX_PARTS[dst]
+            if src in COMPLEX_PARTS:
+                return Cx((self.convert(x.re, COMPLEX_PARTS[src], part, inst),
+                           self.convert(x.im, COMPLEX_PARTS[src], part, inst)))
+            return Cx((self.convert(x, src, part, inst), self.ctx.emit(ts.float_constant(0.0, part, self.ctx.block_shape), "k")))
+        if src in COMPLEX_PARTS:
+            raise EmitterUnsupported(inst.opcode, inst.name, f"convert {src} -> {dst}")
         if dst == "pred":
             if is_float(src):
                 xc = self.up(x, src)
@@ -1387,6 +1588,7 @@ _HANDLERS: dict[str, Callable[[ElementalGenerator, Instruction, Index], Any]] = 
     "map": ElementalGenerator._map,
     "reduce": ElementalGenerator._reduce,
     "reduce-window": ElementalGenerator._reduce_window,
+    "dot": ElementalGenerator._dot,
     "compare": ElementalGenerator._compare,
     "select": ElementalGenerator._select,
     "clamp": ElementalGenerator._clamp,
@@ -1394,6 +1596,9 @@ _HANDLERS: dict[str, Callable[[ElementalGenerator, Instruction, Index], Any]] = 
     "bitcast-convert": ElementalGenerator._bitcast_convert,
     "reduce-precision": ElementalGenerator._reduce_precision,
     "shift-left": ElementalGenerator._shift,
+    "complex": ElementalGenerator._complex_op,
+    "real": ElementalGenerator._complex_op,
+    "imag": ElementalGenerator._complex_op,
     "shift-right-logical": ElementalGenerator._shift,
     "shift-right-arithmetic": ElementalGenerator._shift,
 }
@@ -1416,8 +1621,8 @@ def choose_index_dtype(shapes: Sequence[Shape], block: int) -> str:
     biggest = 0
     for s in shapes:
         for leaf in s.leaves():
-            if leaf.is_array:
-                biggest = max(biggest, leaf.numel)
+            if leaf.is_array:  # complex buffers hold two parts per element
+                biggest = max(biggest, leaf.numel * (2 if leaf.element_type in COMPLEX_PARTS else 1))
     return "tl.int64" if biggest + block >= 2**31 - 1 else "tl.int32"
 
 

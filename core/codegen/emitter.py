@@ -140,8 +140,17 @@ def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
 
 
 def store_line(gen: "Any", ptr: str, offset: "int | str", value: str, element_type: str, mask: str) -> None:
-    """Append ``tl.store`` of ``value`` (converted to the buffer's storage type) at ``ptr + offset``."""
+    """Append ``tl.store`` of ``value`` (converted to the buffer's storage type) at ``ptr + offset``.
+
+    A complex value (:class:`fusegen.codegen.elemental.Cx`) is stored as its two parts at ``2 * offset``
+    and ``2 * offset + 1`` (the buffer holds interleaved parts).
+    """
     off = gen.itensor(offset)
+    if isinstance(value, tuple):
+        o2 = gen.ctx.emit(f"{off} * 2", "off")
+        gen.ctx.body.line(f"tl.store({ptr} + {o2}, {value[0]}, mask={mask})")
+        gen.ctx.body.line(f"tl.store({ptr} + {o2} + 1, {value[1]}, mask={mask})")
+        return
     if element_type == "pred":
         value = gen.ctx.emit(f"{value}.to(tl.uint8)", "st")
     gen.ctx.body.line(f"tl.store({ptr} + {off}, {value}, mask={mask})")

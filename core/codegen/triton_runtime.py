@@ -472,13 +472,19 @@ def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | 
 # storage conversions and whole fusions
 # --------------------------------------------------------------------------------------------------
 def to_storage(flat: np.ndarray, element_type: str) -> np.ndarray:
-    """A physical 1-D buffer in the dtype kernels load/store (``pred`` -> ``uint8``, ``s4`` -> ``int8``)."""
+    """A physical 1-D buffer in the dtype kernels load/store (``pred`` -> ``uint8``, ``s4`` -> ``int8``,
+    ``c64`` -> ``float32`` pairs)."""
     if element_type == "pred":
         return np.ascontiguousarray(np.asarray(flat).astype(np.bool_)).view(np.uint8)
     if element_type in ("s4", "s2"):
         return np.ascontiguousarray(np.asarray(flat).astype(np.int8))
     if element_type in ("u4", "u2"):
         return np.ascontiguousarray(np.asarray(flat).astype(np.uint8))
+    if element_type in ("c64", "c128"):  # interleaved (re, im) parts
+        part = np.float32 if element_type == "c64" else np.float64
+        if np.asarray(flat).dtype == part:  # already a storage buffer (aliases, copies)
+            return np.ascontiguousarray(flat)
+        return np.ascontiguousarray(np.asarray(flat).astype(dtypes.numpy_dtype(element_type))).reshape(-1).view(part)
     return np.ascontiguousarray(np.asarray(flat).astype(dtypes.numpy_dtype(element_type), copy=False))
 
 
@@ -488,6 +494,8 @@ def from_storage(flat: np.ndarray, element_type: str) -> np.ndarray:
         return flat.view(np.bool_) if flat.dtype == np.uint8 else flat.astype(np.bool_)
     if element_type in ("s4", "s2", "u4", "u2"):
         return flat.astype(dtypes.numpy_dtype(element_type))
+    if element_type in ("c64", "c128") and flat.dtype.kind == "f":
+        return flat.view(dtypes.numpy_dtype(element_type))
     return flat
 
 

@@ -36,6 +36,8 @@ _TL_DTYPE = {
 #: HLO element type -> storage element type of a kernel buffer (signature spelling ``*<this>``).
 _STORAGE = {
     "pred": "u8", "s4": "i8", "s2": "i8", "u4": "u8", "u2": "u8",
+    # complex buffers hold interleaved (re, im) parts
+    "c64": "fp32", "c128": "fp64",
 }
 
 
@@ -99,8 +101,8 @@ def storage_type(element_type: str) -> str:
 
 
 def storage_tl_dtype(element_type: str) -> str:
-    """``tl`` dtype of the loaded/stored buffer element (``pred`` -> ``tl.uint8``)."""
-    return {"pred": "tl.uint8"}.get(element_type, tl_dtype(element_type))
+    """``tl`` dtype of the loaded/stored buffer element (``pred`` -> ``tl.uint8``, ``c64`` -> ``tl.float32``)."""
+    return {"pred": "tl.uint8", "c64": "tl.float32", "c128": "tl.float64"}.get(element_type, tl_dtype(element_type))
 
 
 def int_literal(value: int) -> str:

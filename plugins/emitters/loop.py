@@ -57,6 +57,7 @@ class LoopFusion(FusionEmitter):
 
         def body(gen, lin_c: str) -> None:
             ctx = gen.ctx
+            ctx.complex_values = True  # complex values are (re, im) pairs; store_line writes both parts
             for root, lks in plan:
                 ishape = leaves[lks[0]]
                 n_r = ishape.numel

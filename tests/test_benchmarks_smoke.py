@@ -1,0 +1,202 @@
+"""``benchmarks/emitters.py``: the ``--quick`` run prints and writes one row per emitter with real compile numbers,
+and the pieces of its GPU part that do not need a GPU (XLA's module for a fusion, the device buffer binding, the
+CUPTI trace reader, the bytes a fusion moves) give the right values on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import REPO, corpus_path
+
+BENCH = REPO / "benchmarks" / "emitters.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("fusegen_bench_emitters", BENCH)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+E = _bench()
+
+
+def _candidate(rel: str, name: str | None = None):
+    """A :class:`Candidate` for fusion ``name`` (default: the first) of corpus file ``rel``."""
+    from fusegen.hlo.parser import parse_module
+    from fusegen.passes.pipeline import optimize_if_needed
+    from fusegen.runtime.executor import Executor
+
+    path = corpus_path(*rel.split("/"))
+    m = parse_module(path.read_text(), rel)
+    optimize_if_needed(m)
+    inst = next(i for i in m.fusion_instructions() if name is None or i.name == name)
+    emitted, rep = Executor(m, compile_kernels=False).plan_fusion(inst)
+    assert emitted is not None and emitted.kernels, rep.reason
+    return E.Candidate(rel, inst, rep.kind, emitted.emitter, emitted, 0.0)
+
+
+def test_quick_run_prints_a_row_per_emitter_with_compile_numbers(tmp_path, corpus):
+    out = tmp_path / "emitters.json"
+    no_gpu = E.gpu_unavailable_reason()
+    cmd = [sys.executable, str(BENCH), "--quick", "--json", str(out)] + (["--gpu"] if no_gpu else [])
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "tc"))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = {(r["kind"], r["emitter"]): r for r in report["cpu"]["rows"]}
+    # every emitter row the issue names is reached by the corpus and compiled for sm_90
+    for kind, emitter in E.ROWS:
+        r = rows[(kind, emitter)]
+        assert 1 <= r["fusions"] <= 2 and r["kernels"] >= r["fusions"], (kind, emitter, r)
+        assert 0 < r["compile_s_median"] <= r["compile_s_max"] < 120, (kind, emitter, r)
+        assert r["ptx_bytes_median"] > 1000 and r["num_warps"] and set(r["num_warps"]) <= {1, 2, 4, 8, 16, 32}
+        ok = [d for d in r["detail"] if not d["error"]]
+        assert all(d["ptx_bytes"] > 0 and d["cubin_bytes"] > 0 for d in ok)
+        # the printed table has this row with its numbers
+        line = next((ln for ln in p.stdout.splitlines() if f" {emitter} " in ln and f" {kind} " in ln), None)
+        assert line is not None, emitter
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        assert f"{r['compile_s_median']:.2f}" == cells[4] and f"{r['compile_s_max']:.2f}" == cells[5]
+    # tiled transposes stage their tile in shared memory; a row reduction of many rows does too
+    for emitter in ("TransposeFusion", "PackedTranspose"):
+        assert rows[("kTranspose", emitter)]["shared_bytes_max"] >= 4096
+    assert rows[("kLoop", "LoopFusion")]["shared_bytes_max"] == 0
+    if no_gpu:
+        assert report["gpu"] == {"skipped": no_gpu}
+        assert f"GPU part skipped: {no_gpu}" in p.stdout.replace("\n", "")
+
+
+def test_xla_module_of_a_fusion_matches_the_evaluator_on_jaxlib_cpu(corpus):
+    pytest.importorskip("jaxlib")
+    # a layout bitcast (gpt12), a {0,1} operand layout, an in-place DUS (donated operand), a scatter
+    cases = [("jax/gpt12.h200_opt.hlo", "input_transpose_fusion.1"),
+             ("xla/modules/backends__gpu__codegen__emitters__tests__reduce_column_small__input_layout.hlo", None),
+             ("xla/cases/lit_shared__dynamic_update_slice__simple.hlo", None),
+             ("xla/cases/lit_gpu__scatter__add.hlo", None)]
+    for rel, name in cases:
+        c = _candidate(rel, name)
+        text = E.standalone_module_text(c.fusion)
+        assert " bitcast(" not in text and "metadata=" not in text
+        got = E.xla_cpu_check(c)
+        assert got["status"] == "ok", (rel, got)
+
+
+def test_bitcast_becomes_transpose_reshape_transpose():
+    from fusegen.hlo.parser import parse_module
+
+    m = parse_module("""
+HloModule t
+fused {
+  p = f32[4,6]{0,1} parameter(0)
+  ROOT b = f32[3,8]{1,0} bitcast(p)
+}
+ENTRY e {
+  p = f32[4,6]{0,1} parameter(0)
+  ROOT f = f32[3,8]{1,0} fusion(p), kind=kLoop, calls=fused
+}
+""", "t")
+    (b,) = [i for i in m.entry.root.fused_computation.instructions if i.opcode == "bitcast"]
+    lines = E._bitcast_lines(b)
+    # physical order of p is [6,4] (dim 1 major); reinterpreted as [3,8] row-major: no last transpose
+    assert [n for n, _ in lines] == ["b.fg_phys", "b"]
+    assert "f32[6,4] transpose(%p), dimensions={1,0}" in lines[0][1]
+    assert "f32[3,8] reshape(%b.fg_phys)" in lines[1][1]
+    x = np.arange(24, dtype=np.float32).reshape(4, 6)
+    from fusegen.hlo.layout_util import bitcast
+
+    expect = bitcast(x, b.operands[0].shape, b.shape)
+    np.testing.assert_array_equal(np.ascontiguousarray(x.T).reshape(3, 8), expect)
+
+
+@pytest.mark.parametrize("rel,name", [
+    ("xla/cases/lit_shared__dynamic_update_slice__simple.hlo", None),  # output aliases operand 0
+    ("xla/cases/lit_gpu__reduce_row__side_output.hlo", None),  # two output leaves
+    ("xla/cases/lit_gpu__scatter__add.hlo", None),  # atomics into the aliased operand
+    ("jax/gpt12.h200_opt.hlo", "input_transpose_fusion.1"),  # bf16 storage, shared-memory tiles
+])
+def test_device_buffer_binding_runs_in_the_interpreter(rel, name, corpus):
+    from fusegen.evaluator.evaluator import evaluate_instruction
+
+    c = _candidate(rel, name)
+    ops = E.fusion_inputs(c.fusion)
+    ref = evaluate_instruction(c.fusion, ops)
+    dev = E.FusegenOnDevice(c.emitted, c.fusion, ops, xp=np, interpret=True)
+    dev.run()
+    ok, err = E.check_outputs(c.fusion, dev.outputs(), ref)
+    assert ok, (rel, err)
+
+
+def test_trace_segments_split_runs_at_the_flush_kernel():
+    jp = pytest.importorskip("jax.profiler")
+    # two runs: flush, 2 kernels (+ an H2D copy that is not the kernel's) ; XLA Ops repeats a kernel
+    proto = """planes {
+  id: 1
+  name: "/device:GPU:0"
+  lines { id: 1 name: "Stream #7(Compute)" timestamp_ns: 1000
+    events { metadata_id: 1 offset_ps: 0 duration_ps: 60000000 }
+    events { metadata_id: 2 offset_ps: 61000000 duration_ps: 4000000 }
+    events { metadata_id: 3 offset_ps: 66000000 duration_ps: 2500000 }
+    events { metadata_id: 1 offset_ps: 100000000 duration_ps: 60000000 }
+    events { metadata_id: 4 offset_ps: 150000000 duration_ps: 90000000 }
+    events { metadata_id: 2 offset_ps: 161000000 duration_ps: 5000000 }
+    events { metadata_id: 3 offset_ps: 167000000 duration_ps: 3000000 }
+  }
+  lines { id: 2 name: "XLA Ops" timestamp_ns: 1000
+    events { metadata_id: 2 offset_ps: 61000000 duration_ps: 4000000 }
+  }
+  event_metadata { key: 1 value { id: 1 name: "fg_l2_flush" } }
+  event_metadata { key: 2 value { id: 2 name: "loop_add_fusion" } }
+  event_metadata { key: 3 value { id: 3 name: "loop_mul_fusion" } }
+  event_metadata { key: 4 value { id: 4 name: "MemcpyH2D" } }
+}
+planes { id: 2 name: "/host:CPU" }
+"""
+    segs = E.trace_segments(jp.ProfileData.from_text_proto(proto))
+    assert segs == [(7.5, 2), (9.0, 2)]
+
+
+def test_fusion_bytes_count_the_update_region_of_in_place_outputs(corpus):
+    dus = _candidate("xla/cases/lit_shared__dynamic_update_slice__simple.hlo")
+    assert dus.emitted.output_aliases == {0: 0}
+    # updates f32[5,6] + two s32 starts read; the f32[5,6] region of the aliased f32[20,30] read and written
+    assert E.fusion_bytes(dus) == 120 + 4 + 4 + 2 * 120
+    rows = _candidate("xla/cases/lit_gpu__reduce_row__side_output.hlo")
+    f = rows.fusion
+    expect = sum(E.shape_bytes(o.shape) for o in f.operands) + E.shape_bytes(f.shape)
+    assert E.fusion_bytes(rows) == expect > 0
+
+
+def test_reduce_init_parameters_get_the_combiner_identity(corpus):
+    c = _candidate("xla/cases/lit_gpu__reduce_row__side_output_unsigned.hlo")
+    ops = E.fusion_inputs(c.fusion)
+    # u32 add: the init operand (parameter 1) is 0, so XLA folding it in any number of times agrees
+    assert np.asarray(ops[1]).dtype == np.uint32 and int(ops[1]) == 0
+    assert np.asarray(ops[0]).shape == (8, 2048)
+
+
+def test_gpu_tables_render_notes_with_hlo_shapes_verbatim():
+    from rich.console import Console
+
+    gpu = {"device": "test", "runs": 3, "xla_skipped": "jax has no CUDA backend [cuda12]", "budget_skipped": [],
+           "fusions": [{"fusion": "x.hlo:%f", "emitter": "LoopFusion", "bytes": 2_000_000, "fusegen_ok": True,
+                        "xla_ok": False, "fusegen_gbps": 1000.0, "xla_gbps": 500.0, "ratio": 2.0, "xla_method": "cupti",
+                        "note": "XLA: f32[4] vs s32[4]"}],
+           "rows": [{"kind": "kLoop", "emitter": "LoopFusion", "fusions": 1, "fusegen_ok": 1, "xla_ok": 0,
+                     "fusegen_gbps_median": 1000.0, "xla_gbps_median": 500.0, "ratio_median": 2.0,
+                     "ratio_geomean": 2.0}]}
+    con = Console(record=True, width=200)
+    E.print_gpu_tables(con, gpu)
+    text = con.export_text()
+    assert "f32[4] vs s32[4]" in text and "[cuda12]" in text
+    assert re.search(r"LoopFusion\s.*1000\s.*500\s.*2\.00", text)
