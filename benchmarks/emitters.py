@@ -5,8 +5,10 @@ CPU part (always). For every emitter row (``kLoop`` loop and in-place dynamic-up
 row / multi-row / column / small-column, ``kTranspose`` tiled / packed, ``kConcatenate``, ``kScatter``
 distributed updates / indices, ``kSort``, ``kInputSlices``, ``kTriton`` GEMM / block-level) it picks
 representative fusions of the shared corpus (``jax/gpt12.h200_opt.hlo``, the ``lit_*`` cases, the other
-GPU-optimised modules, ``bugs/B07``/``B20`` after fusegen's pipeline, plus two scaled variants marked
-``derived``), spread over their byte sizes (at most ``--per-kind``, default 5, 2 with ``--quick``), generates
+GPU-optimised modules, ``bugs/B07``/``B20`` after fusegen's pipeline, plus two scaled variants in
+:data:`DERIVED`: B20's sort at 1024 elements and a sorted-indices scatter that takes
+``ScatterWithDistributedIndices``), spread over their byte sizes (at most ``--per-kind``, default 5, 2 with
+``--quick``, which takes a derived variant only for a row the corpus does not reach), generates
 each fusion's kernels (:meth:`fusegen.runtime.executor.Executor.plan_fusion`) and compiles them cold with
 :func:`fusegen.codegen.triton_runtime.compile_for_target` for ``GPUTarget("cuda", 90, 32)``: fusegen's
 in-process compile cache is cleared and every fusion gets a fresh ``TRITON_CACHE_DIR`` so Triton's disk cache
@@ -14,8 +16,10 @@ hides nothing (one throwaway compile first pays Triton's one-time start-up). Per
 median / max compile seconds per fusion (all its kernels), median PTX size, max static shared memory and the
 ``num_warps`` of the compiled metadata, median emit (analysis + dispatch + codegen) milliseconds.
 
-GPU part (``--gpu``; needs CuPy and a CUDA device, else it says exactly what is missing and exits 0). For each
-fusion (at most ``--gpu-per-kind``, within ``--gpu-budget-s``):
+GPU part (``--gpu``; needs CuPy and a CUDA device, ``pip install -e '.[gpu]'``, else it says exactly what is
+missing and exits 0; the XLA side also needs jax's CUDA plugin, ``jax[cuda12]`` at the installed jax version,
+and without it fusegen's side still runs and the XLA side says why). For each fusion small enough for the
+reference evaluator (at most ``--gpu-per-kind`` per row, spread over sizes, within ``--gpu-budget-s``):
 
 * fusegen: its kernels launched through Triton's JIT on CuPy buffers (on the legacy default stream, where
   CuPy records its events), operands from :func:`fusegen.runtime.inputs.make_inputs` on the fusion's body
@@ -35,7 +39,9 @@ fusion (at most ``--gpu-per-kind``, within ``--gpu-budget-s``):
 * Bytes = every operand read once + every output written once; an output aliasing its operand (in-place
   dynamic-update-slice, scatter) counts only its update region, read and written.
 
-``--json FILE`` writes everything. Run: ``python benchmarks/emitters.py [--quick] [--gpu] [--json FILE]``
+``--xla-cpu-check`` builds the same XLA modules and runs them on jaxlib's CPU client against the evaluator:
+the wrapping, layouts, donation and inputs of the GPU part, checked without a GPU. ``--json FILE`` writes
+everything. Run: ``python benchmarks/emitters.py [--quick] [--gpu] [--json FILE]``
 (``scripts/gpu-check`` runs the GPU part on a GPU machine).
 """
 
@@ -92,6 +98,16 @@ DERIVED: list[tuple[str, str, list[tuple[str, str]]]] = [
 
 FLUSH_BYTES = 256 << 20  # > H200's 60 MiB L2, and long enough (~60 us) to hide the host's launch latency
 FLUSH_KERNEL = "fg_l2_flush"
+#: The flush: every int32 of ``ptr[0:n]`` written (launched with ``cdiv(n, BLOCK)`` programs).
+FLUSH_SOURCE = f"""import triton
+import triton.language as tl
+
+
+@triton.jit
+def {FLUSH_KERNEL}(ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(ptr + offs, 0x5A5A5A5A, mask=offs < n)
+"""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -298,10 +314,11 @@ def compile_cold(c: Candidate, cache_root: Path, n: int) -> CompileStats:
         try:
             r = triton_runtime.compile_for_target(ks, capability=90)
         except Exception as e:
-            lines = [x.strip() for x in str(e).splitlines() if x.strip()]
-            # Triton's CompilationError: "at L:C:", the source, then the message last
-            what = " ... ".join(dict.fromkeys([lines[0], lines[-1]])) if lines else ""
-            err = f"{ks.name}: {type(e).__name__}: {what}"
+            lines = [x.strip() for x in str(e).splitlines() if x.strip() and x.strip() != "^"]
+            # Triton's CompilationError: "at L:C:", the source, the message last or in its cause
+            parts = lines[:1] + ([str(e.__cause__).strip().splitlines()[0]] if str(e.__cause__ or "").strip()
+                                 else lines[-1:])
+            err = f"{ks.name}: {type(e).__name__}: {' ... '.join(dict.fromkeys(parts))}"
             break
         secs += r.seconds
         ptx += len(r.ptx)
@@ -669,11 +686,7 @@ class _Flusher:
         from fusegen.codegen import triton_runtime
         from fusegen.codegen.kernel import KernelSource
 
-        src = ("import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-               f"def {FLUSH_KERNEL}(ptr, n, BLOCK: tl.constexpr):\n"
-               "    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)\n"
-               "    tl.store(ptr + offs, 0x5A5A5A5A, mask=offs < n)\n")
-        self.fn = triton_runtime.load_kernel(KernelSource(FLUSH_KERNEL, src, FLUSH_KERNEL, ()))
+        self.fn = triton_runtime.load_kernel(KernelSource(FLUSH_KERNEL, FLUSH_SOURCE, FLUSH_KERNEL, ()))
         self.n = FLUSH_BYTES // 4
         self.buf = cp.zeros(self.n, dtype=np.int32)
         self.block = 4096
@@ -863,25 +876,42 @@ class GpuResult:
     note: str = ""
 
 
-def _xla_prepare(c: Candidate, ops: list[Any], ref: Any, warmup: int) -> tuple[Any, Any, bool]:
-    """Compile XLA's kernel for ``c`` on the CUDA client; returns (executable, fresh-arguments function,
-    output matches the evaluator)."""
+def _xla_prepare(c: Candidate, ops: list[Any], ref: Any, warmup: int,
+                 platform_name: str = "cuda") -> tuple[Any, Any, bool, str]:
+    """Compile XLA's kernel for ``c`` and run it once; returns (executable, fresh-arguments function, output
+    matches the evaluator, note). An in-place output is donated; if that fails, XLA gets it without the alias
+    (it then copies the operand, and the note says so)."""
     import jax
 
-    exe, dev = compile_xla(c.fusion, c.emitted.output_aliases, "cuda")
     params = c.fusion.fused_computation.parameters
-    donated = set(c.emitted.output_aliases.values())
-    shared = [to_device(a, p.shape, dev) for a, p in zip(ops, params)]
+    note = ""
+    aliases = dict(c.emitted.output_aliases)
+    while True:
+        try:
+            exe, dev = compile_xla(c.fusion, aliases, platform_name)
+            donated = set(aliases.values())
+            shared = [to_device(a, p.shape, dev) for a, p in zip(ops, params)]
 
-    def fresh() -> list[Any]:
-        # a donated (in-place) operand is consumed by the run: every run gets its own copy
-        return [to_device(ops[j], params[j].shape, dev) if j in donated else a for j, a in enumerate(shared)]
+            def fresh() -> list[Any]:
+                # a donated (in-place) operand is consumed by the run: every run gets its own copy
+                return [to_device(ops[j], params[j].shape, dev) if j in donated else a
+                        for j, a in enumerate(shared)]
 
-    out = exe.execute(fresh())
+            out = exe.execute(fresh())
+            break
+        except Exception as e:
+            if not aliases:
+                raise
+            note = f"XLA without donation (copies the operand): {type(e).__name__}: {e}".splitlines()[0][:200]
+            aliases = {}
     ok, _ = check_outputs(c.fusion, [np.asarray(o) for o in out], ref)
     for _ in range(warmup):
         jax.block_until_ready(exe.execute(fresh()))
-    return exe, fresh, ok
+    return exe, fresh, ok, note
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
 
 
 def gpu_one(c: Candidate, flush: _Flusher, runs: int, warmup: int, xla_reason: str | None) -> GpuResult:
@@ -906,7 +936,7 @@ def gpu_one(c: Candidate, flush: _Flusher, runs: int, warmup: int, xla_reason: s
         res.note = "XLA skipped (see below)"
     else:
         try:
-            exe, fresh, res.xla_ok = _xla_prepare(c, ops, ref, warmup)
+            exe, fresh, res.xla_ok, res.note = _xla_prepare(c, ops, ref, warmup)
             xla = (exe, fresh)
         except Exception as e:
             res.note = f"XLA: {type(e).__name__}: {e}".splitlines()[0][:300]
@@ -934,9 +964,11 @@ def gpu_one(c: Candidate, flush: _Flusher, runs: int, warmup: int, xla_reason: s
                 res.xla_kernels = int(statistics.median(s[1] for s in segs[runs:]))
                 res.xla_method = "cupti"
             else:
-                res.note = f"CUPTI trace has {len(segs)} runs, expected {2 * runs}; XLA timed by wall clock"
+                res.note = _join(res.note, f"CUPTI trace has {len(segs)} runs, expected {2 * runs}; "
+                                           "XLA timed by wall clock")
         except Exception as e:
-            res.note = f"CUPTI: {type(e).__name__}: {e}".splitlines()[0][:200] + "; XLA timed by wall clock"
+            res.note = _join(res.note, f"CUPTI: {type(e).__name__}: {e}".splitlines()[0][:200]
+                             + "; XLA timed by wall clock")
         if res.xla_us is None:
             samples = []
             for _ in range(runs):
@@ -1140,7 +1172,11 @@ def main(argv: list[str] | None = None) -> int:
                               markup=False)
         if a.gpu:
             os.environ["TRITON_CACHE_DIR"] = str(tmpdir / "triton-gpu")
-            gpu = run_gpu(run_selected, a.runs, a.warmup, a.gpu_budget_s)
+            def progress(r: GpuResult) -> None:
+                print(f"  gpu: {r.fusion}: fusegen {_fmt(r.fusegen_gbps, '.0f')} GB/s, XLA {_fmt(r.xla_gbps, '.0f')} "
+                      f"GB/s ({r.xla_method}) {r.note}", file=sys.stderr, flush=True)
+
+            gpu = run_gpu(run_selected, a.runs, a.warmup, a.gpu_budget_s, on_result=progress)
             report["gpu"] = gpu
             if "skipped" in gpu:
                 console.print(f"GPU part skipped: {gpu['skipped']}", markup=False)

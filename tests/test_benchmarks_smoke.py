@@ -200,3 +200,39 @@ def test_gpu_tables_render_notes_with_hlo_shapes_verbatim():
     text = con.export_text()
     assert "f32[4] vs s32[4]" in text and "[cuda12]" in text
     assert re.search(r"LoopFusion\s.*1000\s.*500\s.*2\.00", text)
+
+
+def test_flush_kernel_compiles_for_sm90():
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from fusegen.codegen import triton_runtime
+    from fusegen.codegen.kernel import KernelSource
+
+    fn = triton_runtime.load_kernel(KernelSource(E.FLUSH_KERNEL, E.FLUSH_SOURCE, E.FLUSH_KERNEL, ()))
+    ck = triton.compile(ASTSource(fn=fn, signature={"ptr": "*i32", "n": "i32", "BLOCK": "constexpr"},
+                                  constexprs={"BLOCK": 4096}),
+                        target=GPUTarget("cuda", 90, 32), options={"num_warps": 8})
+    ptx = ck.asm["ptx"]
+    assert f".entry {E.FLUSH_KERNEL}" in ptx and "st.global" in ptx
+
+
+def test_xla_run_path_donates_in_place_operands_on_jaxlib_cpu(corpus):
+    """The GPU part's XLA path (compile, fresh donated arguments per run, profiler session) on the CPU client."""
+    jax = pytest.importorskip("jax")
+    from fusegen.evaluator.evaluator import evaluate_instruction
+
+    c = _candidate("xla/cases/lit_shared__dynamic_update_slice__simple.hlo")
+    ops = E.fusion_inputs(c.fusion)
+    ref = evaluate_instruction(c.fusion, ops)
+    exe, fresh, ok, note = E._xla_prepare(c, ops, ref, warmup=2, platform_name="cpu")
+    assert ok and note == ""
+    args = [fresh() for _ in range(3)]
+    with E._Cupti() as prof:
+        outs = [jax.block_until_ready(exe.execute(a)) for a in args]
+    # the operand was donated (aliased in place, XLA's input_output_alias), the others were not
+    assert all(a[0].is_deleted() and not a[1].is_deleted() for a in args)
+    for out in outs:  # every run starts from its own copy of the donated operand
+        assert E.check_outputs(c.fusion, [np.asarray(o) for o in out], ref)[0]
+    assert prof.segments() == []  # no GPU plane on the CPU

@@ -20,18 +20,7 @@ EMITTER_KINDS = {"kLoop", "kReduction", "kTranspose", "kConcatenate", "kScatter"
 FILES = sorted(p for p in CORPUS.glob("**/*.hlo")) if CORPUS.exists() else []
 
 #: Fusions that still decline, with the reason (a fusion listed here that no longer declines fails).
-KNOWN_HOST: dict[tuple[str, str], str] = {
-    ("lit_shared__loop__complex.hlo", "fusion"): "c64 arithmetic: Triton has no complex element type",
-    ("lit_shared__loop__dynamic_update_slice.hlo", "fusion"): "c64 arithmetic: Triton has no complex element type",
-    ("lit_shared__loop__dot_fp8.hlo", "fusion"): "dot inside a loop fusion: the elemental generator has no dot",
-    ("gelu_matmul.cpu_opt.hlo", "ynn_fusion"): "XLA:CPU YNNPACK fusion (a dot) dispatched as kLoop; no elemental dot",
-    ("layer_bf16.cpu_opt.hlo", "ynn_fusion"): "XLA:CPU YNNPACK fusion (a dot) dispatched as kLoop; no elemental dot",
-    ("cache_key_hlo__kDotFusionHloText.hlo", "fusion"): "a bare dot fusion without a Triton stamp: no elemental dot",
-    ("cudnn__OddDimensionsAreSupported__pipeline0.hlo", "fusion"): "unfused cuDNN input wrapped as kLoop: no elemental dot",
-    ("lit_triton__dot__layout_201_012_201.hlo", "fusion"): "Triton lit input wrapped as kLoop (no stamp): no elemental dot",
-    ("lit_triton__dot__layout_210_210_102.hlo", "fusion"): "Triton lit input wrapped as kLoop (no stamp): no elemental dot",
-    ("lit_triton__dot__layout_021_201_210.hlo", "fusion"): "Triton lit input wrapped as kLoop (no stamp): no elemental dot",
-}
+KNOWN_HOST: dict[tuple[str, str], str] = {}
 
 
 def plan_all(path):

@@ -56,3 +56,14 @@ def test_xla_module_runs(name):
 
 def test_at_least_30_xla_modules_are_expected_to_pass():
     assert len(XLA_MODULES) - len(KNOWN_FAILURES) >= 30
+
+
+def test_over_limit_block_level_tile_is_refused_with_xlas_message():
+    """XLA's constraint test: a 1024x2048 f32 tile exceeds Triton's 1048576-element tensor limit."""
+    from fusegen.runtime.executor import Executor
+
+    path = CORPUS / "xla" / "modules" / "backends__gpu__codegen__triton__tests__constraints__max_tensor_elements_violation.hlo"
+    module = parse_modules(path.read_text(), str(path))[0]
+    _, rep = Executor(module, get_device("h200"), compile_kernels=False).plan_fusion(module.entry.root)
+    assert rep.kind == "kTriton" and rep.backend == "host"
+    assert "exceeds the maximum allowed tensor size of 1048576 elements" in rep.reason

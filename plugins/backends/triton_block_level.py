@@ -96,6 +96,10 @@ class _TileGen(ElementalGenerator):
         return self.down(r, et, inst.name)
 
 
+#: Triton's largest tensor (``TRITON_MAX_TENSOR_NUMEL``), the bound XLA checks block-level tiles against.
+MAX_TENSOR_NUMEL = 1048576
+
+
 class TritonBlockLevelFusion(FusionEmitter):
     """Block-level emitter for ``__triton`` fusions (see the module docstring)."""
 
@@ -131,6 +135,10 @@ class TritonBlockLevelFusion(FusionEmitter):
             lanes *= t
         if ntiles == 0:
             return EmittedFusion(emitter=self.name)
+        if lanes > MAX_TENSOR_NUMEL:
+            # XLA rejects such a tiling too (triton fusion emitter's tile-size constraint).
+            raise EmitterUnsupported("fusion", fusion.name, f"tile of {lanes} elements exceeds the maximum allowed "
+                                                            f"tensor size of {MAX_TENSOR_NUMEL} elements")
         op_shapes = [o.shape for o in fusion.operands]
         idx_t = choose_index_dtype(op_shapes + [fusion.shape], lanes)
         ctx = KernelContext(idx_t, op_shapes)
