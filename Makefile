@@ -24,6 +24,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/parse_dispatch.py
+	$(BIN)/python benchmarks/emitters.py
+	$(BIN)/python benchmarks/autotune.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
