@@ -71,6 +71,9 @@ class KernelSource:
         constexprs: ``tl.constexpr`` arguments by name (block sizes...), passed after the pointers.
         launch: launch dimensions.
         num_stages: software pipelining stages for compilation.
+        interpret_variant: an equivalent kernel (same params, same results) with larger tiles, run
+            instead of this one in Triton's interpreter, where the cost is per program and per tile
+            rather than per element; compiled and reported launches always use this kernel.
     """
 
     name: str
@@ -80,6 +83,7 @@ class KernelSource:
     constexprs: dict[str, int] = attrs.field(factory=dict)
     launch: LaunchDimensions = LaunchDimensions((1,))
     num_stages: int = 1
+    interpret_variant: "KernelSource | None" = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen

@@ -380,6 +380,8 @@ def run_interpreted(ks: KernelSource, buffers: Sequence[np.ndarray], scalars: Se
 
     _patch_interpreter_float_casts()
     _patch_interpreter_reduce()
+    if ks.interpret_variant is not None and ks.interpret_variant.params == ks.params:
+        ks = ks.interpret_variant
     if len(buffers) != len(ks.params):
         raise ValueError(f"kernel {ks.name} takes {len(ks.params)} buffers, got {len(buffers)}")
     jitfn = load_kernel(ks, interpret=True)

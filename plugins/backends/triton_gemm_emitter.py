@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ELEMENTWISE, ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
@@ -155,9 +157,13 @@ class TritonGemmFusion(FusionEmitter):
 
     name = "TritonGemmFusion"
 
-    def __init__(self, analysis: Any, config: TritonGemmConfig | None = None):
+    #: Largest tile edge of the interpreter variant (a 256x256 f32 tile is 256 KiB of numpy work per step).
+    INTERPRET_TILE = 256
+
+    def __init__(self, analysis: Any, config: TritonGemmConfig | None = None, interpret_variant: bool = True):
         super().__init__(analysis)
         self.config_override = config
+        self.build_interpret_variant = interpret_variant
 
     def _find_dot(self, comp: Computation) -> Instruction:
         dots = [i for i in comp.instructions if i.opcode == "dot"]
@@ -351,10 +357,20 @@ class TritonGemmFusion(FusionEmitter):
         src.extend(kernel)
         source = "\n".join(src) + "\n"
         name = ts.sanitize_identifier(f"gemm_{fusion.name}", "k")
+        variant = None
+        if self.build_interpret_variant:
+            # Same math on bigger tiles: the interpreter pays per tile, so XLA's small configs (16x8 tiles,
+            # thousands of programs) would take minutes; block_k (the accumulation order) is kept.
+            bm_i = max(bm, _pow2_at_least(M, 16, self.INTERPRET_TILE))
+            bn_i = max(bn, _pow2_at_least(N, 16, self.INTERPRET_TILE))
+            if (bm_i, bn_i) != (bm, bn):
+                big = attrs.evolve(cfg, block_m=bm_i, block_n=bn_i)
+                emitted = TritonGemmFusion(self.analysis, config=big, interpret_variant=False).emit()
+                variant = emitted.kernels[0] if emitted.kernels else None
         ks = KernelSource(name=name, source=source, entry="gemm", params=tuple(ctx.params),
                           constexprs={"BLOCK": 1, "N": tiles},
                           launch=LaunchDimensions(grid=(tiles,), num_warps=cfg.num_warps),
-                          num_stages=cfg.num_stages)
+                          num_stages=cfg.num_stages, interpret_variant=variant)
         return EmittedFusion(emitter=self.name, kernels=(ks,))
 
     @staticmethod
