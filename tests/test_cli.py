@@ -93,6 +93,9 @@ ENTRY %main (a: f32[8], b: f32[8]) -> f32[8] {
     ("unknown_opcode", GOOD.replace("multiply(", "multiplyy("), (6, None)),
     ("bad_shape", GOOD.replace("%p1 = f32[8]{0}", "%p1 = f32[8{0}"), (5, None)),
     ("unbalanced", GOOD.replace("calls=%fused\n}", "calls=%fused\n"), None),
+    ("cycle", GOOD.replace("multiply(%p0, %p1)", "multiply(%p0, %mul)"), (6, None)),
+    ("shape_mismatch", GOOD.replace("ROOT %mul = f32[8]{0}", "ROOT %mul = f32[7]{0}"), (6, None)),
+    ("bad_literal", GOOD.replace("%p1 = f32[8]{0} parameter(1)", "%p1 = f32[8]{0} parameter(1)\n  %k = f32[] constant(abc)"), (6, None)),
 ])
 def test_malformed_hlo_is_one_line_with_position_and_exit_2(tmp_path, name, text, where):
     f = tmp_path / f"{name}.hlo"
@@ -108,6 +111,8 @@ def test_malformed_hlo_is_one_line_with_position_and_exit_2(tmp_path, name, text
         assert int(line) == where[0]
     if name == "unknown_opcode":
         assert "multiplyy" in lines[0]
+    if name == "cycle":
+        assert "depends on itself" in lines[0]
 
 
 def test_hostile_instruction_names_never_reach_kernel_source_raw(tmp_path):
@@ -166,3 +171,25 @@ def test_plugins_disable_in_config_takes_a_kind_back_to_the_host(tmp_path):
     (tmp_path / "fusegen.toml").write_text('[plugins]\ndisable = ["transpose"]\n')
     d = json.loads(fusegen("explain", str(src), "--json", cwd=tmp_path).stdout)
     assert [(f["kind"], f["backend"]) for f in d["fusions"]] == [("kTranspose", "host")]
+
+
+def test_bad_npz_and_output_paths_are_one_line_errors(tmp_path):
+    x = np.zeros((128, 512), np.float32)
+    npy = tmp_path / "plain.npy"
+    np.save(npy, x)
+    p = fusegen("run", str(EXAMPLE), "--inputs", str(npy))
+    assert p.returncode == 2 and "not an .npz archive" in p.stderr and "Traceback" not in p.stderr
+    extra = tmp_path / "extra.npz"
+    np.savez(extra, p0=x, p7=x)
+    p = fusegen("run", str(EXAMPLE), "--inputs", str(extra))
+    assert p.returncode == 2 and "['p7'] match no parameter" in p.stderr
+    p = fusegen("run", str(EXAMPLE), "--save-outputs", str(tmp_path / "nodir" / "o.npz"))
+    assert p.returncode == 2 and "does not exist" in p.stderr
+    p = fusegen("run", str(EXAMPLE), "--seed", "-1")
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+
+
+def test_disabling_the_loop_question_is_a_config_error_not_a_crash(tmp_path):
+    (tmp_path / "fusegen.toml").write_text('[plugins]\ndisable = ["loop"]\n')
+    p = fusegen("run", str(EXAMPLE), "--no-compile", cwd=tmp_path)
+    assert p.returncode == 2 and "[plugins] disable" in p.stderr and "Traceback" not in p.stderr

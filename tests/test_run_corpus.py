@@ -54,11 +54,11 @@ def test_xla_module_runs(name):
     check(run_file(CORPUS / "xla" / "modules" / name))
 
 
-def test_at_least_30_xla_modules_are_expected_to_pass():
+def test_at_least_30_xla_modules_are_expected_to_pass(corpus):
     assert len(XLA_MODULES) - len(KNOWN_FAILURES) >= 30
 
 
-def test_over_limit_block_level_tile_is_refused_with_xlas_message():
+def test_over_limit_block_level_tile_is_refused_with_xlas_message(corpus):
     """XLA's constraint test: a 1024x2048 f32 tile exceeds Triton's 1048576-element tensor limit."""
     from fusegen.runtime.executor import Executor
 

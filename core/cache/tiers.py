@@ -140,7 +140,7 @@ class DirectoryTier:
         """Entry files (``<64 hex>.json``) in name order; temp and foreign files are not listed."""
         if not self.path.is_dir():
             return []
-        return sorted(p for p in self.path.iterdir() if p.suffix == ".json" and is_digest(p.stem))
+        return sorted(p for p in self.path.iterdir() if p.suffix == ".json" and is_digest(p.stem) and p.is_file())
 
     def entries(self) -> Iterator[tuple[Path, CacheEntry | None, str]]:
         """``(file, entry or None, problem)`` for every entry file; nothing is deleted."""

@@ -96,3 +96,14 @@ def internal_error(where: str, exc: BaseException) -> NoReturn:
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     fail(f"{where}: internal error: {type(exc).__name__}: {msg} (set FUSEGEN_DEBUG=1 for the traceback)",
          EXIT_INTERNAL)
+
+
+def check_writable(path: str | None, what: str) -> None:
+    """Fail (exit 2) before any work when ``path`` cannot be written: a directory, or no parent folder."""
+    if not path:
+        return
+    p = Path(path)
+    if p.is_dir():
+        fail(f"{what} {path}: is a directory")
+    if not p.parent.exists():
+        fail(f"{what} {path}: folder {p.parent} does not exist")

@@ -19,6 +19,7 @@ from fusegen.cli.config import config_options, resolve_config
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def explain(module_path, fusion_name, device_name, config_path, xla_flags, as_json):
     """Show, for every fusion, its kind, what decided it, its emitter, backend and launch dimensions."""
+    from fusegen.dispatch import DispatchError
     from fusegen.plugin_manager import PluginError
     from fusegen.runtime.executor import Executor
 
@@ -42,6 +43,8 @@ def explain(module_path, fusion_name, device_name, config_path, xla_flags, as_js
                                       "backend": ex._backend_for(inst).name})
     except PluginError as e:
         fail(f"{module_path}: {e}")
+    except DispatchError as e:
+        fail(f"{module_path}: {e} (check [plugins] disable in the config)")
     except Exception as e:  # never a bare traceback
         internal_error(module_path, e)
     if fusion_name is not None and fusion_name.lstrip("%") not in {i.name for i, _ in rows}:

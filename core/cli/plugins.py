@@ -7,17 +7,20 @@ import json
 import click
 
 from fusegen.cli.common import fail
+from fusegen.cli.config import config_options, resolve_config
 
 
 @click.command()
+@config_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--hook", "hook_name", help="Only plugins implementing this hook.")
-def plugins(as_json, hook_name):
+def plugins(config_path, xla_flags, as_json, hook_name):
     """List plugins: name, entry-point group, distribution and version, hooks, and what they register."""
     from fusegen.plugin_manager import PluginError, PluginManager
 
     try:
         pm = PluginManager()
+        resolve_config(config_path, xla_flags, pm=pm)  # applies [plugins] disable; a broken config exits 2
         matchers, factories, backends, passes = pm.kind_matchers(), pm.emitter_factories(), pm.execution_backends(), pm.passes()
     except PluginError as e:
         fail(str(e))

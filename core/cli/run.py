@@ -19,7 +19,7 @@ import click
 import numpy as np
 
 from fusegen.cli.common import (EXIT_MISMATCH, device_option, fail, get_device_or_fail, internal_error,
-                                load_modules, prepare_modules)
+                                load_modules, prepare_modules, check_writable)
 from fusegen.cli.config import config_options, resolve_config
 
 
@@ -140,7 +140,7 @@ def report_json(reports) -> dict:
 
 @click.command()
 @click.argument("module_path", metavar="MODULE.hlo")
-@click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the random inputs.")
 @click.option("--inputs", "inputs_path", type=click.Path(), help=".npz with arrays p0, p1, ... (or parameter names).")
 @click.option("--save-outputs", "outputs_path", type=click.Path(), help="Write the outputs to this .npz (o0, o1, ...).")
 @device_option
@@ -165,6 +165,8 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     summary table is printed before the run table (to stderr with --json; the JSON gets an "autotune"
     list). Exit 1 on any mismatch or failed tuning, 2 on bad input, 3 on an internal error.
     """
+    from fusegen.dispatch import DispatchError
+    from fusegen.evaluator.common import EvaluationError
     from fusegen.evaluator.evaluator import UnsupportedOpError
     from fusegen.plugin_manager import PluginError
     from fusegen.runtime.executor import run_module
@@ -178,6 +180,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                                 ("--cost-model-top-k", top_k)) if v is not None]
         if given:
             fail(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --autotune")
+    check_writable(outputs_path, "--save-outputs")
     prepare_modules(modules, cfg, device)
     if (inputs_path or outputs_path) and len(modules) > 1:
         fail(f"{module_path}: holds {len(modules)} modules; --inputs/--save-outputs need a single-module file")
@@ -207,11 +210,19 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                 args = load_inputs(module, inputs_path) if inputs_path else make_inputs(module, seed)
             except InputError as e:
                 fail(str(e))
+            except MemoryError as e:
+                fail(f"{module_path}: the inputs of module {module.name} do not fit in memory ({e})")
             on_fusion = (lambda r: progress.advance(task)) if progress is not None else None
             try:
                 out, report = run_module(module, args, device, compile_kernels=not no_compile, on_fusion=on_fusion)
             except (UnsupportedOpError, PluginError, InputError) as e:
                 fail(f"{module_path}: {e}")
+            except DispatchError as e:  # e.g. [plugins] disable removed the question that would answer
+                fail(f"{module_path}: {e} (check [plugins] disable in the config)")
+            except EvaluationError as e:  # the HLO is inconsistent in a way the parser does not check
+                fail(f"{module_path}: cannot evaluate: {e}")
+            except MemoryError as e:
+                fail(f"{module_path}: module {module.name} needs more memory than this machine has ({e})")
             except Exception as e:  # never a bare traceback
                 internal_error(f"{module_path}: module {module.name}", e)
             reports.append(report)
@@ -220,7 +231,10 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
         if progress is not None:
             progress.stop()
     if outputs_path:
-        np.savez(outputs_path, **{f"o{i}": a for i, a in enumerate(leaves(outputs[0]))})
+        try:
+            np.savez(outputs_path, **{f"o{i}": a for i, a in enumerate(leaves(outputs[0]))})
+        except OSError as e:
+            fail(f"--save-outputs {outputs_path}: {e.strerror or e}")
     ok = all(r.ok for r in reports) and not any(r.error for _, r in tuned)
     if as_json:
         doc = report_json(reports)

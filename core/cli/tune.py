@@ -15,7 +15,7 @@ import sys
 
 import click
 
-from fusegen.cli.common import EXIT_MISMATCH, device_option, fail, get_device_or_fail, load_module
+from fusegen.cli.common import EXIT_MISMATCH, device_option, fail, get_device_or_fail, load_module, check_writable, prepare_modules
 from fusegen.cli.config import config_options, resolve_config
 
 
@@ -93,8 +93,10 @@ def tune(module_path, replay_path, as_json, device_name, cache_dir, cache_mode, 
         options = AutotuneOptions.from_debug_options(cfg.debug_options, **overrides)
     except (ValueError, TypeError) as e:
         fail(str(e))
-    device = get_device_or_fail(device_name)
+    check_writable(output_path, "--output")
+    device = get_device_or_fail(device_name, cfg)
     module = load_module(module_path)
+    prepare_modules([module], cfg, device)  # an unoptimized module is fused first, as `run` does
     try:
         backends = discover_backends()
     except PluginError as e:
@@ -121,6 +123,9 @@ def tune(module_path, replay_path, as_json, device_name, cache_dir, cache_mode, 
                 reports = tuner.tune_module(module, raise_on_error=False)
         except AutotuneError as e:
             fail(f"{module_path}: {e.code}: {e.message}")
+    if not reports and not as_json:
+        click.echo("fusegen: note: nothing to tune (no __triton_gemm, cuBLASLt, cuDNN or custom fusion without a "
+                   "config" + ("" if retune else "; --retune also tunes instructions that carry one") + ")", err=True)
     if output_path:
         from fusegen.hlo.printer import print_module
 

@@ -976,6 +976,63 @@ class _Parser:
                 inst.shape = self.infer_shape(inst, ipos)
             if inst.opcode == "reshape":
                 self.check_reshape(inst, ipos)
+        self.check_acyclic(comp, {id(p.inst): p.pos for p in pendings})
+        for pend in pendings:
+            self.verify(pend.inst, pend.pos, comp)
+
+    def check_acyclic(self, comp: Computation, pos: dict[int, int]) -> None:
+        """An instruction that (transitively) uses itself is malformed HLO (XLA's verifier rejects it)."""
+        state: dict[int, int] = {}  # 1 = on the DFS stack, 2 = done
+        for start in comp.instructions:
+            if id(start) in state:
+                continue
+            stack = [(start, 0)]
+            state[id(start)] = 1
+            while stack:
+                node, k = stack.pop()
+                if k < len(node.operands):
+                    stack.append((node, k + 1))
+                    child = node.operands[k]
+                    st = state.get(id(child))
+                    if st == 1:
+                        raise self.error(f"cycle: %{child.name} depends on itself (through %{node.name}) in "
+                                         f"computation {comp.name!r}", pos.get(id(node), 0), node.name)
+                    if st is None:
+                        state[id(child)] = 1
+                        stack.append((child, 0))
+                else:
+                    state[id(node)] = 2
+
+    def verify(self, inst: Instruction, ipos: int, comp: Computation) -> None:
+        """Shape checks XLA's HloVerifier makes that would otherwise surface as wrong results later."""
+        op = inst.opcode
+        s = inst.shape
+        if s is None or s.is_tuple:
+            return
+        if op in SAME_SHAPE_OPCODES and op not in ("select", "clamp"):
+            for o in inst.operands:
+                if o.shape is not None and not o.shape.is_tuple and o.shape.dimensions != s.dimensions \
+                        and o.shape.dimensions != ():
+                    raise self.error(f"%{inst.name} ({op}) has shape {list(s.dimensions)} but operand %{o.name} has "
+                                     f"{list(o.shape.dimensions)}", ipos, inst.name)
+        if op == "parameter":
+            n = inst.attrs.get("parameter_number")
+            if isinstance(n, int) and n < 0:
+                raise self.error(f"parameter %{inst.name} has a negative number {n}", ipos, inst.name)
+        if op == "reduce" and inst.operands:
+            rank = inst.operands[0].shape.rank if inst.operands[0].shape is not None else 0
+            for d in inst.attrs.get("dimensions", ()) or ():
+                if not 0 <= d < rank:
+                    raise self.error(f"reduce %{inst.name} reduces dimension {d} of a rank-{rank} operand", ipos,
+                                     inst.name)
+        if op == "constant" and isinstance(inst.attrs.get("literal"), str):
+            from fusegen.hlo.literal import parse_literal
+
+            try:
+                parse_literal(inst.attrs["literal"], s)
+            except ValueError as e:
+                raise self.error(f"constant %{inst.name}: bad literal for {s.element_type}: {e}", ipos,
+                                 inst.name) from None
 
     def infer_shape(self, inst: Instruction, ipos: int) -> Shape:
         ops = inst.operands

@@ -263,6 +263,11 @@ class Executor:
     def _record(self, rep: FusionReport, inst: Instruction, out: Any, ref: Any) -> None:
         if rep.status == "error":
             return
+        if rep.backend == "host":
+            # The host backend *is* the reference evaluator: comparing it with itself verifies nothing,
+            # so no error is reported (``null`` in JSON, ``-`` in the table).
+            rep.status = "ok"
+            return
         shapes = inst.shape.leaves()
         worst_abs = rep.max_abs_error or 0.0
         worst_rel = rep.max_rel_error or 0.0

@@ -123,6 +123,8 @@ def load_inputs(module: Module, path: str | Path) -> list[Any]:
         data = np.load(path, allow_pickle=False)
     except Exception as e:
         raise InputError(f"{path}: cannot read inputs: {e}") from None
+    if not hasattr(data, "files"):
+        raise InputError(f"{path}: not an .npz archive (np.savez writes one, with arrays p0, p1, ...)")
     out = []
     for p in module.entry.parameters:
         n = p.parameter_number
@@ -131,7 +133,10 @@ def load_inputs(module: Module, path: str | Path) -> list[Any]:
             raise InputError(f"{path}: no array for parameter {n} (%{p.name}); expected key 'p{n}' or '{p.name}'")
         if p.shape.is_tuple:
             raise InputError(f"{path}: parameter {n} (%{p.name}) has a tuple shape; .npz inputs must be arrays")
-        arr = data[key]
+        try:
+            arr = data[key]
+        except (ValueError, OSError) as e:
+            raise InputError(f"{path}: array '{key}' cannot be read: {e}") from None
         want = dtypes.numpy_dtype(p.shape.element_type)
         if tuple(arr.shape) != tuple(p.shape.dimensions):
             raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has shape {list(arr.shape)}, "
@@ -140,6 +145,11 @@ def load_inputs(module: Module, path: str | Path) -> list[Any]:
             raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has dtype {arr.dtype}, "
                              f"expected {want} ({p.shape.element_type})")
         out.append(arr)
+    known = {f"p{p.parameter_number}" for p in module.entry.parameters} | {p.name for p in module.entry.parameters}
+    unknown = sorted(set(data.files) - known)
+    if unknown:  # a typo in a key would otherwise be silently replaced by nothing
+        raise InputError(f"{path}: arrays {unknown} match no parameter of the entry computation "
+                         f"(expected p0..p{len(module.entry.parameters) - 1} or parameter names)")
     return out
 
 
