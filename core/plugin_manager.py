@@ -144,9 +144,14 @@ class PluginManager:
         self.infos[name] = PluginInfo(name, getattr(obj, "__name__", type(obj).__name__), group, dist, version, hooks)
         self._clear_caches()
 
-    def _collect(self, hook_name: str, kind: type) -> list:
+    def _collect_objects(self, hook_name: str, kind: type, reverse: bool = False) -> list[tuple[str, Any]]:
+        """``(plugin name, item)`` of every plugin's list for ``hook_name``; checks each item's type.
+
+        ``reverse`` gives registration order (pluggy calls the last registered first).
+        """
         out = []
-        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+        impls = getattr(self.pm.hook, hook_name).get_hookimpls()
+        for impl in (reversed(impls) if reverse else impls):
             try:
                 res = impl.function()
             except Exception as e:
@@ -156,10 +161,13 @@ class PluginManager:
             for item in res or []:
                 if not isinstance(item, kind):
                     raise PluginError(impl.plugin_name, f"returned {type(item).__name__} from {hook_name}, expected {kind.__name__}")
-                if getattr(item, "name", None) in self.disabled:
-                    continue  # [plugins] disable names this matcher / factory / backend
-                out.append(attrs.evolve(item, plugin=impl.plugin_name))
+                out.append((impl.plugin_name, item))
         return out
+
+    def _collect(self, hook_name: str, kind: type) -> list:
+        """Registry descriptors of ``hook_name``, stamped with their plugin, minus ``[plugins] disable``."""
+        return [attrs.evolve(item, plugin=plugin) for plugin, item in self._collect_objects(hook_name, kind)
+                if getattr(item, "name", None) not in self.disabled]
 
     @functools.cached_property
     def _matchers(self) -> list[KindMatcher]:
@@ -186,22 +194,8 @@ class PluginManager:
     def _codegen_backends(self) -> list:
         from fusegen.codegen_backend import CodegenBackend
 
-        return self._collect_objects("fusegen_codegen_backends", CodegenBackend)
+        return [item for _, item in self._collect_objects("fusegen_codegen_backends", CodegenBackend, reverse=True)]
 
-    def _collect_objects(self, hook_name: str, kind: type) -> list:
-        out = []
-        for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):
-            try:
-                res = impl.function()
-            except Exception as e:
-                raise PluginError(impl.plugin_name, f"raised in {hook_name}", e) from e
-            if tracing():
-                _trace(f"{hook_name}() from {impl.plugin_name} -> {res!r}")
-            for item in res or []:
-                if not isinstance(item, kind):
-                    raise PluginError(impl.plugin_name, f"returned {type(item).__name__} from {hook_name}, expected {kind.__name__}")
-                out.append(item)
-        return out
 
     def codegen_backends(self) -> list:
         """Autotunable codegen backends (:class:`fusegen.codegen_backend.CodegenBackend`), plugin order."""
