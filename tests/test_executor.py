@@ -105,3 +105,16 @@ def test_unknown_custom_call_target_is_named():
     with pytest.raises(PluginError, match="unsupported custom-call target '__my\\$kernel' in %gemm") as e:
         run_module(m, [np.zeros((4, 8), np.float32), np.zeros((8, 3), np.float32)], compile_kernels=False)
     assert isinstance(e.value.__cause__, UnsupportedOpError)
+
+
+def test_a_backend_config_that_is_not_json_is_reported_not_silently_dropped():
+    from fusegen.runtime.executor import Executor
+
+    text = WHILE.replace("%v1 = f32[16]{0} fusion(%v), kind=kLoop, calls=%body_fused",
+                         '%v1 = f32[16]{0} fusion(%v), kind=kLoop, calls=%body_fused, '
+                         'backend_config={"fusion_backend_config":{"kind":"__triton",,}}')
+    m = parse_module(text, "bad_bc.hlo")
+    fusion = m.computation("body").instruction("v1")
+    _, rep = Executor(m, compile_kernels=False).plan_fusion(fusion)
+    assert rep.kind == "kLoop"  # no stamp survives, as with XLA's default config
+    assert "backend_config is not valid JSON" in rep.reason

@@ -10,6 +10,7 @@ Exit codes: 0 success, 2 bad input (no directory, unknown key, malformed bundle)
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -82,7 +83,7 @@ def ls(ctx, as_json, sub_cache_dir):
         else:
             t.add_row(r["key"][:12], r["winner"], "-" if r["duration_us"] is None else f"{r['duration_us']:.2f}",
                       r["hlo"], r["model"].split(",")[0])
-    Console().print(t)
+    Console(width=None if sys.stdout.isatty() else 160).print(t)
 
 
 @cache.command("show")

@@ -38,4 +38,10 @@ cli.add_command(cache)
 
 
 def main() -> None:
+    import warnings
+
+    from fusegen.cache.tiers import CacheWarning
+
+    # The cache logs each bad file in one line already; the Python warning would repeat it with source.
+    warnings.filterwarnings("ignore", category=CacheWarning)
     cli(prog_name="fusegen")

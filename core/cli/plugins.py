@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import click
 
@@ -51,4 +52,4 @@ def plugins(config_path, xla_flags, as_json, hook_name):
         t.add_column(col, overflow="fold")
     for r in rows:
         t.add_row(r["name"], r["group"], r["distribution"], r["version"], ", ".join(r["hooks"]), "\n".join(r["provides"]))
-    Console().print(t)
+    Console(width=None if sys.stdout.isatty() else 160).print(t)

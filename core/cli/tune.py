@@ -137,6 +137,6 @@ def tune(module_path, replay_path, as_json, device_name, cache_dir, cache_mode, 
     else:
         from rich.console import Console
 
-        Console().print(summary_table(reports, title=f"autotuning {module_path}"))
+        Console(width=None if sys.stdout.isatty() else 160).print(summary_table(reports, title=f"autotuning {module_path}"))
     if any(r.error for r in reports):
         sys.exit(EXIT_MISMATCH)

@@ -129,6 +129,12 @@ class Executor:
         analysis = FusionAnalysis.create(inst, self.device)
         decision = dispatch.get_emitter_fusion_kind(analysis, self.pm)
         rep.kind, rep.decided_by = decision.kind, decision.decided_by
+        raw_bc = inst.attrs.get("backend_config")
+        if isinstance(raw_bc, str) and raw_bc.lstrip().startswith("{"):
+            # XLA falls back to the default config too, but a lost stamp changes the kind: say so.
+            note = "backend_config is not valid JSON and was read as absent (XLA's default config)"
+        else:
+            note = ""
         emitted = None
         tuned = tuned_execution_backend(inst)
         if tuned is not None:  # the autotuner chose an execution backend over every kernel config
@@ -162,6 +168,8 @@ class Executor:
             rep.backend = backend.name
             if not rep.reason:
                 rep.reason = f"no emitter for {rep.kind}"
+        if note:
+            rep.reason = f"{note}; {rep.reason}" if rep.reason else note
         self._emitted[id(inst)] = (emitted, rep)
         return emitted, rep
 
