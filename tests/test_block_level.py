@@ -76,3 +76,24 @@ def test_tile_not_covering_the_reduction_declines():
     f = _fusion(_SOFTMAX_T.format(R=4, C=256, TR=1, TC=128, W=4))
     with pytest.raises(EmitterUnsupported, match="does not cover reduced dimension 1"):
         TritonBlockLevelFusion(_Analysis(f)).emit()
+
+
+def test_split_k_partial_sum_inside_a_layer_norm_runs_on_the_block_level_kernel():
+    """gpt12's __triton layer norms start with a reduce over 4 split-K partials (not a tile reduction):
+    the block-level emitter computes it per lane instead of declining to the host."""
+    import numpy as np
+
+    from conftest import corpus_path
+    from fusegen.hlo.parser import parse_modules
+    from fusegen.runtime.executor import Executor
+    from fusegen.runtime.inputs import random_value
+
+    path = corpus_path("jax", "gpt12.h200_opt.hlo")
+    m = parse_modules(path.read_text(), str(path))[0]
+    inst = m.entry.instruction("triton_softmax.142")
+    ex = Executor(m, compile_kernels=True)
+    rng = np.random.default_rng(0)
+    ex._run_fusion(inst, [random_value(o.shape, rng) for o in inst.operands])
+    rep = ex.reports["triton_softmax.142"]
+    assert (rep.emitter, rep.backend, rep.status, rep.compiled) == ("TritonBlockLevelFusion", "triton", "ok", "ok")
+    assert rep.max_abs_error is not None

@@ -53,7 +53,9 @@ class _TileGen(ElementalGenerator):
             raise EmitterUnsupported("reduce", inst.name, "variadic reductions are not supported by the block-level emitter")
         src, init = inst.operands
         if tuple(src.shape.dimensions) != self.dims:
-            raise EmitterUnsupported("reduce", inst.name, "reduction input does not have the tile's shape")
+            # Not a reduction over the tile (e.g. a split-K partial sum feeding a layer norm): compute it
+            # per lane with the elemental generator's loop over the reduced elements.
+            return super()._emit(inst, idx)
         rdims = sorted(int_list(inst.attrs.get("dimensions")))
         kept = [d for d in range(len(self.dims)) if d not in rdims]
         if tuple(idx) != tuple(self.lane_idx[d] for d in kept):
