@@ -186,6 +186,10 @@ def minimal_device(threads_per_warp: int = 32) -> DeviceDescription:
     return DeviceDescription(name="minimal", model="", compute_capability=(0, 0), threads_per_warp=threads_per_warp)
 
 
+#: XLA prints a oneAPI architecture by its device name (the B580's BMG die is BMG_G21).
+ONEAPI_ARCH_NAMES = {"BMG": "BMG_G21"}
+
+
 def model_string(device: DeviceDescription) -> str:
     """The device part of XLA's autotune cache key.
 
@@ -200,9 +204,6 @@ def model_string(device: DeviceDescription) -> str:
     elif device.platform == "ROCM":
         cc = f"ROCM: {device.gcn_arch_name.split(':')[0]}"
     elif device.platform == "SYCL":
-        # XLA prints the oneAPI architecture by its device name (the B580's BMG die is BMG_G21).
-        from fusegen.cache.key import ONEAPI_ARCH_NAMES
-
         arch = device.oneapi_architecture
         cc = f"oneAPI: {ONEAPI_ARCH_NAMES.get(arch, arch)}"
     else:

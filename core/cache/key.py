@@ -56,7 +56,7 @@ def format_model_string(platform: str, version: str, cores: int, clock_ghz: floa
 
 
 #: oneAPI architecture name in a target-config spec -> the name XLA prints (the B580 die is BMG-G21).
-ONEAPI_ARCH_NAMES = {"BMG": "BMG_G21"}
+from fusegen.device import ONEAPI_ARCH_NAMES  # noqa: E402  (re-exported: the cache key reads it here)
 
 
 def model_string_from_target_config(text: str) -> str:
@@ -68,38 +68,13 @@ def model_string_from_target_config(text: str) -> str:
     Raises:
         CacheKeyError: a field the string needs is missing.
     """
-    fields: dict[str, str] = {}
-    stack: list[str] = []
-    for raw in text.splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        if line.endswith("{"):
-            stack.append(line[:-1].strip())
-        elif line == "}":
-            if stack:
-                stack.pop()
-        elif ":" in line:
-            k, v = line.split(":", 1)
-            fields.setdefault(".".join(stack + [k.strip()]), v.strip().strip('"'))
-    g = "gpu_device_info."
+    # One reader of spec files: the device description's (it knows CUDA, ROCm and SYCL).
+    from fusegen.device import from_target_config_text, model_string
+
     try:
-        platform = fields["platform_name"]
-        cores, clock = int(fields[g + "core_count"]), float(fields[g + "clock_rate_ghz"])
-        bw, l2 = float(fields[g + "memory_bandwidth"]), int(fields[g + "l2_cache_size"])
-    except KeyError as e:
-        raise CacheKeyError(f"target config has no {e.args[0]} field") from None
-    if platform == "CUDA":
-        cc = g + "cuda_compute_capability."
-        name, version = "CUDA", f"{fields.get(cc + 'major', '0')}.{fields.get(cc + 'minor', '0')}"
-    elif platform == "ROCM":
-        name, version = "ROCM", fields.get(g + "rocm_compute_capability.gcn_arch_name", "").split(":")[0]
-    elif platform == "SYCL":
-        arch = fields.get(g + "oneapi_compute_capability.architecture", "")
-        name, version = "oneAPI", ONEAPI_ARCH_NAMES.get(arch, arch)
-    else:
-        raise CacheKeyError(f"unknown platform {platform!r} in target config")
-    return format_model_string(name, version, cores, clock, bw, l2)
+        return model_string(from_target_config_text(text))
+    except (ValueError, KeyError) as e:
+        raise CacheKeyError(f"target config cannot be described: {e}") from None
 
 
 def model_string_for(device: Any) -> str:
