@@ -173,6 +173,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     from fusegen.runtime.executor import run_module
     from fusegen.runtime.inputs import InputError, leaves, load_inputs, make_inputs
     from fusegen.runtime.limits import ResourceLimitError, check_module
+    from fusegen.codegen.kernel_dir import KernelDirError
 
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
@@ -222,7 +223,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             try:
                 out, report = run_module(module, args, device, compile_kernels=not no_compile, on_fusion=on_fusion,
                                          limits=limits)
-            except (UnsupportedOpError, PluginError, InputError, ResourceLimitError) as e:
+            except (UnsupportedOpError, PluginError, InputError, ResourceLimitError, KernelDirError) as e:
                 fail(f"{module_path}: {e}")
             except DispatchError as e:  # e.g. [plugins] disable removed the question that would answer
                 fail(f"{module_path}: {e} (check [plugins] disable in the config)")

@@ -27,6 +27,7 @@ from fusegen.autotuning.tuned_backend import tuned_execution_backend
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
 from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.kernel_dir import KernelDirError
 from fusegen.device import DeviceDescription, get_device
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
@@ -346,6 +347,8 @@ class Executor:
             t0 = time.perf_counter()
             try:
                 flat = triton_runtime.run_fusion(emitted, ops, inst)
+            except KernelDirError:  # no kernel can be loaded safely: the whole run is refused
+                raise
             except Exception as e:  # a kernel that fails to run is a failed fusion, not a crash
                 rep.status = "error"
                 rep.reason = f"kernel failed: {type(e).__name__}: {e}".splitlines()[0]
