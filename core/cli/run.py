@@ -19,7 +19,7 @@ import click
 import numpy as np
 
 from fusegen.cli.common import (EXIT_MISMATCH, device_option, fail, get_device_or_fail, internal_error,
-                                load_modules, prepare_modules, check_writable)
+                                limit_options, load_modules, prepare_modules, check_writable, resolve_limits)
 from fusegen.cli.config import config_options, resolve_config
 
 
@@ -156,8 +156,9 @@ def report_json(reports) -> dict:
 @click.option("--cost-model-top-k", "top_k", type=click.IntRange(0, None), default=None,
               help="Compile and time only the cost model's best K configs (0: all). Default: 4 when timing "
                    "on the CPU (no GPU), else all.")
+@limit_options
 def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, xla_flags, as_json, no_compile,
-        autotune, autotune_cache_dir, record_dir, top_k):
+        autotune, autotune_cache_dir, record_dir, top_k, max_memory, timeout, max_while_iterations):
     """Run MODULE.hlo end to end on seeded random inputs (or --inputs) and check every fusion.
 
     Each fusion's kernel output is compared with the reference evaluator on the same operands; the
@@ -171,9 +172,12 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     from fusegen.plugin_manager import PluginError
     from fusegen.runtime.executor import run_module
     from fusegen.runtime.inputs import InputError, leaves, load_inputs, make_inputs
+    from fusegen.runtime.limits import ResourceLimitError, check_module
+    from fusegen.codegen.kernel_dir import KernelDirError
 
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
+    limits = resolve_limits(max_memory, timeout, max_while_iterations)
     modules = load_modules(module_path)
     if not autotune:
         given = [n for n, v in (("--autotune-cache-dir", autotune_cache_dir), ("--record", record_dir),
@@ -207,15 +211,19 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     try:
         for module in modules:
             try:
+                check_module(module, limits)
                 args = load_inputs(module, inputs_path) if inputs_path else make_inputs(module, seed)
             except InputError as e:
                 fail(str(e))
+            except ResourceLimitError as e:
+                fail(f"{module_path}: {e}")
             except MemoryError as e:
                 fail(f"{module_path}: the inputs of module {module.name} do not fit in memory ({e})")
             on_fusion = (lambda r: progress.advance(task)) if progress is not None else None
             try:
-                out, report = run_module(module, args, device, compile_kernels=not no_compile, on_fusion=on_fusion)
-            except (UnsupportedOpError, PluginError, InputError) as e:
+                out, report = run_module(module, args, device, compile_kernels=not no_compile, on_fusion=on_fusion,
+                                         limits=limits)
+            except (UnsupportedOpError, PluginError, InputError, ResourceLimitError, KernelDirError) as e:
                 fail(f"{module_path}: {e}")
             except DispatchError as e:  # e.g. [plugins] disable removed the question that would answer
                 fail(f"{module_path}: {e} (check [plugins] disable in the config)")

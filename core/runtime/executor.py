@@ -27,12 +27,124 @@ from fusegen.autotuning.tuned_backend import tuned_execution_backend
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
 from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.kernel_dir import KernelDirError
 from fusegen.device import DeviceDescription, get_device
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
 from fusegen.runtime.compare import compare
 from fusegen.runtime.inputs import leaves
+from fusegen.runtime.limits import Budget, RunLimits
+
+_CONTROL_FLOW = frozenset(["call", "while", "conditional"])
+
+
+class _Frame:
+    """One activation of a computation on the interpreter's stack."""
+
+    __slots__ = ("comp", "args", "order", "i", "values", "cont")
+
+    def __init__(self, comp: Computation, args: list[Any], order: list[Instruction], cont: tuple | None):
+        self.comp, self.args, self.order, self.cont = comp, args, order, cont
+        self.i = 0
+        self.values: dict[int, Any] = {}
+
+
+def _branch(inst: Instruction, ops: list[Any]) -> tuple[Computation, list[Any]]:
+    """The branch a ``conditional`` takes and its argument (XLA: an out-of-range index takes the last)."""
+    branches = inst.attrs.get("branch_computations")
+    sel = np.asarray(ops[0])
+    if branches is None:
+        branches = [inst.attrs["true_computation"], inst.attrs["false_computation"]]
+        idx = 0 if bool(sel) else 1
+    else:
+        if isinstance(branches, Computation):
+            branches = [branches]
+        idx = int(sel)
+        if idx < 0 or idx >= len(branches):
+            idx = len(branches) - 1
+    return branches[idx], [ops[idx + 1]]
+
+
+def interpret(comp: Computation, args: list[Any], apply: Callable[[Instruction, list[Any]], Any],
+              budget: Budget | None = None) -> Any:
+    """Run ``comp`` on ``args`` without recursing per ``call``/``while``/``conditional`` level.
+
+    Every other instruction is handed to ``apply(inst, operand_values)`` (a kernel run, an execution
+    backend, or the reference evaluator). Called computations are pushed on an explicit stack, so a chain
+    of thousands of nested ``call`` s needs no Python recursion. ``budget`` counts while iterations and
+    watches the deadline.
+
+    Raises:
+        ResourceLimitError: from ``budget``.
+    """
+    budget = budget or Budget(None)
+    orders: dict[int, list[Instruction]] = {}
+
+    def frame(c: Computation, a: list[Any], cont: tuple | None) -> _Frame:
+        order = orders.get(id(c))
+        if order is None:
+            order = orders[id(c)] = c.post_order()
+        return _Frame(c, a, order, cont)
+
+    stack = [frame(comp, list(args), None)]
+    while True:
+        f = stack[-1]
+        if f.i == len(f.order):
+            result = f.values[id(f.comp.root)]
+            stack.pop()
+            cont = f.cont
+            if cont is None:
+                return result
+            parent = stack[-1]
+            kind, inst = cont[0], cont[1]
+            if kind == "value":
+                parent.values[id(inst)] = result
+                parent.i += 1
+            elif kind == "cond":  # result: the loop predicate for state cont[2]
+                if bool(np.asarray(result).reshape(())):
+                    budget.iteration(inst)
+                    stack.append(frame(inst.attrs["body"], [cont[2]], ("body", inst)))
+                else:
+                    parent.values[id(inst)] = cont[2]
+                    parent.i += 1
+            else:  # "body": result is the next loop state
+                stack.append(frame(inst.attrs["condition"], [result], ("cond", inst, result)))
+            continue
+        inst = f.order[f.i]
+        if inst.opcode == "parameter":
+            f.values[id(inst)] = f.args[inst.parameter_number]
+            f.i += 1
+            continue
+        budget.step(inst)
+        ops = [f.values[id(o)] for o in inst.operands]
+        op = inst.opcode
+        if op == "call":
+            stack.append(frame(inst.attrs["to_apply"], ops, ("value", inst)))
+        elif op == "while":
+            stack.append(frame(inst.attrs["condition"], [ops[0]], ("cond", inst, ops[0])))
+        elif op == "conditional":
+            branch, bargs = _branch(inst, ops)
+            stack.append(frame(branch, bargs, ("value", inst)))
+        else:
+            f.values[id(inst)] = apply(inst, ops)
+            f.i += 1
+
+
+def interpret_instruction(inst: Instruction, ops: list[Any], apply: Callable[[Instruction, list[Any]], Any],
+                          budget: Budget | None = None) -> Any:
+    """Run one instruction (control flow included) through :func:`interpret` on a one-instruction frame."""
+    if inst.opcode not in _CONTROL_FLOW:
+        return apply(inst, ops)
+    holder = Computation(name=f"{inst.name}.frame")
+    params = [Instruction(name=f"arg{k}", opcode="parameter", shape=o.shape, attrs={"parameter_number": k})
+              for k, o in enumerate(inst.operands)]
+    clone = Instruction(name=inst.name, opcode=inst.opcode, shape=inst.shape, operands=params, attrs=inst.attrs)
+    for p in params:
+        holder.instructions.append(p)
+    holder.instructions.append(clone)
+    holder.root = clone
+    return interpret(holder, ops, apply, budget)
 
 
 @attrs.define
@@ -103,11 +215,15 @@ class Executor:
         compile_kernels: also compile every generated kernel for sm_90 (``triton.compile`` with a
             ``GPUTarget("cuda", 90, 32)``), recording success in the report.
         on_fusion: progress callback, called after each fusion with its report.
+        limits: deadline and while iteration budget (:class:`~fusegen.runtime.limits.RunLimits`); default
+            no deadline and :data:`~fusegen.runtime.limits.DEFAULT_MAX_WHILE_ITERATIONS`.
     """
 
     def __init__(self, module: Module, device: DeviceDescription | None = None, pm: PluginManager | None = None,
-                 compile_kernels: bool = True, on_fusion: Callable[[FusionReport], None] | None = None):
+                 compile_kernels: bool = True, on_fusion: Callable[[FusionReport], None] | None = None,
+                 limits: RunLimits | None = None):
         self.module = module
+        self.budget = Budget(limits)
         self.device = device or get_device("h200")
         self.pm = pm or default_plugin_manager()
         self.compile_kernels = compile_kernels
@@ -189,42 +305,27 @@ class Executor:
 
     # -- execution ---------------------------------------------------------------------------------
     def run(self, args: list[Any]) -> Any:
-        """Run the entry computation on ``args`` (one value per parameter); returns its value."""
+        """Run the entry computation on ``args`` (one value per parameter); returns its value.
+
+        Raises:
+            ResourceLimitError: the run passed ``limits`` (deadline or while iteration budget).
+        """
         return self.run_computation(self.module.entry, args)
 
     def run_computation(self, comp: Computation, args: list[Any]) -> Any:
-        values: dict[int, Any] = {}
-        for inst in comp.post_order():
-            if inst.opcode == "parameter":
-                values[id(inst)] = args[inst.parameter_number]
-                continue
-            ops = [values[id(o)] for o in inst.operands]
-            values[id(inst)] = self.run_instruction(inst, ops)
-        return values[id(comp.root)]
+        """Run ``comp`` on ``args``; ``call``/``while``/``conditional`` bodies run on an explicit stack."""
+        return interpret(comp, args, self._apply, self.budget)
 
     def run_instruction(self, inst: Instruction, ops: list[Any]) -> Any:
+        """Run one instruction on operand values (control flow runs its bodies through :func:`interpret`)."""
+        if inst.opcode in _CONTROL_FLOW:
+            return interpret_instruction(inst, ops, self._apply, self.budget)
+        return self._apply(inst, ops)
+
+    def _apply(self, inst: Instruction, ops: list[Any]) -> Any:
         op = inst.opcode
         if op == "fusion":
             return self._run_fusion(inst, ops)
-        if op == "call":
-            return self.run_computation(inst.attrs["to_apply"], ops)
-        if op == "while":
-            cond, body = inst.attrs["condition"], inst.attrs["body"]
-            state = ops[0]
-            while bool(np.asarray(self.run_computation(cond, [state]))):
-                state = self.run_computation(body, [state])
-            return state
-        if op == "conditional":
-            branches = inst.attrs.get("branch_computations")
-            sel = np.asarray(ops[0])
-            if branches is None:
-                branches = [inst.attrs["true_computation"], inst.attrs["false_computation"]]
-                idx = 0 if bool(sel) else 1
-            else:
-                idx = int(sel)
-                if idx < 0 or idx >= len(branches):
-                    idx = len(branches) - 1
-            return self.run_computation(branches[idx], [ops[idx + 1]])
         if op in ("parameter", "constant", "tuple", "get-tuple-element", "bitcast"):
             return evaluate_instruction(inst, ops)
         backend = self._backend_for(inst)
@@ -246,6 +347,8 @@ class Executor:
             t0 = time.perf_counter()
             try:
                 flat = triton_runtime.run_fusion(emitted, ops, inst)
+            except KernelDirError:  # no kernel can be loaded safely: the whole run is refused
+                raise
             except Exception as e:  # a kernel that fails to run is a failed fusion, not a crash
                 rep.status = "error"
                 rep.reason = f"kernel failed: {type(e).__name__}: {e}".splitlines()[0]
@@ -295,18 +398,30 @@ class Executor:
 
 def run_module(module: Module, args: list[Any], device: DeviceDescription | None = None,
                pm: PluginManager | None = None, compile_kernels: bool = True,
-               on_fusion: Callable[[FusionReport], None] | None = None) -> tuple[Any, RunReport]:
+               on_fusion: Callable[[FusionReport], None] | None = None,
+               limits: RunLimits | None = None) -> tuple[Any, RunReport]:
     """Run ``module`` end to end and compare its outputs with the reference evaluator.
+
+    The reference runs on the same explicit-stack interpreter (:func:`interpret`) with
+    :func:`~fusegen.evaluator.evaluator.evaluate_instruction` for every instruction, so deep ``call`` chains
+    need no recursion there either; ``limits`` apply to both runs.
 
     Returns:
         ``(outputs, RunReport)``; fusions in the report are in entry post order (first execution).
+
+    Raises:
+        ResourceLimitError: a limit of ``limits`` was passed (deadline, while iterations).
     """
-    from fusegen.evaluator.evaluator import evaluate_module
+    from fusegen.evaluator.evaluator import _coerce_arg, evaluate_module
 
     t0 = time.perf_counter()
-    ex = Executor(module, device, pm, compile_kernels, on_fusion)
+    ex = Executor(module, device, pm, compile_kernels, on_fusion, limits)
     out = ex.run(args)
-    ref = evaluate_module(module, args)
+    params = module.entry.parameters
+    if len(args) != len(params):
+        ref = evaluate_module(module, args)  # raises the evaluator's one-line error
+    ref = interpret(module.entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)],
+                    evaluate_instruction, ex.budget)
     ok = True
     worst = 0.0
     for s, a, b in zip(module.entry.root.shape.leaves(), leaves(out), leaves(ref)):
