@@ -515,3 +515,30 @@ def write_file(path: str | Path, entries: Iterable[CacheEntry]) -> XlaResultsRep
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, p)
     return rep
+
+
+def load_into(tuner: Any, path: str | Path) -> XlaResultsReport:
+    """``xla_gpu_load_autotune_results_from``: put the file's entries into ``tuner``'s process-memory tier
+    under its options fingerprint (XLA loads into its in-memory cache before compiling). Entries for another
+    device model string are loaded too (they never match) and noted.
+
+    Raises:
+        XlaResultsError: as :func:`read_file`.
+    """
+    from fusegen.cache.key import model_string_for
+
+    rep = read_file(path, tuner.fingerprint)
+    model = model_string_for(tuner.device)
+    other = sorted({e.key.model for e in rep.entries if e.key.model != model})
+    for e in rep.entries:
+        tuner.cache.memory.put(e)
+    if other:
+        rep.notes.append(f"{path}: {sum(e.key.model != model for e in rep.entries)} entries are for another device "
+                         f"({'; '.join(other[:2])}) than {model!r} and will not match")
+    return rep
+
+
+def dump_from(tuner: Any, path: str | Path) -> XlaResultsReport:
+    """``xla_gpu_dump_autotune_results_to``: write every entry of ``tuner``'s process memory (tuned, loaded or
+    read from the directory this run) that XLA can express."""
+    return write_file(path, sorted(tuner.cache.memory.entries(), key=lambda e: e.digest))
