@@ -276,6 +276,16 @@ def _select(tuner: "Autotuner", instr, key, rep, configs: Sequence["Config"], ou
     tuner._finish(instr, key, rep, by_name[outcome.winner], "tuned", result)
 
 
+def _first_line(e: BaseException) -> str:
+    """One line for a Ray task error: its cause's type and message, without Ray's colour codes."""
+    import re
+
+    cause = getattr(e, "cause", None) or e
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(cause)).strip()
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return f"{type(cause).__name__}: {lines[-1] if lines else ''}"[:300]
+
+
 def _ray_init(ray, opts: RayOptions) -> bool:
     """Start or join Ray unless this process already did; returns whether this call started it."""
     if ray.is_initialized():
@@ -304,7 +314,7 @@ def tune_on_ray(tuner: "Autotuner", modules: Sequence["Module"], opts: RayOption
     Raises:
         DistributedUnavailable: no Ray, or the cluster cannot be reached.
     """
-    from fusegen.autotuning.autotuner import InstructionReport
+    from fusegen.autotuning.autotuner import InstructionReport, tunable_instructions
     from fusegen.autotuning.compile_pool import instruction_to_text
     from fusegen.autotuning.sharding import unique_instructions
 
@@ -320,6 +330,10 @@ def tune_on_ray(tuner: "Autotuner", modules: Sequence["Module"], opts: RayOption
         compile_task = ray.remote(num_cpus=1, **retry)(compile_candidate)
         profile_task = (ray.remote(num_gpus=1, num_cpus=0, **retry) if run.gpus else
                         ray.remote(num_cpus=1, **retry))(profile_instruction)
+        pos: dict[int, int] = {}  # reports in module order, as tune_module gives them
+        for m in modules:
+            for i in tunable_instructions(m, tuner.options.tune_emitter_fusions, tuner.options.retune_configured):
+                pos.setdefault(id(i), len(pos))
         groups = unique_instructions(tuner, modules)
         task = progress.add_task("tuning on Ray", total=len(groups)) if progress is not None else None
         hits = 0
@@ -366,10 +380,11 @@ def tune_on_ray(tuner: "Autotuner", modules: Sequence["Module"], opts: RayOption
             except AutotuneError as e:
                 rep.step, rep.error = "error", f"{e.code}: {e.message}"
             except Exception as e:  # a task that failed for good (after Ray's retries): this instruction only
-                rep.step, rep.error = "error", f"Internal: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                rep.step, rep.error = "error", f"Internal: Ray task failed: {_first_line(e)}"
             rep.seconds = time.perf_counter() - started_at
             by_group[g.digest] = [rep]
             advance()
+        placed: list[tuple[int, "InstructionReport"]] = []
         for g in groups:  # the other instructions of each key: served from memory, as tune_module does
             reps = by_group[g.digest]
             for instr in g.instructions[1:]:
@@ -377,7 +392,8 @@ def tune_on_ray(tuner: "Autotuner", modules: Sequence["Module"], opts: RayOption
                     reps.append(InstructionReport(instr.name, key=g.digest, step="error", error=reps[0].error))
                 else:
                     reps.append(tuner.tune_instruction(instr))
-            run.reports.extend(reps)
+            placed.extend(zip((id(i) for i in g.instructions), reps))
+        run.reports = [r for _, r in sorted(placed, key=lambda p: pos[p[0]])]
     finally:
         if started:
             ray.shutdown()
