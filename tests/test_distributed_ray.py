@@ -43,6 +43,7 @@ def test_parse_cluster():
         parse_cluster("dask://x")
 
 
+@pytest.mark.slow  # 1-3 minutes of Triton interpreter on 2 cores; CI runs it (FUSEGEN_SLOW=1)
 def test_corpus_on_ray_matches_replay_and_survives_a_killed_worker(local_ray, tmp_path, corpus):
     from fusegen.cli.tune import tune
 

@@ -26,10 +26,12 @@ config are settled on the driver by the :class:`fusegen.autotuning.autotuner.Aut
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import pickle
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
@@ -314,12 +316,18 @@ def tune_on_ray(tuner: "Autotuner", modules: Sequence["Module"], opts: RayOption
     Raises:
         DistributedUnavailable: no Ray, or the cluster cannot be reached.
     """
+    opts = opts or RayOptions()
+    ray = import_ray()
+    # Ray prints worker deaths and retries from a background thread on stdout: keep stdout for results.
+    with contextlib.redirect_stdout(sys.stderr):
+        return _run(ray, tuner, modules, opts, progress)
+
+
+def _run(ray, tuner: "Autotuner", modules: Sequence["Module"], opts: RayOptions, progress: Any) -> RayRun:
     from fusegen.autotuning.autotuner import InstructionReport, tunable_instructions
     from fusegen.autotuning.compile_pool import instruction_to_text
     from fusegen.autotuning.sharding import unique_instructions
 
-    opts = opts or RayOptions()
-    ray = import_ray()
     started = _ray_init(ray, opts)
     t0 = time.perf_counter()
     run = RayRun()
