@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2, help="compile worker processes")
     ap.add_argument("--compile-cost", type=float, default=0.05, help="CPU seconds per fake compile")
     ap.add_argument("--no-ray", action="store_true", help="skip the 1 vs 2 Ray workers comparison")
+    ap.add_argument("--only-ray", action="store_true", help="run only the 1 vs 2 Ray workers comparison")
     a = ap.parse_args()
     os.environ["FUSEGEN_FAKE_COMPILE_COST_S"] = str(a.compile_cost)
 
@@ -44,6 +45,9 @@ def main() -> None:
     backends = [SlowCompileGemmBackend()]
     device = get_device("h100")
     n_cfg = len(SlowCompileGemmBackend.CONFIGS)
+    if a.only_ray:
+        ray_workers(backends, device)
+        return
     print(f"{len(SHAPES)} distinct GEMM shapes x {n_cfg} configs, {a.compile_cost:g} CPU s per compile, "
           f"{a.workers} compile workers, {os.cpu_count()} CPUs")
 

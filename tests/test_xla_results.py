@@ -199,3 +199,22 @@ def test_tune_loads_xla_results_and_dumps_them(tmp_path):
     assert row["winner"] == "triton:block_k=32,block_m=32,block_n=32,is_tma_allowed=false,num_ctas=1,num_stages=1,num_warps=4"
     assert doc["xla_results_loaded"]["entries"] == 2 and doc["xla_results_dumped"]["results"] == 1
     assert [e.result.config for e in read_file(out).entries] == [e.result.config for e in read_file(src).entries]
+
+
+def test_run_autotune_loads_and_dumps_xla_results(tmp_path):
+    """`run --autotune` with the two flags: XLA's result is applied (no tuning) and the run uses it."""
+    from fusegen.cli.run import run
+    from fusegen.device import get_device, model_string
+
+    mod = tmp_path / "m.hlo"
+    mod.write_text(XLA_HLO_MODULE)
+    src, out = tmp_path / "in.pbtxt", tmp_path / "dump.pbtxt"
+    src.write_text(TRITON.replace(DEVICE, model_string(get_device("h200"))))
+    flags = f"--xla_gpu_load_autotune_results_from={src} --xla_gpu_dump_autotune_results_to={out}"
+    r = CliRunner().invoke(run, [str(mod), "--autotune", "--json"], env={"XLA_FLAGS": flags})
+    assert r.exit_code == 0, r.output[-2000:]
+    doc = json.loads(r.stdout)
+    (tuned,) = doc["autotune"]
+    assert (tuned["cache"], tuned["duration_us"], doc["autotune_compiles"]) == ("memory", 31.744, 0)
+    assert doc["status"] == "ok"
+    assert [e.result.config for e in read_file(out).entries] == [e.result.config for e in read_file(src).entries]
