@@ -96,7 +96,10 @@ def _autotune(modules, cfg, device, module_path, record_dir, cache_dir, top_k, s
     except ValueError as e:
         fail(str(e))
     tuned = []
+    from fusegen.cli.tune_xla import dump_results, load_results
+
     with tuner:
+        load_results(tuner, cfg.debug_options)  # xla_gpu_load_autotune_results_from
         for module in modules:
             try:
                 if progress is not None:
@@ -113,6 +116,7 @@ def _autotune(modules, cfg, device, module_path, record_dir, cache_dir, top_k, s
             except Exception as e:  # never a bare traceback
                 internal_error(f"{module_path}: autotuning module {module.name}", e)
             tuned.extend((module.name, r) for r in reps)
+        dump_results(tuner, cfg.debug_options)  # xla_gpu_dump_autotune_results_to
     return tuner, tuned
 
 
