@@ -6,6 +6,8 @@ get integers inside the operand's bounds, so a run exercises real addresses inst
 
 from __future__ import annotations
 
+import ast
+import re
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +114,59 @@ def make_inputs(module: Module, seed: int = 0) -> list[Any]:
     return [random_value(p.shape, rng, bounds.get(p.parameter_number)) for p in module.entry.parameters]
 
 
+def from_npz_dtype(arr: np.ndarray, want: np.dtype) -> np.ndarray:
+    """``arr`` as read from an ``.npz``, retyped to ``want`` when ``np.savez`` stored it as raw bytes.
+
+    numpy records an ml_dtypes array (bf16, the f8/f4 types, s4/u4, s2/u2) as a plain void type of its item
+    size (``|V2`` for bf16), so ``np.load`` gives bytes back; ml_dtypes users read them with
+    ``.view(ml_dtypes.bfloat16)``, and so does this function when the parameter's type has that item size.
+    Any other array is returned as it is.
+    """
+    raw = arr.dtype.kind == "V" and arr.dtype.fields is None and arr.dtype.type is np.void
+    if raw and _is_ml_dtype(want) and arr.dtype.itemsize == want.itemsize:
+        return arr.view(want)
+    return arr
+
+
+def _is_ml_dtype(dt: np.dtype) -> bool:
+    return dt.type.__module__.split(".")[0] == "ml_dtypes"
+
+
+def _read_npz_member(data: Any, key: str) -> np.ndarray:
+    """``data[key]``; an array ``np.savez`` wrote with the descriptor ``'<f1'`` (what ml_dtypes' float8_e5m2
+    reports, and numpy cannot read back) is read as raw bytes ``|V1``."""
+    try:
+        return data[key]
+    except ValueError as e:
+        if "descr" not in str(e):
+            raise
+    with data.zip.open(f"{key}.npy") as fp:
+        major, _ = np.lib.format.read_magic(fp)
+        size = int.from_bytes(fp.read(2 if major == 1 else 4), "little")
+        header = ast.literal_eval(fp.read(size).decode("latin1"))
+        if not re.fullmatch(r"[<>|=]f1", str(header.get("descr"))):
+            raise ValueError(f"descr {header.get('descr')!r} is not a valid dtype descriptor")
+        shape = tuple(header["shape"])
+        flat = np.frombuffer(fp.read(), dtype=np.dtype("V1"), count=int(np.prod(shape, dtype=np.int64)))
+    return flat.reshape(shape, order="F" if header.get("fortran_order") else "C")
+
+
+def save_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
+    """``np.savez`` with every ml_dtypes array (bf16, f8, f4, s4 ...) stored as raw bytes of its item size
+    (``|V2``, ``|V1``), as numpy stores most of them already; ``np.load(path)[k].view(ml_dtypes.bfloat16)``
+    reads one back, and :func:`load_inputs` reads them as the parameter's type.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    np.savez(path, **{k: a.view(f"V{a.dtype.itemsize}") if _is_ml_dtype(a.dtype) else a for k, a in arrays.items()})
+
+
 def load_inputs(module: Module, path: str | Path) -> list[Any]:
     """Read entry parameters from an ``.npz`` keyed ``p0``, ``p1``... or by parameter name.
+
+    ml_dtypes arrays (bf16, f8, s4 ...) saved with ``np.savez`` come back as raw bytes (``|V2``); they are read
+    as the parameter's type when the item size agrees (:func:`from_npz_dtype`).
 
     Raises:
         InputError: a parameter is missing, or its array has the wrong shape or dtype.
@@ -134,10 +187,11 @@ def load_inputs(module: Module, path: str | Path) -> list[Any]:
         if p.shape.is_tuple:
             raise InputError(f"{path}: parameter {n} (%{p.name}) has a tuple shape; .npz inputs must be arrays")
         try:
-            arr = data[key]
-        except (ValueError, OSError) as e:
+            arr = _read_npz_member(data, key)
+        except (ValueError, OSError, SyntaxError) as e:
             raise InputError(f"{path}: array '{key}' cannot be read: {e}") from None
         want = dtypes.numpy_dtype(p.shape.element_type)
+        arr = from_npz_dtype(arr, want)
         if tuple(arr.shape) != tuple(p.shape.dimensions):
             raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has shape {list(arr.shape)}, "
                              f"expected {list(p.shape.dimensions)}")
