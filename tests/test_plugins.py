@@ -103,3 +103,30 @@ def test_trace_prints_every_hook_call(tmp_path):
     out = subprocess.run([sys.executable, "-m", "fusegen.cli", "plugins", "--json"], capture_output=True, text=True,
                          env=env, check=True)
     assert "[fusegen-trace] fusegen_emitter_factories() from loop -> [EmitterFactory(name='loop'" in out.stderr
+
+
+@pytest.mark.parametrize("spelling", ["in_place_dus", "in-place-dus", "IN_PLACE-Dus", "in.place__dus"])
+def test_plugin_names_compare_as_pip_compares_distributions(spelling, monkeypatch):
+    """``-``/``_``/``.`` runs and case do not matter (PEP 503), in every place a plugin is named."""
+    from fusegen.conformance.target import Target
+    from fusegen.config.options import PluginsOptions
+    from fusegen.registry import normalize_name
+
+    assert normalize_name(spelling) == "in-place-dus"
+    # FUSEGEN_LOAD_PLUGINS with autoload off
+    monkeypatch.setenv("FUSEGEN_LOAD_PLUGINS", f"loop,{spelling}")
+    pm = PluginManager(autoload=False)
+    assert {"loop", "in_place_dus"} <= set(pm.infos) and "memcpy" not in pm.infos
+    assert pm.lookup(spelling) == "in_place_dus"
+    # [plugins] disable, at construction and applied later; a factory name too
+    pm = PluginManager(autoload=False, config=PluginsOptions(enable=[spelling], disable=[]))
+    assert "in_place_dus" in pm.infos
+    pm = PluginManager(config=PluginsOptions(enable=[], disable=[spelling]))
+    assert "in_place_dus" not in pm.infos and [f.name for f in pm.emitter_factories("kLoop")] == ["memcpy", "loop"]
+    pm = PluginManager()
+    pm.apply_config(PluginsOptions(enable=[], disable=[spelling.upper()]))
+    assert "in_place_dus" not in pm.infos
+    pm = PluginManager(config=PluginsOptions(enable=[], disable=["Real_Reduction.Hero"]))
+    assert "real-reduction-hero" not in [m.name for m in pm.kind_matchers()]
+    # --fusegen-plugin of the conformance suite
+    assert Target(spelling).name == "in_place_dus"

@@ -125,7 +125,7 @@ class Target:
     """The plugin under test, inside a plugin manager holding every installed plugin.
 
     Args:
-        name: the plugin's entry-point name (as ``fusegen plugins`` lists it).
+        name: the plugin's entry-point name (as ``fusegen plugins`` lists it; ``-``/``_``/case as pip compares).
         pm: a plugin manager (default: a fresh one loading every entry point).
 
     Raises:
@@ -136,6 +136,7 @@ class Target:
 
     def __init__(self, name: str, pm: PluginManager | None = None):
         self.pm = pm if pm is not None else PluginManager()
+        name = self.pm.lookup(name) or name  # input-slices == input_slices, as pip compares names
         if name not in self.pm.infos:
             from fusegen.config.xla_flags import did_you_mean
 
