@@ -8,6 +8,9 @@ Environment:
     ``FUSEGEN_TRACE_PLUGINS=1``: print every hook call, its arguments and result to stderr.
     ``FUSEGEN_DISABLE_PLUGIN_AUTOLOAD=1``: load no entry points (only ``FUSEGEN_LOAD_PLUGINS``).
     ``FUSEGEN_LOAD_PLUGINS=a,b``: with autoload off, the entry-point names to load.
+    ``FUSEGEN_AUTOLOAD_DISTRIBUTIONS=fusegen,x``: autoload only entry points these distributions install
+    (names compared as pip does); entry points named by ``FUSEGEN_LOAD_PLUGINS`` or ``enable`` still load.
+    fusegen's own tests set ``fusegen`` so that whatever else is installed cannot change their results.
 
 Configuration: ``PluginManager(config=cfg)`` (a :class:`fusegen.config.loader.ResolvedConfig`, or its
 ``.plugins``) applies ``[plugins] enable/disable``: a disabled *plugin* name is not registered (or is
@@ -93,9 +96,14 @@ class PluginManager:
             autoload = os.environ.get("FUSEGEN_DISABLE_PLUGIN_AUTOLOAD", "") in ("", "0")
         wanted = {normalize_name(s.strip()) for s in os.environ.get("FUSEGEN_LOAD_PLUGINS", "").split(",") if s.strip()}
         wanted |= enabled
+        dists = {normalize_name(s.strip()) for s in os.environ.get("FUSEGEN_AUTOLOAD_DISTRIBUTIONS", "").split(",")
+                 if s.strip()}
         for group in ENTRY_POINT_GROUPS:
             for ep in md.entry_points(group=group):
-                if not autoload and normalize_name(ep.name) not in wanted:
+                named = normalize_name(ep.name) in wanted
+                if not autoload and not named:
+                    continue
+                if dists and not named and normalize_name(ep.dist.name if ep.dist is not None else "") not in dists:
                     continue
                 if ep.name in self.infos or normalize_name(ep.name) in self.disabled:
                     continue
