@@ -16,7 +16,6 @@ import os
 import sys
 
 import click
-import numpy as np
 
 from fusegen.cli.common import (EXIT_MISMATCH, device_option, fail, get_device_or_fail, internal_error,
                                 limit_options, load_modules, prepare_modules, check_writable, resolve_limits)
@@ -146,7 +145,8 @@ def report_json(reports) -> dict:
 @click.argument("module_path", metavar="MODULE.hlo")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the random inputs.")
 @click.option("--inputs", "inputs_path", type=click.Path(), help=".npz with arrays p0, p1, ... (or parameter names).")
-@click.option("--save-outputs", "outputs_path", type=click.Path(), help="Write the outputs to this .npz (o0, o1, ...).")
+@click.option("--save-outputs", "outputs_path", type=click.Path(),
+              help="Write the outputs to this .npz (o0, o1, ...; bf16/f8/s4 as raw bytes: .view(ml_dtypes.X)).")
 @device_option
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of tables.")
@@ -175,7 +175,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     from fusegen.evaluator.evaluator import UnsupportedOpError
     from fusegen.plugin_manager import PluginError
     from fusegen.runtime.executor import run_module
-    from fusegen.runtime.inputs import InputError, leaves, load_inputs, make_inputs
+    from fusegen.runtime.inputs import InputError, leaves, load_inputs, make_inputs, save_npz
     from fusegen.runtime.limits import ResourceLimitError, check_module
     from fusegen.codegen.kernel_dir import KernelDirError
 
@@ -244,7 +244,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             progress.stop()
     if outputs_path:
         try:
-            np.savez(outputs_path, **{f"o{i}": a for i, a in enumerate(leaves(outputs[0]))})
+            save_npz(outputs_path, {f"o{i}": a for i, a in enumerate(leaves(outputs[0]))})
         except OSError as e:
             fail(f"--save-outputs {outputs_path}: {e.strerror or e}")
     ok = all(r.ok for r in reports) and not any(r.error for _, r in tuned)

@@ -40,6 +40,7 @@ from fusegen.config.options import (
 )
 from fusegen.config.toml import ConfigError, TomlDocument, has_table, read_toml
 from fusegen.config.xla_flags import did_you_mean, parse_cli_flags, parse_xla_flags
+from fusegen.registry import normalize_name
 
 if TYPE_CHECKING:
     from fusegen.plugin_manager import PluginManager
@@ -90,8 +91,10 @@ class ResolvedConfig:
         return self.sources[f"debug_options.{name}"]
 
     def plugin_settings(self, plugin: str) -> dict[str, Any]:
-        """The typed ``[plugins.<plugin>]`` values (defaults filled in); empty for a plugin that declares none."""
-        return dict(self.plugins.settings.get(plugin, {}))
+        """The typed ``[plugins.<plugin>]`` values (defaults filled in); empty for a plugin that declares none.
+        ``plugin`` is compared normalized (``input-slices`` is ``input_slices``)."""
+        key = normalize_name(plugin)
+        return dict(next((v for k, v in self.plugins.settings.items() if normalize_name(k) == key), {}))
 
 
 def find_config_file(start: str | Path | None = None) -> tuple[Path, tuple[str, ...], list[str]] | None:
@@ -373,15 +376,20 @@ def load_config(
                 lists[key] = conv
                 b.set(f"plugins.{key}", conv, _file_source(doc, "plugins", key))
                 if known_components is not None:
+                    known = {normalize_name(k) for k in known_components}
                     for n in conv:
-                        if n not in known_components:
+                        if normalize_name(n) not in known:
                             b.warnings.append(f"{doc.location('plugins', key)}: {key} names {n!r}, which no loaded "
                                               f"plugin registers{did_you_mean(n, known_components)}")
                 continue
             if not isinstance(value, dict):
                 raise _unknown_key(doc, key, ("plugins",), ("enable", "disable"))
-            declared = {o.name: o for o in plugin_options.get(key, [])}
-            if key not in installed and key not in plugin_options:
+            # [plugins.input-slices] configures plugin input_slices: `key` locates the table in the file,
+            # `plugin` is the name the plugin registered
+            plugin = next((k for k in (*plugin_options, *sorted(installed))
+                           if normalize_name(k) == normalize_name(key)), key)
+            declared = {o.name: o for o in plugin_options.get(plugin, [])}
+            if plugin not in installed and plugin not in plugin_options:
                 hint = did_you_mean(key, installed)
                 b.warnings.append(f"{doc.location('plugins', key)}: {doc.table_name('plugins', key)} configures "
                                   f"plugin {key!r}, which is not installed; ignored{hint}")
@@ -399,9 +407,9 @@ def load_config(
                 if o.choices is not None and conv not in o.choices:
                     raise doc.error(f"{okey!r} in {doc.table_name('plugins', key)}: expected one of "
                                     f"{', '.join(map(str, o.choices))}, got {oval!r}", "plugins", key, okey)
-                settings.setdefault(key, {})[okey] = conv
-                b.set(f"plugins.{key}.{okey}", conv, _file_source(doc, "plugins", key, okey))
-    both = sorted(set(lists["enable"]) & set(lists["disable"]))
+                settings.setdefault(plugin, {})[okey] = conv
+                b.set(f"plugins.{plugin}.{okey}", conv, _file_source(doc, "plugins", key, okey))
+    both = sorted({n for n in lists["enable"] if normalize_name(n) in set(map(normalize_name, lists["disable"]))})
     if both and doc is not None:
         raise doc.error(f"{', '.join(map(repr, both))} both enabled and disabled in {doc.table_name('plugins')}",
                         "plugins", "disable")

@@ -6,6 +6,8 @@ get integers inside the operand's bounds, so a run exercises real addresses inst
 
 from __future__ import annotations
 
+import ast
+import re
 import zipfile
 import zlib
 from pathlib import Path
@@ -138,14 +140,19 @@ def _npy_header(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple[int, .
     from numpy.lib import format as npy
 
     with z.open(info) as f:
-        version = npy.read_magic(f)
-        if version == (1, 0):
-            shape, _, dtype = npy.read_array_header_1_0(f, max_header_size=10000)
-        elif version == (2, 0):
-            shape, _, dtype = npy.read_array_header_2_0(f, max_header_size=10000)
-        else:
-            raise ValueError(f"unsupported .npy format version {version}")
-    return tuple(shape), dtype
+        major, _ = npy.read_magic(f)
+        if major not in (1, 2, 3):
+            raise ValueError(f"unsupported .npy format version {major}")
+        size = int.from_bytes(f.read(2 if major == 1 else 4), "little")
+        if size > 10000:
+            raise ValueError(f"header of {size} bytes is too long")
+        header = ast.literal_eval(f.read(size).decode("latin1"))
+    if not isinstance(header, dict) or not isinstance(header.get("shape"), tuple):
+        raise ValueError("header is not a dict with a shape")
+    descr = header.get("descr")
+    # ml_dtypes' float8_e5m2 is written as '<f1', which numpy cannot read back: it is raw bytes.
+    dtype = np.dtype("V1") if isinstance(descr, str) and re.fullmatch(r"[<>|=]f1", descr) else np.dtype(descr)
+    return tuple(header["shape"]), dtype
 
 
 def check_npz_headers(module: Module, path: str | Path) -> dict[str, str]:
@@ -190,7 +197,7 @@ def check_npz_headers(module: Module, path: str | Path) -> dict[str, str]:
             if shape != tuple(p.shape.dimensions):
                 raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has shape {list(shape)}, "
                                  f"expected {list(p.shape.dimensions)}")
-            if dtype != want:
+            if dtype != want and not (_is_ml_dtype(want) and dtype.kind == "V" and dtype.itemsize == want.itemsize):
                 raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has dtype {dtype}, "
                                  f"expected {want} ({p.shape.element_type})")
             data_bytes = want.itemsize * int(np.prod(shape, dtype=np.int64))
@@ -206,10 +213,60 @@ def check_npz_headers(module: Module, path: str | Path) -> dict[str, str]:
     return keys
 
 
+def from_npz_dtype(arr: np.ndarray, want: np.dtype) -> np.ndarray:
+    """``arr`` as read from an ``.npz``, retyped to ``want`` when ``np.savez`` stored it as raw bytes.
+
+    numpy records an ml_dtypes array (bf16, the f8/f4 types, s4/u4, s2/u2) as a plain void type of its item
+    size (``|V2`` for bf16), so ``np.load`` gives bytes back; ml_dtypes users read them with
+    ``.view(ml_dtypes.bfloat16)``, and so does this function when the parameter's type has that item size.
+    Any other array is returned as it is.
+    """
+    raw = arr.dtype.kind == "V" and arr.dtype.fields is None and arr.dtype.type is np.void
+    if raw and _is_ml_dtype(want) and arr.dtype.itemsize == want.itemsize:
+        return arr.view(want)
+    return arr
+
+
+def _is_ml_dtype(dt: np.dtype) -> bool:
+    return dt.type.__module__.split(".")[0] == "ml_dtypes"
+
+
+def _read_npz_member(data: Any, key: str) -> np.ndarray:
+    """``data[key]``; an array ``np.savez`` wrote with the descriptor ``'<f1'`` (what ml_dtypes' float8_e5m2
+    reports, and numpy cannot read back) is read as raw bytes ``|V1``."""
+    try:
+        return data[key]
+    except ValueError as e:
+        if "descr" not in str(e):
+            raise
+    with data.zip.open(f"{key}.npy") as fp:
+        major, _ = np.lib.format.read_magic(fp)
+        size = int.from_bytes(fp.read(2 if major == 1 else 4), "little")
+        header = ast.literal_eval(fp.read(size).decode("latin1"))
+        if not re.fullmatch(r"[<>|=]f1", str(header.get("descr"))):
+            raise ValueError(f"descr {header.get('descr')!r} is not a valid dtype descriptor")
+        shape = tuple(header["shape"])
+        flat = np.frombuffer(fp.read(), dtype=np.dtype("V1"), count=int(np.prod(shape, dtype=np.int64)))
+    return flat.reshape(shape, order="F" if header.get("fortran_order") else "C")
+
+
+def save_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
+    """``np.savez`` with every ml_dtypes array (bf16, f8, f4, s4 ...) stored as raw bytes of its item size
+    (``|V2``, ``|V1``), as numpy stores most of them already; ``np.load(path)[k].view(ml_dtypes.bfloat16)``
+    reads one back, and :func:`load_inputs` reads them as the parameter's type.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    np.savez(path, **{k: a.view(f"V{a.dtype.itemsize}") if _is_ml_dtype(a.dtype) else a for k, a in arrays.items()})
+
+
 def load_inputs(module: Module, path: str | Path) -> list[Any]:
     """Read entry parameters from an ``.npz`` keyed ``p0``, ``p1``... or by parameter name.
 
     The archive's headers are checked first (:func:`check_npz_headers`); only then are arrays read.
+    ml_dtypes arrays (bf16, f8, s4 ...) saved with ``np.savez`` come back as raw bytes (``|V2``); they are read
+    as the parameter's type when the item size agrees (:func:`from_npz_dtype`).
 
     Raises:
         InputError: a parameter is missing, or its array has the wrong shape or dtype, or the archive is
@@ -227,10 +284,12 @@ def load_inputs(module: Module, path: str | Path) -> list[Any]:
             n = p.parameter_number
             key = f"p{n}" if f"p{n}" in keys else p.name
             try:
-                arr = data[key]
-            except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+                arr = _read_npz_member(data, key)
+            except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile, zlib.error) as e:
                 raise InputError(f"{path}: array '{key}' cannot be read: {e}") from None
-            if tuple(arr.shape) != tuple(p.shape.dimensions) or arr.dtype != dtypes.numpy_dtype(p.shape.element_type):
+            want = dtypes.numpy_dtype(p.shape.element_type)
+            arr = from_npz_dtype(arr, want)
+            if tuple(arr.shape) != tuple(p.shape.dimensions) or arr.dtype != want:
                 raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) is not what its header said")
             out.append(arr)
     return out
