@@ -37,6 +37,9 @@ def tuning_figure(entry: dict) -> str:
     ran = [c for c in entry["candidates"] if c["duration_us"] is not None]
     fig = go.Figure()
     labels = len(ran) <= 12
+    # neighbours along the duration axis alternate above and below, so their labels do not overlap
+    positions = {c["name"]: ("top center", "bottom center")[k % 2]
+                 for k, c in enumerate(sorted(ran, key=lambda c: (c["duration_us"], c["scratch_bytes"])))}
     groups: dict[Any, list[dict]] = {}
     for c in ran:
         key = "WRONG_RESULTS" if c["failure"] == "WRONG_RESULTS" else ("failed" if c["failure"] else c["cluster"])
@@ -53,7 +56,7 @@ def tuning_figure(entry: dict) -> str:
         fig.add_trace(go.Scatter(
             x=[c["duration_us"] for c in cs], y=[c["scratch_bytes"] for c in cs], name=name,
             mode="markers+text" if labels else "markers", marker=marker, text=[point_label(c["name"]) for c in cs],
-            textposition="top center", textfont=dict(size=10, color="#495057"),
+            textposition=[positions.get(c["name"], "top center") for c in cs], textfont=dict(size=10, color="#495057"),
             customdata=[c["name"] for c in cs],
             hovertemplate="%{customdata}<br>%{x:.3f} µs, %{y} scratch bytes<extra>" + name + "</extra>"))
     for flag, label, marker in (("winner", "winner", dict(symbol="star", size=20, color="#ffd60a",
