@@ -106,6 +106,27 @@ def test_dispatch_path_marks_passed_answered_and_not_asked():
     assert path[k]["answer"] == "kLoop" and all(q["answer"] is None for i, q in enumerate(path) if i != k)
 
 
+def test_summary_counts_and_status():
+    from fusegen.report.data import summary
+
+    def f(name, kind, backend, status, reason=""):
+        return {"name": name, "kind": kind, "emitter": "E", "backend": backend, "status": status, "reason": reason,
+                "host": backend == "host"}
+
+    mod = {"fusions": [f("a", "kLoop", "triton", "ok"), f("b", "kLoop", "host", "ok", "no emitter for kLoop"),
+                       f("c", "kTriton", "triton", "drift")],
+           "library_calls": [{"opcode": "custom-call"}, {"opcode": "add"}]}
+    s = summary([mod])
+    assert (s["fusions"], s["library_calls"], s["other_instructions"]) == (3, 1, 1)
+    assert s["by_kind"] == {"kLoop": 2, "kTriton": 1} and s["by_kind_backend"] == {"kLoop": {"triton": 1, "host": 1},
+                                                                                   "kTriton": {"triton": 1}}
+    assert s["host_fallbacks"] == [{"name": "b", "kind": "kLoop", "reason": "no emitter for kLoop"}]
+    assert s["status"] == "drift"
+    mod["fusions"].append(f("d", "kLoop", "triton", "mismatch"))
+    assert summary([mod])["status"] == "mismatch"
+    assert summary([{"fusions": [f("e", "kLoop", "triton", "pending")], "library_calls": []}])["status"] == "not run"
+
+
 def test_ptxas_verbose_parse():
     from fusegen.report.compile_info import parse_ptxas_verbose
 

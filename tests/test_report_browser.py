@@ -134,6 +134,10 @@ def test_tuned_mlp_report_in_chromium(browser, tmp_path):
     # one marker per candidate that ran, plus the winner's star and the fastest's ring
     assert page.locator("#chart-tuning-0 .scatterlayer .point").count() == len(ran) + 2
     assert page.locator("#chart-tuning-0 .shapelayer path").count() >= 1  # the shaded window
+    # the tuned fusion's card links to its chart, and the chart's title back to the card
+    assert doc["modules"][0]["fusions"][0]["tuning"] == {"index": 0, "winner": t["winner"], "step": "tuned"}
+    assert page.locator("#card-gemm_fusion_dot a[href='#tuning-0']").inner_text() == t["winner"]
+    assert page.locator("#tuning-0 h3 a[href='#card-gemm_fusion_dot']").count() == 1
     _shot(page, tmp_path, "report-mlp-tuned.png", full_page=True)
 
 

@@ -174,7 +174,8 @@ def summary(modules: Sequence[dict]) -> dict:
         row = by_kind_backend.setdefault(f["kind"], {})
         row[f["backend"]] = row.get(f["backend"], 0) + 1
     statuses = count("status")
-    bad = sum(n for s, n in statuses.items() if s not in ("ok", "pending"))
+    # "drift": within the error budget but above the usual tolerance (the verdict feature); not a failure
+    bad = sum(n for s, n in statuses.items() if s not in ("ok", "pending", "drift"))
     return {
         "fusions": len(fusions),
         "library_calls": sum(c["opcode"] == "custom-call" for m in modules for c in m["library_calls"]),
@@ -183,7 +184,8 @@ def summary(modules: Sequence[dict]) -> dict:
         "by_status": statuses, "by_kind_backend": by_kind_backend,
         "host_fallbacks": [{"name": f["name"], "kind": f["kind"], "reason": f.get("reason", "")}
                            for f in fusions if f.get("host")],
-        "status": "not run" if all(s == "pending" for s in statuses) else ("ok" if bad == 0 else "mismatch"),
+        "status": ("not run" if all(s == "pending" for s in statuses) else "mismatch" if bad
+                   else "drift" if "drift" in statuses else "ok"),
     }
 
 
@@ -192,6 +194,13 @@ def build_report(path: str, device: Any, modules: Sequence[dict], tuning: Sequen
     """Assemble the document from :func:`module_entry` results and :mod:`fusegen.report.tuning` entries."""
     from fusegen import __version__
 
+    by_name = {(m["name"], f["name"]): f for m in modules for f in m["fusions"]}
+    for k, t in enumerate(tuning):  # a tuned fusion's card links to its chart and back
+        for m in modules:
+            f = by_name.get((m["name"], t["instruction"]))
+            if f is not None and t.get("module") in ("", None, m["name"]):
+                f["tuning"] = {"index": k, "winner": t.get("winner"), "step": t.get("step")}
+                t["fusion"] = f["name"]
     return {
         "schema": SCHEMA,
         "fusegen_version": __version__,
