@@ -127,6 +127,21 @@ def test_summary_counts_and_status():
     assert summary([{"fusions": [f("e", "kLoop", "triton", "pending")], "library_calls": []}])["status"] == "not run"
 
 
+def test_indexing_maps_come_from_fusegen_indexing_when_present():
+    from fusegen.hlo.parser import parse_file
+    from fusegen.report.data import computed_indexing_maps
+
+    pytest.importorskip("fusegen.indexing.analysis", reason="the indexing-map feature (fusegen.indexing) is not in "
+                                                            "this checkout; the report then shows no maps section")
+    m = parse_file(corpus_path("jax", "gpu_mlp_bf16.default.h100_opt.hlo"))
+    inst = next(i for i in m.entry.instructions if i.name == "loop_multiply_fusion")
+    maps = computed_indexing_maps(inst)
+    assert list(maps) == [f"%{o.name} (operand {i})" for i, o in enumerate(inst.operands)]
+    # output [256,1024]; operand 0 is the bias b [1024], broadcast along dimension 1
+    assert all(v.startswith("(d0, d1)") for v in maps.values())
+    assert maps["%b.1 (operand 0)"].startswith("(d0, d1) -> (d1)")
+
+
 def test_ptxas_verbose_parse():
     from fusegen.report.compile_info import parse_ptxas_verbose
 

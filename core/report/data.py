@@ -13,7 +13,7 @@ A FUSION is the executor's :class:`~fusegen.runtime.executor.FusionReport` JSON 
 features add there, such as per-output ``status`` or an error budget, come through unchanged) plus
 ``computation``, ``shape``, ``backend_kind``, ``dispatch`` (each kind matcher in rank order with its
 answer), ``kernels`` (source, launch dimensions, sm_90 compile), ``launch_dimensions``, ``hlo`` and,
-where the fusion's report carries them, ``indexing_maps``.
+where the fusion's report carries them or :mod:`fusegen.indexing` is present, ``indexing_maps``.
 """
 
 from __future__ import annotations
@@ -98,6 +98,24 @@ def _indexing_maps(rep: Any, emitted: Any) -> Any:
     return None
 
 
+def computed_indexing_maps(inst: Instruction) -> dict[str, str] | None:
+    """The fusion's output-to-input indexing maps from :mod:`fusegen.indexing`, when that package is present.
+
+    ``{"%operand (operand i)": "map; map..."}`` for output 0 (XLA's ``ComputeOutputToInputIndexing``), or
+    ``None`` without the package or when the analysis raises (the card then has no maps section).
+    """
+    try:
+        from fusegen.indexing.analysis import compute_output_to_input_indexing
+    except ImportError:
+        return None
+    try:
+        indexing = compute_output_to_input_indexing(inst, 0)
+        return {f"%{op.name} (operand {i})": "\n".join(str(it) for it in items)
+                for i, (op, items) in enumerate(zip(inst.operands, indexing))}
+    except Exception:  # an op the analysis does not cover must not cost the user the report
+        return None
+
+
 def fusion_entry(inst: Instruction, rep: Any, emitted: Any, matchers: Sequence[Any], decided_by: str,
                  compile_kernels: bool, capability: int = 90) -> dict:
     """One fusion card's data (see the module docstring); compiles its kernels when ``compile_kernels``."""
@@ -119,7 +137,7 @@ def fusion_entry(inst: Instruction, rep: Any, emitted: Any, matchers: Sequence[A
         kernels.append(kd)
     d["kernels"] = kernels
     d.setdefault("launch_dimensions", [k["launch_dimensions"] for k in kernels])
-    maps = d.get("indexing_maps") or _indexing_maps(rep, emitted)
+    maps = d.get("indexing_maps") or _indexing_maps(rep, emitted) or computed_indexing_maps(inst)
     if maps:
         d["indexing_maps"] = maps
     try:
