@@ -120,7 +120,7 @@ def test_summary_counts_and_status():
     assert (s["fusions"], s["library_calls"], s["other_instructions"]) == (3, 1, 1)
     assert s["by_kind"] == {"kLoop": 2, "kTriton": 1} and s["by_kind_backend"] == {"kLoop": {"triton": 1, "host": 1},
                                                                                    "kTriton": {"triton": 1}}
-    assert s["host_fallbacks"] == [{"name": "b", "kind": "kLoop", "reason": "no emitter for kLoop"}]
+    assert s["host_fallbacks"] == [{"name": "b", "kind": "kLoop", "reason": "no emitter for kLoop", "card": ""}]
     assert s["status"] == "drift"
     mod["fusions"].append(f("d", "kLoop", "triton", "mismatch"))
     assert summary([mod])["status"] == "mismatch"

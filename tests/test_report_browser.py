@@ -75,16 +75,14 @@ def _open(browser, html: Path, height: int = 1000):
 
 
 def _check_page(page, doc: dict) -> None:
-    from fusegen.report.graph import card_id
-
     fusions = [f for m in doc["modules"] for f in m["fusions"]]
     cards = page.eval_on_selector_all("article.card", "els => els.map(e => e.id)")
-    assert sorted(cards) == sorted(card_id(f["name"]) for f in fusions)
+    assert sorted(cards) == sorted(f["card"] for f in fusions) and len(set(cards)) == len(cards)
     n_nodes = sum(len(m["graph"]["nodes"]) for m in doc["modules"])
     assert page.locator(".graph-wrap svg g.node").count() == n_nodes
     links = set(page.eval_on_selector_all(".graph-wrap svg g.node a",
                                           "els => els.map(e => e.getAttribute('xlink:href') || e.getAttribute('href'))"))
-    assert {"#" + card_id(f["name"]) for f in fusions} <= links
+    assert {"#" + f["card"] for f in fusions} <= links
     assert page.locator(".graph-wrap svg g.edge").count() == sum(len(m["graph"]["edges"]) for m in doc["modules"]) + \
         sum(len(m["graph"]["clusters"]) for m in doc["modules"])
     # plotly drew the summary chart: one bar segment per kind and backend
@@ -176,3 +174,15 @@ def test_recorded_tuning_shows_wrong_results_and_the_tie_break(browser, tmp_path
     assert page.locator("#chart-tuning-1 .scatterlayer .point").count() == 2 + 2
     panels.nth(1).scroll_into_view_if_needed()
     panels.nth(1).screenshot(path=str(tmp_path / "tie.png"))
+
+
+def test_a_file_of_several_modules_keeps_every_card(browser, tmp_path):
+    """XLA's tests put several modules in one file (``// -----``); fusion names repeat across them."""
+    doc = _report(corpus_path("xla", "modules", "backends__gpu__tests__kernel_reuse.hlo"), tmp_path / "multi.html",
+                  "--no-compile")
+    names = [f["name"] for m in doc["modules"] for f in m["fusions"]]
+    assert len(doc["modules"]) > 1 and len(set(names)) < len(names)
+    page, errors, requests = _open(browser, tmp_path / "multi.html")
+    assert errors == [] and requests == []
+    _check_page(page, doc)
+    assert page.locator(".graph-wrap svg").count() == len(doc["modules"])

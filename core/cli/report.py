@@ -147,8 +147,9 @@ def _collect(module_path, modules, device, pm, run_reports, compile_kernels, pha
     t0 = time.perf_counter()
     entries = []
     try:
-        for m, rr in zip(modules, run_reports):
-            entries.append(module_entry(m, device, pm, rr, compile_kernels))
+        for k, (m, rr) in enumerate(zip(modules, run_reports)):
+            entries.append(module_entry(m, device, pm, rr, compile_kernels,
+                                        card_prefix=f"m{k}-" if len(modules) > 1 else ""))
     except PluginError as e:
         fail(f"{module_path}: {e}")
     except DispatchError as e:

@@ -148,8 +148,12 @@ def fusion_entry(inst: Instruction, rep: Any, emitted: Any, matchers: Sequence[A
 
 
 def module_entry(module: Module, device: Any, pm: Any, run_report: Any = None, compile_kernels: bool = True,
-                 capability: int = 90) -> dict:
-    """Fusions (with their kernels planned, or taken from ``run_report``), library calls and the graph."""
+                 capability: int = 90, card_prefix: str = "") -> dict:
+    """Fusions (with their kernels planned, or taken from ``run_report``), library calls and the graph.
+
+    ``card_prefix`` keeps card ids apart when one file holds several modules (names repeat across them).
+    """
+    from fusegen.report.graph import card_id
     from fusegen import dispatch
     from fusegen.analysis.fusion_analysis import FusionAnalysis
     from fusegen.report.graph import graph_data
@@ -169,6 +173,7 @@ def module_entry(module: Module, device: Any, pm: Any, run_report: Any = None, c
                     decided_by = dispatch.get_emitter_fusion_kind(FusionAnalysis.create(inst, device), pm).decided_by
                 d = fusion_entry(inst, rep, emitted, matchers, decided_by, compile_kernels, capability)
                 d["ran"] = inst.name in ran
+                d["card"] = card_id(card_prefix + inst.name)
                 fusions.append(d)
             elif inst.opcode not in TRIVIAL_OPCODES and inst.opcode not in CONTROL_OPCODES:
                 calls.append({"name": inst.name, "opcode": inst.opcode, "computation": comp.name,
@@ -200,8 +205,8 @@ def summary(modules: Sequence[dict]) -> dict:
         "other_instructions": sum(c["opcode"] != "custom-call" for m in modules for c in m["library_calls"]),
         "by_kind": count("kind"), "by_emitter": count("emitter"), "by_backend": count("backend"),
         "by_status": statuses, "by_kind_backend": by_kind_backend,
-        "host_fallbacks": [{"name": f["name"], "kind": f["kind"], "reason": f.get("reason", "")}
-                           for f in fusions if f.get("host")],
+        "host_fallbacks": [{"name": f["name"], "kind": f["kind"], "reason": f.get("reason", ""),
+                            "card": f.get("card", "")} for f in fusions if f.get("host")],
         "status": ("not run" if all(s == "pending" for s in statuses) else "mismatch" if bad
                    else "drift" if "drift" in statuses else "ok"),
     }
@@ -218,7 +223,7 @@ def build_report(path: str, device: Any, modules: Sequence[dict], tuning: Sequen
             f = by_name.get((m["name"], t["instruction"]))
             if f is not None and t.get("module") in ("", None, m["name"]):
                 f["tuning"] = {"index": k, "winner": t.get("winner"), "step": t.get("step")}
-                t["fusion"] = f["name"]
+                t["fusion"], t["card"] = f["name"], f.get("card")
     return {
         "schema": SCHEMA,
         "fusegen_version": __version__,

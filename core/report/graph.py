@@ -31,7 +31,7 @@ def kind_color(kind: str) -> str:
 
 
 def card_id(name: str) -> str:
-    """The HTML id of a fusion's card (also the graph node's link target)."""
+    """The HTML id of a fusion's card (also the graph node's link target); ``name`` may carry a module prefix."""
     return "card-" + re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
@@ -85,7 +85,7 @@ def graph_data(module: Module, fusions: dict[str, dict], calls: dict[str, dict])
                 kind = f.get("kind", "")
                 sub = f.get("emitter", "-") if not f.get("host") else "host"
                 node = {"id": nid, "name": inst.name, "type": "fusion", "label": f"{kind} · {sub}", "kind": kind,
-                        "host": bool(f.get("host")), "cluster": cl}
+                        "host": bool(f.get("host")), "cluster": cl, "card": f.get("card", card_id(inst.name))}
             elif inst.opcode in CONTROL_OPCODES:
                 node = {"id": nid, "name": inst.name, "type": "control", "label": inst.opcode, "kind": "",
                         "host": False, "cluster": cl}
@@ -129,7 +129,7 @@ def to_dot(graph: dict, name: str = "module") -> Any:
         sg = subgraphs[n["cluster"]]
         if n["type"] == "fusion":
             label = f'<<b>{_esc(n["name"])}</b><br/><font point-size="9">{_esc(n["label"])}</font>>'
-            attrs = {"fillcolor": kind_color(n["kind"]), "href": "#" + card_id(n["name"]),
+            attrs = {"fillcolor": kind_color(n["kind"]), "href": "#" + n.get("card", card_id(n["name"])),
                      "tooltip": f'{n["name"]}: {n["label"]}', "target": "_self"}
             if n["host"]:
                 attrs.update(color=HOST_COLOR, penwidth="2.5", style="filled,rounded,dashed", fontcolor=HOST_COLOR)
