@@ -184,6 +184,10 @@ def test_json_data_matches_explain_and_reports_the_compile(tmp_path):
     assert [(f["name"], f["kind"], f["emitter"], f["backend"]) for f in m["fusions"]] == \
         [(f["name"], f["kind"], f["emitter"], f["backend"]) for f in ex["fusions"]]
     assert doc["summary"]["by_kind"] == {"kTriton": 1, "kLoop": 1} and doc["summary"]["status"] == "not run"
+    gemm = json.loads(m["fusions"][0]["backend_config"])  # the tiling XLA chose, as the module carries it
+    assert gemm["block_level_fusion_config"]["output_tiles"] == [{"sizes": ["1", "16", "8"]}]
+    assert gemm["block_level_fusion_config"]["num_warps"] == "2"
+    assert m["fusions"][0]["kernels"][0]["launch_dimensions"]["num_warps"] == 2
     for f in m["fusions"]:
         (k,) = f["kernels"]
         c = k["compile"]
@@ -192,6 +196,17 @@ def test_json_data_matches_explain_and_reports_the_compile(tmp_path):
         assert "ROOT" in f["hlo"] and "ENTRY" not in f["hlo"]
     html = (tmp_path / "r.html").read_text()
     assert "<svg" in html and "gemm_fusion_dot" in html and "https://" not in html.split("<script>")[0]
+
+
+@needs_dot
+def test_without_dot_the_error_says_what_to_install(tmp_path):
+    mlp = corpus_path("jax", "gpu_mlp_bf16.default.h100_opt.hlo")
+    env = dict(os.environ, PATH=str(tmp_path))  # no `dot` on this PATH
+    p = subprocess.run([sys.executable, "-m", "fusegen.cli", "report", str(mlp), "--no-compile", "-o",
+                        str(tmp_path / "r.html")], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 2 and p.stderr.strip() == (
+        "fusegen: error: graphviz's `dot` is not installed (Debian: apt-get install graphviz)")
+    assert not (tmp_path / "r.html").exists()
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path):

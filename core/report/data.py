@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import datetime
+import json
 from typing import Any, Sequence
 
 from fusegen.hlo.ir import Computation, Instruction, Module
@@ -126,6 +127,11 @@ def fusion_entry(inst: Instruction, rep: Any, emitted: Any, matchers: Sequence[A
     d["computation"] = inst.parent.name if inst.parent is not None else ""
     d["shape"] = print_shape(inst.shape)
     d["backend_kind"] = inst.fusion_backend_kind
+    fbc = inst.backend_config.get("fusion_backend_config")
+    if isinstance(fbc, dict):  # the tiling the kernel was built with (a tuned GEMM's winning config)
+        cfg = {k: v for k, v in fbc.items() if k != "kind"}
+        if cfg:
+            d["backend_config"] = json.dumps(cfg, separators=(",", ":"), sort_keys=True)
     d["dispatch"] = dispatch_path(matchers, decided_by, rep.kind)
     d["matcher"] = decided_by
     d["host"] = rep.backend == "host"
