@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.fusegen-installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean system-deps
 
 $(STAMP): pyproject.toml examples/input-slices-plugin/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,11 @@ $(STAMP): pyproject.toml examples/input-slices-plugin/pyproject.toml
 demo: $(STAMP)
 	$(BIN)/fusegen run examples/gpu_multi_output.h100_opt.hlo
 
-test: $(STAMP)
+# graphviz (fusegen report's graph) and Chromium (its browser test), via apt-get when root; never fails.
+system-deps:
+	@scripts/install-system-deps
+
+test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)
