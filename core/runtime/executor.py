@@ -31,8 +31,9 @@ from fusegen.device import DeviceDescription, get_device
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
-from fusegen.runtime.compare import compare
 from fusegen.runtime.inputs import leaves
+from fusegen.verify.options import VerifyOptions
+from fusegen.verify.verdict import judge_module, record_fusion
 
 
 @attrs.define
@@ -55,6 +56,8 @@ class FusionReport:
     reason: str = ""
     kernel_seconds: float = 0.0
     compiled: str = "-"
+    error_budget_ratio: float | None = None  # worst error / budget (fusegen.verify.budget)
+    budget: str = "-"  # lowest-precision type on the path and reduction size, e.g. "bf16 K=4096"
     kernels: list[Any] = attrs.field(factory=list, repr=False)
 
     def to_json(self) -> dict:
@@ -63,6 +66,7 @@ class FusionReport:
         if self.reason:
             d["reason"] = self.reason
         d["compiled_sm90"] = self.compiled
+        d["error_budget_ratio"], d["budget"] = self.error_budget_ratio, self.budget
         return d
 
 
@@ -74,10 +78,18 @@ class RunReport:
     outputs_ok: bool = True
     output_max_abs_error: float = 0.0
     seconds: float = 0.0
+    verdict: Any = None  # fusegen.verify.verdict.ModuleVerdict
 
     @property
     def ok(self) -> bool:
         return self.outputs_ok and all(f.status == "ok" for f in self.fusions)
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``drift`` (outputs as accurate as the reference vs the f64 oracle) or ``mismatch``."""
+        if not self.ok:
+            return "mismatch"
+        return self.verdict.status if self.verdict is not None else "ok"
 
 
 def _unflatten(shape: Shape, flat: list[np.ndarray]) -> Any:
@@ -103,10 +115,12 @@ class Executor:
         compile_kernels: also compile every generated kernel for sm_90 (``triton.compile`` with a
             ``GPUTarget("cuda", 90, 32)``), recording success in the report.
         on_fusion: progress callback, called after each fusion with its report.
+        verify: error budgets and floors (:class:`fusegen.verify.options.VerifyOptions`; default ones).
     """
 
     def __init__(self, module: Module, device: DeviceDescription | None = None, pm: PluginManager | None = None,
-                 compile_kernels: bool = True, on_fusion: Callable[[FusionReport], None] | None = None):
+                 compile_kernels: bool = True, on_fusion: Callable[[FusionReport], None] | None = None,
+                 verify: VerifyOptions | None = None):
         self.module = module
         self.device = device or get_device("h200")
         self.pm = pm or default_plugin_manager()
@@ -115,6 +129,8 @@ class Executor:
         self.reports: dict[str, FusionReport] = {}
         self.other: dict[str, int] = {}
         self._emitted: dict[int, tuple[Any, FusionReport]] = {}
+        self.verify = verify or VerifyOptions()
+        self.events: list = []  # fusegen.verify.verdict.FusionEvent per compared execution, in order
 
     # -- planning (no execution): used by `fusegen explain` too ---------------------------------------
     def plan_fusion(self, inst: Instruction) -> tuple[Any, FusionReport]:
@@ -276,42 +292,35 @@ class Executor:
             # so no error is reported (``null`` in JSON, ``-`` in the table).
             rep.status = "ok"
             return
-        shapes = inst.shape.leaves()
-        worst_abs = rep.max_abs_error or 0.0
-        worst_rel = rep.max_rel_error or 0.0
-        ok = rep.status in ("pending", "ok")
-        for s, a, b in zip(shapes, leaves(out), leaves(ref)):
-            c = compare(a, b, s.element_type)
-            worst_abs = max(worst_abs, c.max_abs_error)
-            worst_rel = max(worst_rel, c.max_rel_error)
-            ok = ok and c.ok
-        rep.max_abs_error, rep.max_rel_error = worst_abs, worst_rel
+        record_fusion(self, rep, inst, out, ref)  # error budgets, the execution-order event list
         if rep.compiled.startswith("failed"):
             rep.status = "error"
             rep.reason = f"sm_90 compile {rep.compiled}"
-        else:
-            rep.status = "ok" if ok else "mismatch"
 
 
 def run_module(module: Module, args: list[Any], device: DeviceDescription | None = None,
                pm: PluginManager | None = None, compile_kernels: bool = True,
-               on_fusion: Callable[[FusionReport], None] | None = None) -> tuple[Any, RunReport]:
-    """Run ``module`` end to end and compare its outputs with the reference evaluator.
+               on_fusion: Callable[[FusionReport], None] | None = None, verify: VerifyOptions | None = None,
+               expected: list[np.ndarray] | None = None) -> tuple[Any, RunReport]:
+    """Run ``module`` end to end and judge its outputs (:mod:`fusegen.verify.verdict`).
+
+    Args:
+        verify: budgets, conditioning factor and floors (default :class:`VerifyOptions`).
+        expected: a known answer per output leaf (``--expected``), the third oracle.
 
     Returns:
-        ``(outputs, RunReport)``; fusions in the report are in entry post order (first execution).
+        ``(outputs, RunReport)``; fusions in the report are in entry post order (first execution);
+        ``report.verdict`` holds the per-output ``ok`` / ``drift`` / ``mismatch`` and the f64 figures.
     """
     from fusegen.evaluator.evaluator import evaluate_module
 
     t0 = time.perf_counter()
-    ex = Executor(module, device, pm, compile_kernels, on_fusion)
+    ex = Executor(module, device, pm, compile_kernels, on_fusion, verify)
     out = ex.run(args)
     ref = evaluate_module(module, args)
-    ok = True
-    worst = 0.0
-    for s, a, b in zip(module.entry.root.shape.leaves(), leaves(out), leaves(ref)):
-        c = compare(a, b, s.element_type)
-        ok = ok and c.ok
-        worst = max(worst, c.max_abs_error)
-    report = RunReport(module.name, list(ex.reports.values()), dict(ex.other), ok, worst, time.perf_counter() - t0)
+    verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected)
+    ok = verdict.status != "mismatch"
+    worst = max((o.max_abs_error for o in verdict.outputs), default=0.0)
+    report = RunReport(module.name, list(ex.reports.values()), dict(ex.other), ok, worst, time.perf_counter() - t0,
+                       verdict)
     return out, report

@@ -141,6 +141,8 @@ def load_inputs(module: Module, path: str | Path) -> list[Any]:
         if tuple(arr.shape) != tuple(p.shape.dimensions):
             raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has shape {list(arr.shape)}, "
                              f"expected {list(p.shape.dimensions)}")
+        if arr.dtype.kind == "V" and arr.dtype.itemsize == want.itemsize:
+            arr = arr.view(want)  # np.savez stores bfloat16 / float8 arrays as raw bytes (|V2, |V1)
         if arr.dtype != want:
             raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has dtype {arr.dtype}, "
                              f"expected {want} ({p.shape.element_type})")
