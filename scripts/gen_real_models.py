@@ -207,8 +207,85 @@ def equinox_mlp():
     return (lambda p, x: jax.vmap(eqx.combine(p, static))(x)), (params, x)
 
 
+def adamw_logit_offset():
+    """AdamW's first step on a classifier with a softmax-invariant logit offset: its exact gradient is 0, the
+    f32 one is rounding noise, and AdamW turns any nonzero noise into an update of about +-lr."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    rng = np.random.default_rng(11)
+    params = {"w": jnp.asarray(rng.standard_normal((32, 16)) * 0.3, jnp.float32), "offset": jnp.zeros(1, jnp.float32)}
+    opt = optax.adamw(1e-2, weight_decay=0.0)
+    state = opt.init(params)
+    x = jnp.asarray(rng.standard_normal((128, 32)), jnp.float32)
+    y = jnp.asarray(rng.integers(0, 16, 128), jnp.int32)
+
+    def step(params, state, x, y):
+        def loss_fn(p):
+            logits = x @ p["w"] + p["offset"]
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+        grads = jax.grad(loss_fn)(params)
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates)
+
+    return step, (params, state, x, y)
+
+
+def equinox_rnn_chaotic():
+    """An Elman RNN of equinox Linear layers, ``h = tanh(W h + U x)``, with gain 3 (chaotic) over 48 steps."""
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    k1, k2 = jax.random.split(jax.random.PRNGKey(3))
+    w = eqx.nn.Linear(32, 32, use_bias=False, key=k1)
+    w = eqx.tree_at(lambda m: m.weight, w, w.weight * 3.0 * np.sqrt(3.0))  # uniform(+-1/sqrt(n)) -> gain 3
+    u = eqx.nn.Linear(8, 32, key=k2)
+    params, static = eqx.partition((w, u), eqx.is_array)
+    xs = jnp.asarray(np.random.default_rng(12).standard_normal((48, 8)), jnp.float32)
+
+    def run(params, xs):
+        w, u = eqx.combine(params, static)
+
+        def body(h, x):
+            h = jnp.tanh(w(h) + u(x))
+            return h, h
+
+        return jax.lax.scan(body, jnp.full(32, 0.1, jnp.float32), xs)[0]
+
+    return run, (params, xs)
+
+
+def flax_batchnorm_offset():
+    """flax BatchNorm in training mode on activations with a large common offset: its fast variance
+    ``E[x^2] - E[x]^2`` cancels catastrophically in f32."""
+    import jax
+    import jax.numpy as jnp
+    import flax.linen as nn
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.Dense(16)(x)
+            return nn.BatchNorm(use_running_average=False)(h)
+
+    rng = np.random.default_rng(13)
+    x = jnp.asarray(rng.standard_normal((256, 8)) + 3000.0, jnp.float32)
+    net = Net()
+    variables = net.init(jax.random.PRNGKey(0), x)
+
+    def f(v, x):
+        y, _ = net.apply(v, x, mutable=["batch_stats"])
+        return y
+
+    return f, (variables, x)
+
+
 PROGRAMS = {f.__name__: f for f in (gpt2, bert, llama_bf16, gemma, mistral, vit, resnet, adamw_step, flax_block,
-                                    equinox_gru_scan, equinox_mlp)}
+                                    equinox_gru_scan, equinox_mlp, adamw_logit_offset, equinox_rnn_chaotic,
+                                    flax_batchnorm_offset)}
 
 
 def generate(name: str, out_dir: Path, device) -> None:
@@ -223,6 +300,7 @@ def generate(name: str, out_dir: Path, device) -> None:
     expected = jax.tree_util.tree_leaves(jax.jit(f, keep_unused=True)(*args))
     (out_dir / f"{name}.h200_opt.hlo").write_text(hlo)
     np.savez_compressed(out_dir / f"{name}.inputs.npz", **{f"p{i}": np.asarray(a) for i, a in enumerate(flat)})
+    # (np.savez keeps bfloat16 as raw 2-byte records; fusegen views them back as bf16)
     np.savez_compressed(out_dir / f"{name}.expected.npz", **{f"o{i}": np.asarray(a) for i, a in enumerate(expected)})
     print(f"{name}: {len(hlo) // 1024} KB HLO, {hlo.count(' fusion(')} fusions, {len(flat)} parameters, "
           f"{len(expected)} outputs")

@@ -2,11 +2,12 @@
 
 A fusion output's budget (per element, absolute) is
 
-    floor(t) * growth(K) * max(1, max|ref|)  +  rtol(t) * |ref|
+    floor(t) * growth(K) * max|ref|  +  rtol(t) * |ref|
 
-where ``t`` is the *lowest-precision floating type on the path to the output* inside the fused computation
-(its parameters included: a bf16 intermediate rounds differently when a kernel keeps it in f32, so an f32
-output fed by a bf16 value inherits bf16's budget), ``rtol(t)`` the per-type relative tolerance of
+where ``t`` is the *lowest-precision floating type computed on the path to the output* inside the fused
+computation (a bf16 intermediate rounds differently when a kernel keeps it in f32, so an f32 output fed by a
+computed bf16 value inherits bf16's budget; the fusion's parameters do not count: kernel and reference read
+the same operand values), ``rtol(t)`` the per-type relative tolerance of
 :mod:`fusegen.runtime.compare`, ``floor(t)`` the ``[verify]`` floor (:class:`~fusegen.verify.options.VerifyOptions`)
 and ``K`` the largest number of terms one output element sums on that path (a ``reduce``'s reduced size, a
 ``dot``'s contracting size, a convolution's window times input features). Summation error grows like
@@ -33,6 +34,7 @@ from fusegen.verify.options import VerifyOptions
 #: Mantissa bits per floating type (lower = less precise).
 MANTISSA = {"f64": 52, "c128": 52, "f32": 23, "c64": 23, "f16": 10, "bf16": 7}
 GROWTH_FREE_TERMS = 256
+_TINY = 2.0 ** -126  # smallest normal f32: the scale of an all-zero reference
 
 
 def mantissa_bits(element_type: str) -> int:
@@ -92,7 +94,7 @@ def _walk(root: Instruction, seen: set[int], acc: dict[str, Any]) -> None:
         if id(inst) in seen:
             continue
         seen.add(id(inst))
-        for s in inst.shape.leaves():
+        for s in ([] if inst.opcode == "parameter" else inst.shape.leaves()):
             if s.is_array and (dtypes.is_floating(s.element_type) or dtypes.is_complex(s.element_type)):
                 if mantissa_bits(s.element_type) < mantissa_bits(acc["type"]):
                     acc["type"] = s.element_type
@@ -159,7 +161,7 @@ def judge(out: Any, ref: Any, budget: Budget, options: VerifyOptions) -> Judged:
     rtol, _ = tolerance(budget.path_type)
     floor = options.floor(budget.path_type)
     finite = np.abs(b[np.isfinite(b)])
-    scale = max(1.0, float(finite.max())) if finite.size else 1.0
+    scale = max(float(finite.max()) if finite.size else 0.0, _TINY)
     allowed = floor * budget.growth * scale + rtol * np.abs(b)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.where(diff == 0, 0.0, diff / allowed)

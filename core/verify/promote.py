@@ -60,6 +60,36 @@ def promote_module(module: Module) -> Module:
     return clone
 
 
+def evaluate_fusion_promoted(fusion, operands: Sequence[Any]) -> Any:
+    """One fusion (or any instruction) evaluated in f64/c128 on ``operands`` (its called computations copied).
+
+    Raises:
+        OracleUnavailable: as :func:`evaluate_promoted`.
+    """
+    from fusegen.evaluator.evaluator import evaluate_instruction
+
+    memo = {id(fusion.parent): fusion.parent} if fusion.parent is not None else {}
+    for o in fusion.operands:
+        memo[id(o)] = o
+    clone = copy.deepcopy(fusion, memo)
+    todo, seen = [clone], set()
+    while todo:
+        inst = todo.pop()
+        if id(inst) in seen:
+            continue
+        seen.add(id(inst))
+        if inst.opcode == "bitcast-convert" and promote_shape(inst.shape) != inst.shape:
+            raise OracleUnavailable(f"%{inst.name} bitcast-converts a floating type")
+        if inst.opcode != "reduce-precision":
+            inst.shape = promote_shape(inst.shape)
+        for c in inst.called_computations:
+            todo.extend(c.instructions)
+    try:
+        return evaluate_instruction(clone, [promote_value(v) for v in operands])
+    except Exception as e:
+        raise OracleUnavailable(f"f64 evaluation failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+
+
 def promote_value(v: Any) -> Any:
     """An argument value in the promoted module's types (tuples recursively)."""
     if isinstance(v, tuple):
