@@ -31,8 +31,9 @@ REAL = ROOT / "tests" / "data" / "real_models"
 def real_inputs(path, module):
     from fusegen.runtime.inputs import load_inputs
 
-    npz = Path(str(path).replace(".h200_opt.hlo", ".inputs.npz"))
-    return load_inputs(module, str(npz)) if npz.exists() else None
+    p = Path(path)
+    npz = p.with_name(p.name.removesuffix(".h200_opt.hlo") + ".inputs.npz")
+    return load_inputs(module, str(npz)) if p.name.endswith(".h200_opt.hlo") and npz.exists() else None
 
 
 def main(argv=None) -> int:

@@ -271,7 +271,7 @@ class Executor:
                 out = _unflatten(inst.shape, flat)
             if first and self.compile_kernels and emitted.kernels and rep.status != "error":
                 rep.compiled = self._compile(emitted)
-        self._record(rep, inst, out, ref)
+        self._record(rep, inst, out, ref, ops)
         if first and self.on_fusion is not None:
             self.on_fusion(rep)
         return out
@@ -284,7 +284,7 @@ class Executor:
             return f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         return "ok"
 
-    def _record(self, rep: FusionReport, inst: Instruction, out: Any, ref: Any) -> None:
+    def _record(self, rep: FusionReport, inst: Instruction, out: Any, ref: Any, ops: list[Any] | None = None) -> None:
         if rep.status == "error":
             return
         if rep.backend == "host":
@@ -292,7 +292,7 @@ class Executor:
             # so no error is reported (``null`` in JSON, ``-`` in the table).
             rep.status = "ok"
             return
-        record_fusion(self, rep, inst, out, ref)  # error budgets, the execution-order event list
+        record_fusion(self, rep, inst, out, ref, ops)  # error budgets, the execution-order event list
         if rep.compiled.startswith("failed"):
             rep.status = "error"
             rep.reason = f"sm_90 compile {rep.compiled}"

@@ -171,3 +171,36 @@ def judge(out: Any, ref: Any, budget: Budget, options: VerifyOptions) -> Judged:
     rel = float((diff / np.maximum(np.abs(b), 1e-30)).max())
     return Judged(float(diff.max()), rel, float(ratios.flat[i]), tuple(int(x) for x in idx),
                   out[idx].item(), ref[idx].item())
+
+
+def judge_fusion(inst: Instruction, ops: list[Any] | None, out: list, ref: Any,
+                 options: VerifyOptions) -> tuple[Judged, Budget] | None:
+    """The worst output leaf of one fusion execution against its budget, ``(Judged, Budget)`` (None: no leaf).
+
+    An output over its budget gets a second look with the fusion's own f64 evaluation on ``ops``: when the
+    kernel is no further from it than ``rtol`` x the reference's distance plus the floor (the fusion's
+    conditioning: a sum that cancels to almost nothing, say), the ratio becomes kernel error / that
+    allowance, so it is within budget. Without ``ops`` (or an f64 evaluation) the plain budget stands.
+    """
+    from fusegen.runtime.inputs import leaves
+    from fusegen.verify.promote import OracleUnavailable, evaluate_fusion_promoted
+
+    worst, exact = None, None
+    for i, (b, a, r) in enumerate(zip(output_budgets(inst), out, leaves(ref))):
+        j = judge(a, r, b, options)
+        if j.ratio > 1.0 and ops is not None and math.isfinite(j.ratio) and np.asarray(a).dtype.kind in "fc":
+            try:
+                exact = leaves(evaluate_fusion_promoted(inst, ops)) if exact is None else exact
+            except OracleUnavailable:
+                exact = []
+            if i < len(exact):
+                x = np.asarray(exact[i])
+                ek = float(abs_error(np.asarray(a), x)[0].max())
+                er = float(abs_error(np.asarray(r), x)[0].max())
+                finite = np.abs(x[np.isfinite(x)])
+                allow = options.rtol * er + options.floor(b.path_type) * b.growth * (float(finite.max()) if finite.size else 0.0)
+                if allow > 0 and ek / allow < j.ratio:
+                    j = attrs.evolve(j, ratio=ek / allow)
+        if worst is None or j.ratio > worst[0].ratio:
+            worst = (j, b)
+    return worst

@@ -28,7 +28,7 @@ import attrs
 import numpy as np
 
 from fusegen.hlo.ir import Instruction, Module
-from fusegen.verify.budget import judge, output_budgets
+from fusegen.verify.budget import judge_fusion
 from fusegen.verify.options import VerifyOptions
 
 KINDS = ("off_by_one", "dropped_mask", "wrong_accumulator", "swapped_operand", "missed_clamp", "lost_nan")
@@ -162,11 +162,9 @@ def _with_nans(ops: list[Any]) -> list[Any]:
     return out
 
 
-def _ratio(inst: Instruction, out: list, ref: Any, options: VerifyOptions) -> float:
-    from fusegen.runtime.inputs import leaves
-
-    return max((judge(a, r, b, options).ratio for b, a, r in zip(output_budgets(inst), out, leaves(ref))),
-               default=0.0)
+def _ratio(inst: Instruction, ops: list[Any], out: list, ref: Any, options: VerifyOptions) -> float:
+    worst = judge_fusion(inst, ops, out, ref, options)
+    return worst[0].ratio if worst is not None else 0.0
 
 
 def _as_accurate(inst: Instruction, ops: list[Any], out: list, base: list, ref: Any, factor: float) -> bool:
@@ -229,7 +227,7 @@ def check_module(module: Module, args: list[Any], kinds=KINDS, max_sites: int = 
             return cache[nans]
 
         o, base, ref = baseline(False)
-        controls.append((name, _ratio(inst, base, ref, options)))
+        controls.append((name, _ratio(inst, o, base, ref, options)))
         for kind in kinds:
             for site in range(max_sites):
                 bad = plant(emitted, kind, site)
@@ -246,7 +244,7 @@ def check_module(module: Module, args: list[Any], kinds=KINDS, max_sites: int = 
                 if same:
                     mutants.append(Mutant(module.name, name, kind, site, "not-exercised"))
                     continue
-                r = _ratio(inst, out, ref, options)
+                r = _ratio(inst, o, out, ref, options)
                 if r <= 1.0 and _as_accurate(inst, o, out, base, ref, options.rtol):
                     mutants.append(Mutant(module.name, name, kind, site, "equivalent", r))
                     continue
