@@ -32,8 +32,8 @@ from fusegen.device import DeviceDescription, get_device
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
-from fusegen.runtime.compare import compare
-from fusegen.runtime.inputs import leaves
+from fusegen.verify.options import VerifyOptions
+from fusegen.verify.verdict import judge_module, record_fusion
 from fusegen.runtime.limits import Budget, RunLimits
 
 _CONTROL_FLOW = frozenset(["call", "while", "conditional"])
@@ -167,6 +167,8 @@ class FusionReport:
     reason: str = ""
     kernel_seconds: float = 0.0
     compiled: str = "-"
+    error_budget_ratio: float | None = None  # worst error / budget (fusegen.verify.budget)
+    budget: str = "-"  # lowest-precision type on the path and reduction size, e.g. "bf16 K=4096"
     kernels: list[Any] = attrs.field(factory=list, repr=False)
 
     def to_json(self) -> dict:
@@ -175,6 +177,7 @@ class FusionReport:
         if self.reason:
             d["reason"] = self.reason
         d["compiled_sm90"] = self.compiled
+        d["error_budget_ratio"], d["budget"] = self.error_budget_ratio, self.budget
         return d
 
 
@@ -186,10 +189,18 @@ class RunReport:
     outputs_ok: bool = True
     output_max_abs_error: float = 0.0
     seconds: float = 0.0
+    verdict: Any = None  # fusegen.verify.verdict.ModuleVerdict
 
     @property
     def ok(self) -> bool:
         return self.outputs_ok and all(f.status == "ok" for f in self.fusions)
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``drift`` (outputs as accurate as the reference vs the f64 oracle) or ``mismatch``."""
+        if not self.ok:
+            return "mismatch"
+        return self.verdict.status if self.verdict is not None else "ok"
 
 
 def _unflatten(shape: Shape, flat: list[np.ndarray]) -> Any:
@@ -217,11 +228,12 @@ class Executor:
         on_fusion: progress callback, called after each fusion with its report.
         limits: deadline and while iteration budget (:class:`~fusegen.runtime.limits.RunLimits`); default
             no deadline and :data:`~fusegen.runtime.limits.DEFAULT_MAX_WHILE_ITERATIONS`.
+        verify: error budgets and floors (:class:`fusegen.verify.options.VerifyOptions`; default ones).
     """
 
     def __init__(self, module: Module, device: DeviceDescription | None = None, pm: PluginManager | None = None,
                  compile_kernels: bool = True, on_fusion: Callable[[FusionReport], None] | None = None,
-                 limits: RunLimits | None = None):
+                 limits: RunLimits | None = None, verify: VerifyOptions | None = None):
         self.module = module
         self.budget = Budget(limits)
         self.device = device or get_device("h200")
@@ -231,6 +243,8 @@ class Executor:
         self.reports: dict[str, FusionReport] = {}
         self.other: dict[str, int] = {}
         self._emitted: dict[int, tuple[Any, FusionReport]] = {}
+        self.verify = verify or VerifyOptions()
+        self.events: list = []  # fusegen.verify.verdict.FusionEvent per compared execution, in order
 
     # -- planning (no execution): used by `fusegen explain` too ---------------------------------------
     def plan_fusion(self, inst: Instruction) -> tuple[Any, FusionReport]:
@@ -358,7 +372,7 @@ class Executor:
                 out = _unflatten(inst.shape, flat)
             if first and self.compile_kernels and emitted.kernels and rep.status != "error":
                 rep.compiled = self._compile(emitted)
-        self._record(rep, inst, out, ref)
+        self._record(rep, inst, out, ref, ops)
         if first and self.on_fusion is not None:
             self.on_fusion(rep)
         return out
@@ -371,7 +385,7 @@ class Executor:
             return f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         return "ok"
 
-    def _record(self, rep: FusionReport, inst: Instruction, out: Any, ref: Any) -> None:
+    def _record(self, rep: FusionReport, inst: Instruction, out: Any, ref: Any, ops: list[Any] | None = None) -> None:
         if rep.status == "error":
             return
         if rep.backend == "host":
@@ -379,35 +393,31 @@ class Executor:
             # so no error is reported (``null`` in JSON, ``-`` in the table).
             rep.status = "ok"
             return
-        shapes = inst.shape.leaves()
-        worst_abs = rep.max_abs_error or 0.0
-        worst_rel = rep.max_rel_error or 0.0
-        ok = rep.status in ("pending", "ok")
-        for s, a, b in zip(shapes, leaves(out), leaves(ref)):
-            c = compare(a, b, s.element_type)
-            worst_abs = max(worst_abs, c.max_abs_error)
-            worst_rel = max(worst_rel, c.max_rel_error)
-            ok = ok and c.ok
-        rep.max_abs_error, rep.max_rel_error = worst_abs, worst_rel
+        record_fusion(self, rep, inst, out, ref, ops)  # error budgets, the execution-order event list
         if rep.compiled.startswith("failed"):
             rep.status = "error"
             rep.reason = f"sm_90 compile {rep.compiled}"
-        else:
-            rep.status = "ok" if ok else "mismatch"
 
 
 def run_module(module: Module, args: list[Any], device: DeviceDescription | None = None,
                pm: PluginManager | None = None, compile_kernels: bool = True,
                on_fusion: Callable[[FusionReport], None] | None = None,
-               limits: RunLimits | None = None) -> tuple[Any, RunReport]:
-    """Run ``module`` end to end and compare its outputs with the reference evaluator.
+               limits: RunLimits | None = None, verify: VerifyOptions | None = None,
+               expected: list[np.ndarray] | None = None) -> tuple[Any, RunReport]:
+    """Run ``module`` end to end and judge its outputs (:mod:`fusegen.verify.verdict`).
+
+    Args:
+        limits: deadline and while iteration budget, applied to both runs.
+        verify: budgets, conditioning factor and floors (default :class:`VerifyOptions`).
+        expected: a known answer per output leaf (``--expected``), the third oracle.
 
     The reference runs on the same explicit-stack interpreter (:func:`interpret`) with
     :func:`~fusegen.evaluator.evaluator.evaluate_instruction` for every instruction, so deep ``call`` chains
     need no recursion there either; ``limits`` apply to both runs.
 
     Returns:
-        ``(outputs, RunReport)``; fusions in the report are in entry post order (first execution).
+        ``(outputs, RunReport)``; fusions in the report are in entry post order (first execution);
+        ``report.verdict`` holds the per-output ``ok`` / ``drift`` / ``mismatch`` and the f64 figures.
 
     Raises:
         ResourceLimitError: a limit of ``limits`` was passed (deadline, while iterations).
@@ -415,18 +425,16 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
     from fusegen.evaluator.evaluator import _coerce_arg, evaluate_module
 
     t0 = time.perf_counter()
-    ex = Executor(module, device, pm, compile_kernels, on_fusion, limits)
+    ex = Executor(module, device, pm, compile_kernels, on_fusion, limits, verify)
     out = ex.run(args)
     params = module.entry.parameters
     if len(args) != len(params):
         ref = evaluate_module(module, args)  # raises the evaluator's one-line error
     ref = interpret(module.entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)],
                     evaluate_instruction, ex.budget)
-    ok = True
-    worst = 0.0
-    for s, a, b in zip(module.entry.root.shape.leaves(), leaves(out), leaves(ref)):
-        c = compare(a, b, s.element_type)
-        ok = ok and c.ok
-        worst = max(worst, c.max_abs_error)
-    report = RunReport(module.name, list(ex.reports.values()), dict(ex.other), ok, worst, time.perf_counter() - t0)
+    verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected)
+    ok = verdict.status != "mismatch"
+    worst = max((o.max_abs_error for o in verdict.outputs), default=0.0)
+    report = RunReport(module.name, list(ex.reports.values()), dict(ex.other), ok, worst, time.perf_counter() - t0,
+                       verdict)
     return out, report
