@@ -86,3 +86,18 @@ def expr_range(e: AffineExpr, bounds: Bounds) -> Interval:
     if kind == MAX:
         return lhs.max(rhs)
     raise ValueError(f"unknown expression kind {kind}")
+
+
+# Summand order of a simplified sum, as XLA's simplifier leaves it: by node kind in MLIR's AffineExprKind
+# order (Add, Mul, Mod, FloorDiv, CeilDiv, Constant, Dim, Symbol), then by operands, recursively.
+_KIND_RANK = {ADD: 0, MUL: 1, MOD: 2, FLOORDIV: 3, CEILDIV: 4, CONST: 5, "d": 6, "s": 7, "r": 8, MIN: 9, MAX: 10}
+
+
+def order_key(e: AffineExpr):
+    if e.kind == CONST or e.kind in VAR_KINDS:
+        return (_KIND_RANK[e.kind], e.value)
+    return (_KIND_RANK[e.kind], order_key(e.lhs), order_key(e.rhs))
+
+
+def sorted_terms(terms: dict[AffineExpr, int]) -> dict[AffineExpr, int]:
+    return dict(sorted(terms.items(), key=lambda tc: order_key(tc[0] if tc[1] == 1 else mul(tc[0], const(tc[1])))))

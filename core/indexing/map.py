@@ -86,6 +86,7 @@ class IndexingMap:
     def known_empty(cls, num_dims: int, num_results: int) -> "IndexingMap":
         """A map whose domain holds no point (XLA's ``IndexingMap::GetKnownEmpty``-style result)."""
         m = cls([const(0)] * num_results, [Interval(0, -1)] * num_dims)
+        m.is_known_empty = True
         return m
 
     def _reset_to_known_empty(self) -> None:

@@ -144,7 +144,9 @@ def simplify(m: IndexingMap, fold_constant_vars: bool = True) -> tuple[IndexingM
                 continue
             r = expr_range(e2, bounds)
             b2 = b2.intersect(new_constraints.get(e2, b2))
-            if b2.is_empty or r.intersect(b2).is_empty:
+            # As XLA, a constraint disjoint from its expression's range is kept, not turned into emptiness:
+            # only an empty variable interval (or an empty constraint interval) makes the map known-empty.
+            if b2.is_empty:
                 return IndexingMap.known_empty(m.num_dims, m.num_results), True
             if b2.contains(r):
                 continue

@@ -21,15 +21,20 @@ from fusegen.indexing.expr import (
     ADD, CEILDIV, CONST, FLOORDIV, MAX, MIN, MOD, MUL, AffineExpr, binary, const,
 )
 from fusegen.indexing.interval import Interval
-from fusegen.indexing.linear import Bounds, expr_range, from_linear, to_linear
+from fusegen.indexing.linear import Bounds, expr_range, from_linear, sorted_terms, to_linear
+
+# Domains up to this many points are enumerated to prove a floordiv/mod expression affine.
+AFFINE_FIT_POINTS = 1 << 19
 
 
 class ExprSimplifier:
     """Simplifies expressions given the variables' intervals (``bounds(kind, index)``)."""
 
-    def __init__(self, bounds: Bounds, fold_constant_vars: bool = True) -> None:
+    def __init__(self, bounds: Bounds, fold_constant_vars: bool = True,
+                 affine_fit_points: int = AFFINE_FIT_POINTS) -> None:
         self.bounds = bounds
         self.fold_constant_vars = fold_constant_vars
+        self.affine_fit_points = affine_fit_points
 
     def range(self, e: AffineExpr) -> Interval:
         return expr_range(e, self.bounds)
@@ -38,8 +43,12 @@ class ExprSimplifier:
         for _ in range(16):  # fixpoint; each pass is bottom-up
             new = self._rewrite(e)
             if new == e:
-                return new
+                break
             e = new
+        if self.affine_fit_points and _has_divmod(e):
+            fitted = affine_fit(e, self.bounds, self.affine_fit_points)
+            if fitted is not None:
+                return fitted
         return e
 
     # ------------------------------------------------------------------------------------- dispatch
@@ -81,7 +90,7 @@ class ExprSimplifier:
         merged = {t: k for t, k in merged.items() if k}
         merged, c = self._sub_is_mod(merged, c)
         merged = self._mod_div_recombine(merged)
-        return from_linear(merged, c)
+        return from_linear(sorted_terms(merged), c)
 
     def _sub_is_mod(self, terms: dict[AffineExpr, int], c: int) -> tuple[dict[AffineExpr, int], int]:
         """``k * X - k * c * (X floordiv c)`` -> ``k * (X mod c)``."""
@@ -193,12 +202,12 @@ class ExprSimplifier:
         for g in candidates:
             high = {t: a // g for t, a in terms.items() if a % g == 0}
             low = {t: a for t, a in terms.items() if a % g}
-            if not high or not low and k % g == 0:
+            if not high or (not low and not k):
                 continue
-            low_expr = from_linear(low, k % g)
+            low_expr = from_linear(low, k)  # the constant stays whole in the low part, as XLA keeps it
             lr = self.range(low_expr)
             if lr.lower >= 0 and lr.upper < g:
-                return from_linear(high, k // g), low_expr, g
+                return from_linear(high), low_expr, g
         return None
 
     # ------------------------------------------------------------------------------------- min / max
@@ -225,4 +234,55 @@ class ExprSimplifier:
 
 
 def _has_divmod(e: AffineExpr) -> bool:
-    return any(n.kind in (FLOORDIV, CEILDIV, MOD) for n in e.walk())
+    return any(n.kind in (FLOORDIV, CEILDIV, MOD, MIN, MAX) for n in e.walk())
+
+
+def affine_fit(e: AffineExpr, bounds: Bounds, max_points: int) -> AffineExpr | None:
+    """``e`` as ``sum(a_v * v) + c`` when it equals that at every point of its variables' box, else None.
+
+    The rules above reach XLA's answer for most reshape/bitcast index arithmetic; chains of mixed
+    ``floordiv``/``mod`` (a bitcast and back) that XLA folds with more specialised rules are handled here by
+    reading the candidate's coefficients off unit steps and checking it on every point (exact, no sampling).
+    """
+    import numpy as np
+
+    from fusegen.indexing.equality import eval_np
+
+    variables = sorted(e.variables(), key=lambda kv: ("dsr".index(kv[0]), kv[1]))
+    ranges = [bounds(k, i) for k, i in variables]
+    if any(r.is_empty for r in ranges):
+        return None
+    total = 1
+    for r in ranges:
+        total *= r.size
+    if total > max_points:
+        return None
+    base = {kv: r.lower for kv, r in zip(variables, ranges)}
+    env0 = {kv: np.array([v], dtype=np.int64) for kv, v in base.items()}
+    c0 = int(np.asarray(eval_np(e, env0)).reshape(-1)[0])
+    coeffs = {}
+    for kv, r in zip(variables, ranges):
+        if r.size > 1:
+            env = dict(env0)
+            env[kv] = np.array([r.lower + 1], dtype=np.int64)
+            coeffs[kv] = int(np.asarray(eval_np(e, env)).reshape(-1)[0]) - c0
+    def candidate(env):
+        out = np.int64(c0)
+        for kv, a in coeffs.items():
+            out = out + a * (env[kv] - base[kv])
+        return out
+    # a cheap random probe first, then every point
+    rng = np.random.default_rng(0)
+    probe = {kv: rng.integers(r.lower, r.upper + 1, size=64, dtype=np.int64) for kv, r in zip(variables, ranges)}
+    if not np.array_equal(np.broadcast_to(eval_np(e, probe), (64,)), np.broadcast_to(candidate(probe), (64,))):
+        return None
+    axes = [np.arange(r.lower, r.upper + 1, dtype=np.int64) for r in ranges]
+    mesh = np.meshgrid(*axes, indexing="ij") if axes else []
+    full = {kv: m.reshape(-1) for kv, m in zip(variables, mesh)}
+    if not np.array_equal(np.broadcast_to(eval_np(e, full), (total,)), np.broadcast_to(candidate(full), (total,))):
+        return None
+    from fusegen.indexing.expr import var as make_var
+
+    terms = {make_var(k, i): a for (k, i), a in coeffs.items() if a}
+    offset = c0 - sum(a * base[kv] for kv, a in coeffs.items())
+    return from_linear(sorted_terms(terms), offset)

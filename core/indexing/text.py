@@ -106,7 +106,7 @@ def print_map(m: "IndexingMap") -> str:
         return "KNOWN EMPTY"
     names = var_names(m)
     parts = ["(" + ", ".join(names[(DIM, i)] for i in range(len(m.dims))) + ")"]
-    if m.syms or m.rts:
+    if m.syms:
         parts.append("[" + ", ".join(names[(SYM, i)] for i in range(len(m.syms))) + "]")
     if m.rts:
         parts.append("{" + ", ".join(names[(RT, i)] for i in range(len(m.rts))) + "}")
