@@ -110,3 +110,25 @@ def agreement_table(results: list[CaseResult]) -> str:
         lines.append(f"| {kind} | {len(rs)} | {sem}/{len(rs)} ({100 * sem / len(rs):.0f}%) | "
                      f"{ex}/{len(text)} ({100 * ex / max(len(text), 1):.0f}%) |")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fusegen.indexing.corpus [CORPUS_DIR]``: the agreement table and every miss with its reason."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    root = Path(args[0]) if args else Path(__file__).resolve().parents[2].parent / "shared/corpus/xla/indexing"
+    if not (root / "INDEX.tsv").exists():
+        print(f"indexing corpus not found at {root}", file=sys.stderr)
+        return 2
+    results = run_corpus(root)
+    print(agreement_table(results))
+    for r in results:
+        if not r.semantic or r.exact is False:
+            status = "text differs" if r.semantic else f"MISS ({r.reason})"
+            print(f"- {r.name} [{r.kind}] {status}\n    got:  {r.got}\n    want: {r.expected}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
