@@ -184,11 +184,15 @@ class IndexingMap:
     def __mul__(self, second: "IndexingMap") -> "IndexingMap":  # XLA's operator*
         return self.compose(second)
 
-    def simplify(self) -> "IndexingMap":
-        """XLA's ``IndexingMap::Simplify`` (see :mod:`fusegen.indexing.simplify`)."""
+    def simplify(self, fold_point_vars: bool = True) -> "IndexingMap":
+        """XLA's ``IndexingMap::Simplify`` (see :mod:`fusegen.indexing.simplify`).
+
+        ``fold_point_vars=False`` is XLA's ``SimplifyPointDimensions::kPreserve``: a variable whose interval is
+        one point stays a variable in the results instead of becoming that constant.
+        """
         from fusegen.indexing.simplify import simplify
 
-        return simplify(self)[0]
+        return simplify(self, fold_point_vars)[0]
 
     def remove_unused_symbols(self) -> "IndexingMap":
         from fusegen.indexing.simplify import remove_unused_vars

@@ -153,11 +153,15 @@ class ExprSimplifier:
         if g > 1:
             return self._floordiv(from_linear({t: a // g for t, a in terms.items()}, k // g), c // g)
         # summands that are multiples of c leave the division
+        # summands that are multiples of c leave the division; the constant only when it is an exact multiple
+        # (XLA's SimplifySumDiv keeps ``(d0 + 3) / 2`` as it is)
         outside = {t: a // c for t, a in terms.items() if a % c == 0}
-        if outside or k // c:
+        k_out = k // c if k % c == 0 else 0
+        if outside or k_out:
             inside = {t: a for t, a in terms.items() if a % c}
-            rest = self._floordiv(from_linear(inside, k % c), c) if inside else const(0)
-            return from_linear(outside, k // c) + rest
+            k_in = k - k_out * c
+            rest = self._floordiv(from_linear(inside, k_in), c) if inside else const(k_in // c)
+            return from_linear(outside, k_out) + rest
         split = self._split_low(terms, k, c)
         if split is not None:
             high, _, g = split
@@ -186,10 +190,11 @@ class ExprSimplifier:
             return self._mod(x.lhs, c)
         terms, k = to_linear(x)
         kept = {t: a for t, a in terms.items() if a % c}
-        if len(kept) != len(terms) or not 0 <= k < c:
+        k_rem = k - int(k / c) * c if abs(k) < 2**53 else k % c  # C++ remainder, as XLA's RewriteMod takes it
+        if len(kept) != len(terms) or k_rem != k:
             if not kept:
                 return const(k % c)
-            return self._mod(from_linear(kept, k % c), c)
+            return self._mod(from_linear(kept, k_rem), c)
         split = self._split_low(terms, k, c)
         if split is not None:
             high, low, g = split
@@ -204,10 +209,13 @@ class ExprSimplifier:
             low = {t: a for t, a in terms.items() if a % g}
             if not high or (not low and not k):
                 continue
-            low_expr = from_linear(low, k)  # the constant stays whole in the low part, as XLA keeps it
+            # The constant stays whole in the low part (XLA's SplitSumByGcd), except a constant alone that is
+            # at least the divisor: its multiples of g move up (``(s0 * 32 + 4639) / 4608`` -> ``(s0 + 144) / 144``).
+            k_high = k // g if not low and k >= c else 0
+            low_expr = from_linear(low, k - k_high * g)
             lr = self.range(low_expr)
             if lr.lower >= 0 and lr.upper < g:
-                return from_linear(high), low_expr, g
+                return from_linear(high, k_high), low_expr, g
         return None
 
     # ------------------------------------------------------------------------------------- min / max
