@@ -73,7 +73,7 @@ def test_evaluate_and_constraints():
 
 def test_runtime_variables_print_and_evaluate():
     m = IndexingMap([dim(0) + rt(0)], [Interval(0, 9)], [], [Interval(0, 90)])
-    assert str(m) == "(d0){r0} -> (d0 + r0), domain: d0 in [0, 9], r0 in [0, 90]"
+    assert str(m) == "(d0){rt0} -> (d0 + rt0), domain: d0 in [0, 9], rt0 in [0, 90]"
     assert m.evaluate([3], [], [10]) == (13,)
 
 

@@ -5,7 +5,7 @@ in XLA's indexing maps: a binary tree of ``+``, ``*``, ``floordiv``, ``ceildiv``
 over integer constants and variables. ``a - b`` is stored as ``a + b * -1``, as MLIR and XLA store it.
 
 Variables: ``dim(i)`` is ``d{i}`` (a dimension variable), ``sym(i)`` is ``s{i}`` (a range variable / symbol),
-``rt(i)`` is ``r{i}`` (a runtime variable, e.g. the offset a dynamic-slice reads at run time).
+``rt(i)`` is ``rt{i}`` (a runtime variable, e.g. the offset a dynamic-slice reads at run time).
 
 Expressions are immutable and hashable; ``==`` is structural equality (so they can key a constraint dict).
 Builders fold constants and apply MLIR's cheap canonicalizations (constant on the right of ``+``/``*``,
@@ -196,7 +196,7 @@ def sym(i: int) -> AffineExpr:
 
 
 def rt(i: int) -> AffineExpr:
-    """Runtime variable ``r{i}``."""
+    """Runtime variable ``rt{i}`` (XLA's default name; a map parsed with other names keeps them)."""
     return AffineExpr(RT, value=int(i))
 
 

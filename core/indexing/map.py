@@ -237,7 +237,7 @@ class IndexingMap:
 
 
 def _is_default(kind: str, i: int, name: str) -> bool:
-    return name == f"{ {DIM: 'd', SYM: 's', RT: 'r'}[kind] }{i}".replace(" ", "") or (kind == RT and name == f"rt{i}")
+    return name == f"{ {DIM: 'd', SYM: 's', RT: 'rt'}[kind] }{i}".replace(" ", "")
 
 
 __all__ = ["IndexingMap", "Interval", "dim", "sym", "rt", "var", "const"]

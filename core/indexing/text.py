@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from fusegen.indexing.map import IndexingMap
 
 _SPELLING = {MUL: " * ", FLOORDIV: " / ", CEILDIV: " ceildiv ", MOD: " mod "}
-DEFAULT_PREFIX = {DIM: "d", SYM: "s", RT: "r"}
+DEFAULT_PREFIX = {DIM: "d", SYM: "s", RT: "rt"}  # XLA's GetRTVarName default is "rt"
 
 
 class IndexingMapParseError(ValueError):
@@ -329,13 +329,13 @@ def parse_indexing_map(text: str) -> "IndexingMap":
 
 def parse_expr(text: str, dim_names: Sequence[str] = (), sym_names: Sequence[str] = (),
                rt_names: Sequence[str] = ()) -> AffineExpr:
-    """Parses one expression; variables ``d<i>``, ``s<i>``, ``r<i>`` (or the given names)."""
+    """Parses one expression; variables ``d<i>``, ``s<i>``, ``rt<i>`` or ``r<i>`` (or the given names)."""
     t = _Tokens(text)
     scope: dict[str, AffineExpr] = {}
     for kind, given in ((DIM, dim_names), (SYM, sym_names), (RT, rt_names)):
         for i, n in enumerate(given):
             scope[n] = var(kind, i)
-    for kind, prefix in DEFAULT_PREFIX.items():
+    for kind, prefix in (*DEFAULT_PREFIX.items(), (RT, "r")):
         for tok_kind, spelling, _ in t.items:
             if tok_kind == "name" and re.fullmatch(prefix + r"\d+", spelling) and spelling not in scope:
                 scope[spelling] = var(kind, int(spelling[len(prefix):]))
