@@ -53,6 +53,7 @@ def explain(module_path, fusion_name, device_name, config_path, xla_flags, as_js
         out = {"module": "; ".join(m.name for m in modules), "fusions": []}
         for inst, (emitted, rep) in rows:
             d = {k: v for k, v in rep.to_json().items() if k not in ("max_abs_error", "max_rel_error", "status", "compiled_sm90")}
+            d["launch_dimensions"] = emitted.launch.to_json() if emitted is not None and emitted.launch else None
             if fusion_name and inst.name == fusion_name.lstrip("%"):
                 d["kernels"] = [{"name": k.name, "source": k.source} for k in rep.kernels]
             out["fusions"].append(d)

@@ -17,7 +17,8 @@ from typing import Any
 from fusegen.codegen.elemental import ELEMENTWISE
 from fusegen.codegen.emitter import (EmitterUnsupported, FusionEmitter, build_linear_kernel, fusion_roots,
                                      store_line)
-from fusegen.codegen.kernel import EmittedFusion
+from fusegen.codegen.kernel import EmittedFusion, LaunchDimensions
+from fusegen.codegen.launch import calculate_launch_dimensions
 from fusegen.hlo.ir import Instruction
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
@@ -102,6 +103,14 @@ class InPlaceDynamicUpdateSliceFusion(FusionEmitter):
 
     name = "InPlaceDynamicUpdateSliceFusion"
 
+    def launch_dimensions(self) -> LaunchDimensions | None:
+        """XLA's launch (``InPlaceDynamicUpdateSliceFusion::launch_dimensions``): ``CalculateLaunchDimensions``
+        of the update shape, no unrolling; one thread per update element."""
+        dus_list = output_dus(self.analysis)
+        if not dus_list or dus_list[0].operands[1].shape.numel == 0:
+            return None
+        return calculate_launch_dimensions(dus_list[0].operands[1].shape.numel, self.analysis.device).launch()
+
     def emit(self) -> EmittedFusion:
         dus_list = output_dus(self.analysis)
         if dus_list is None:
@@ -131,7 +140,8 @@ class InPlaceDynamicUpdateSliceFusion(FusionEmitter):
                 ptr = gen.ctx.param("output", k, leaves[k], f"out{k}")
                 store_line(gen, ptr, off, v, leaves[k].element_type, gen.ctx.mask)
 
-        ks = build_linear_kernel(self, f"dus_{self.fusion.name}", n, body)
+        geometry = calculate_launch_dimensions(n, self.analysis.device)
+        ks = build_linear_kernel(self, f"dus_{self.fusion.name}", n, body, geometry=geometry)
         return EmittedFusion(emitter=self.name, kernels=(ks,), output_aliases=aliases)
 
 
