@@ -251,3 +251,55 @@ def corpus_cases(corpus: Path, kinds: tuple[str, ...] = ANALYSIS_KINDS) -> list[
         if len(cols) >= 2 and cols[1] in kinds:
             out.append(corpus / f"{cols[0]}.json")
     return out
+
+
+# ------------------------------------------------------------------------------------------- coalescing
+def run_coalescing_case(path: Path) -> CaseResult:
+    """A ``coalescing`` (map-based, RTXA6000) or ``coalescing_heuristic`` case; ``text`` is the same as
+    ``semantic`` (booleans have one spelling)."""
+    from fusegen.analysis.fusion_analysis import FusionAnalysis
+    from fusegen.device import get_device
+    from fusegen.dispatch import get_emitter_fusion_kind
+    from fusegen.indexing.coalescing import analyze_coalescing, is_read_coalesced_heuristic
+
+    case = json.loads(path.read_text())
+    device = get_device("rtxa6000")
+    try:
+        root = parse_module(path.with_suffix(".hlo").read_text()).entry.root
+        if case["kind"] == "coalescing":
+            res = analyze_coalescing(root, device)
+            got, detail = list(res.coalesced), f"{res.kind} via {res.method}: {list(res.coalesced)}"
+        else:
+            analysis = FusionAnalysis.create(root, device)
+            get_emitter_fusion_kind(analysis)
+            got = [is_read_coalesced_heuristic(analysis.kind, device, root.operands[0], root)]
+            detail = f"{analysis.kind} heuristic: {got}"
+    except Exception as e:  # a crash is a miss, reported with its reason
+        return CaseResult(path.stem, case["kind"], False, False, f"{type(e).__name__}: {e}")
+    ok = got == case["expected"]
+    return CaseResult(path.stem, case["kind"], ok, ok, detail)
+
+
+def agreement_table(corpus: Path) -> str:
+    """The markdown agreement table of every analysis and coalescing kind, then the misses."""
+    kinds = ANALYSIS_KINDS + ("coalescing", "coalescing_heuristic")
+    rows = ["| kind | cases | semantically equal | exact text |", "|---|---|---|---|"]
+    misses, text_misses = [], []
+    for kind in kinds:
+        runner = run_coalescing_case if kind.startswith("coalescing") else run_case
+        results = [runner(p) for p in corpus_cases(corpus, (kind,))]
+        n = len(results)
+        sem = sum(r.semantic for r in results)
+        txt = sum(r.text for r in results)
+        rows.append(f"| {kind} | {n} | {sem}/{n} ({100 * sem // max(1, n)}%) | {txt}/{n} ({100 * txt // max(1, n)}%) |")
+        misses += [f"- {r.name} ({kind}): {r.detail}" for r in results if not r.semantic]
+        text_misses += [f"- {r.name} ({kind})" for r in results if r.semantic and not r.text]
+    out = "\n".join(rows) + "\n\nSemantic misses:\n" + ("\n".join(misses) or "none")
+    return out + "\n\nText-only misses:\n" + ("\n".join(text_misses) or "none") + "\n"
+
+
+if __name__ == "__main__":  # python -m fusegen.indexing.analysis_conformance [CORPUS]
+    import sys
+
+    print(agreement_table(Path(sys.argv[1]) if len(sys.argv) > 1 else
+                          Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "xla" / "indexing"))
