@@ -170,6 +170,8 @@ def test_simplify_keeps_the_relation_and_is_idempotent(seed):
         s, _ = simplify(m)
         ok, how = check_equal(m, s)
         assert ok and how in ("structural", "enumeration"), f"{m}\n  simplified to {s} ({how})"
+        fitted, _ = simplify(m, affine_fit_points=4096)
+        assert check_equal(m, fitted)[0], f"{m}\n  fitted to {fitted}"
         again, changed = simplify(s)
         assert not changed and again == s, f"{s}\n  re-simplified to {again}"
         assert semantically_equal(parse_indexing_map(str(m)), m)
@@ -205,3 +207,13 @@ def test_compose_is_second_after_first(seed):
                     got.add((*d, *composed.evaluate(d, s)))
         assert got == _brute_composition(first, second), f"{first}\n  then {second}\n  gave {composed}"
         assert semantically_equal(composed.simplify(), composed)
+
+
+def test_affine_fit_is_opt_in_and_bounded():
+    m = parse_indexing_map("(d0) -> ((d0 + 5) / 3 - (d0 + 2) / 3), domain: d0 in [0, 99]")
+    kept = "(d0) -> (-((d0 + 2) / 3) + (d0 + 5) / 3), domain: d0 in [0, 99]"
+    assert str(simplify(m)[0]) == kept  # XLA's rules only reorder it
+    assert str(simplify(m, affine_fit_points=1000)[0]) == "(d0) -> (1), domain: d0 in [0, 99]"
+    assert str(simplify(m, affine_fit_points=50)[0]) == kept  # domain larger than allowed: not enumerated
+    wraps = parse_indexing_map("(d0) -> ((d0 * 3) mod 7), domain: d0 in [0, 99]")
+    assert simplify(wraps, affine_fit_points=1000)[0] == wraps

@@ -102,9 +102,7 @@ def simplify_preserving_point_dims(m: IndexingMap) -> IndexingMap:
     """``Simplify(SimplifyPointDimensions::kPreserve)`` where the map library offers it."""
     if m.is_undefined:
         return m
-    from fusegen.indexing.simplify import simplify
-
-    return simplify(m, fold_constant_vars=False)[0]
+    return m.simplify(fold_point_vars=False)
 
 
 def reverse_map(dims_sizes: Sequence[int], reversed_dims: Sequence[int]) -> IndexingMap:

@@ -45,7 +45,7 @@ def apply_op(m: IndexingMap, op: str) -> tuple[IndexingMap, bool | None]:
         raise ValueError(f"unknown op {op!r}")
     name, args = match.group(1), match.group(2) or ""
     if name == "Simplify":
-        return simplify(m, fold_constant_vars="kPreserve" not in args)
+        return simplify(m, fold_point_vars="kPreserve" not in args)
     if name == "RemoveUnusedSymbols":
         return remove_unused_vars(m, dims=False)
     if name == "RemoveUnusedVars":

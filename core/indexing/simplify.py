@@ -123,8 +123,12 @@ def _crt(m1: int, r1: int, m2: int, r2: int):
     return None
 
 
-def simplify(m: IndexingMap, fold_constant_vars: bool = True) -> tuple[IndexingMap, bool]:
-    """XLA's ``IndexingMap::Simplify``: the steps in the module docstring, to a fixpoint."""
+def simplify(m: IndexingMap, fold_point_vars: bool = True, affine_fit_points: int = 0) -> tuple[IndexingMap, bool]:
+    """XLA's ``IndexingMap::Simplify``: the steps in the module docstring, to a fixpoint.
+
+    ``fold_point_vars=False`` is XLA's ``SimplifyPointDimensions::kPreserve``. ``affine_fit_points > 0`` (not
+    XLA's; off by default) also rewrites a result proven affine on its whole domain of at most that many points.
+    """
     if m.is_undefined or m.is_known_empty:
         return m, False
     dims, syms, rts = list(m.dims), list(m.syms), list(m.rts)
@@ -132,7 +136,7 @@ def simplify(m: IndexingMap, fold_constant_vars: bool = True) -> tuple[IndexingM
     bounds = _bounds_fn(dims, syms, rts)
     for _ in range(32):
         before = (list(dims), list(syms), list(rts), dict(constraints))
-        simplifier = ExprSimplifier(bounds, fold_constant_vars)
+        simplifier = ExprSimplifier(bounds, fold_point_vars, affine_fit_points)
         new_constraints: dict[AffineExpr, Interval] = {}
         for e, b in constraints.items():
             e2, b2 = normalize_constraint(simplifier.simplify(e), b, bounds)
@@ -156,7 +160,7 @@ def simplify(m: IndexingMap, fold_constant_vars: bool = True) -> tuple[IndexingM
             return IndexingMap.known_empty(m.num_dims, m.num_results), True
         if (dims, syms, rts, constraints) == before:
             break
-    simplifier = ExprSimplifier(bounds, fold_constant_vars)
+    simplifier = ExprSimplifier(bounds, fold_point_vars, affine_fit_points)
     exprs = [simplifier.simplify(e) for e in m.exprs]
     out = IndexingMap(exprs, dims, syms, rts, constraints, names=m.names)
     return out, out != m

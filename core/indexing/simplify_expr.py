@@ -23,8 +23,9 @@ from fusegen.indexing.expr import (
 from fusegen.indexing.interval import Interval
 from fusegen.indexing.linear import Bounds, expr_range, from_linear, sorted_terms, to_linear
 
-# Domains up to this many points are enumerated to prove a floordiv/mod expression affine.
-AFFINE_FIT_POINTS = 1 << 19
+# Off by default (XLA has no such step): domains up to this many points are enumerated to prove a
+# floordiv/mod expression affine.
+AFFINE_FIT_POINTS = 0
 
 
 class ExprSimplifier:
@@ -116,17 +117,23 @@ class ExprSimplifier:
         return terms, c
 
     def _mod_div_recombine(self, terms: dict[AffineExpr, int]) -> dict[AffineExpr, int]:
-        """``k * (X mod c) + k * c * (X floordiv c)`` -> ``k * X``."""
+        """``k * (X mod c) + k * c * (X floordiv c)`` -> ``k * X``.
+
+        As XLA's ``RewriteSum``, the division is matched after simplifying ``X floordiv c``, so
+        ``((x floordiv c0) mod c1) * d + (x floordiv (c0 * c1)) * (c1 * d)`` pairs up too.
+        """
         for t, k in list(terms.items()):
             if t.kind != MOD or not t.rhs.is_const or t.rhs.value <= 0:
                 continue
             div_term = binary(FLOORDIV, t.lhs, t.rhs)
             if terms.get(div_term) != k * t.rhs.value:
-                continue
+                div_term = self.simplify(div_term)
+                if div_term == t or terms.get(div_term) != k * t.rhs.value:
+                    continue
             x_terms, x_c = to_linear(t.lhs)
             if x_c:
                 continue
-            out = {}
+            out: dict[AffineExpr, int] = {}
             for s, ks in terms.items():
                 if s == t:
                     for xs, xa in x_terms.items():
@@ -248,9 +255,8 @@ def _has_divmod(e: AffineExpr) -> bool:
 def affine_fit(e: AffineExpr, bounds: Bounds, max_points: int) -> AffineExpr | None:
     """``e`` as ``sum(a_v * v) + c`` when it equals that at every point of its variables' box, else None.
 
-    The rules above reach XLA's answer for most reshape/bitcast index arithmetic; chains of mixed
-    ``floordiv``/``mod`` (a bitcast and back) that XLA folds with more specialised rules are handled here by
-    reading the candidate's coefficients off unit steps and checking it on every point (exact, no sampling).
+    An opt-in complement to the rules (``simplify(m, affine_fit_points=N)``): reads the candidate's
+    coefficients off unit steps and checks it on every point (exact, no sampling).
     """
     import numpy as np
 
