@@ -120,3 +120,19 @@ def test_malformed_hlo_exit_2(tmp_path, capsys):
         run_module_mode(str(p), instruction="x", output_to_input=True)
     assert e.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_fusegen_indexing_command_module_mode(module):
+    """The same modes through ``fusegen indexing MODULE.hlo ...`` (click), errors exit 2."""
+    from click.testing import CliRunner
+
+    from fusegen.cli.main import cli
+
+    runner = CliRunner()
+    r = runner.invoke(cli, ["indexing", module, "--instruction", "t", "--input-to-output", "--input-id", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["operands"] == [["(d0, d1) -> (d1, d0), domain: d0 in [0, 99], d1 in [0, 199]"]]
+    r = runner.invoke(cli, ["indexing", module, "--fusion", "fusion", "--coalescing", "--json", "--device", "rtxa6000"])
+    assert r.exit_code == 0 and json.loads(r.output) == {"coalesced": [True, True]}
+    r = runner.invoke(cli, ["indexing", module, "--instruction", "t", "--input-to-output"])
+    assert r.exit_code == 2
