@@ -57,8 +57,21 @@ def linear_gcd(terms: dict[AffineExpr, int]) -> int:
     return g
 
 
-def expr_range(e: AffineExpr, bounds: Bounds) -> Interval:
-    """The interval of values ``e`` can take when every variable ranges over its interval."""
+def expr_range(e: AffineExpr, bounds: Bounds, constraints: dict | None = None) -> Interval:
+    """The interval of values ``e`` can take when every variable ranges over its interval.
+
+    With ``constraints``, a sub-expression that is a constraint's expression is also clipped to that
+    constraint's interval (XLA's ``RangeEvaluator`` with ``use_constraints``).
+    """
+    r = _expr_range(e, bounds, constraints)
+    if constraints:
+        hit = constraints.get(e)
+        if hit is not None:
+            return r.intersect(hit)
+    return r
+
+
+def _expr_range(e: AffineExpr, bounds: Bounds, constraints: dict | None) -> Interval:
     kind = e.kind
     if kind == CONST:
         return Interval(e.value, e.value)
@@ -68,9 +81,9 @@ def expr_range(e: AffineExpr, bounds: Bounds) -> Interval:
         terms, c = to_linear(e)
         out = Interval(c, c)
         for t, k in terms.items():
-            out = out + expr_range(t, bounds) * k
+            out = out + expr_range(t, bounds, constraints) * k
         return out
-    lhs, rhs = expr_range(e.lhs, bounds), expr_range(e.rhs, bounds)
+    lhs, rhs = expr_range(e.lhs, bounds, constraints), expr_range(e.rhs, bounds, constraints)
     if kind == MUL:
         return lhs * rhs
     if kind == FLOORDIV:

@@ -160,7 +160,7 @@ def simplify(m: IndexingMap, fold_point_vars: bool = True, affine_fit_points: in
             return IndexingMap.known_empty(m.num_dims, m.num_results), True
         if (dims, syms, rts, constraints) == before:
             break
-    simplifier = ExprSimplifier(bounds, fold_point_vars, affine_fit_points)
+    simplifier = ExprSimplifier(bounds, fold_point_vars, affine_fit_points, constraints)
     exprs = [simplifier.simplify(e) for e in m.exprs]
     out = IndexingMap(exprs, dims, syms, rts, constraints, names=m.names)
     return out, out != m

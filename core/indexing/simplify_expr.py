@@ -32,13 +32,14 @@ class ExprSimplifier:
     """Simplifies expressions given the variables' intervals (``bounds(kind, index)``)."""
 
     def __init__(self, bounds: Bounds, fold_constant_vars: bool = True,
-                 affine_fit_points: int = AFFINE_FIT_POINTS) -> None:
+                 affine_fit_points: int = AFFINE_FIT_POINTS, constraints: dict | None = None) -> None:
         self.bounds = bounds
         self.fold_constant_vars = fold_constant_vars
         self.affine_fit_points = affine_fit_points
+        self.constraints = constraints  # results are simplified knowing the constraints, as XLA does
 
     def range(self, e: AffineExpr) -> Interval:
-        return expr_range(e, self.bounds)
+        return expr_range(e, self.bounds, self.constraints)
 
     def simplify(self, e: AffineExpr) -> AffineExpr:
         for _ in range(16):  # fixpoint; each pass is bottom-up
