@@ -142,8 +142,11 @@ def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
     pid = "tl.program_id(0)" if gy == 1 else f"(tl.program_id(1) * {gx} + tl.program_id(0))"
     if idx_t == "tl.int64":
         pid = f"{pid}.to(tl.int64)"
+    # lin_c keeps lin's contiguity and alignment for Triton's axis analysis (the clamp only changes masked
+    # tail lanes), so reads at the element's own position vectorise like XLA's unrolled loads
     prologue = [f"lin = {pid} * BLOCK + tl.arange(0, BLOCK)", "mask = lin < N",
-                f"zero = tl.full([BLOCK], 0, {idx_t})", "lin_c = tl.minimum(lin, N - 1)"]
+                f"zero = tl.full([BLOCK], 0, {idx_t})",
+                "lin_c = tl.max_contiguous(tl.multiple_of(tl.minimum(lin, N - 1), BLOCK), BLOCK)"]
     entry = ts.sanitize_identifier(kernel_name, "k")
     source = ctx.render(entry, ["BLOCK", "N"], prologue)
     variant = None
