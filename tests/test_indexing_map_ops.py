@@ -217,3 +217,10 @@ def test_affine_fit_is_opt_in_and_bounded():
     assert str(simplify(m, affine_fit_points=50)[0]) == kept  # domain larger than allowed: not enumerated
     wraps = parse_indexing_map("(d0) -> ((d0 * 3) mod 7), domain: d0 in [0, 99]")
     assert simplify(wraps, affine_fit_points=1000)[0] == wraps
+
+
+def test_undeclared_variable_is_rejected():
+    with pytest.raises(ValueError, match="d1"):
+        IndexingMap([dim(1)], [Interval(0, 3)])
+    with pytest.raises(ValueError, match="rt0"):
+        IndexingMap([dim(0)], [Interval(0, 3)], constraints={dim(0) + rt(0): Interval(0, 1)})

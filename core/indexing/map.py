@@ -40,6 +40,7 @@ class IndexingMap:
         constraints: ``{expr: Interval}`` (or pairs); each must hold on the domain. Constraints on a bare
             variable narrow its interval; a constant constraint is checked at once, as XLA's
             ``IndexingMap::AddConstraint`` does. An empty interval anywhere makes the map known-empty.
+            Raises ``ValueError`` when an expression uses a variable the map does not declare.
         names: optional non-default variable names, ``{"d": (...), "s": (...), "r": (...)}``.
     """
 
@@ -57,7 +58,13 @@ class IndexingMap:
                                                   if any(n and not _is_default(k, i, n) for i, n in enumerate(v))}
         self.is_undefined = False
         self.is_known_empty = False
-        items = constraints.items() if isinstance(constraints, Mapping) else constraints
+        items = list(constraints.items() if isinstance(constraints, Mapping) else constraints)
+        counts = {DIM: len(self.dims), SYM: len(self.syms), RT: len(self.rts)}
+        for e in (*self.exprs, *(as_expr(c) for c, _ in items)):
+            for kind, index in e.variables():
+                if index >= counts[kind]:
+                    raise ValueError(f"{e} uses {kind}{'t' if kind == RT else ''}{index}, but the map has "
+                                     f"{counts[kind]} such variables")
         for expr, bounds in items:
             self._add_constraint(as_expr(expr), _as_interval(bounds))
         if any(b.is_empty for b in (*self.dims, *self.syms, *self.rts)):
