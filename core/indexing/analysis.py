@@ -182,6 +182,31 @@ def compose_operand_indexing(first: OperandIndexing, second: OperandIndexing) ->
     return OperandIndexing(m, rts, replica)
 
 
+def _passes_through(first: OperandIndexing, second: OperandIndexing) -> bool:
+    """Whether ``second`` is an identity over a domain that provably holds all of ``first``'s results, so that
+    the simplified composition is ``first`` itself (elementwise ops: the common case, and the costly one)."""
+    m2, m1 = second.map, first.map
+    if second.rt_vars or second.replica_id_map is not None or m2.syms or m2.rts or m2.constraints:
+        return False
+    if m1.is_undefined or m1.is_known_empty or m2.is_undefined or m2.is_known_empty:
+        return False
+    if m2.exprs != tuple(dim(i) for i in range(m2.num_dims)) or m1.num_results != m2.num_dims:
+        return False
+    from fusegen.indexing.linear import expr_range
+
+    tables = {"d": m1.dims, "s": m1.syms, "r": m1.rts}
+    bounds = lambda kind, i: tables[kind][i]  # noqa: E731
+    return all(b.contains(expr_range(e, bounds, m1.constraints)) for e, b in zip(m1.exprs, m2.dims))
+
+
+def _compose_simplified(first: OperandIndexing, second: OperandIndexing) -> OperandIndexing:
+    """``ComposeOperandIndexing`` then ``Simplify`` and ``RemoveUnusedSymbols`` (``first`` itself when
+    ``second`` passes it through unchanged)."""
+    if _passes_through(first, second):
+        return first
+    return compose_operand_indexing(first, second).simplified()
+
+
 @attrs.define
 class FusionAdaptor:
     """XLA's ``HloFusionAdaptor``: the instructions of a fusion (post order, parameters left out) and how
@@ -243,10 +268,14 @@ class GroupedIndexing(dict):
         return out
 
 
-def compute_grouped_output_to_input_indexing(fusion: FusionAdaptor, target: Instruction) -> GroupedIndexing:
+def compute_grouped_output_to_input_indexing(fusion: FusionAdaptor, target: Instruction,
+                                             op_cache: dict | None = None) -> GroupedIndexing:
     """``ComputeGroupedOutputToInputIndexing``: from ``target``'s output to every instruction it reads inside
     ``fusion`` (and the operands outside it), composing op maps in reverse post order, each composed map
-    simplified and stripped of unused symbols."""
+    simplified and stripped of unused symbols.
+
+    ``op_cache`` (``id(instruction) -> InstructionIndexing``) reuses each op's own maps across calls on the
+    same fusion (the coalescing analysis asks once per hero operand)."""
     grouped = GroupedIndexing()
     initial = OperandIndexing(ops.identity_map(target.shape))
     if target.opcode == "parameter" and id(target) in fusion.params:
@@ -262,10 +291,15 @@ def compute_grouped_output_to_input_indexing(fusion: FusionAdaptor, target: Inst
         consumer_maps = list(grouped.get_maps(instr))
         if not consumer_maps:
             continue
-        producer = compute_output_to_input_indexing(instr, 0)
+        if op_cache is None:
+            producer = compute_output_to_input_indexing(instr, 0)
+        else:
+            producer = op_cache.get(id(instr))
+            if producer is None:
+                producer = op_cache[id(instr)] = compute_output_to_input_indexing(instr, 0)
         for operand_id, items in enumerate(producer.indexing_maps):
             operand = fusion.operand(instr, operand_id)
-            composed = [compose_operand_indexing(c, p).simplified() for p in items for c in consumer_maps]
+            composed = [_compose_simplified(c, p) for p in items for c in consumer_maps]
             grouped.add(operand, composed)
     return grouped
 

@@ -280,23 +280,26 @@ def compute_coalescing_for_all_operands(analysis, fusion: Instruction,
     adaptor = FusionAdaptor.for_instruction(fusion)
     linear = {id(o): logical_to_linear_physical_map(o.shape) for o in operands}
     per_operand: dict[int, list[IndexingMap]] = {}
-    for root_index, hero in enumerate(analysis.heroes):
-        hero_maps = thread_id_to_hero_operand_maps(analysis, root_index)
-        if hero_maps is None:
-            return None
-        for k, thread_map in enumerate(hero_maps):
-            if not hero.operands[k].shape.dimensions or thread_map is None:
-                continue
-            target = adaptor.operand(hero, k)
-            grouped = compute_grouped_output_to_input_indexing(adaptor, target)
-            for o in operands:
-                items = grouped.get_maps(o)
-                for it in items:
-                    if it.map.is_undefined:
-                        per_operand[id(o)] = [it.map]
-                        break
-                    m = thread_map.compose(it.map.compose(linear[id(o)])).simplify()
-                    per_operand.setdefault(id(o), []).append(m)
+    op_cache: dict = {}
+    try:
+        for root_index, hero in enumerate(analysis.heroes):
+            hero_maps = thread_id_to_hero_operand_maps(analysis, root_index)
+            if hero_maps is None:
+                return None
+            for k, thread_map in enumerate(hero_maps):
+                if not hero.operands[k].shape.dimensions or thread_map is None:
+                    continue
+                target = adaptor.operand(hero, k)
+                grouped = compute_grouped_output_to_input_indexing(adaptor, target, op_cache)
+                for o in operands:
+                    for it in grouped.get_maps(o):
+                        if it.map.is_undefined:
+                            per_operand[id(o)] = [it.map]
+                            break
+                        m = thread_map.compose(it.map.compose(linear[id(o)])).simplify()
+                        per_operand.setdefault(id(o), []).append(m)
+    except ValueError:  # maps the emitter model cannot relate (mismatched ranks): no emitter answer
+        return None
     out = []
     for o in operands:
         if not o.shape.dimensions or id(o) not in per_operand:

@@ -88,9 +88,17 @@ def loop_maps(analysis, root_index: int) -> list[IndexingMap | None]:
     from fusegen.codegen.launch import analysis_loop_geometry
 
     g = analysis_loop_geometry(analysis)
-    thread_map = default_thread_id_indexing_map((g.threads, 1, 1), (g.blocks[0], g.blocks[1], 1), g.unroll,
-                                                _element_shape(analysis))
-    return _through_root(thread_map, analysis.roots[root_index])
+    shape = _element_shape(analysis)
+    thread_map = default_thread_id_indexing_map((g.threads, 1, 1), (g.blocks[0], g.blocks[1], 1), g.unroll, shape)
+    root = analysis.roots[root_index]
+    root_shape = root.shape.tuple_shapes[0] if root.shape.is_tuple else root.shape
+    if tuple(root_shape.dimensions) != tuple(shape.dimensions):
+        # a multi-output root of another shape: the same linear elements, through a bitcast
+        to_root = bitcast_map(shape, root_shape)
+        if to_root.is_undefined:
+            return None
+        thread_map = thread_map.compose(to_root).simplify()
+    return _through_root(thread_map, root)
 
 
 # ------------------------------------------------------------------------------------------- reductions
@@ -154,7 +162,7 @@ def reduction_maps(analysis, root_index: int) -> list[IndexingMap | None] | None
     # a side output: the same elements, seen through the bitcast from the reduction input to the root
     root = analysis.roots[root_index]
     to_root = bitcast_map(input_shape, root.shape)
-    if to_root.is_undefined:
+    if to_root.is_undefined or root.shape.is_tuple:
         return None
     return _through_root(thread_to_input.compose(to_root).simplify(), root)
 
@@ -202,13 +210,14 @@ def transpose_maps(analysis, root_index: int) -> list[IndexingMap | None] | None
                                     analysis.device)
     except (ValueError, IndexError):
         vec = 1
-    base = _transpose_input_map(operand, perm, t.shape, vec)
     hero = analysis.heroes[root_index]
     if hero.opcode == "transpose" and len(hero.operands) == 1:
-        return [base.simplify()]
+        own = tuple(int(p) for p in hero.attrs.get("dimensions", ()))
+        return [_transpose_input_map(hero.operands[0].shape, own, hero.shape, vec).simplify()]
+    base = _transpose_input_map(operand, perm, t.shape, vec)
     root = analysis.roots[root_index]
     to_root = bitcast_map(operand, root.shape)
-    if to_root.is_undefined:
+    if to_root.is_undefined or root.shape.is_tuple:
         return None
     return _through_root(base.compose(to_root).simplify(), root)
 
