@@ -169,3 +169,116 @@ def test_uncovered_op_is_unknown_indexing():
     root = parse_module(HLO_UNKNOWN).entry.root
     ind = compute_output_to_input_indexing(root)
     assert ind.to_string(" ") == "operand id = 0 unknown indexing operand id = 1 unknown indexing "
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Independent oracle: fusegen's reference evaluator. Every operand element is a unique number, so the value at
+# each output point of a data-movement fusion names the one operand element it came from; the analysis must map
+# that output point there (and no other non-scalar operand's map may claim the point; a scalar operand, such as
+# pad's padding value, is mapped from every point, as XLA maps it).
+ORACLE_BODIES = {
+    "transpose_reshape": ("f32[6,4]{1,0}", ["f32[4,6]{1,0}"],
+                          "t = f32[6,4]{1,0} transpose(p0), dimensions={1,0}\n"
+                          "r = f32[24]{0} reshape(t)\n  ROOT o = f32[6,4]{1,0} reshape(r)"),
+    "bitcast_layout": ("f32[3,8]{1,0}", ["f32[2,3,4]{0,2,1}"], "ROOT o = f32[3,8]{1,0} bitcast(p0)"),
+    "slice_reverse": ("f32[3,4]{1,0}", ["f32[9,10]{1,0}"],
+                      "s = f32[3,4]{1,0} slice(p0), slice={[1:9:3], [2:10:2]}\n"
+                      "  ROOT o = f32[3,4]{1,0} reverse(s), dimensions={0,1}"),
+    "pad": ("f32[13]{0}", ["f32[5]{0}", "f32[]"], "ROOT o = f32[13]{0} pad(p0, p1), padding=1_-1_2"),
+    "concat_broadcast": ("f32[3,7]{1,0}", ["f32[3,2]{1,0}", "f32[5]{0}"],
+                         "b = f32[3,5]{1,0} broadcast(p1), dimensions={1}\n"
+                         "  ROOT o = f32[3,7]{1,0} concatenate(p0, b), dimensions={1}"),
+    "reshape_collapse_expand": ("f32[4,6]{1,0}", ["f32[2,3,4]{2,1,0}"], "ROOT o = f32[4,6]{1,0} reshape(p0)"),
+}
+
+
+def _oracle_module(out: str, params: list[str], body: str) -> str:
+    fparams = "\n  ".join(f"p{i} = {s} parameter({i})" for i, s in enumerate(params))
+    args = ", ".join(f"a{i}" for i in range(len(params)))
+    eparams = "\n  ".join(f"a{i} = {s} parameter({i})" for i, s in enumerate(params))
+    return (f"HloModule m\nf {{\n  {fparams}\n  {body}\n}}\n"
+            f"ENTRY e {{\n  {eparams}\n  ROOT fusion = {out} fusion({args}), kind=kLoop, calls=f\n}}\n")
+
+
+@pytest.mark.parametrize("name", sorted(ORACLE_BODIES))
+def test_output_to_input_maps_agree_with_the_evaluator(name):
+    from fusegen.evaluator.evaluator import evaluate_module
+
+    module = parse_module(_oracle_module(*ORACLE_BODIES[name]))
+    fusion = module.entry.root
+    big = 1000
+    args = [(np.arange(p.shape.numel, dtype=np.float32) + big * (k + 1)).reshape(p.shape.dimensions)
+            for k, p in enumerate(fusion.operands)]
+    out = np.asarray(evaluate_module(module, args))
+    indexing = compute_output_to_input_indexing(fusion)
+    for point in itertools.product(*[range(n) for n in fusion.shape.dimensions]):
+        value = int(out[point])
+        k, flat = value // big - 1, value % big
+        want = tuple(int(i) for i in np.unravel_index(flat, fusion.operands[k].shape.dimensions))
+        for j, items in enumerate(indexing):
+            hits = [it.map.evaluate(point) for it in items if it.map.constraints_satisfied(point)]
+            if j == k:
+                assert want in hits, (name, point, j, [str(it.map) for it in items])
+            elif fusion.operands[j].shape.dimensions:
+                assert not hits, (name, point, j, [str(it.map) for it in items])
+
+
+I2O_OPS = {
+    "transpose": ("f32[4,3,2]", ["f32[3,2,4]"], "transpose(a0), dimensions={2,0,1}", 0),
+    "reshape": ("f32[6,4]", ["f32[2,3,4]"], "reshape(a0)", 0),
+    "bitcast": ("f32[4,6]{0,1}", ["f32[2,3,4]{2,0,1}"], "bitcast(a0)", 0),
+    "slice": ("f32[3,2]", ["f32[8,7]"], "slice(a0), slice={[1:8:3], [2:6:2]}", 0),
+    "reverse": ("f32[3,5]", ["f32[3,5]"], "reverse(a0), dimensions={1}", 0),
+    "broadcast": ("f32[2,3,4]", ["f32[3]"], "broadcast(a0), dimensions={1}", 0),
+    "concatenate": ("f32[2,7]", ["f32[2,3]", "f32[2,4]"], "concatenate(a0, a1), dimensions={1}", 1),
+}
+
+
+@pytest.mark.parametrize("name", sorted(I2O_OPS))
+def test_input_to_output_maps_agree_with_the_evaluator(name):
+    """For every element of operand ``input_id``, the input-to-output map yields exactly the output points that
+    hold it."""
+    from fusegen.evaluator.evaluator import evaluate_module
+
+    out_shape, params, op, input_id = I2O_OPS[name]
+    eparams = "\n  ".join(f"a{i} = {s} parameter({i})" for i, s in enumerate(params))
+    module = parse_module(f"HloModule m\nENTRY e {{\n  {eparams}\n  ROOT o = {out_shape} {op}\n}}\n")
+    root = module.entry.root
+    args = [(np.arange(p.shape.numel, dtype=np.float32) + 1000 * (k + 1)).reshape(p.shape.dimensions)
+            for k, p in enumerate(root.operands)]
+    out = np.asarray(evaluate_module(module, args))
+    (items,) = compute_input_to_output_indexing(root, input_id).indexing_maps
+    (m,) = [it.map for it in items]
+    src = args[input_id]
+    for q in itertools.product(*[range(n) for n in src.shape]):
+        want = {tuple(int(i) for i in p) for p in zip(*np.nonzero(out == src[q]))}
+        got = set()
+        for s in itertools.product(*[range(b.lower, b.upper + 1) for b in m.syms]):
+            if m.constraints_satisfied(q, s):
+                got.add(m.evaluate(q, s))
+        assert got == want, (name, q, str(m))
+
+
+PRINT_INDEXING = CORPUS.parent / "modules" / "tools__print_indexing_test.hlo"
+
+
+@pytest.mark.skipif(not PRINT_INDEXING.exists(), reason=f"corpus absent: {PRINT_INDEXING}")
+def test_xla_print_indexing_tool_checks():
+    """XLA's ``print_indexing`` tool test: every ``Output i operand j`` map of the multi-output fusion, and no
+    map for an operand it does not list."""
+    import re
+
+    from fusegen.indexing import semantically_equal
+
+    text = PRINT_INDEXING.read_text()
+    checks = re.findall(r"// CHECK: Output (\d+) operand (\d+):\n// CHECK: (.+)\n", text)
+    assert checks
+    fusion = parse_module(text).entry.root
+    expected: dict[tuple[int, int], str] = {(int(o), int(k)): m for o, k, m in checks}
+    for out_id in {o for o, _ in expected}:
+        ind = compute_output_to_input_indexing(fusion, out_id)
+        for k, items in enumerate(ind):
+            if (out_id, k) in expected:
+                assert len(items) == 1 and semantically_equal(parse_indexing_map(expected[(out_id, k)]), items[0].map)
+            else:
+                assert items == [], (out_id, k, [str(i) for i in items])
