@@ -392,11 +392,17 @@ def _broadcasted_constant_or_scalar(inst: Instruction) -> bool:
 
 
 def count_reduction_groups(analysis: Any, is_reduction_root: Sequence[bool]) -> int:
-    """``GroupDisjointReductions`` (MLIR variant): roots that share a non-trivial producer are one group; all
-    side outputs are one group; a broadcasted constant or scalar joins at most one reduction root."""
+    """The number of groups of :func:`reduction_group_ids`."""
+    return len(set(reduction_group_ids(analysis, is_reduction_root)))
+
+
+def reduction_group_ids(analysis: Any, is_reduction_root: Sequence[bool]) -> list[int]:
+    """``GroupDisjointReductions`` (MLIR variant), the group of each root: roots that share a non-trivial
+    producer are one group; all side outputs are one group; a broadcasted constant or scalar joins at most
+    one reduction root. Groups are numbered in the order of their first root."""
     roots = list(analysis.roots)
     if len(roots) <= 1:
-        return 1
+        return [0] * len(roots)
     parent = list(range(len(roots)))
 
     def find(i: int) -> int:
@@ -437,7 +443,8 @@ def count_reduction_groups(analysis: Any, is_reduction_root: Sequence[bool]) -> 
                 added_to_reduce = added_to_reduce or is_reduction_root[i]
         for j in reached[1:]:
             union(reached[0], j)
-    return len({find(i) for i in range(len(roots))})
+    ids: dict[int, int] = {}
+    return [ids.setdefault(find(i), len(ids)) for i in range(len(roots))]
 
 
 def reduction_geometry(analysis: Any, emitter: str, dims: tuple[int, int, int],

@@ -23,6 +23,8 @@ from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.launch import LoopGeometry, analysis_loop_geometry
+from fusegen.codegen.thread_indexing import default_thread_id_indexing_map
+from fusegen.indexing import IndexingMap
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.hlo.ir import Instruction
 from fusegen.plugin_manager import hookimpl
@@ -88,6 +90,17 @@ class ConcatenateFusion(FusionEmitter):
 
     def launch_dimensions(self) -> LaunchDimensions | None:
         return self.geometry().launch()
+
+    def thread_id_to_output_indexing(self, root_index: int) -> None:
+        """``ConcatenateFusion::ComputeThreadIdToOutputIndexing``: none (each operand's pass writes its slice)."""
+        return None
+
+    def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap:
+        """``ConcatenateFusion::ComputeThreadIdToInputIndexing``: the default thread map over the largest
+        operand's shape (every operand is read at the thread's own index)."""
+        geo = self.geometry()
+        largest = max((o.shape for o in self.hero().operands), key=lambda s: s.numel)
+        return default_thread_id_indexing_map(geo.launch(), geo.unroll, largest)
 
     def largest_operand_elements(self) -> int:
         return max((o.shape.numel for o, _ in concat_pieces(self.hero())), default=0)

@@ -19,6 +19,8 @@ from fusegen.codegen.emitter import (EmitterUnsupported, FusionEmitter, build_li
                                      store_line)
 from fusegen.codegen.kernel import EmittedFusion, LaunchDimensions
 from fusegen.codegen.launch import calculate_launch_dimensions
+from fusegen.codegen.thread_indexing import default_thread_id_indexing_map
+from fusegen.indexing import IndexingMap
 from fusegen.hlo.ir import Instruction
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
@@ -110,6 +112,17 @@ class InPlaceDynamicUpdateSliceFusion(FusionEmitter):
         if not dus_list or dus_list[0].operands[1].shape.numel == 0:
             return None
         return calculate_launch_dimensions(dus_list[0].operands[1].shape.numel, self.analysis.device).launch()
+
+    def thread_id_to_output_indexing(self, root_index: int) -> None:
+        """``InPlaceDynamicUpdateSliceFusion::ComputeThreadIdToOutputIndexing``: none (runtime offsets)."""
+        return None
+
+    def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap | None:
+        """The default thread map over the update (operand 1 of the DUS hero); none for the other operands."""
+        launch = self.launch_dimensions()
+        if hero_operand_index != 1 or launch is None:
+            return None
+        return default_thread_id_indexing_map(launch, 1, output_dus(self.analysis)[root_index].operands[1].shape)
 
     def emit(self) -> EmittedFusion:
         dus_list = output_dus(self.analysis)

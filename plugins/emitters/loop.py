@@ -18,7 +18,9 @@ from typing import Any
 from fusegen.codegen.emitter import (EmitterUnsupported, FusionEmitter, build_linear_kernel, fusion_roots,
                                      store_line)
 from fusegen.codegen.kernel import EmittedFusion, LaunchDimensions
-from fusegen.codegen.launch import LoopGeometry, analysis_loop_geometry
+from fusegen.codegen.launch import LoopGeometry, analysis_loop_geometry, element_shape
+from fusegen.codegen.thread_indexing import compose_with_operand, default_thread_id_indexing_map
+from fusegen.indexing import IndexingMap
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
 
@@ -49,6 +51,19 @@ class LoopFusion(FusionEmitter):
     def launch_dimensions(self) -> LaunchDimensions:
         """XLA's launch dimensions for this fusion (the kernel's, too)."""
         return self.geometry().launch()
+
+    def thread_id_to_output_indexing(self, root_index: int) -> IndexingMap:
+        """``LoopFusion::ComputeThreadIdToOutputIndexing``: the default thread map of the launch with the
+        unroll factor as the per-thread vector, over the element shape (``unroll_id`` = vector index)."""
+        geo = self.geometry()
+        shape = element_shape(self.analysis.roots)
+        return default_thread_id_indexing_map(geo.launch(), geo.unroll, shape)
+
+    def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap | None:
+        """``LoopFusion::ComputeThreadIdToInputIndexing``: the output map composed with the root's
+        output-to-input map of operand ``hero_operand_index``."""
+        root = self.analysis.roots[root_index]
+        return compose_with_operand(self.thread_id_to_output_indexing(root_index), root, hero_operand_index)
 
     def emit(self) -> EmittedFusion:
         comp = self.computation

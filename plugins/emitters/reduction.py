@@ -48,6 +48,8 @@ from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.codegen.launch import REDUCTION_TILE_SIZE, ReductionGeometry, kernel_warps, reduction_geometry
+from fusegen.codegen.thread_indexing import compose_bitcast, compose_with_operand, reduction_maps
+from fusegen.indexing import IndexingMap
 from fusegen.codegen.reduction_codegen import COMBINE_PREFIX, combine_function, promoted_reducer
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction, Shape
@@ -200,6 +202,50 @@ class ReductionFusion(FusionEmitter):
         """XLA's launch dimensions (``ReductionFusion::launch_dimensions``)."""
         geo = self.xla_geometry()
         return geo.launch(self.analysis.device) if geo is not None else None
+
+    def _groups_and_roots(self) -> tuple[ReductionGeometry, list[bool], list[int]]:
+        from fusegen.codegen.launch import reduction_group_ids
+
+        geo = self.xla_geometry()
+        if geo is None:
+            raise EmitterUnsupported("fusion", self.fusion.name, "no real reduction hero: no XLA thread map")
+        a = self.analysis
+        is_red = [h.opcode == "reduce" and is_real_reduction_hero(r, h, a.device)
+                  for r, h in zip(a.roots, a.non_trivial_heroes)]
+        return geo, is_red, reduction_group_ids(a, is_red)
+
+    def thread_id_to_output_indexing(self, root_index: int) -> IndexingMap | None:
+        """``ReductionFusion::ComputeThreadIdToOutputIndexing``: for a reduction root the projected output
+        map (the thread that writes each kept element) bitcast to the hero's output; for a side output the
+        reduce-input map bitcast to the root's shape. ``None`` when XLA would not use a reduction emitter."""
+        try:
+            geo, is_red, groups = self._groups_and_roots()
+        except EmitterUnsupported:
+            return None
+        a = self.analysis
+        inp, in_shape, out, out_shape = reduction_maps(geo, a.device, groups[root_index] if geo.groups > 1 else None)
+        root = a.roots[root_index]
+        if not is_red[root_index]:
+            return compose_bitcast(inp, in_shape, root.shape)
+        hero = a.non_trivial_heroes[root_index]
+        return compose_bitcast(out, out_shape, hero.shape.leaves()[0])
+
+    def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap | None:
+        """``ReductionFusion::ComputeThreadIdToInputIndexing``: the reduce-input map bitcast to the hero's
+        operand (undefined for init values); for a side output, its output map composed with the root's
+        output-to-input map."""
+        try:
+            geo, is_red, groups = self._groups_and_roots()
+        except EmitterUnsupported:
+            return None
+        a = self.analysis
+        root, hero = a.roots[root_index], a.non_trivial_heroes[root_index]
+        if not is_red[root_index]:
+            return compose_with_operand(self.thread_id_to_output_indexing(root_index), root, hero_operand_index)
+        if hero_operand_index >= len(hero.operands) // 2:
+            return IndexingMap.unknown()
+        inp, in_shape, _, _ = reduction_maps(geo, a.device, groups[root_index] if geo.groups > 1 else None)
+        return compose_bitcast(inp, in_shape, hero.operands[hero_operand_index].shape)
 
     def xla_tile(self, geo: ReductionGeometry, na: int, nr: int, nb: int) -> tuple[int, int, int] | None:
         """``(TA, TR, TB)`` giving one program per XLA block: row reductions take XLA's kept rows per block,

@@ -39,6 +39,8 @@ from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, build_linear_kernel, fusion_roots, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.codegen.launch import scatter_geometry
+from fusegen.codegen.thread_indexing import default_thread_id_indexing_map
+from fusegen.indexing import IndexingMap
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction, Shape
 from fusegen.plugin_manager import hookimpl
@@ -325,6 +327,19 @@ class ScatterFusion(FusionEmitter):
         if self.error is not None or self.desc.num_slices == 0 or self.desc.slice_size == 0:
             return None
         return self.geometry.launch()
+
+    def thread_id_to_output_indexing(self, root_index: int) -> None:
+        """``ScatterFusion``: no thread-to-output map (targets come from the indices at run time)."""
+        return None
+
+    def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap | None:
+        """``ScatterWithDistributedUpdates``: the default thread map (vector size as unroll) over an update
+        operand; none for the scattered operands, the indices, and ``ScatterWithDistributedIndices``."""
+        launch = self.launch_dimensions()
+        geo = self.geometry
+        if launch is None or geo.updates is None or hero_operand_index <= self.desc.n:
+            return None
+        return default_thread_id_indexing_map(launch, geo.vector_size, self.desc.updates[0].shape)
 
     # ------------------------------------------------------------------------------------ helpers
     def _leaves(self) -> list[Shape]:

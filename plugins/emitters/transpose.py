@@ -41,6 +41,8 @@ from fusegen.codegen.elemental import (ELEMENTWISE, ElementalGenerator, KernelCo
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.codegen.launch import launch, transpose_vector_size
+from fusegen.codegen.thread_indexing import compose_with_operand, transpose_indexing
+from fusegen.indexing import IndexingMap
 from fusegen.device import DEFAULT_DEVICE
 from fusegen.hlo.ir import Instruction
 from fusegen.plugin_manager import hookimpl
@@ -193,6 +195,33 @@ class TransposeFusion(FusionEmitter):
         n_heroes = max(1, sum(1 for h in heroes if normalized_transpose(h) == (d, p)))
         device = getattr(self.analysis, "device", None) or DEFAULT_DEVICE
         return transpose_vector_size(in_dims, p, nbytes, n_heroes, device)
+
+    def _is_hero_transpose(self, root_index: int) -> bool:
+        heroes = list(getattr(self.analysis, "heroes", None) or [])
+        return root_index < len(heroes) and normalized_transpose(heroes[root_index]) == (self.dims, self.perm)
+
+    def thread_id_to_output_indexing(self, root_index: int) -> IndexingMap | None:
+        """``TransposeFusion::ComputeThreadIdToOutputIndexing``: tiles of the hero's output for transpose
+        roots, of the input for side outputs (bitcast to the root). ``None`` for packed transposes."""
+        if self.description is None or type(self) is not TransposeFusion:
+            return None
+        roots = list(self.analysis.roots)
+        if self._is_hero_transpose(root_index):
+            return transpose_indexing(self.dims, self.perm, self.vector_size(), False,
+                                      self.analysis.heroes[root_index].shape)
+        return transpose_indexing(self.dims, self.perm, self.vector_size(), True, roots[root_index].shape)
+
+    def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap | None:
+        """``TransposeFusion::ComputeThreadIdToInputIndexing``: the input tile for the hero's operand; for
+        side outputs their output map composed with the root's output-to-input map."""
+        if self.description is None or type(self) is not TransposeFusion:
+            return None
+        if self._is_hero_transpose(root_index):
+            hero = self.analysis.heroes[root_index]
+            return transpose_indexing(self.dims, self.perm, self.vector_size(), True,
+                                      hero.operands[hero_operand_index].shape)
+        return compose_with_operand(self.thread_id_to_output_indexing(root_index), self.analysis.roots[root_index],
+                                    hero_operand_index)
 
     def launch_dimensions(self) -> LaunchDimensions | None:
         """XLA's launch (``TransposeFusion::launch_dimensions``): one 128-thread block per tile."""
