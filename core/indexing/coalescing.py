@@ -8,7 +8,7 @@ Mirrors ``xla/service/gpu/model/coalescing_analysis.cc``:
   contiguous intervals the warp touches and compare the 128-byte transactions they need with the ideal
   count (coalesced when ideal > 0.9 x needed).
 * :func:`compute_coalescing_for_all_operands` (``ComputeCoalescingForAllOperands``): for every hero, the
-  emitter's thread-id -> hero-operand maps (:mod:`fusegen.indexing.coalescing_threads`), composed with the
+  emitter's thread-id -> hero-operand maps (:mod:`fusegen.codegen.thread_indexing`), composed with the
   grouped output-to-input maps from each hero operand to the fusion operands and with each operand's
   logical -> linear physical map.
 * :func:`is_read_coalesced_heuristic` (``IsReadCoalescedHeuristic``): the fallback when no emitter map is
@@ -271,34 +271,67 @@ def logical_to_linear_physical_map(shape: Shape) -> IndexingMap:
     return IndexingMap.from_tensor_sizes([linear], shape.dimensions)
 
 
+def _hero_operand_maps(analysis, root_index: int) -> list[IndexingMap | None] | None:
+    """The emitter's ``ComputeThreadIdToInputIndexing(root_index, k)`` for every operand ``k`` of the hero
+    (``None`` entries for scalar operands, which are not analysed); ``None`` when no native emitter takes the
+    fusion or it has no map for a non-scalar operand (XLA's ``std::nullopt``)."""
+    from fusegen import dispatch
+    from fusegen.codegen.emitter import EmitterUnsupported
+    from fusegen.plugin_manager import PluginError
+
+    try:
+        emitter, _ = dispatch.get_fusion_emitter(analysis, analysis.kind)
+    except EmitterUnsupported:
+        return None
+    except PluginError as e:
+        raise CoalescingError(str(e)) from e
+    fn = getattr(emitter, "thread_id_to_input_indexing", None)
+    if fn is None:
+        return None
+    out: list[IndexingMap | None] = []
+    for k, operand in enumerate(analysis.heroes[root_index].operands):
+        if not operand.shape.dimensions:
+            out.append(None)
+            continue
+        try:
+            m = fn(root_index, k)
+        except (EmitterUnsupported, NotImplementedError):
+            return None
+        if m is None:
+            return None
+        out.append(m)
+    return out
+
+
 def compute_coalescing_for_all_operands(analysis, fusion: Instruction,
                                         operands: Sequence[Instruction]) -> list[bool] | None:
     """``ComputeCoalescingForAllOperands``: per operand of ``fusion``, whether all its reads are coalesced;
-    ``None`` when the emitter gives no thread-id maps (the caller then uses the heuristic)."""
-    from fusegen.indexing.coalescing_threads import thread_id_to_hero_operand_maps
+    ``None`` when the emitter gives no thread-id maps (the caller then uses the heuristic).
 
+    The thread-id -> hero-operand maps are the emitter's own (``thread_id_to_input_indexing`` of the native
+    emitter dispatch picks, :mod:`fusegen.codegen.thread_indexing`)."""
     adaptor = FusionAdaptor.for_instruction(fusion)
     linear = {id(o): logical_to_linear_physical_map(o.shape) for o in operands}
     per_operand: dict[int, list[IndexingMap]] = {}
     op_cache: dict = {}
     try:
         for root_index, hero in enumerate(analysis.heroes):
-            hero_maps = thread_id_to_hero_operand_maps(analysis, root_index)
+            hero_maps = _hero_operand_maps(analysis, root_index)
             if hero_maps is None:
                 return None
             for k, thread_map in enumerate(hero_maps):
-                if not hero.operands[k].shape.dimensions or thread_map is None:
+                if thread_map is None:
                     continue
                 target = adaptor.operand(hero, k)
                 grouped = compute_grouped_output_to_input_indexing(adaptor, target, op_cache)
                 for o in operands:
                     for it in grouped.get_maps(o):
-                        if it.map.is_undefined:
-                            per_operand[id(o)] = [it.map]
+                        if it.map.is_undefined or thread_map.is_undefined:
+                            per_operand[id(o)] = [IndexingMap.unknown()]
                             break
                         m = thread_map.compose(it.map.compose(linear[id(o)])).simplify()
                         per_operand.setdefault(id(o), []).append(m)
-    except ValueError:  # maps the emitter model cannot relate (mismatched ranks): no emitter answer
+    except ValueError:  # maps the emitter's cannot be composed with (mismatched ranks): no emitter answer
         return None
     out = []
     for o in operands:
