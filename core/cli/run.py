@@ -121,13 +121,30 @@ def _autotune(modules, cfg, device, module_path, record_dir, cache_dir, top_k, s
     return tuner, tuned
 
 
+def launch_dimensions_json(f) -> dict | None:
+    """The structured launch of a fusion report's kernel (the one its ``launch`` string names):
+    ``{"grid": [x, y, z], "threads": [x, y, z], "shared_memory_bytes": N}``, ``None`` without a kernel."""
+    kernels = list(getattr(f, "kernels", None) or [])
+    for k in kernels:
+        if str(k.launch) == f.launch:
+            return k.launch.to_json()
+    return kernels[0].launch.to_json() if kernels else None
+
+
+def fusion_json(f) -> dict:
+    """One fusion of ``--json``: the report's keys plus ``launch_dimensions``."""
+    d = f.to_json()
+    d["launch_dimensions"] = launch_dimensions_json(f)
+    return d
+
+
 def report_json(reports) -> dict:
     """The ``--json`` document: ``{"module", "fusions": [...], ...}`` (fusions in entry post order)."""
     if len(reports) == 1:
         r = reports[0]
         return {
             "module": r.module,
-            "fusions": [f.to_json() for f in r.fusions],
+            "fusions": [fusion_json(f) for f in r.fusions],
             "other_instructions": r.other,
             "outputs_match": r.outputs_ok,
             "output_max_abs_error": r.output_max_abs_error,
@@ -139,7 +156,7 @@ def report_json(reports) -> dict:
     return {
         "module": "; ".join(r.module for r in reports),
         "modules": [report_json([r]) for r in reports],
-        "fusions": [{**f.to_json(), "module": r.module} for r in reports for f in r.fusions],
+        "fusions": [{**fusion_json(f), "module": r.module} for r in reports for f in r.fusions],
         "status": ("mismatch" if any(r.status == "mismatch" for r in reports)
                    else "drift" if any(r.status == "drift" for r in reports) else "ok"),
     }
