@@ -57,9 +57,12 @@ def _replay(path: str, as_json: bool) -> None:
               help="Also tune instructions that already carry a config (e.g. an XLA-optimized module).")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
               help="Write the module with the winners applied to their backend configs.")
+@click.option("--compile-timeout", "compile_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds one candidate may compile before its worker is killed and the config fails "
+                   "(xla_gpu_autotune_compile_timeout, default 300).")
 @config_options
 def tune(module_path, replay_path, as_json, device_name, cache_dir, cache_mode, level, backends_spec, workers,
-         cost_model_top_k, record_dir, retune, output_path, config_path, xla_flags):
+         cost_model_top_k, record_dir, retune, output_path, config_path, xla_flags, compile_timeout=None):
     """Autotune MODULE.hlo, or replay a tuning record with --replay RECORD.json."""
     if replay_path:
         if module_path:
@@ -89,6 +92,8 @@ def tune(module_path, replay_path, as_json, device_name, cache_dir, cache_mode, 
         overrides["cost_model_top_k"] = cost_model_top_k
     if retune:
         overrides["retune_configured"] = True
+    if compile_timeout is not None:
+        overrides["compile_timeout_s"] = compile_timeout
     try:
         options = AutotuneOptions.from_debug_options(cfg.debug_options, **overrides)
     except (ValueError, TypeError) as e:
