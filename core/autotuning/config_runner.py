@@ -144,9 +144,7 @@ class ConfigRunner:
             except Exception as e:  # the candidate's own failure, never the tuner's
                 res.failure = Failure(FailureKind.EXECUTION_FAILED, f"{type(e).__name__}: {e}")
                 return res
-            msg = alloc.check(inputs + own)
-            if msg:
-                res.failure = Failure(FailureKind.REDZONE_CHECK_FAILED, REJECTION_PREFIX + msg)
+            if _redzone_failed(res, alloc.check(inputs + own)):
                 return res
             if self.check_correctness:
                 res.output = [self.profiler.to_host(a) for a in out_arrays]
@@ -158,9 +156,7 @@ class ConfigRunner:
             except Exception as e:
                 res.failure = Failure(FailureKind.EXECUTION_FAILED, f"{type(e).__name__}: {e}")
                 return res
-            msg = alloc.check(inputs + own)
-            if msg:
-                res.failure = Failure(FailureKind.REDZONE_CHECK_FAILED, REJECTION_PREFIX + msg)
+            _redzone_failed(res, alloc.check(inputs + own))
             return res
         finally:
             if res.failed and self.redzone_bytes:
@@ -226,6 +222,13 @@ class ConfigRunner:
             if not self.check_correctness:
                 r.output = None
         return results
+
+
+def _redzone_failed(res: ProfileResult, msg: str | None) -> bool:
+    """Record a red-zone violation (``msg`` from ``RedzoneAllocator.check``) as the candidate's failure."""
+    if msg:
+        res.failure = Failure(FailureKind.REDZONE_CHECK_FAILED, REJECTION_PREFIX + msg)
+    return bool(msg)
 
 
 def _compare(current: Any, representative: Any, rtol: float) -> bool:

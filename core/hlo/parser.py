@@ -190,6 +190,7 @@ class _Parser:
         # (instruction, attr key, [(name, pos)], single-valued?)
         self.comp_refs: list[tuple[Instruction, str, list[tuple[str, int]], bool]] = []
         self.inline_count = 0
+        self.inst_pos: dict[int, int] = {}  # id(instruction) -> text position, for module-level checks
 
     # ---------------------------------------------------------------- positions and errors
     def line_col(self, pos: int) -> tuple[int, int]:
@@ -723,6 +724,7 @@ class _Parser:
         if with_attrs:
             preds = self.attributes(inst)
         defined[name] = inst
+        self.inst_pos[id(inst)] = name_pos
         comp.add(inst)
         pendings.append(_Pending(inst, operand_names, preds, name_pos))
         return inst
@@ -1083,6 +1085,11 @@ class _Parser:
         if hit is not None:
             comp, (inst, key, npos) = hit
             raise self.error(f"computation {comp.name!r} calls itself ({key} of %{inst.name})", npos, comp.name)
+        for comp in self.module.computations:
+            for inst in comp.instructions:
+                msg = verifier.called_error(inst)
+                if msg:
+                    raise self.error(msg, self.inst_pos.get(id(inst)), inst.name)
 
     def choose_entry(self, names: dict[str, Computation]) -> None:
         mod = self.module
