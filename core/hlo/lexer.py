@@ -153,6 +153,19 @@ def parse_int_list(raw: str) -> tuple[int, ...]:
     return tuple(_int(x.strip()) for x in body.split(",")) if body.strip() else ()
 
 
+def _strip_comments(s: str) -> str:
+    s = re.sub(r"/\*.*?\*/", "", s, flags=re.S)
+    s = re.sub(r"//[^\n]*", "", s)
+    return re.sub(r"\s*\n\s*", " ", s)
+
+
+def _pad_triple(d: str) -> tuple[int, int, int]:
+    parts = [_int(x) for x in d.split("_")]
+    if len(parts) == 2:
+        parts.append(0)
+    return (parts[0], parts[1], parts[2])
+
+
 class Lexer:
     """Position, error and token helpers plus the shape grammar, over one HLO text."""
 

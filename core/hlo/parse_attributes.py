@@ -13,7 +13,7 @@ from fusegen.hlo.ir import COMPUTATION_ATTRIBUTES, Instruction
 from fusegen.hlo.lexer import (
     _ATTR_KEY, _BARE, _BOOL, _BOOL_KEYS, _FAST_METADATA, _INT, _INT_KEYS, _INT_LIST, _INT_LIST_KEYS, _JSON,
     _METADATA_ITEM, _NAME, _PADDING, _SLICE_DIM, _STRING, _WORD_ANY, _WORD_KEYS, _WS, _XDIMS,
-    _decode_backend_config, _int, unescape_string)
+    _decode_backend_config, _int, _pad_triple, unescape_string)
 from fusegen.hlo.lexer import Lexer
 
 
