@@ -28,6 +28,13 @@ _TERNARY = frozenset(["select", "clamp"])
 _UNARY = (SAME_SHAPE_OPCODES - _BINARY - _TERNARY) | frozenset(
     """transpose broadcast reshape slice reverse convert bitcast-convert bitcast get-tuple-element
     is-finite real imag reduce-precision""".split())
+#: (fewest operands, operands must come in pairs) for variadic opcodes.
+_AT_LEAST = {"gather": (2, False), "dynamic-slice": (2, False), "dynamic-update-slice": (3, False), "pad": (2, False),
+             "dot": (2, False), "convolution": (2, False), "reduce": (2, True), "reduce-window": (2, True),
+             "sort": (1, False), "concatenate": (1, False), "select-and-scatter": (3, False), "scatter": (3, False),
+             "map": (1, False)}
+_EXACTLY = {"gather": 2, "pad": 2, "dot": 2, "convolution": 2, "select-and-scatter": 3, "iota": 0, "parameter": 0,
+            "constant": 0}
 #: Attributes an opcode cannot do without (the parser of XLA requires them).
 _REQUIRED = {"transpose": "dimensions", "slice": "slice", "get-tuple-element": "index",
              "concatenate": "dimensions", "reverse": "dimensions", "iota": "iota_dimension",
@@ -89,6 +96,14 @@ def instruction_error(inst: Instruction) -> str | None:  # noqa: C901 - one bran
     want = 1 if op in _UNARY else 2 if op in _BINARY else 3 if op in _TERNARY else None
     if want is not None and len(inst.operands) != want:
         return f"{op} %{inst.name} takes {want} operand{'s' if want > 1 else ''}, has {len(inst.operands)}"
+    n = len(inst.operands)
+    if op in _EXACTLY and n != _EXACTLY[op]:
+        return f"{op} %{inst.name} takes {_EXACTLY[op]} operand{'s' if _EXACTLY[op] != 1 else ''}, has {n}"
+    if op in _AT_LEAST:
+        least, pairs = _AT_LEAST[op]
+        if n < least or (pairs and n % 2):
+            return (f"{op} %{inst.name} takes at least {least} operands{' in (input, init) pairs' if pairs else ''}, "
+                    f"has {n}")
     if op in _REQUIRED and _REQUIRED[op] not in inst.attrs:
         return f"{op} %{inst.name} needs the attribute {_REQUIRED[op]}="
     if op == "get-tuple-element" and inst.operands:

@@ -133,7 +133,10 @@ def make_inputs(module: Module, seed: int = 0) -> list[Any]:
         InputError: a parameter's element type has no array form here (e.g. ``s1``).
     """
     rng = np.random.default_rng(seed)
-    bounds = index_bounds(module)
+    try:
+        bounds = index_bounds(module)
+    except (IndexError, KeyError, TypeError, AttributeError):
+        bounds = {}  # only a hint for friendlier indices; the run itself reports malformed index operands
     out = []
     for p in module.entry.parameters:
         try:
