@@ -170,6 +170,27 @@ class CodegenBackend(abc.ABC):
     def apply_config(self, instr: "Instruction", config: Config) -> None:
         """Write ``config`` into ``instr``'s backend config (XLA ``ApplyConfig``), in place."""
 
+    def validate_config(self, instr: "Instruction", config: Config) -> None:
+        """Check a config that comes from outside this process (a cache file, an imported bundle) before
+        it is applied; the autotuner re-tunes instead of applying a config that fails here.
+
+        The default checks that ``config`` names this backend and that :meth:`apply_config` accepts it on
+        a copy of ``instr``; backends with value ranges (block sizes, warps) check those too.
+
+        Raises:
+            ConfigError: the config is not one this backend can use (the message says why).
+        """
+        import copy
+
+        if config.backend != self.name:
+            raise ConfigError(f"config of backend {config.backend!r} given to backend {self.name!r}")
+        clone = copy.copy(instr)
+        clone.attrs = dict(instr.attrs)
+        try:
+            self.apply_config(clone, config)
+        except Exception as e:  # noqa: BLE001 - whatever apply_config raises, the config is unusable
+            raise ConfigError(f"{type(e).__name__}: {e}") from None
+
     def scratch_bytes(self, config: Config) -> int:
         """Scratch (workspace) bytes ``config`` needs at run time (0 by default)."""
         return 0

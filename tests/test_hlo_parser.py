@@ -294,7 +294,7 @@ def test_attribute_forms():
     q = e.parameters[3].shape
     assert q.is_tuple and q.tuple_shapes[1].tuple_shapes == (Shape("s32"), Shape("pred"))
     cond = e.instruction("cond")
-    assert [c.name for c in cond.attrs["branch_computations"]] == ["add", "add"]
+    assert [c.name for c in cond.attrs["branch_computations"]] == ["first", "first"]
     assert m.computation("add").root.name == "r"
 
 
@@ -306,6 +306,11 @@ add /* a comment */ {
   a = f32[] parameter(0)
   b = f32[] parameter(1)
   ROOT r = f32[] add(f32[] a, b)  // trailing comment
+}
+
+first {  // a conditional branch: one parameter, the operand's shape (the verifier checks it)
+  t = (f32[], (s32[], pred[])) parameter(0)
+  ROOT g = f32[] get-tuple-element(t), index=0
 }
 
 ENTRY %main (p0: f32[8,256], p1: f32[<=4,8], p2: s4[2,2], p3: (f32[], (s32[], pred[])), x: f32[1,6,6,1],
@@ -329,7 +334,7 @@ ENTRY %main (p0: f32[8,256], p1: f32[<=4,8], p2: s4[2,2], p3: (f32[], (s32[], pr
   bc = f32[2] custom-call(), custom_call_target="t", backend_config="not json"
   cst = s32[2,2] constant({ {1, 2}, {3, 4} })
   el = f32[100] constant({...})
-  cond = f32[] conditional(i, p3, p3), branch_computations={%add, add}
+  cond = f32[] conditional(i, p3, p3), branch_computations={%first, first}
   ROOT out = tuple(cc, /*index=1*/ cc)
 }
 """

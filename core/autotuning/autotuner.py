@@ -40,6 +40,7 @@ from fusegen.autotuning.compile_pool import (DEFAULT_TIMEOUT_S, CompileOutcome, 
 from fusegen.autotuning.config_runner import Candidate, ConfigRunner
 from fusegen.autotuning.profiler import Profiler, default_profiler
 from fusegen.autotuning.redzone import DEFAULT_REDZONE_BYTES
+from fusegen.autotuning.supervised import DEFAULT_PROFILE_TIMEOUT_S, ProfileSupervisor
 from fusegen.autotuning.selection import (DEFAULT_SCRATCH_WINDOW_US, AutotuneError, Failure, FailureKind,
                                           ProfileResult, pick_best_config)
 from fusegen.cache.format import CacheEntry, TuneResult
@@ -77,7 +78,10 @@ class AutotuneOptions:
     fusegen's own: ``scratch_bytes_window_us`` (XLA's hard-coded 2 µs), ``cost_model_top_k`` (0 = off;
     ``None`` = fusegen's default: :data:`CPU_DEFAULT_TOP_K` when the autotuner times on the CPU because no
     GPU is usable and no profiler was given, else off; see :func:`default_top_k`),
-    ``compile_workers`` (None = CPU count, 0 = in process), ``compile_timeout_s``, ``profile_runs`` (None:
+    ``compile_workers`` (None = CPU count, 0 = in process), ``compile_timeout_s`` (debug option
+    ``xla_gpu_autotune_compile_timeout``), ``profile_timeout_s`` (``xla_gpu_autotune_profile_timeout``),
+    ``profile_in_worker`` (``pickled``: candidates compiled in a worker are profiled in a supervised worker,
+    :mod:`fusegen.autotuning.supervised`; ``all``: every picklable one; ``none``), ``profile_runs`` (None:
     5 with CUDA events, 0 = the timed warm-up run on the CPU),
     ``seed`` (input data), ``tune_emitter_fusions`` (also tune emitter fusions' launch parameters),
     ``retune_configured`` (also tune instructions that already carry a config).
@@ -97,6 +101,8 @@ class AutotuneOptions:
     cost_model_top_k: int | None = None
     compile_workers: int | None = None
     compile_timeout_s: float = DEFAULT_TIMEOUT_S
+    profile_timeout_s: float = DEFAULT_PROFILE_TIMEOUT_S
+    profile_in_worker: str = attrs.field(default="pickled", validator=attrs.validators.in_(("pickled", "all", "none")))
     profile_runs: int | None = None
     seed: int = 0
     tune_emitter_fusions: bool = False
@@ -109,6 +115,10 @@ class AutotuneOptions:
         for f in attrs.fields(cls):
             if hasattr(obj, f.name):
                 kw[f.name] = getattr(obj, f.name)
+        for flag, field in (("xla_gpu_autotune_compile_timeout", "compile_timeout_s"),
+                            ("xla_gpu_autotune_profile_timeout", "profile_timeout_s")):
+            if hasattr(obj, flag):
+                kw[field] = float(getattr(obj, flag))
         kw.update(overrides)
         return cls(**kw)
 
@@ -391,6 +401,7 @@ class Autotuner:
         self.progress = progress
         self.fingerprint = self.options.fingerprint(self.backends)
         self._pool: CompilePool | None = None
+        self._supervisor: ProfileSupervisor | None = None
         self.compiles = 0  # candidates compiled (tests count these)
 
     # -- resources -----------------------------------------------------------------------------
@@ -405,10 +416,20 @@ class Autotuner:
             self._pool = CompilePool(self.options.compile_workers, self.options.compile_timeout_s)
         return self._pool
 
+    def supervisor(self) -> ProfileSupervisor | None:
+        if self.options.profile_in_worker == "none":
+            return None
+        if self._supervisor is None:
+            self._supervisor = ProfileSupervisor(self.options.profile_timeout_s)
+        return self._supervisor
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+        if self._supervisor is not None:
+            self._supervisor.close()
+            self._supervisor = None
 
     def __enter__(self) -> "Autotuner":
         return self
@@ -488,6 +509,12 @@ class Autotuner:
                     outcomes[o.index] = o
         return [o for o in outcomes if o is not None]
 
+    def _validate(self, instr: "Instruction", entry: CacheEntry) -> None:
+        """A cached config must pass its backend's check before it is applied (unknown backends: see _tune)."""
+        b = self.by_name.get(entry.result.config.backend)
+        if b is not None:
+            b.validate_config(instr, entry.result.config)
+
     def _apply(self, instr: "Instruction", config: Config) -> None:
         b = self.by_name.get(config.backend)
         if b is None:
@@ -518,7 +545,7 @@ class Autotuner:
     def _tune(self, instr: "Instruction", key: CacheKey, rep: InstructionReport) -> None:
         opts = self.options
         # 1. cache
-        entry, where = self.cache.lookup(key)
+        entry, where = self.cache.lookup(key, validate=lambda e: self._validate(instr, e))
         if entry is not None:
             cfg = entry.result.config
             if cfg.backend not in self.by_name:
@@ -583,7 +610,8 @@ class Autotuner:
             self.profiler, check_correctness=opts.check_correctness, init_buffers=opts.check_correctness,
             redzone_bytes=opts.xla_gpu_redzone_padding_bytes if opts.check_correctness else 0,
             rtol=opts.xla_gpu_autotune_gemm_rtol,
-            crash_on_verification_failures=opts.xla_gpu_crash_on_verification_failures, seed=opts.seed)
+            crash_on_verification_failures=opts.xla_gpu_crash_on_verification_failures, seed=opts.seed,
+            supervisor=self.supervisor(), supervise=opts.profile_in_worker)
         profiled = runner.profile_all(instr, cands)
         results = _merge_in_config_order(configs, profiled, compile_failed)
         rep.results = results

@@ -13,8 +13,10 @@ pipe, and the pool knows which task each worker holds, so:
 
 Tasks are picklable descriptions: the backend's ``worker_spec`` (``module:Class``), the config as
 JSON and the instruction as HLO text (a one-instruction module printed by ``fusegen.hlo.printer`` and
-parsed back by ``fusegen.hlo.parser`` in the worker). Executables come back pickled over the pipe
-(inter-process transport only; nothing is ever unpickled from disk).
+parsed back by ``fusegen.hlo.parser`` in the worker). Executables come back as pickle bytes over the
+pipe (inter-process transport only; nothing is ever unpickled from disk) and stay bytes here
+(:class:`~fusegen.autotuning.supervised.PickledExecutable`): they are unpickled only where they are profiled,
+a supervised worker by default (:mod:`fusegen.autotuning.supervised`).
 """
 
 from __future__ import annotations
@@ -24,12 +26,14 @@ import functools
 import hashlib
 import multiprocessing as mp
 import os
+import pickle
 import time
 from multiprocessing.connection import wait as _wait
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import attrs
 
+from fusegen.autotuning.supervised import PickledExecutable
 from fusegen.codegen_backend import CodegenBackend, CompilationFailed, Config, Executable
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -155,11 +159,15 @@ def _worker_main(conn) -> None:
                 texts.clear()
             texts[text_id] = text
         out = compile_task_in_process(CompileTask(index, spec, config, texts[text_id]), backends)
+        # The executable travels as pickle bytes inside the message: the tuning process unpickles the
+        # message (plain data) but not the executable, which only a profiling worker loads.
         try:
-            conn.send((out.index, out.executable, out.error, out.seconds))
+            data = pickle.dumps(out.executable) if out.executable is not None else None
         except Exception as e:  # the executable could not be pickled
             conn.send((out.index, None, f"executable cannot be sent back from the compile worker "
                                         f"({type(e).__name__}: {e})", out.seconds))
+            continue
+        conn.send((out.index, data, out.error, out.seconds))
 
 
 class _Worker:
@@ -281,7 +289,8 @@ class CompilePool:
                     except (EOFError, OSError):
                         got = None
                     if got is not None:
-                        idx, exe, err, secs = got
+                        idx, data, err, secs = got
+                        exe = PickledExecutable(data) if data is not None else None
                         w.task = None
                         finish(pos, CompileOutcome(t.index, exe, err, secs))
                         continue

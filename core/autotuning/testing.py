@@ -10,7 +10,9 @@ crashing and out-of-bounds candidates:
 * ``fail_compile``: raise :class:`CompilationFailed`;
 * ``crash``: ``os._exit(13)`` in the compiler (compile-worker crash test);
 * ``hang``: sleep in the compiler (timeout test);
-* ``raise_run``: raise when run (EXECUTION_FAILED).
+* ``raise_run``: raise when run (EXECUTION_FAILED);
+* ``hang_run``: sleep when run; ``exit_run``: ``os._exit(17)`` when run; ``hang_unpickle``: sleep when the
+  executable is unpickled (profiling-supervision tests).
 
 Every backend constructs without arguments (compile workers rebuild it from ``worker_spec``).
 """
@@ -97,8 +99,17 @@ class GemmExecutable(Executable):
         self.m, self.n, self.k = m, n, k
         self.values = dict(values)
 
+    def __setstate__(self, state: dict) -> None:
+        if state.get("values", {}).get("hang_unpickle"):
+            time.sleep(3600)
+        self.__dict__.update(state)
+
     def run(self, inputs, outputs, scratch) -> None:
         v = self.values
+        if v.get("hang_run"):
+            time.sleep(3600)
+        if v.get("exit_run"):
+            os._exit(17)
         if v.get("raise_run"):
             raise RuntimeError("illegal memory access (simulated)")
         a = np.asarray(inputs[0], dtype=np.float32).reshape(self.m, self.k)
@@ -151,6 +162,16 @@ class FakeGemmBackend(CodegenBackend):
         if self.COMPILE_COST_S:
             burn_cpu(self.COMPILE_COST_S)
         return GemmExecutable(m, n, k, v)
+
+    def validate_config(self, instr, config: Config) -> None:
+        """Block sizes must be positive powers of two (as Triton's); then the default check."""
+        from fusegen.codegen_backend import ConfigError
+
+        for f in ("block_m", "block_n", "block_k"):
+            v = config.values.get(f, 16)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0 or v & (v - 1):
+                raise ConfigError(f"{f}={v!r} is not a positive power of two")
+        super().validate_config(instr, config)
 
     def apply_config(self, instr, config: Config) -> None:
         bc = instr.attrs.get("backend_config")

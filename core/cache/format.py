@@ -19,6 +19,8 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
+import stat
 from typing import Any
 
 import attrs
@@ -32,8 +34,74 @@ FORMAT_VERSION = 1
 _KINDS = ("COMPILATION_FAILED", "EXECUTION_FAILED", "REDZONE_CHECK_FAILED", "WRONG_RESULTS")
 
 
+#: Largest cache entry file read (a real one is about 1 KiB).
+MAX_ENTRY_BYTES = 1 << 20
+#: Largest export bundle read by ``fusegen cache import``.
+MAX_BUNDLE_BYTES = 256 << 20
+#: Deepest JSON nesting accepted (a real entry nests 4 levels).
+MAX_JSON_DEPTH = 32
+
+
 class CacheFormatError(ValueError):
     """A cache file or bundle is malformed; the message starts with its source (file name)."""
+
+
+def read_bounded(path: str | os.PathLike, limit: int = MAX_ENTRY_BYTES) -> str:
+    """The UTF-8 text of a *regular* file of at most ``limit`` bytes.
+
+    Opened without following a symlink and without blocking (a FIFO in place of the file neither hangs nor
+    is read), then checked with ``fstat``; a device (``/dev/zero``), directory, FIFO or socket is refused,
+    and a file that grows past ``limit`` while read is cut off and refused.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        CacheFormatError: naming ``path`` and what it is instead.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        if os.path.islink(path):
+            raise CacheFormatError(f"{path}: is a symbolic link, not a regular file") from None
+        if os.path.isdir(path):
+            raise CacheFormatError(f"{path}: is a directory, not a regular file") from None
+        raise CacheFormatError(f"{path}: unreadable ({e.strerror or e})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a file")
+        raise CacheFormatError(f"{path}: is {kind}, not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > limit:
+            raise CacheFormatError(f"{path}: {st.st_size:,} bytes, more than the {limit:,} a cache file may have")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise CacheFormatError(f"{path}: more than the {limit:,} bytes a cache file may have")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CacheFormatError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _loads(text: str, source: str, what: str) -> Any:
+    """``json.loads`` with the nesting bounded: a deeply nested file is a format error, not a RecursionError."""
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise CacheFormatError(f"{source}: JSON nested deeper than {MAX_JSON_DEPTH} levels; not {what}") from None
+    stack = [(obj, 1)]
+    while stack:  # no real entry nests past a few levels; deeper values would recurse in later code
+        v, d = stack.pop()
+        if d > MAX_JSON_DEPTH:
+            raise CacheFormatError(f"{source}: JSON nested deeper than {MAX_JSON_DEPTH} levels; not {what}")
+        if isinstance(v, dict):
+            stack.extend((x, d + 1) for x in v.values())
+        elif isinstance(v, list):
+            stack.extend((x, d + 1) for x in v)
+    return obj
 
 
 @attrs.define
@@ -134,10 +202,14 @@ def entry_from_json(obj: Any, source: str) -> CacheEntry:
 def entry_from_text(text: str, source: str) -> CacheEntry:
     """Parse JSON text of one entry (``CacheFormatError`` on bad JSON, naming ``source``)."""
     try:
-        obj = json.loads(text)
+        obj = _loads(text, source, "a cache entry")
     except json.JSONDecodeError as e:
         raise CacheFormatError(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); "
                                f"truncated or corrupt") from None
+    except CacheFormatError:
+        raise
+    except ValueError as e:  # e.g. an integer past Python's digit limit
+        raise CacheFormatError(f"{source}: not valid JSON ({str(e).splitlines()[0][:120]})") from None
     return entry_from_json(obj, source)
 
 
@@ -153,9 +225,13 @@ def bundle_from_text(text: str, source: str) -> list[CacheEntry]:
         CacheFormatError: bad JSON, wrong format, or a bad entry (named by its index).
     """
     try:
-        obj = json.loads(text)
+        obj = _loads(text, source, "a results bundle")
     except json.JSONDecodeError as e:
         raise CacheFormatError(f"{source}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except CacheFormatError:
+        raise
+    except ValueError as e:
+        raise CacheFormatError(f"{source}: not valid JSON ({str(e).splitlines()[0][:120]})") from None
     if not isinstance(obj, dict) or obj.get("format") != BUNDLE_FORMAT:
         raise CacheFormatError(f"{source}: not a fusegen autotune results bundle (expected format {BUNDLE_FORMAT!r})")
     if obj.get("format_version") != FORMAT_VERSION:

@@ -14,7 +14,13 @@ Files: ``<dir>/<sha256 hex of key>.json``, written to ``<dir>/.tmp-<digest>-<pid
 ``os.replace`` d into place, which is atomic on POSIX and Windows, so concurrent writers of one key
 leave one complete file (the last writer's) and readers never see a partial one; no lock is needed.
 A file that is truncated, corrupt, or holds another key is reported with a warning naming it,
-ignored (a miss), and overwritten by the re-tuned result; other entries are never touched.
+ignored (a miss), and overwritten by the re-tuned result; other entries are never touched. Only
+regular files of at most :data:`~fusegen.cache.format.MAX_ENTRY_BYTES` are read, without following
+symlinks or blocking (a FIFO, a symlink to ``/dev/zero``, a directory or a deeply nested JSON file in
+place of an entry is a bad entry like any other); a directory in place of an entry is moved aside
+(``.<name>.not-an-entry-<ns>``, never deleted) when the re-tuned result is written. An entry whose
+config its backend rejects (``lookup(validate=...)``) is reported and re-tuned the same way. Each bad
+file is reported once per tier object.
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import Iterator
+import stat
+from typing import Callable, Iterator
 
-from fusegen.cache.format import CacheEntry, CacheFormatError, entry_from_text
+from fusegen.cache.format import CacheEntry, CacheFormatError, entry_from_text, read_bounded
 from fusegen.cache.key import CacheKey, is_digest
 
 log = logging.getLogger("fusegen.cache")
@@ -90,34 +97,54 @@ class DirectoryTier:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        self._reported: set[tuple[str, str]] = set()
 
     def file_for(self, digest: str) -> Path:
         return self.path / f"{digest}.json"
 
+    def read(self, f: Path) -> CacheEntry:
+        """The entry in file ``f`` (bounded regular file, bounded JSON nesting, valid format).
+
+        Raises:
+            FileNotFoundError: no such file.
+            CacheFormatError: anything else wrong with it, naming the file.
+        """
+        return entry_from_text(read_bounded(f), str(f))
+
     def get(self, key: CacheKey) -> CacheEntry | None:
         f = self.file_for(key.digest)
         try:
-            text = f.read_text(encoding="utf-8")
+            entry = self.read(f)
         except FileNotFoundError:
             return None
-        except (OSError, UnicodeDecodeError) as e:
-            self._warn(f, f"unreadable ({e})")
-            return None
-        try:
-            entry = entry_from_text(text, str(f))
         except CacheFormatError as e:
-            self._warn(f, str(e).removeprefix(f"{f}: "))
+            self.report(f, str(e).removeprefix(f"{f}: "))
             return None
         if entry.key != key:
-            self._warn(f, "holds a different key than its file name says")
+            self.report(f, "holds a different key than its file name says")
             return None
         return entry
 
-    @staticmethod
-    def _warn(f: Path, why: str) -> None:
+    def report(self, f: Path, why: str) -> None:
+        """Warn once (per tier and problem) that file ``f`` is ignored and its instruction re-tuned."""
+        if (str(f), why) in self._reported:
+            return
+        self._reported.add((str(f), why))
         msg = f"ignoring autotune cache file {f}: {why}; the instruction will be re-tuned"
         log.warning(msg)
         warnings.warn(msg, CacheWarning, stacklevel=3)
+
+    def _move_aside(self, target: Path) -> None:
+        """A directory where an entry file belongs is renamed (kept, never deleted) so the entry can be written."""
+        try:
+            st = os.lstat(target)
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode):
+            aside = target.with_name(f".{target.name}.not-an-entry-{time.monotonic_ns()}")
+            os.rename(target, aside)
+            self.report(target, "is a directory, not a regular file")  # once, with get()'s words
+            log.warning("moved directory %s aside to %s to write the autotune cache entry", target, aside.name)
 
     def put(self, entry: CacheEntry) -> Path:
         """Write atomically (temp file in the same directory, then ``os.replace``)."""
@@ -126,10 +153,12 @@ class DirectoryTier:
         tmp = self.path / f".tmp-{digest}-{os.getpid()}-{time.monotonic_ns()}.json"
         data = entry.dumps().encode("utf-8")
         try:
-            with open(tmp, "wb") as fh:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
                 fh.flush()
                 os.fsync(fh.fileno())
+            self._move_aside(self.file_for(digest))
             os.replace(tmp, self.file_for(digest))
         finally:
             if tmp.exists():
@@ -140,14 +169,15 @@ class DirectoryTier:
         """Entry files (``<64 hex>.json``) in name order; temp and foreign files are not listed."""
         if not self.path.is_dir():
             return []
-        return sorted(p for p in self.path.iterdir() if p.suffix == ".json" and is_digest(p.stem) and p.is_file())
+        # Every name of an entry is listed, whatever it is (a FIFO or a symlink is then reported as bad).
+        return sorted(p for p in self.path.iterdir() if p.suffix == ".json" and is_digest(p.stem))
 
     def entries(self) -> Iterator[tuple[Path, CacheEntry | None, str]]:
         """``(file, entry or None, problem)`` for every entry file; nothing is deleted."""
         for f in self.files():
             try:
-                e = entry_from_text(f.read_text(encoding="utf-8"), str(f))
-            except (OSError, UnicodeDecodeError, CacheFormatError) as ex:
+                e = self.read(f)
+            except (OSError, CacheFormatError) as ex:
                 yield f, None, str(ex).removeprefix(f"{f}: ")
                 continue
             if e.digest != f.stem:
@@ -159,6 +189,8 @@ class DirectoryTier:
         """Remove entry files and stale temp files of this tier only; returns how many entries went."""
         n = 0
         for f in self.files():
+            if os.path.isdir(f) and not os.path.islink(f):
+                continue  # not an entry; never removed
             f.unlink(missing_ok=True)
             n += 1
         if self.path.is_dir():
@@ -172,6 +204,7 @@ class TieredCache:
 
     Attributes:
         stats: counters ``hits_memory``, ``hits_directory``, ``misses``, ``writes_directory``.
+        rejected: directory entries whose config the ``validate`` callback of :meth:`lookup` refused.
     """
 
     def __init__(self, directory: str | os.PathLike | None = None, mode: str = "UPDATE",
@@ -180,15 +213,30 @@ class TieredCache:
         self.memory = memory if memory is not None else InMemoryTier()
         self.directory = DirectoryTier(directory) if directory else None
         self.stats = {"hits_memory": 0, "hits_directory": 0, "misses": 0, "writes_directory": 0}
+        self.rejected = 0  # directory entries a validator refused (each also counts as a miss)
 
-    def lookup(self, key: CacheKey) -> tuple[CacheEntry | None, str]:
-        """``(entry, "memory" | "directory")`` on a hit, ``(None, "miss")`` otherwise."""
+    def lookup(self, key: CacheKey,
+               validate: Callable[[CacheEntry], None] | None = None) -> tuple[CacheEntry | None, str]:
+        """``(entry, "memory" | "directory")`` on a hit, ``(None, "miss")`` otherwise.
+
+        ``validate(entry)`` is called on a directory entry before it is used; if it raises, the file is
+        reported once (with the exception's message), not promoted, and the lookup is a miss.
+        """
         e = self.memory.get(key)
         if e is not None:
             self.stats["hits_memory"] += 1
             return e, "memory"
         if self.directory is not None and self.mode != "WRITE_ONLY":
             e = self.directory.get(key)
+            if e is not None and validate is not None:
+                try:
+                    validate(e)
+                except Exception as ex:  # noqa: BLE001 - any rejection makes the entry a miss
+                    why = str(ex).strip().splitlines()[0] if str(ex).strip() else type(ex).__name__
+                    self.directory.report(self.directory.file_for(key.digest), f"config {e.result.config.name} "
+                                          f"rejected by backend {e.result.config.backend!r}: {why}")
+                    self.rejected += 1
+                    e = None
             if e is not None:
                 self.memory.put(e)  # promotion
                 self.stats["hits_directory"] += 1

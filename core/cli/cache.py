@@ -100,11 +100,11 @@ def show(ctx, key, sub_cache_dir):
         fail(f"no cache entry with key {key!r} in {tier.path}")
     if len(matches) > 1:
         fail(f"key prefix {key!r} is ambiguous in {tier.path}: {', '.join(m.stem[:16] for m in matches[:5])}")
-    from fusegen.cache.format import CacheFormatError, entry_from_text
+    from fusegen.cache.format import CacheFormatError
 
     try:
-        e = entry_from_text(matches[0].read_text(), str(matches[0]))
-    except CacheFormatError as ex:
+        e = tier.read(matches[0])  # bounded regular file only
+    except (OSError, CacheFormatError) as ex:
         fail(str(ex))
     click.echo(json.dumps(e.to_json(), indent=1))
 
@@ -185,11 +185,13 @@ def import_(ctx, file, cost_model_top_k, level, backends_spec, sub_cache_dir):
     file that is not JSON: an XLA dump or xla_gpu_dump_autotune_results_to). XLA's keys carry no autotuner
     options; the entries are stored under those `fusegen tune` would use with this configuration.
     """
-    from fusegen.cache.format import CacheFormatError, bundle_from_text
+    from fusegen.cache.format import MAX_BUNDLE_BYTES, CacheFormatError, bundle_from_text, read_bounded
 
     tier = _tier(ctx, sub_cache_dir)
     try:
-        text = Path(file).read_text()
+        text = read_bounded(file, MAX_BUNDLE_BYTES)
+    except CacheFormatError as e:
+        fail(str(e))
     except (OSError, UnicodeDecodeError) as e:
         fail(f"{file}: {e}")
     if not text.lstrip().startswith("{"):
@@ -211,5 +213,8 @@ def import_(ctx, file, cost_model_top_k, level, backends_spec, sub_cache_dir):
     except CacheFormatError as e:
         fail(str(e))
     for e in entries:
-        tier.put(e)
+        try:
+            tier.put(e)
+        except OSError as ex:
+            fail(f"{tier.path}: cannot write entry {e.digest[:16]}: {ex.strerror or ex}")
     click.echo(f"imported {len(entries)} entries into {tier.path}")

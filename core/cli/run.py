@@ -251,6 +251,8 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                 fail(f"{module_path}: {e}")
             except MemoryError as e:
                 fail(f"{module_path}: the inputs of module {module.name} do not fit in memory ({e})")
+            except Exception as e:  # never a bare traceback
+                internal_error(f"{module_path}: inputs of module {module.name}", e)
             on_fusion = (lambda r: progress.advance(task)) if progress is not None else None
             try:
                 out, report = run_module(module, args, device, compile_kernels=not no_compile, on_fusion=on_fusion,

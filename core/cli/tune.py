@@ -72,10 +72,13 @@ def _replay(path: str, as_json: bool) -> None:
               help="Fault injection (tests): the first compile task that creates this file kills its worker.")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
               help="Write the module with the winners applied to their backend configs (one MODULE only).")
+@click.option("--compile-timeout", "compile_timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds one candidate may compile before its worker is killed and the config fails "
+                   "(xla_gpu_autotune_compile_timeout, default 300).")
 @config_options
 def tune(module_paths, replay_path, as_json, device_name, cache_dir, cache_mode, level, backends_spec, workers,
          cost_model_top_k, record_dir, retune, shard_spec, cluster, ray_num_cpus, kill_marker, output_path,
-         config_path, xla_flags):
+         config_path, xla_flags, compile_timeout=None):
     """Autotune MODULE.hlo..., or replay a tuning record with --replay RECORD.json."""
     if replay_path:
         if module_paths:
@@ -125,6 +128,8 @@ def tune(module_paths, replay_path, as_json, device_name, cache_dir, cache_mode,
         overrides["cost_model_top_k"] = cost_model_top_k
     if retune:
         overrides["retune_configured"] = True
+    if compile_timeout is not None:
+        overrides["compile_timeout_s"] = compile_timeout
     try:
         options = AutotuneOptions.from_debug_options(cfg.debug_options, **overrides)
     except (ValueError, TypeError) as e:

@@ -140,6 +140,17 @@ class DebugOptions:
         "(AUTOTUNE_CACHE_MODE_UPDATE ...) are accepted too.",
         f"{FLAGS_CC}:486-487; xla.proto:1730-1744; config_assigner_pass.cc:232-243",
         choices=("UPDATE", "READ", "WRITE_ONLY"))
+    # --- fusegen's own autotuner limits, named in XLA's style (XLA has no such flags) ---
+    xla_gpu_autotune_compile_timeout: float = _flag(
+        float, 300.0,
+        "Seconds one autotuning candidate may spend compiling in its worker process before it is killed and "
+        "fails that config only (fusegen's own; --compile-timeout on `fusegen tune`).",
+        "fusegen: fusegen/autotuning/compile_pool.py (CompilePool timeout_s)")
+    xla_gpu_autotune_profile_timeout: float = _flag(
+        float, 300.0,
+        "Seconds one autotuning candidate may spend being profiled (unpickling, warm-up, timed runs) in its "
+        "supervised worker before it is killed and fails that config only (fusegen's own).",
+        "fusegen: fusegen/autotuning/supervised.py (ProfileSupervisor timeout_s)")
     xla_gpu_require_complete_aot_autotune_results: bool = _flag(
         bool, False,
         "Fail with 'No cached config found for HLO instr: ...' when an instruction is not in the cache instead "

@@ -16,10 +16,29 @@ from typing import Iterable
 from fusegen.hlo.ir import Computation, Instruction, Shape
 from fusegen.hlo.opcodes import SAME_SHAPE_OPCODES
 
-__all__ = ["INT64_MAX", "shape_error", "instruction_error", "parameters_error", "call_cycle"]
+__all__ = ["INT64_MAX", "shape_error", "instruction_error", "parameters_error", "call_cycle", "called_error"]
 
 #: Largest value of XLA's ``int64_t`` dimensions and byte sizes.
 INT64_MAX = 2**63 - 1
+
+_BINARY = frozenset("""add atan2 and divide maximum minimum multiply or power remainder shift-left
+    shift-right-arithmetic shift-right-logical subtract xor compare complex mulhi""".split())
+_TERNARY = frozenset(["select", "clamp"])
+#: Opcodes with exactly one operand (``HloVerifier`` ``CheckOperandCount``).
+_UNARY = (SAME_SHAPE_OPCODES - _BINARY - _TERNARY) | frozenset(
+    """transpose broadcast reshape slice reverse convert bitcast-convert bitcast get-tuple-element
+    is-finite real imag reduce-precision""".split())
+#: (fewest operands, operands must come in pairs) for variadic opcodes.
+_AT_LEAST = {"gather": (2, False), "dynamic-slice": (2, False), "dynamic-update-slice": (3, False), "pad": (2, False),
+             "dot": (2, False), "convolution": (2, False), "reduce": (2, True), "reduce-window": (2, True),
+             "sort": (1, False), "concatenate": (1, False), "select-and-scatter": (3, False), "scatter": (3, False),
+             "map": (1, False)}
+_EXACTLY = {"gather": 2, "pad": 2, "dot": 2, "convolution": 2, "select-and-scatter": 3, "iota": 0, "parameter": 0,
+            "constant": 0}
+#: Attributes an opcode cannot do without (the parser of XLA requires them).
+_REQUIRED = {"transpose": "dimensions", "slice": "slice", "get-tuple-element": "index",
+             "concatenate": "dimensions", "reverse": "dimensions", "iota": "iota_dimension",
+             "dynamic-slice": "dynamic_slice_sizes", "compare": "direction"}
 
 
 def _byte_width(element_type: str) -> float:
@@ -74,6 +93,19 @@ def instruction_error(inst: Instruction) -> str | None:  # noqa: C901 - one bran
         return f"%{inst.name}: {e}"
     if s is None:
         return None
+    want = 1 if op in _UNARY else 2 if op in _BINARY else 3 if op in _TERNARY else None
+    if want is not None and len(inst.operands) != want:
+        return f"{op} %{inst.name} takes {want} operand{'s' if want > 1 else ''}, has {len(inst.operands)}"
+    n = len(inst.operands)
+    if op in _EXACTLY and n != _EXACTLY[op]:
+        return f"{op} %{inst.name} takes {_EXACTLY[op]} operand{'s' if _EXACTLY[op] != 1 else ''}, has {n}"
+    if op in _AT_LEAST:
+        least, pairs = _AT_LEAST[op]
+        if n < least or (pairs and n % 2):
+            return (f"{op} %{inst.name} takes at least {least} operands{' in (input, init) pairs' if pairs else ''}, "
+                    f"has {n}")
+    if op in _REQUIRED and _REQUIRED[op] not in inst.attrs:
+        return f"{op} %{inst.name} needs the attribute {_REQUIRED[op]}="
     if op == "get-tuple-element" and inst.operands:
         t = inst.operands[0].shape
         idx = inst.attrs.get("index")
@@ -106,7 +138,8 @@ def instruction_error(inst: Instruction) -> str | None:  # noqa: C901 - one bran
             want = [inst.operands[0].shape.dimensions[d] for d in dims]
             if not s.dynamic and list(s.dimensions) != want:
                 return f"transpose %{inst.name}: result shape {list(s.dimensions)} should be {want}"
-    elif op == "broadcast" and dims is not None:
+    elif op == "broadcast":
+        dims = dims if dims is not None else ()  # lit tests omit dimensions={} for a scalar operand
         rank = _rank(inst)
         if rank is not None:
             if len(dims) != rank:
@@ -230,4 +263,94 @@ def call_cycle(edges: dict[int, list[tuple[Computation, object]]], roots: list[C
                     stack.append((callee, 0))
             else:
                 state[id(comp)] = 2
+    return None
+
+
+def _same(a: Shape | None, b: Shape | None) -> bool:
+    """Equal shapes ignoring layouts (``ShapeUtil::Compatible``)."""
+    if a is None or b is None:
+        return True
+    if a.is_tuple or b.is_tuple:
+        ta, tb = a.tuple_shapes or (), b.tuple_shapes or ()
+        return a.is_tuple == b.is_tuple and len(ta) == len(tb) and all(_same(x, y) for x, y in zip(ta, tb))
+    return a.element_type == b.element_type and tuple(a.dimensions) == tuple(b.dimensions)
+
+
+def _text(s: Shape | None) -> str:
+    if s is None:
+        return "?"
+    if s.is_tuple:
+        return "(" + ", ".join(_text(t) for t in s.tuple_shapes or ()) + ")"
+    return f"{s.element_type}[{','.join(map(str, s.dimensions))}]"
+
+
+def _takes(inst: Instruction, comp: Computation, args: list[Shape | None], what: str) -> str | None:
+    params = comp.parameters
+    if len(params) != len(args):
+        return (f"{inst.opcode} %{inst.name}: {what} {comp.name!r} takes {len(params)} parameter"
+                f"{'s' if len(params) != 1 else ''}, given {len(args)}")
+    for p, a in zip(sorted(params, key=lambda p: p.attrs.get("parameter_number", 0)), args):
+        if not _same(p.shape, a):
+            return (f"{inst.opcode} %{inst.name}: {what} {comp.name!r} parameter {p.attrs.get('parameter_number')} "
+                    f"is {_text(p.shape)}, given {_text(a)}")
+    return None
+
+
+_CALLS = {"fusion": ("calls",), "call": ("to_apply",), "while": ("condition", "body"), "map": ("to_apply",),
+          "reduce": ("to_apply",), "reduce-window": ("to_apply",), "sort": ("to_apply",), "scatter": ("to_apply",),
+          "select-and-scatter": ("select", "scatter"), "all-reduce": ("to_apply",)}
+
+
+def called_error(inst: Instruction) -> str | None:
+    """Computation attributes of ``inst`` after they are resolved: present, and (for ``call``, ``while``,
+    ``conditional``) taking and returning the shapes the instruction gives and expects
+    (``HloVerifier::HandleCall`` / ``HandleWhile`` / ``HandleConditional``)."""
+    op = inst.opcode
+    for key in _CALLS.get(op, ()):
+        if not isinstance(inst.attrs.get(key), (Computation, list)) or inst.attrs.get(key) == []:
+            return f"{op} %{inst.name} needs the attribute {key}=<computation>"
+    ops = [o.shape for o in inst.operands]
+    if op == "call":
+        comp = inst.attrs["to_apply"]
+        e = _takes(inst, comp, ops, "to_apply") if isinstance(comp, Computation) else None
+        if e:
+            return e
+        if isinstance(comp, Computation) and comp.root is not None and not _same(comp.root.shape, inst.shape):
+            return f"call %{inst.name} is {_text(inst.shape)} but {comp.name!r} returns {_text(comp.root.shape)}"
+    elif op == "while":
+        cond, body = inst.attrs["condition"], inst.attrs["body"]
+        if not isinstance(cond, Computation) or not isinstance(body, Computation):
+            return f"while %{inst.name}: condition and body must each be one computation"
+        if len(ops) != 1:
+            return f"while %{inst.name} takes 1 operand, has {len(ops)}"
+        if not _same(ops[0], inst.shape):
+            return f"while %{inst.name} is {_text(inst.shape)} but its operand is {_text(ops[0])}"
+        e = _takes(inst, cond, ops, "condition") or _takes(inst, body, ops, "body")
+        if e:
+            return e
+        if cond.root is not None and not _same(cond.root.shape, Shape("pred", ())):
+            return f"while %{inst.name}: condition {cond.name!r} returns {_text(cond.root.shape)}, not pred[]"
+        if body.root is not None and not _same(body.root.shape, inst.shape):
+            return f"while %{inst.name}: body {body.name!r} returns {_text(body.root.shape)}, not {_text(inst.shape)}"
+    elif op == "conditional":
+        branches = inst.attrs.get("branch_computations")
+        if branches is None:
+            t, f = inst.attrs.get("true_computation"), inst.attrs.get("false_computation")
+            if not isinstance(t, Computation) or not isinstance(f, Computation):
+                return (f"conditional %{inst.name} needs branch_computations= or true_computation= and "
+                        f"false_computation=")
+            branches = [t, f]
+        if isinstance(branches, Computation):
+            branches = [branches]
+        if not branches or len(ops) != 1 + len(branches):
+            return f"conditional %{inst.name} has {len(ops)} operands for {len(branches)} branches (needs 1 + branches)"
+        sel = ops[0]
+        if sel is not None and (sel.is_tuple or sel.rank != 0 or sel.element_type not in ("pred", "s32")):
+            return f"conditional %{inst.name}: the branch selector is {_text(sel)}, not pred[] or s32[]"
+        for k, b in enumerate(branches):
+            e = _takes(inst, b, [ops[k + 1]], f"branch {k}")
+            if e:
+                return e
+            if b.root is not None and not _same(b.root.shape, inst.shape):
+                return f"conditional %{inst.name}: branch {b.name!r} returns {_text(b.root.shape)}, not {_text(inst.shape)}"
     return None

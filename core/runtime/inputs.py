@@ -129,10 +129,24 @@ def random_value(shape: Shape, rng: np.random.Generator, high: int | None = None
 
 
 def make_inputs(module: Module, seed: int = 0) -> list[Any]:
-    """Seeded random values for every entry parameter (index operands in range)."""
+    """Seeded random values for every entry parameter (index operands in range).
+
+    Raises:
+        InputError: a parameter's element type has no array form here (e.g. ``s1``).
+    """
     rng = np.random.default_rng(seed)
-    bounds = index_bounds(module)
-    return [random_value(p.shape, rng, bounds.get(p.parameter_number)) for p in module.entry.parameters]
+    try:
+        bounds = index_bounds(module)
+    except (IndexError, KeyError, TypeError, AttributeError):
+        bounds = {}  # only a hint for friendlier indices; the run itself reports malformed index operands
+    out = []
+    for p in module.entry.parameters:
+        try:
+            out.append(random_value(p.shape, rng, bounds.get(p.parameter_number)))
+        except dtypes.UnsupportedTypeError as e:
+            raise InputError(f"{module.filename}: parameter {p.parameter_number} (%{p.name}): cannot make inputs: "
+                             f"{e}") from None
+    return out
 
 
 def _npy_header(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple[int, ...], np.dtype]:

@@ -392,6 +392,16 @@ class CublasLtBackend(CodegenBackend):
             raise CompilationFailed(why)
         return _GpuGemm(instr, int(config.values.get("algorithm", 0)))
 
+    def validate_config(self, instr: Instruction, config: Config) -> None:
+        """Value ranges, then the default check (a damaged cache entry must not size a workspace)."""
+        from fusegen.codegen_backend import ConfigError
+
+        for f, lo, hi in (("algorithm", -1, 1 << 16), ("workspace_bytes", 0, 1 << 32)):
+            v = config.values.get(f, 0)
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+                raise ConfigError(f"{f}={v!r} is not an integer in {lo}..{hi}")
+        super().validate_config(instr, config)
+
     def apply_config(self, instr: Instruction, config: Config) -> None:
         """Write ``selected_algorithm`` and the workspace size (``autotune_workspace_size`` and the ``s8[...]``
         tuple element) into the custom call."""

@@ -449,6 +449,15 @@ class CudnnBackend(CodegenBackend):
             raise CompilationFailed(str(e)) from None
         return _CudnnExecutable(g, int(config.values.get("plan_id", 0)))
 
+    def validate_config(self, instr: Instruction, config: Config) -> None:
+        """Value ranges, then the default check (a damaged cache entry must not size a workspace)."""
+        from fusegen.codegen_backend import ConfigError
+
+        v = config.values.get("plan_id", 0)
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 16:
+            raise ConfigError(f"plan_id={v!r} is not an integer in 0..65535")
+        super().validate_config(instr, config)
+
     def apply_config(self, instr: Instruction, config: Config) -> None:
         """Write ``cudnn_fusion_config.plan_id`` (XLA ``CudnnBackend::ApplyConfig``)."""
         bc = dict(instr.backend_config)

@@ -133,6 +133,17 @@ class TritonBackend(CodegenBackend):
             raise CompilationFailed(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
         return _TritonExecutable(instr, emitted)
 
+    def validate_config(self, instr: Instruction, config: Config) -> None:
+        """Field ranges (:func:`~fusegen_plugins.backends.triton_configs.check_limits`), then the default check."""
+        from fusegen.codegen_backend import ConfigError as BackendConfigError
+        from fusegen_plugins.backends.triton_configs import ConfigError, check_limits
+
+        try:
+            check_limits(dict(config.values))
+        except ConfigError as e:
+            raise BackendConfigError(str(e)) from None
+        super().validate_config(instr, config)
+
     def apply_config(self, instr: Instruction, config: Config) -> None:
         """Write the config into the fusion's ``fusion_backend_config`` (XLA ``ApplyConfig``), in place.
 

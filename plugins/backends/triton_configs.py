@@ -177,3 +177,26 @@ def from_values(values: dict[str, Any]) -> TritonGemmConfig:
         if v <= 0 or v & (v - 1):
             raise ConfigError(f"{f}={v} is not a positive power of two")
     return cfg
+
+
+#: Upper bounds of a usable Triton GEMM config (a CTA has at most 1024 threads = 32 warps; Triton's
+#: pipelining depth and cluster size are small); larger values come only from a damaged cache entry.
+LIMITS = {"block_m": 4096, "block_n": 4096, "block_k": 4096, "num_warps": 32, "num_stages": 16, "num_ctas": 16}
+
+
+def check_limits(values: dict[str, Any]) -> TritonGemmConfig:
+    """:func:`from_values` plus range checks (warps, stages and CTAs positive powers of two / in range).
+
+    Raises:
+        ConfigError: naming the field and its allowed range.
+    """
+    cfg = from_values(values)
+    for f, hi in LIMITS.items():
+        v = getattr(cfg, f)
+        if not 1 <= v <= hi:
+            raise ConfigError(f"{f}={v} is outside 1..{hi}")
+    for f in ("num_warps", "num_ctas"):
+        v = getattr(cfg, f)
+        if v & (v - 1):
+            raise ConfigError(f"{f}={v} is not a power of two")
+    return cfg
