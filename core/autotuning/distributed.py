@@ -215,9 +215,9 @@ def profile_instruction(meta: dict, *compiled: dict) -> dict:
 
 @attrs.define
 class RayRun:
-    """What a run did: ``reports`` per instruction (module order within each unique key), ``tuned`` unique
-    keys profiled on the cluster, ``settled`` unique keys settled on the driver (cache hits included),
-    ``gpus`` in the cluster, ``workers`` (CPUs) it had."""
+    """What a run did: ``reports`` one per instruction in module order, ``tuned`` the unique keys profiled on
+    the cluster (digest -> times selected: 1 each), ``settled`` unique keys settled on the driver (cache hits
+    included), the cluster's ``gpus`` and ``cpus``, and the wall ``seconds`` of the run."""
 
     reports: list["InstructionReport"] = attrs.field(factory=list)
     tuned: dict[str, int] = attrs.field(factory=dict)
