@@ -97,6 +97,7 @@ def test_ray_winners_equal_one_process(local_ray, tmp_path):
         run = tune_on_ray(t, [make_gemm_module(SHAPES)[0]], RayOptions())
     assert [(r.name, r.winner) for r in run.reports] == expect
     assert [r.step for r in run.reports] == ["tuned", "tuned", "tuned", "cache", "tuned"]
+    assert run.gpus == 0 and [m["gpu_ids"] for m in run.measured_on.values()] == [[]] * 4  # CPU workers
     assert {e.digest: e.result.to_json() for _, e, _ in DirectoryTier(tmp_path / "ray").entries()} == \
         {e.digest: e.result.to_json() for _, e, _ in DirectoryTier(single).entries()}
 

@@ -197,16 +197,31 @@ def profile_instruction(meta: dict, *compiled: dict) -> dict:
                                         config=cfg, scratch_bytes=int(b.scratch_bytes(cfg))))
         else:
             cands.append(Candidate(cfg, exe, not b.can_produce_wrong_results(), int(b.scratch_bytes(cfg))))
+    where = _worker_place()
     if len(cands) == 1:
-        return {"single": cands[0].config.name, "failed": [(r.name, r.failure.message) for r in failed]}
+        return {"single": cands[0].config.name, "failed": [(r.name, r.failure.message) for r in failed],
+                "measured_on": where}
     profiled = []
     if cands:
         runner = ConfigRunner(meta["profiler"] or default_profiler(meta["profile_runs"]), **meta["runner"])
         profiled = runner.profile_all(instr, cands)
     by_name = {r.name: r for r in [*profiled, *failed]}
     results = [by_name[c.name] for c in configs]
-    return record_json(meta["name"], meta["key"], results, meta["window_us"], meta["runner"]["rtol"],
-                       meta["runner"]["check_correctness"])
+    rec = record_json(meta["name"], meta["key"], results, meta["window_us"], meta["runner"]["rtol"],
+                      meta["runner"]["check_correctness"])
+    rec["measured_on"] = where  # informational: selection never reads it
+    return rec
+
+
+def _worker_place() -> dict:
+    """The node and GPUs of the worker running this task (``{}`` outside Ray)."""
+    try:
+        import ray
+
+        ctx = ray.get_runtime_context()
+        return {"node": ctx.get_node_id(), "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+    except Exception:  # not in a Ray worker (tests calling the task body directly)
+        return {}
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,12 +230,14 @@ def profile_instruction(meta: dict, *compiled: dict) -> dict:
 
 @attrs.define
 class RayRun:
-    """What a run did: ``reports`` per instruction (module order within each unique key), ``tuned`` unique
-    keys profiled on the cluster, ``settled`` unique keys settled on the driver (cache hits included),
-    ``gpus`` in the cluster, ``workers`` (CPUs) it had."""
+    """What a run did: ``reports`` one per instruction in module order, ``tuned`` the unique keys profiled on
+    the cluster (digest -> times selected: 1 each), ``measured_on`` the node and GPU ids of the worker that
+    profiled each of them, ``settled`` unique keys settled on the driver (cache hits included), the cluster's
+    ``gpus`` and ``cpus``, and the wall ``seconds`` of the run."""
 
     reports: list["InstructionReport"] = attrs.field(factory=list)
     tuned: dict[str, int] = attrs.field(factory=dict)
+    measured_on: dict[str, dict] = attrs.field(factory=dict)
     settled: int = 0
     gpus: float = 0.0
     cpus: float = 0.0
@@ -383,8 +400,10 @@ def _run(ray, tuner: "Autotuner", modules: Sequence["Module"], opts: RayOptions,
             g, configs, rep, started_at = pending.pop(ready[0])
             first = g.instructions[0]
             try:
-                _select(tuner, first, g.key, rep, configs, ray.get(ready[0]))
+                out = ray.get(ready[0])
+                _select(tuner, first, g.key, rep, configs, out)
                 run.tuned[g.digest] = run.tuned.get(g.digest, 0) + 1
+                run.measured_on[g.digest] = out.get("measured_on", {})
             except AutotuneError as e:
                 rep.step, rep.error = "error", f"{e.code}: {e.message}"
             except Exception as e:  # a task that failed for good (after Ray's retries): this instruction only

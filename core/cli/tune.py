@@ -200,7 +200,8 @@ def _tune_all(tuner, modules, shard_kn, ray_opts, progress, extra: dict) -> list
         except DistributedUnavailable as e:
             fail(str(e))
         extra["cluster"] = {"address": ray_opts.address or "local", "cpus": run.cpus, "gpus": run.gpus,
-                            "tuned": run.tuned, "settled": run.settled, "seconds": round(run.seconds, 3)}
+                            "tuned": run.tuned, "measured_on": run.measured_on, "settled": run.settled,
+                            "seconds": round(run.seconds, 3)}
         return run.reports
     if shard_kn is not None:
         from fusegen.autotuning.sharding import tune_shard
