@@ -66,7 +66,8 @@ def _run_modules(modules, device, seed, compile_kernels, module_path):
 @click.option("--run", "do_run", is_flag=True,
               help="Also run every fusion (Triton's interpreter on a CPU) and show its error against the reference.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of --run's random inputs.")
-@click.option("--no-compile", is_flag=True, help="Skip the sm_90 compile (registers, shared memory, spills).")
+@click.option("--no-compile", is_flag=True,
+              help="Skip compiling each kernel for the device's SM (sm_90 on h200/h100): registers, shared memory, spills.")
 @device_option
 @config_options
 def report(module_path, output_path, json_path, autotune, record_dir, top_k, autotune_cache_dir, do_run, seed,
@@ -146,9 +147,12 @@ def _collect(module_path, modules, device, pm, run_reports, compile_kernels, pha
 
     t0 = time.perf_counter()
     entries = []
+    major, minor = getattr(device, "compute_capability", (9, 0))
+    capability = major * 10 + minor if major >= 7 else 90  # the device's SM; sm_90 for a non-CUDA preset
+    options["compile"] = f"sm_{capability}" if compile_kernels else False
     try:
         for k, (m, rr) in enumerate(zip(modules, run_reports)):
-            entries.append(module_entry(m, device, pm, rr, compile_kernels,
+            entries.append(module_entry(m, device, pm, rr, compile_kernels, capability,
                                         card_prefix=f"m{k}-" if len(modules) > 1 else ""))
     except PluginError as e:
         fail(f"{module_path}: {e}")
@@ -156,5 +160,5 @@ def _collect(module_path, modules, device, pm, run_reports, compile_kernels, pha
         fail(f"{module_path}: {e} (check [plugins] disable in the config)")
     except Exception as e:  # never a bare traceback
         internal_error(f"{module_path}: collecting the report", e)
-    phases["dispatch + compile" if compile_kernels else "dispatch"] = time.perf_counter() - t0
+    phases[f"dispatch + sm_{capability} compile" if compile_kernels else "dispatch"] = time.perf_counter() - t0
     return build_report(module_path, device, entries, tuning, phases, options)
