@@ -9,7 +9,8 @@ STAMP := $(VENV)/.fusegen-installed
 $(STAMP): pyproject.toml examples/input-slices-plugin/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	# distributed: Ray (about 70 MB, under a minute), so the --cluster ray tests run.
+	$(BIN)/python -m pip install -q -e '.[test,distributed]'
 	# cuDNN graph building works on a CPU; its heavy deps (cutlass-dsl) are only needed on a GPU.
 	$(BIN)/python -m pip install -q --no-deps nvidia-cudnn-frontend==1.32.0
 	# The example third-party plugin: discovered through its entry point, checked by the conformance suite.

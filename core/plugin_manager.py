@@ -8,12 +8,17 @@ Environment:
     ``FUSEGEN_TRACE_PLUGINS=1``: print every hook call, its arguments and result to stderr.
     ``FUSEGEN_DISABLE_PLUGIN_AUTOLOAD=1``: load no entry points (only ``FUSEGEN_LOAD_PLUGINS``).
     ``FUSEGEN_LOAD_PLUGINS=a,b``: with autoload off, the entry-point names to load.
+    ``FUSEGEN_AUTOLOAD_DISTRIBUTIONS=fusegen,x``: autoload only entry points these distributions install
+    (names compared as pip does); entry points named by ``FUSEGEN_LOAD_PLUGINS`` or ``enable`` still load.
+    fusegen's own tests set ``fusegen`` so that whatever else is installed cannot change their results.
 
 Configuration: ``PluginManager(config=cfg)`` (a :class:`fusegen.config.loader.ResolvedConfig`, or its
 ``.plugins``) applies ``[plugins] enable/disable``: a disabled *plugin* name is not registered (or is
 unregistered) and everything it registers disappears; a disabled matcher, emitter-factory or execution
 backend name drops just that entry from the registries. ``enable`` names entry points to load even when
-autoload is off. Without ``config`` nothing changes (the default constructor behaviour).
+autoload is off. Without ``config`` nothing changes (the default constructor behaviour). Names are compared
+normalized as pip compares distributions (:func:`fusegen.registry.normalize_name`: ``input-slices`` is
+``input_slices``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import attrs
 import pluggy
 
 from fusegen import hookspecs
-from fusegen.registry import EmitterFactory, ExecutionBackend, HloPass, KindMatcher
+from fusegen.registry import EmitterFactory, ExecutionBackend, HloPass, KindMatcher, normalize_name
 
 hookimpl = pluggy.HookimplMarker("fusegen")
 
@@ -79,8 +84,8 @@ class PluginManager:
         enabled: set[str] = set()
         if config is not None:
             opts = getattr(config, "plugins", config)
-            self.disabled = frozenset(getattr(opts, "disable", ()) or ())
-            enabled = set(getattr(opts, "enable", ()) or ())
+            self.disabled = frozenset(map(normalize_name, getattr(opts, "disable", ()) or ()))
+            enabled = set(map(normalize_name, getattr(opts, "enable", ()) or ()))
         from fusegen.analysis import matchers  # core's own questions
 
         self.register(matchers, "fusegen.matchers", group="builtin", dist="fusegen")
@@ -89,13 +94,18 @@ class PluginManager:
         self.register(builtin_passes, "fusegen.passes", group="builtin", dist="fusegen")
         if autoload is None:
             autoload = os.environ.get("FUSEGEN_DISABLE_PLUGIN_AUTOLOAD", "") in ("", "0")
-        wanted = {s.strip() for s in os.environ.get("FUSEGEN_LOAD_PLUGINS", "").split(",") if s.strip()}
+        wanted = {normalize_name(s.strip()) for s in os.environ.get("FUSEGEN_LOAD_PLUGINS", "").split(",") if s.strip()}
         wanted |= enabled
+        dists = {normalize_name(s.strip()) for s in os.environ.get("FUSEGEN_AUTOLOAD_DISTRIBUTIONS", "").split(",")
+                 if s.strip()}
         for group in ENTRY_POINT_GROUPS:
             for ep in md.entry_points(group=group):
-                if not autoload and ep.name not in wanted:
+                named = normalize_name(ep.name) in wanted
+                if not autoload and not named:
                     continue
-                if ep.name in self.infos or ep.name in self.disabled:
+                if dists and not named and normalize_name(ep.dist.name if ep.dist is not None else "") not in dists:
+                    continue
+                if ep.name in self.infos or normalize_name(ep.name) in self.disabled:
                     continue
                 try:
                     obj = ep.load()
@@ -104,7 +114,7 @@ class PluginManager:
                 dist = ep.dist.name if ep.dist is not None else "?"
                 self.register(obj, ep.name, group=group, dist=dist)
         for name, obj in extra_plugins:
-            if name not in self.disabled:
+            if normalize_name(name) not in self.disabled:
                 self.register(obj, name, group="explicit", dist="?")
         if tracing():
             self.pm.trace.root.setwriter(lambda s: sys.stderr.write("[fusegen-trace] " + s))
@@ -118,14 +128,19 @@ class PluginManager:
         pass ``config`` to the constructor for that.
         """
         opts = getattr(config, "plugins", config)
-        self.disabled = frozenset(self.disabled | set(getattr(opts, "disable", ()) or ()))
+        self.disabled = frozenset(self.disabled | set(map(normalize_name, getattr(opts, "disable", ()) or ())))
         for name in list(self.infos):
-            if name in self.disabled:
+            if normalize_name(name) in self.disabled:
                 plugin = self.pm.get_plugin(name)
                 if plugin is not None:
                     self.pm.unregister(plugin, name=name)
                 del self.infos[name]
         self._clear_caches()
+
+    def lookup(self, name: str) -> str | None:
+        """The registered plugin name that ``name`` means (compared normalized), or None."""
+        key = normalize_name(name)
+        return next((n for n in self.infos if normalize_name(n) == key), None)
 
     def _clear_caches(self) -> None:
         for attr in ("_matchers", "_factories", "_backends", "_passes", "_codegen_backends"):
@@ -167,7 +182,7 @@ class PluginManager:
     def _collect(self, hook_name: str, kind: type) -> list:
         """Registry descriptors of ``hook_name``, stamped with their plugin, minus ``[plugins] disable``."""
         return [attrs.evolve(item, plugin=plugin) for plugin, item in self._collect_objects(hook_name, kind)
-                if getattr(item, "name", None) not in self.disabled]
+                if normalize_name(getattr(item, "name", None) or "") not in self.disabled]
 
     @functools.cached_property
     def _matchers(self) -> list[KindMatcher]:

@@ -30,6 +30,18 @@ def corpus() -> Path:
     return CORPUS
 
 
+@pytest.fixture(autouse=True)
+def only_builtin_plugins(request, monkeypatch):
+    """Every test sees fusegen's built-in plugins only, whatever else the venv has installed
+    (``FUSEGEN_AUTOLOAD_DISTRIBUTIONS=fusegen``; subprocesses inherit it). A test marked ``third_party_plugins``
+    sees every installed plugin; plugins a test names (``FUSEGEN_LOAD_PLUGINS``, ``enable``,
+    ``--fusegen-plugin``) load either way."""
+    if request.node.get_closest_marker("third_party_plugins") is None:
+        monkeypatch.setenv("FUSEGEN_AUTOLOAD_DISTRIBUTIONS", "fusegen")
+    else:
+        monkeypatch.delenv("FUSEGEN_AUTOLOAD_DISTRIBUTIONS", raising=False)
+
+
 def pytest_collection_modifyitems(config, items):
     """``slow`` tests (full corpus sweeps, every-config compiles) run only with FUSEGEN_SLOW=1 (CI sets it)."""
     if os.environ.get("FUSEGEN_SLOW", "") not in ("", "0"):

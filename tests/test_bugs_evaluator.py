@@ -117,3 +117,13 @@ def test_b07_contended_scatter_add():
     out = evaluate_module(m, [table, ids, upd])
     counts = np.bincount(ids[:, 0], minlength=399).astype(np.float32)
     assert np.array_equal(out, np.repeat(counts[:, None], 128, axis=1))
+
+
+def test_b35_integer_power_negative_exponent():
+    """B35: a negative exponent gives 1 for base 1, +-1 by parity for base -1, 0 otherwise (XLA:CPU's answer
+    from INDEX.md); the old rule gave 0 for base -1."""
+    m = parse_file(BUGS / "B35_int_pow_negative_exp.hlo")
+    z = np.load(BUGS / "B35_int_pow_negative_exp.npz")
+    r = evaluate_module(m, [z["p0"], z["p1"]])
+    assert r.dtype == np.int32
+    assert r.tolist() == [0, 1, -1, 1, 1, 9, -8, 1, -2147483648, 0]

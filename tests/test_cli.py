@@ -193,3 +193,50 @@ def test_disabling_the_loop_question_is_a_config_error_not_a_crash(tmp_path):
     (tmp_path / "fusegen.toml").write_text('[plugins]\ndisable = ["loop"]\n')
     p = fusegen("run", str(EXAMPLE), "--no-compile", cwd=tmp_path)
     assert p.returncode == 2 and "[plugins] disable" in p.stderr and "Traceback" not in p.stderr
+
+
+FLOAT_TYPES = ["f16", "bf16", "f32", "f64", "f8e4m3fn", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3b11fnuz",
+               "f8e4m3", "f8e3m4", "f8e8m0fnu", "f4e2m1fn"]
+
+
+def test_npz_round_trip_of_every_hlo_float_type(tmp_path):
+    """ml_dtypes arrays saved by ``np.savez`` (stored as ``|V2`` / ``|V1``) are read as the parameter's type;
+    ``--save-outputs`` writes what ``np.savez`` writes, so ``.view(ml_dtypes.X)`` reads it and it feeds back."""
+    from fusegen.hlo.dtypes import numpy_dtype
+
+    params = "\n".join(f"  p{i} = {t}[6] parameter({i})" for i, t in enumerate(FLOAT_TYPES))
+    revs = "\n".join(f"  r{i} = {t}[6] reverse(p{i}), dimensions={{0}}" for i, t in enumerate(FLOAT_TYPES))
+    tup = ", ".join(f"{t}[6]" for t in FLOAT_TYPES)
+    src = tmp_path / "all_floats.hlo"
+    src.write_text(f"HloModule all_floats\nENTRY e {{\n{params}\n{revs}\n"
+                   f"  ROOT t = ({tup}) tuple({', '.join(f'r{i}' for i in range(len(FLOAT_TYPES)))})\n}}\n")
+    vals = [0.5, 1.0, 2.0, 4.0, 0.25, 1.5]  # exact in every type (f8e8m0fnu: powers of two only)
+    xs = []
+    for t in FLOAT_TYPES:
+        v = [0.5, 1.0, 2.0, 4.0, 0.25, 8.0] if t == "f8e8m0fnu" else vals
+        xs.append(np.array(v, np.float32).astype(numpy_dtype(t)))
+    inp = tmp_path / "in.npz"
+    np.savez(inp, **{f"p{i}": x for i, x in enumerate(xs)})
+    assert np.load(inp)["p1"].dtype.kind == "V"  # what numpy stores for bf16: raw bytes
+    out = tmp_path / "out.npz"
+    p = fusegen("run", str(src), "--inputs", str(inp), "--save-outputs", str(out), "--no-compile")
+    assert p.returncode == 0, p.stderr
+    saved = np.load(out)
+    for i, (t, x) in enumerate(zip(FLOAT_TYPES, xs)):
+        got = saved[f"o{i}"].view(numpy_dtype(t))
+        assert got.dtype == numpy_dtype(t), t
+        assert got.astype(np.float64).tolist() == x[::-1].astype(np.float64).tolist(), t
+    # the outputs fed back as inputs reverse again
+    back = tmp_path / "back.npz"
+    np.savez(back, **{f"p{i}": saved[f"o{i}"] for i in range(len(FLOAT_TYPES))})
+    out2 = tmp_path / "out2.npz"
+    p = fusegen("run", str(src), "--inputs", str(back), "--save-outputs", str(out2), "--no-compile")
+    assert p.returncode == 0, p.stderr
+    again = np.load(out2)
+    for i, (t, x) in enumerate(zip(FLOAT_TYPES, xs)):
+        assert again[f"o{i}"].view(numpy_dtype(t)).astype(np.float64).tolist() == x.astype(np.float64).tolist(), t
+    # raw bytes of the wrong width stay an error naming both types
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, **{f"p{i}": (xs[i] if i != 1 else xs[4]) for i in range(len(FLOAT_TYPES))})
+    p = fusegen("run", str(src), "--inputs", str(wrong), "--no-compile")
+    assert p.returncode == 2 and "parameter 1" in p.stderr and "bfloat16" in p.stderr

@@ -354,6 +354,28 @@ def test_plugin_options_without_plugin_manager(tmp_path):
     assert len(cfg.warnings) == 1 and "plugin 'b', which is not installed" in cfg.warnings[0]
 
 
+def test_plugin_table_and_lists_name_plugins_as_pip_does(tmp_path, pm):
+    """``[plugins.Gemm-Tuner]`` configures ``gemm_tuner``; enable/disable spellings differ only in ``-``/``_``/case."""
+    f = write(tmp_path / "fusegen.toml", """
+        [plugins]
+        enable = ["Gemm-Tuner"]
+
+        [plugins.gemm-TUNER]
+        max_configs = 4
+    """)
+    cfg = load_config(config_path=f, env={}, pm=pm)
+    assert cfg.warnings == ()
+    assert cfg.plugin_settings("gemm_tuner")["max_configs"] == 4
+    assert cfg.plugin_settings("gemm-tuner")["max_configs"] == 4
+    assert cfg.sources["plugins.gemm_tuner.max_configs"] == f"file:{f}:5"
+    bad = write(tmp_path / "bad.toml", "[plugins.Gemm_Tuner]\nmax_config = 4\n")
+    with pytest.raises(ConfigError, match=r"bad.toml:2: unknown key 'max_config' in \[plugins.Gemm_Tuner\]"):
+        load_config(config_path=bad, env={}, pm=pm)
+    both = write(tmp_path / "both.toml", '[plugins]\nenable = ["in-place-dus"]\ndisable = ["IN_PLACE_DUS"]\n')
+    with pytest.raises(ConfigError, match=r"'in-place-dus' both enabled and disabled"):
+        load_config(config_path=both, env={})
+
+
 def test_toml_syntax_error_has_line(tmp_path, cli):
     f = write(tmp_path / "fusegen.toml", """
         [debug_options]

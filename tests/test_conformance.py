@@ -60,6 +60,7 @@ def test_plugin_passes_the_suite_from_an_empty_directory(pytester, name):
                 "test_deterministic_source", "test_generated_output"} <= ran, ran
 
 
+@pytest.mark.third_party_plugins
 @pytest.mark.skipif(not CORPUS.exists(), reason=f"shared corpus not found at {CORPUS}")
 def test_example_plugin_changes_the_kind_of_the_input_slices_cases():
     if not _installed("input_slices"):

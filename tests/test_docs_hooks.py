@@ -15,6 +15,7 @@ import sys
 import tomllib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fusegen import hookspecs
@@ -143,19 +144,55 @@ def test_hook_fusegen_execution_backends_of_the_guide_plugin_runs_the_dot(doc_mo
     assert rep.ok and rep.other.get("numpy_dot") == 1, rep.other
 
 
-@pytest.mark.skipif(not CORPUS.exists(), reason=f"shared corpus not found at {CORPUS}")
-def test_hook_fusegen_codegen_backends_guide_plugin_passes_the_conformance_suite(doc_modules, pytester, monkeypatch):
-    (pytester.path / "fusegen_numpy_dot.py").write_text(_file_blocks()["fusegen_numpy_dot.py"])
-    dist = pytester.path / "fusegen_numpy_dot-0.1.0.dist-info"
+def _suite_on_guide_plugin(pytester, monkeypatch, module: str, group: str) -> dict:
+    """Install the guide's ``# file: <module>.py`` block as a fake distribution with one entry point (named as
+    the guide registers it) and run the conformance suite on it; returns the JSON report."""
+    (pytester.path / f"{module}.py").write_text(_file_blocks()[f"{module}.py"])
+    name = module.removeprefix("fusegen_")
+    dist = pytester.path / f"{module}-0.1.0.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fusegen-numpy-dot\nVersion: 0.1.0\n")
-    (dist / "entry_points.txt").write_text("[fusegen.backends]\nnumpy_dot = fusegen_numpy_dot\n")
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module.replace('_', '-')}\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text(f"[{group}]\n{name} = {module}\n")
     monkeypatch.setenv("PYTHONPATH", str(pytester.path))
     report = pytester.path / "r.json"
     res = pytester.runpytest_subprocess("-p", "fusegen.conformance", "-p", "no:cacheprovider", "--fusegen-plugin",
-                                        "numpy_dot", "--fusegen-report", str(report), "-q")
+                                        name, "--fusegen-report", str(report), "-q")
     assert res.ret == 0, res.stdout.str()[-3000:]
-    data = json.loads(report.read_text())
+    return json.loads(report.read_text())
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason=f"shared corpus not found at {CORPUS}")
+def test_guide_emitter_plugin_passes_the_conformance_suite(doc_modules, pytester, monkeypatch):
+    """The guide's negate emitter, extracted from docs/plugins.md, passes every check the suite runs on CPU
+    (generated fusions include ``negate(parameter(1))`` of two-operand fusions)."""
+    data = _suite_on_guide_plugin(pytester, monkeypatch, "fusegen_negate", "fusegen.emitters")
+    passed = {r["test"].split("[")[0] for r in data["results"] if r["outcome"] == "passed"}
+    assert {"test_generated_output", "test_compiles_sm90", "test_launch_within_limits",
+            "test_deterministic_source"} <= passed, passed
+    assert not [r for r in data["results"] if r["outcome"] in ("failed", "error")]
+
+
+def test_guide_emitter_reads_the_operand_its_parameter_names(doc_modules):
+    from fusegen.analysis.fusion_analysis import FusionAnalysis
+    from fusegen.codegen import triton_runtime
+    from fusegen.dispatch import get_fusion_emitter
+    from fusegen.hlo.parser import parse_module
+
+    pm = PluginManager(autoload=False, extra_plugins=[("negate", importlib.import_module("fusegen_negate"))])
+    text = ("HloModule m\nfused {\n  a = f32[5]{0} parameter(0)\n  b = f32[5]{0} parameter(1)\n"
+            "  ROOT n = f32[5]{0} negate(b)\n}\nENTRY e {\n  a = f32[5]{0} parameter(0)\n  b = f32[5]{0} parameter(1)\n"
+            "  ROOT f = f32[5]{0} fusion(a, b), kind=kLoop, calls=fused\n}\n")
+    fusion = parse_module(text, "two.hlo").entry.root
+    em, factory = get_fusion_emitter(FusionAnalysis.create(fusion), "kLoop", pm)
+    assert factory.name == "negate"
+    a, b = np.arange(5, dtype=np.float32), np.arange(10, 15, dtype=np.float32)
+    (out,) = triton_runtime.run_fusion(em.emit(), [a, b], fusion)
+    assert out.tolist() == [-10.0, -11.0, -12.0, -13.0, -14.0]
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason=f"shared corpus not found at {CORPUS}")
+def test_hook_fusegen_codegen_backends_guide_plugin_passes_the_conformance_suite(doc_modules, pytester, monkeypatch):
+    data = _suite_on_guide_plugin(pytester, monkeypatch, "fusegen_numpy_dot", "fusegen.backends")
     passed = {r["test"].split("[")[0] for r in data["results"] if r["outcome"] == "passed"}
     assert {"test_execution_backend_results", "test_supported_configs", "test_scratch_bytes",
             "test_compile_apply_roundtrip", "test_codegen_results_within_tolerance",

@@ -86,13 +86,13 @@ def test_float_remainder_has_sign_of_dividend():
 
 
 def test_integer_power():
-    a = np.array([2, 3, -2, 1, -1, 2, 0, 5], np.int32)
-    b = np.array([10, 3, 3, -5, -3, -1, 0, 14], np.int32)
-    r = run(binop("power", "s32", 8), a, b)
+    a = np.array([2, 3, -2, 1, -1, 2, 0, 5, -1, 0], np.int32)
+    b = np.array([10, 3, 3, -5, -3, -1, 0, 14, -4, -2], np.int32)
+    r = run(binop("power", "s32", 10), a, b)
 
     def ipow(x, y):
-        if y < 0:
-            return 1 if x == 1 else 0
+        if y < 0:  # XLA:CPU gives the same (tests/test_loop_gaps.py::test_integer_power asks it)
+            return (-1 if y % 2 else 1) if x == -1 else int(x == 1)
         v = x**y % (1 << 32)
         return v - (1 << 32) if v >= (1 << 31) else v
 
@@ -941,7 +941,7 @@ def test_every_corpus_opcode_is_supported():
 
     seen: set[str] = set()
     for f in sorted(CORPUS.rglob("*.hlo")):
-        if f.name in ("B01.hlo", "B02.hlo"):
+        if f.name in ("B01.hlo", "B02.hlo") or f.parent.name == "hostile":  # refused on purpose
             continue
         for m in parse_modules(f.read_text(), str(f)):
             seen.update(i.opcode for i in m.all_instructions())

@@ -33,15 +33,8 @@ from fusegen.hlo.parser import parse_module
 
 CORPUS = Path(__file__).parents[1].parent / "shared" / "corpus"
 
-try:  # the oracle is optional: skip with the reason when jaxlib is absent
-    import jax
-    from jax._src import xla_bridge as _xb
-    from jaxlib import _hlo as _jhlo
-    from jaxlib import _jax
-
-    _JAX_ERROR = None
-except Exception as _e:  # pragma: no cover - depends on the environment
-    _JAX_ERROR = f"jaxlib oracle unavailable: {_e}"
+from xla_oracle import JAX_ERROR as _JAX_ERROR
+from xla_oracle import run_xla
 
 pytestmark = [
     pytest.mark.skipif(_JAX_ERROR is not None, reason=_JAX_ERROR or ""),
@@ -284,18 +277,6 @@ def make_input(shape: Shape, rng: np.random.Generator, bound: int | None, positi
 
 
 # --------------------------------------------------------------------------------------------------- oracle
-
-
-def run_xla(text: str, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    mod = _jhlo.hlo_module_from_text(text)
-    mlir = _jax.mlir.hlo_to_stablehlo(mod.as_serialized_hlo_module_proto())
-    backend = _xb.get_backend("cpu")
-    opts = _jax.CompileOptions()
-    opts.env_option_overrides = [("xla_allow_excess_precision", False)]
-    exe = backend.compile_and_load(mlir, _jax.DeviceList(tuple(backend.local_devices()[:1])), opts)
-    with jax.enable_x64(True):  # keep s64/f64 parameters 64-bit
-        out = exe.execute([jax.device_put(a) for a in inputs])
-    return [np.asarray(o) for o in out]
 
 
 def _leaves(v) -> list:

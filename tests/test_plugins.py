@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -103,3 +104,69 @@ def test_trace_prints_every_hook_call(tmp_path):
     out = subprocess.run([sys.executable, "-m", "fusegen.cli", "plugins", "--json"], capture_output=True, text=True,
                          env=env, check=True)
     assert "[fusegen-trace] fusegen_emitter_factories() from loop -> [EmitterFactory(name='loop'" in out.stderr
+
+
+@pytest.mark.parametrize("spelling", ["in_place_dus", "in-place-dus", "IN_PLACE-Dus", "in.place__dus"])
+def test_plugin_names_compare_as_pip_compares_distributions(spelling, monkeypatch):
+    """``-``/``_``/``.`` runs and case do not matter (PEP 503), in every place a plugin is named."""
+    from fusegen.conformance.target import Target
+    from fusegen.config.options import PluginsOptions
+    from fusegen.registry import normalize_name
+
+    assert normalize_name(spelling) == "in-place-dus"
+    # FUSEGEN_LOAD_PLUGINS with autoload off
+    with monkeypatch.context() as mp:
+        mp.setenv("FUSEGEN_LOAD_PLUGINS", f"loop,{spelling}")
+        pm = PluginManager(autoload=False)
+        assert {"loop", "in_place_dus"} <= set(pm.infos) and "memcpy" not in pm.infos
+        assert pm.lookup(spelling) == "in_place_dus"
+    # [plugins] disable, at construction and applied later; a factory name too
+    pm = PluginManager(autoload=False, config=PluginsOptions(enable=[spelling], disable=[]))
+    assert "in_place_dus" in pm.infos
+    pm = PluginManager(config=PluginsOptions(enable=[], disable=[spelling]))
+    assert "in_place_dus" not in pm.infos and [f.name for f in pm.emitter_factories("kLoop")] == ["memcpy", "loop"]
+    pm = PluginManager()
+    pm.apply_config(PluginsOptions(enable=[], disable=[spelling.upper()]))
+    assert "in_place_dus" not in pm.infos
+    pm = PluginManager(config=PluginsOptions(enable=[], disable=["Real_Reduction.Hero"]))
+    assert "real-reduction-hero" not in [m.name for m in pm.kind_matchers()]
+    # --fusegen-plugin of the conformance suite
+    assert Target(spelling).name == "in_place_dus"
+
+
+_EXTRA = '''from fusegen.plugin_manager import hookimpl
+from fusegen.registry import EmitterFactory
+
+
+@hookimpl
+def fusegen_emitter_factories():
+    return [EmitterFactory(name="grabby", kind="kLoop", rank=1, create=lambda a, c=None: None)]
+'''
+
+
+def _with_extra_plugin(tmp_path, **env: str) -> list[str]:
+    """kLoop factory names a fresh process sees with a third-party ``grabby`` plugin installed on its path."""
+    (tmp_path / "grabby.py").write_text(_EXTRA)
+    dist = tmp_path / "grabby-1.0.dist-info"
+    dist.mkdir(exist_ok=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: grabby\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[fusegen.emitters]\ngrabby = grabby\n")
+    code = "from fusegen.plugin_manager import PluginManager as P; print(*[f.name for f in P().emitter_factories('kLoop')])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path), **env})
+    return out.stdout.split()
+
+
+def test_tests_see_only_builtin_plugins(tmp_path):
+    """An installed third-party kLoop plugin (rank 1, ahead of memcpy) is invisible to fusegen's tests; a named
+    plugin still loads; without the restriction it is first in the kLoop arm."""
+    assert os.environ["FUSEGEN_AUTOLOAD_DISTRIBUTIONS"] == "fusegen"  # set by tests/conftest.py for every test
+    assert _with_extra_plugin(tmp_path) == ["memcpy", "in_place_dus", "loop"]
+    assert _with_extra_plugin(tmp_path, FUSEGEN_LOAD_PLUGINS="Grabby") == ["grabby", "memcpy", "in_place_dus", "loop"]
+    assert _with_extra_plugin(tmp_path, FUSEGEN_AUTOLOAD_DISTRIBUTIONS="") == ["grabby", "memcpy", "in_place_dus",
+                                                                                "loop"]
+
+
+@pytest.mark.third_party_plugins
+def test_third_party_marker_sees_every_installed_plugin():
+    assert "FUSEGEN_AUTOLOAD_DISTRIBUTIONS" not in os.environ

@@ -11,6 +11,7 @@ import click
 from fusegen import __version__
 from fusegen.cli.config import config
 from fusegen.cli.explain import explain
+from fusegen.cli.indexing import indexing
 from fusegen.cli.opt import opt
 from fusegen.cli.tune import tune
 from fusegen.cli.cache import cache
@@ -37,6 +38,7 @@ cli.add_command(opt)
 cli.add_command(tune)
 cli.add_command(cache)
 cli.add_command(report)
+cli.add_command(indexing)
 
 
 def main() -> None:

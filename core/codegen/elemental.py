@@ -19,7 +19,7 @@ Numerics follow XLA:GPU: f16/bf16/fp8 arithmetic is done in f32 and rounded back
 call libdevice; integer division by zero gives -1 (all ones), ``INT_MIN / -1`` gives ``INT_MIN``;
 float->int conversion saturates and maps NaN to 0; shifts by >= bit width give 0 (or the sign fill);
 ``maximum``/``minimum`` propagate NaN; integer ``power`` is exponentiation by squaring (negative exponents
-give 0, or 1 for base 1); start indices wider than the index type saturate before they are narrowed.
+give 1 for base 1, ±1 for base -1 by the exponent's parity, and 0 otherwise); start indices wider than the index type saturate before they are narrowed.
 ``reduce`` and ``reduce-window`` are runtime loops over the reduced elements / window positions (f16/bf16
 add/multiply reducers accumulate in f32 and round once, as the reference evaluator does).
 
@@ -1252,8 +1252,8 @@ class ElementalGenerator:
 
     def _int_pow(self, inst: Instruction, a: str, b: str) -> str:
         """Integer ``power``: exponentiation by squaring with wrap-around; a negative exponent gives
-        ``1`` for base ``1`` and ``0`` otherwise (XLA's ``EmitIntegerPow`` in ``elemental_ir_emitter.cc``,
-        and the reference evaluator's ``_int_pow``)."""
+        ``1`` for base ``1``, ``±1`` for base ``-1`` by the exponent's parity, and ``0`` otherwise (XLA's
+        ``EmitIntegerPow`` in ``elemental_ir_emitter.cc``, and the reference evaluator's ``_int_pow``)."""
         et = inst.shape.element_type
         t = self.tl(et)
         signed = dtypes.is_signed_int(et)
@@ -1276,8 +1276,10 @@ class ElementalGenerator:
         body.dedent()
         r = acc
         if signed:
-            one = self.ctx.emit(f"({a} == {self.ctx.full(1, t)}).to({t})", "pw_one")
-            r = self.emit(f"tl.where({neg}, {one}, {acc})", inst)
+            one, zero, m_one = self.ctx.full(1, t), self.ctx.full(0, t), self.ctx.full(-1, t)
+            sign = self.ctx.emit(f"tl.where(({b} & {one}) != 0, {m_one}, {one})", "pw_sign")
+            unit = self.ctx.emit(f"tl.where({a} == {one}, {one}, tl.where({a} == {m_one}, {sign}, {zero}))", "pw_unit")
+            r = self.emit(f"tl.where({neg}, {unit}, {acc})", inst)
         return self.wrap_subbyte(r, et, inst.name)
 
     def _minmax_expr(self, op: str, x: str, y: str) -> str:

@@ -40,13 +40,15 @@ from fusegen.config.options import (
 )
 from fusegen.config.toml import ConfigError, TomlDocument, has_table, read_toml
 from fusegen.config.xla_flags import did_you_mean, parse_cli_flags, parse_xla_flags
+from fusegen.registry import normalize_name
+from fusegen.verify.options import VerifyOptions, parse_verify_table
 
 if TYPE_CHECKING:
     from fusegen.plugin_manager import PluginManager
 
 CONFIG_FILE_NAME = "fusegen.toml"
 PYPROJECT_PREFIX = ("tool", "fusegen")
-TABLES = ("pipeline", "plugins", "debug_options", "device")
+TABLES = ("pipeline", "plugins", "debug_options", "device", "verify")
 
 SOURCE_DEFAULT = "default"
 SOURCE_ENV = "env:XLA_FLAGS"
@@ -78,6 +80,7 @@ class ResolvedConfig:
     help: dict[str, str]
     config_file: Path | None = None
     warnings: tuple[str, ...] = ()
+    verify: VerifyOptions = attrs.field(factory=VerifyOptions)  # [verify] (fusegen.verify.options)
 
     def source_of(self, name: str) -> str:
         """Source of a dotted option name, or of a bare XLA flag name (``xla_gpu_autotune_level``).
@@ -90,8 +93,10 @@ class ResolvedConfig:
         return self.sources[f"debug_options.{name}"]
 
     def plugin_settings(self, plugin: str) -> dict[str, Any]:
-        """The typed ``[plugins.<plugin>]`` values (defaults filled in); empty for a plugin that declares none."""
-        return dict(self.plugins.settings.get(plugin, {}))
+        """The typed ``[plugins.<plugin>]`` values (defaults filled in); empty for a plugin that declares none.
+        ``plugin`` is compared normalized (``input-slices`` is ``input_slices``)."""
+        key = normalize_name(plugin)
+        return dict(next((v for k, v in self.plugins.settings.items() if normalize_name(k) == key), {}))
 
 
 def find_config_file(start: str | Path | None = None) -> tuple[Path, tuple[str, ...], list[str]] | None:
@@ -329,6 +334,16 @@ def load_config(
             b.set("device.name", value, _file_source(doc, "device", "name"))
     device = DeviceOptions(name=device_name)
 
+    # [verify]
+    verify = VerifyOptions()
+    b.set("verify.rtol", verify.rtol, SOURCE_DEFAULT, "Conditioning factor: a kernel output may be this many "
+          "times further from the f64 oracle than the reference is (drift, not mismatch).")
+    b.set("verify.atol", dict(verify.floors), SOURCE_DEFAULT, "Per-dtype floor, a fraction of max(1, max|value|).")
+    if doc is not None and "verify" in data:
+        verify, seen = parse_verify_table(_table(doc, data["verify"], ("verify",)), doc.error)
+        for key, value in seen.items():
+            b.set(key, value, _file_source(doc, *key.split(".")))
+
     # [pipeline]
     passes: list[str] | None = None
     pass_options: dict[str, dict[str, Any]] = {}
@@ -373,15 +388,20 @@ def load_config(
                 lists[key] = conv
                 b.set(f"plugins.{key}", conv, _file_source(doc, "plugins", key))
                 if known_components is not None:
+                    known = {normalize_name(k) for k in known_components}
                     for n in conv:
-                        if n not in known_components:
+                        if normalize_name(n) not in known:
                             b.warnings.append(f"{doc.location('plugins', key)}: {key} names {n!r}, which no loaded "
                                               f"plugin registers{did_you_mean(n, known_components)}")
                 continue
             if not isinstance(value, dict):
                 raise _unknown_key(doc, key, ("plugins",), ("enable", "disable"))
-            declared = {o.name: o for o in plugin_options.get(key, [])}
-            if key not in installed and key not in plugin_options:
+            # [plugins.input-slices] configures plugin input_slices: `key` locates the table in the file,
+            # `plugin` is the name the plugin registered
+            plugin = next((k for k in (*plugin_options, *sorted(installed))
+                           if normalize_name(k) == normalize_name(key)), key)
+            declared = {o.name: o for o in plugin_options.get(plugin, [])}
+            if plugin not in installed and plugin not in plugin_options:
                 hint = did_you_mean(key, installed)
                 b.warnings.append(f"{doc.location('plugins', key)}: {doc.table_name('plugins', key)} configures "
                                   f"plugin {key!r}, which is not installed; ignored{hint}")
@@ -399,9 +419,9 @@ def load_config(
                 if o.choices is not None and conv not in o.choices:
                     raise doc.error(f"{okey!r} in {doc.table_name('plugins', key)}: expected one of "
                                     f"{', '.join(map(str, o.choices))}, got {oval!r}", "plugins", key, okey)
-                settings.setdefault(key, {})[okey] = conv
-                b.set(f"plugins.{key}.{okey}", conv, _file_source(doc, "plugins", key, okey))
-    both = sorted(set(lists["enable"]) & set(lists["disable"]))
+                settings.setdefault(plugin, {})[okey] = conv
+                b.set(f"plugins.{plugin}.{okey}", conv, _file_source(doc, "plugins", key, okey))
+    both = sorted({n for n in lists["enable"] if normalize_name(n) in set(map(normalize_name, lists["disable"]))})
     if both and doc is not None:
         raise doc.error(f"{', '.join(map(repr, both))} both enabled and disabled in {doc.table_name('plugins')}",
                         "plugins", "disable")
@@ -412,7 +432,7 @@ def load_config(
     return ResolvedConfig(
         debug_options=debug_options, device=device, pipeline=pipeline, plugins=plugins,
         values=b.values, sources=b.sources, help=b.help,
-        config_file=doc.path if doc is not None else None, warnings=tuple(b.warnings),
+        config_file=doc.path if doc is not None else None, warnings=tuple(b.warnings), verify=verify,
     )
 
 

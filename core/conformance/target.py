@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from fusegen.config.options import PluginsOptions
 from fusegen.plugin_manager import PluginError, PluginManager
 
 #: Devices a plugin may declare: outputs checked in Triton's interpreter; kernels compiled for Hopper
@@ -125,8 +126,9 @@ class Target:
     """The plugin under test, inside a plugin manager holding every installed plugin.
 
     Args:
-        name: the plugin's entry-point name (as ``fusegen plugins`` lists it).
-        pm: a plugin manager (default: a fresh one loading every entry point).
+        name: the plugin's entry-point name (as ``fusegen plugins`` lists it; ``-``/``_``/case as pip compares).
+        pm: a plugin manager (default: a fresh one loading every entry point, and the plugin under test even
+            when autoload is off).
 
     Raises:
         PluginNotFound: no such plugin (the message lists the installed ones).
@@ -135,7 +137,9 @@ class Target:
     """
 
     def __init__(self, name: str, pm: PluginManager | None = None):
-        self.pm = pm if pm is not None else PluginManager()
+        # the plugin under test is loaded even with FUSEGEN_DISABLE_PLUGIN_AUTOLOAD=1
+        self.pm = pm if pm is not None else PluginManager(config=PluginsOptions(enable=[name]))
+        name = self.pm.lookup(name) or name  # input-slices == input_slices, as pip compares names
         if name not in self.pm.infos:
             from fusegen.config.xla_flags import did_you_mean
 

@@ -8,7 +8,8 @@ evaluator (``xla/hlo/evaluator/hlo_evaluator_typed_visitor.h``):
 * integer ``divide``: ``x / 0 = -1`` (signed) or all ones (unsigned); ``INT_MIN / -1 = INT_MIN``; truncation toward 0.
 * integer ``remainder``: ``x % 0 = x``; ``INT_MIN % -1 = 0``; sign of the dividend (C ``fmod``) for all types.
 * ``maximum`` / ``minimum`` propagate NaN.
-* integer ``power``: exponentiation by squaring with wrap-around; a negative exponent gives ``base == 1 ? 1 : 0``.
+* integer ``power``: exponentiation by squaring with wrap-around; a negative exponent gives 1 for base 1, ±1 for
+  base -1 by the exponent's parity, and 0 otherwise (XLA's current ``EmitIntegerPow``).
 * shifts: an amount outside ``[0, bits)`` (read as unsigned) gives 0 for left / logical right shifts and the sign
   fill for arithmetic right shifts.
 * ``convert`` float -> int saturates at the integer range and maps NaN to 0; anything -> pred is ``!= 0``.
@@ -188,7 +189,10 @@ def _int_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         acc = np.where(odd, acc * base, acc)
         base = base * base
         e = e >> np.uint64(1)
-    return np.where(neg, (a == 1).astype(dt), acc)
+    # negative exponent: 1 / base**|e| truncated toward zero, i.e. nonzero only for base +-1
+    odd_e = (b & 1) != 0
+    neg_val = np.where(a == 1, 1, np.where(a == -1, np.where(odd_e, -1, 1), 0)).astype(dt)
+    return np.where(neg, neg_val, acc)
 
 
 def _mulhi(a: np.ndarray, b: np.ndarray) -> np.ndarray:
