@@ -125,6 +125,9 @@ def test_summary_counts_and_status():
     mod["fusions"].append(f("d", "kLoop", "triton", "mismatch"))
     assert summary([mod])["status"] == "mismatch"
     assert summary([{"fusions": [f("e", "kLoop", "triton", "pending")], "library_calls": []}])["status"] == "not run"
+    # every fusion within tolerance, but the module's outputs drift from the f64 oracle (the verdict)
+    assert summary([{"fusions": [f("g", "kLoop", "triton", "ok")], "library_calls": [], "status": "drift"}])["status"] \
+        == "drift"
 
 
 def test_indexing_maps_come_from_fusegen_indexing_when_present():

@@ -132,6 +132,14 @@ def test_tuned_mlp_report_in_chromium(browser, tmp_path):
     # one marker per candidate that ran, plus the winner's star and the fastest's ring
     assert page.locator("#chart-tuning-0 .scatterlayer .point").count() == len(ran) + 2
     assert page.locator("#chart-tuning-0 .shapelayer path").count() >= 1  # the shaded window
+    # the verdict on the module's outputs (f64 oracle) and each kernel's error budget are on the page
+    m = doc["modules"][0]
+    if "verdict" in m:
+        assert m["status"] == "ok" and [o["status"] for o in m["verdict"]["outputs"]] == ["ok"]
+        assert page.locator("table.verdict tr").count() == 1 + len(m["verdict"]["outputs"])
+    for f in m["fusions"]:
+        if f.get("budget", "-") != "-":
+            assert f["budget"] in page.locator(f"#{f['card']}").inner_text()
     # the tuned fusion's card links to its chart, and the chart's title back to the card
     assert doc["modules"][0]["fusions"][0]["tuning"] == {"index": 0, "winner": t["winner"], "step": "tuned"}
     assert page.locator("#card-gemm_fusion_dot a[href='#tuning-0']").inner_text() == t["winner"]
