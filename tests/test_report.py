@@ -219,3 +219,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
     assert p.returncode == 2 and "--record" in p.stderr
     p = _fusegen("report", str(tmp_path / "missing.hlo"), "--cost-model-top-k", "2")
     assert p.returncode == 2 and "need --autotune" in p.stderr
+    # --run keeps fusegen run's limits: a 2e9-iteration loop is refused before it starts, nothing written
+    p = _fusegen("report", str(corpus_path("hostile", "while_huge.hlo")), "--run", "-o", str(tmp_path / "h.html"))
+    assert p.returncode == 2 and "2,000,000,000 iterations" in p.stderr and p.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "h.html").exists()

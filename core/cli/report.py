@@ -21,24 +21,29 @@ from pathlib import Path
 import click
 
 from fusegen.cli.common import (EXIT_MISMATCH, check_writable, device_option, fail, get_device_or_fail,
-                                internal_error, load_modules, prepare_modules)
+                                internal_error, limit_options, load_modules, prepare_modules, resolve_limits)
 from fusegen.cli.config import config_options, resolve_config
 
 
-def _run_modules(modules, device, seed, compile_kernels, module_path):
+def _run_modules(modules, device, seed, compile_kernels, module_path, limits, verify):
+    """``fusegen run``'s run of every module (same limits and verdict), one report each; errors exit 2."""
+    from fusegen.codegen.kernel_dir import KernelDirError
     from fusegen.dispatch import DispatchError
     from fusegen.evaluator.common import EvaluationError
     from fusegen.evaluator.evaluator import UnsupportedOpError
     from fusegen.plugin_manager import PluginError
     from fusegen.runtime.executor import run_module
     from fusegen.runtime.inputs import InputError, make_inputs
+    from fusegen.runtime.limits import ResourceLimitError, check_module
 
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     reports = []
     for module in modules:
         try:
-            _, rep = run_module(module, make_inputs(module, seed), device, compile_kernels=compile_kernels)
-        except (UnsupportedOpError, PluginError, InputError, DispatchError) as e:
+            check_module(module, limits)
+            _, rep = run_module(module, make_inputs(module, seed), device, compile_kernels=compile_kernels,
+                                limits=limits, verify=verify)
+        except (UnsupportedOpError, PluginError, InputError, DispatchError, ResourceLimitError, KernelDirError) as e:
             fail(f"{module_path}: {e}")
         except EvaluationError as e:
             fail(f"{module_path}: cannot evaluate: {e}")
@@ -68,10 +73,15 @@ def _run_modules(modules, device, seed, compile_kernels, module_path):
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of --run's random inputs.")
 @click.option("--no-compile", is_flag=True,
               help="Skip compiling each kernel for the device's SM (sm_90 on h200/h100): registers, shared memory, spills.")
+@click.option("--rtol", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="With --run: conditioning factor of the drift verdict (as fusegen run; [verify] rtol).")
+@click.option("--atol", type=click.FloatRange(min=0), default=None,
+              help="With --run: floor of every element type (as fusegen run; [verify] atol).")
+@limit_options
 @device_option
 @config_options
 def report(module_path, output_path, json_path, autotune, record_dir, top_k, autotune_cache_dir, do_run, seed,
-           no_compile, device_name, config_path, xla_flags):
+           no_compile, rtol, atol, max_memory, timeout, max_while_iterations, device_name, config_path, xla_flags):
     """Write an HTML report of MODULE.hlo: graph, a card per fusion, tuning charts, summary."""
     from fusegen.plugin_manager import PluginError, default_plugin_manager
 
@@ -86,6 +96,7 @@ def report(module_path, output_path, json_path, autotune, record_dir, top_k, aut
     t0 = time.perf_counter()
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
+    limits = resolve_limits(max_memory, timeout, max_while_iterations)
     modules = load_modules(module_path)
     phases["parse"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -113,7 +124,8 @@ def report(module_path, output_path, json_path, autotune, record_dir, top_k, aut
     run_reports = [None] * len(modules)
     if do_run:
         t0 = time.perf_counter()
-        run_reports = _run_modules(modules, device, seed, not no_compile, module_path)
+        run_reports = _run_modules(modules, device, seed, not no_compile, module_path, limits,
+                                   cfg.verify.with_overrides(rtol, atol))
         phases["run"] = time.perf_counter() - t0
     doc = _collect(module_path, modules, device, default_plugin_manager(), run_reports, not no_compile, phases,
                    tuning, {"autotune": autotune, "run": do_run, "record": record_dir, "compile": not no_compile,
