@@ -92,6 +92,27 @@ def test_record_dir_errors_name_the_file(tmp_path):
         from_record_dir(tmp_path)
 
 
+@needs_dot
+def test_a_tuning_served_from_the_cache_says_so_instead_of_an_empty_chart():
+    from fusegen.report.data import build_report
+    from fusegen.report.render import render_html
+
+    measured = {"instruction": "b", "step": "tuned", "error": None, "window_us": 2.0, "winner": "x", "fastest": "x",
+                "tie_break": False, "tie_break_sentence": None, "failures": [], "source": "autotune", "cache": "miss",
+                "configs": 1, "supported": 1, "duration_us": 3.0, "scratch_bytes": 0,
+                "candidates": [{"name": "x", "backend": "triton", "trusted": False, "duration_us": 3.0,
+                                "scratch_bytes": 0, "failure": None, "message": "", "cluster": 0, "winner": True,
+                                "fastest": True, "in_window": True}]}
+    cached = {**measured, "instruction": "a", "step": "cache", "cache": "directory", "candidates": []}
+    doc = build_report("m.hlo", "h200", [{"name": "m", "fusions": [], "library_calls": [],
+                                          "graph": {"nodes": [], "edges": [], "clusters": [], "hidden_parameters": 0}}],
+                       [cached, measured], {"parse": 0.1}, {})
+    html = render_html(doc, plotly_js="/* plotly */")
+    assert "Nothing measured: the winner came from the autotune cache." in html
+    assert 'id="chart-tuning-0"' not in html and 'id="chart-tuning-1"' in html
+    assert 'figs["chart-tuning-1"]' in html and 'figs["chart-tuning-0"]' not in html
+
+
 # -- data: dispatch path, graph, compile --------------------------------------------------------
 
 def test_dispatch_path_marks_passed_answered_and_not_asked():
