@@ -198,6 +198,24 @@ def test_while_body_fusion_is_a_node_in_its_cluster_and_a_host_fallback():
 
 
 @needs_dot
+def test_graph_outlines_mismatches_and_marks_host_fallbacks():
+    from fusegen.report.graph import HOST_COLOR, STATUS_COLORS, render_svg
+
+    def node(name, status, host=False):
+        return {"id": f"n_{name}", "name": name, "type": "fusion", "label": "kLoop · LoopFusion", "kind": "kLoop",
+                "host": host, "cluster": None, "card": f"card-{name}", "status": status, "tooltip": f"%{name}: {status}"}
+
+    graph = {"nodes": [node("good", "ok"), node("bad", "mismatch"), node("cpu", "ok", host=True)],
+             "edges": [["n_good", "n_bad"], ["n_bad", "n_cpu"]], "clusters": [], "hidden_parameters": 0}
+    svg = render_svg(graph)
+    groups = {g.split("<title>")[1].split("</title>")[0]: g for g in svg.split('<g id="node')[1:]}
+    assert STATUS_COLORS["mismatch"] in groups["n_bad"] and 'stroke-width="4"' in groups["n_bad"]
+    assert HOST_COLOR in groups["n_cpu"] and "stroke-dasharray" in groups["n_cpu"]
+    assert STATUS_COLORS["mismatch"] not in groups["n_good"] and HOST_COLOR not in groups["n_good"]
+    assert 'xlink:title="%bad: mismatch"' in groups["n_bad"] and 'href="#card-bad"' in groups["n_bad"]
+
+
+@needs_dot
 def test_json_data_matches_explain_and_reports_the_compile(tmp_path):
     mlp = corpus_path("jax", "gpu_mlp_bf16.default.h100_opt.hlo")
     p = _fusegen("report", str(mlp), "-o", str(tmp_path / "r.html"), "--json-data", str(tmp_path / "r.json"))
