@@ -146,6 +146,12 @@ def test_summary_counts_and_status():
     mod["fusions"].append(f("d", "kLoop", "triton", "mismatch"))
     assert summary([mod])["status"] == "mismatch"
     assert summary([{"fusions": [f("e", "kLoop", "triton", "pending")], "library_calls": []}])["status"] == "not run"
+    # a library call the host runs is a fallback too; a module that ran with no fusions still has a status
+    lib = {"fusions": [], "status": "ok", "library_calls": [
+        {"name": "gemm", "opcode": "custom-call", "target": "__cublas$lt$matmul", "backend": "host"}]}
+    s = summary([lib])
+    assert s["status"] == "ok" and [h["name"] for h in s["host_fallbacks"]] == ["gemm"]
+    assert "__cublas$lt$matmul" in s["host_fallbacks"][0]["reason"]
     # every fusion within tolerance, but the module's outputs drift from the f64 oracle (the verdict)
     assert summary([{"fusions": [f("g", "kLoop", "triton", "ok")], "library_calls": [], "status": "drift"}])["status"] \
         == "drift"

@@ -216,8 +216,8 @@ def summary(modules: Sequence[dict]) -> dict:
     # a module's verdict (its outputs against the f64 oracle) can say drift or mismatch on its own
     worst = {"ok": 0, "drift": 1, "mismatch": 2}
     module_status = max((m["status"] for m in modules if m.get("status") in worst), key=worst.get, default="ok")
-    status = ("not run" if all(s == "pending" for s in statuses) else "mismatch" if bad
-              else "drift" if "drift" in statuses else "ok")
+    ran = any(s != "pending" for s in statuses) or any("status" in m for m in modules)
+    status = "not run" if not ran else "mismatch" if bad else "drift" if "drift" in statuses else "ok"
     if status != "not run" and worst[module_status] > worst[status]:
         status = module_status
     return {
@@ -227,7 +227,10 @@ def summary(modules: Sequence[dict]) -> dict:
         "by_kind": count("kind"), "by_emitter": count("emitter"), "by_backend": count("backend"),
         "by_status": statuses, "by_kind_backend": by_kind_backend,
         "host_fallbacks": [{"name": f["name"], "kind": f["kind"], "reason": f.get("reason", ""),
-                            "card": f.get("card", "")} for f in fusions if f.get("host")],
+                            "card": f.get("card", "")} for f in fusions if f.get("host")] + [
+            {"name": c["name"], "kind": "custom-call", "card": "",
+             "reason": f"library call {c.get('target', '')}: no other execution backend accepts it here"}
+            for m in modules for c in m["library_calls"] if c["opcode"] == "custom-call" and c.get("backend") == "host"],
         "status": status,
     }
 
