@@ -92,6 +92,27 @@ def test_record_dir_errors_name_the_file(tmp_path):
         from_record_dir(tmp_path)
 
 
+@needs_dot
+def test_a_tuning_served_from_the_cache_says_so_instead_of_an_empty_chart():
+    from fusegen.report.data import build_report
+    from fusegen.report.render import render_html
+
+    measured = {"instruction": "b", "step": "tuned", "error": None, "window_us": 2.0, "winner": "x", "fastest": "x",
+                "tie_break": False, "tie_break_sentence": None, "failures": [], "source": "autotune", "cache": "miss",
+                "configs": 1, "supported": 1, "duration_us": 3.0, "scratch_bytes": 0,
+                "candidates": [{"name": "x", "backend": "triton", "trusted": False, "duration_us": 3.0,
+                                "scratch_bytes": 0, "failure": None, "message": "", "cluster": 0, "winner": True,
+                                "fastest": True, "in_window": True}]}
+    cached = {**measured, "instruction": "a", "step": "cache", "cache": "directory", "candidates": []}
+    doc = build_report("m.hlo", "h200", [{"name": "m", "fusions": [], "library_calls": [],
+                                          "graph": {"nodes": [], "edges": [], "clusters": [], "hidden_parameters": 0}}],
+                       [cached, measured], {"parse": 0.1}, {})
+    html = render_html(doc, plotly_js="/* plotly */")
+    assert "Nothing measured: the winner came from the autotune cache." in html
+    assert 'id="chart-tuning-0"' not in html and 'id="chart-tuning-1"' in html
+    assert 'figs["chart-tuning-1"]' in html and 'figs["chart-tuning-0"]' not in html
+
+
 # -- data: dispatch path, graph, compile --------------------------------------------------------
 
 def test_dispatch_path_marks_passed_answered_and_not_asked():
@@ -125,6 +146,15 @@ def test_summary_counts_and_status():
     mod["fusions"].append(f("d", "kLoop", "triton", "mismatch"))
     assert summary([mod])["status"] == "mismatch"
     assert summary([{"fusions": [f("e", "kLoop", "triton", "pending")], "library_calls": []}])["status"] == "not run"
+    # a library call the host runs is a fallback too; a module that ran with no fusions still has a status
+    lib = {"fusions": [], "status": "ok", "library_calls": [
+        {"name": "gemm", "opcode": "custom-call", "target": "__cublas$lt$matmul", "backend": "host"}]}
+    s = summary([lib])
+    assert s["status"] == "ok" and [h["name"] for h in s["host_fallbacks"]] == ["gemm"]
+    assert "__cublas$lt$matmul" in s["host_fallbacks"][0]["reason"]
+    # every fusion within tolerance, but the module's outputs drift from the f64 oracle (the verdict)
+    assert summary([{"fusions": [f("g", "kLoop", "triton", "ok")], "library_calls": [], "status": "drift"}])["status"] \
+        == "drift"
 
 
 def test_indexing_maps_come_from_fusegen_indexing_when_present():
@@ -174,6 +204,24 @@ def test_while_body_fusion_is_a_node_in_its_cluster_and_a_host_fallback():
 
 
 @needs_dot
+def test_graph_outlines_mismatches_and_marks_host_fallbacks():
+    from fusegen.report.graph import HOST_COLOR, STATUS_COLORS, render_svg
+
+    def node(name, status, host=False):
+        return {"id": f"n_{name}", "name": name, "type": "fusion", "label": "kLoop · LoopFusion", "kind": "kLoop",
+                "host": host, "cluster": None, "card": f"card-{name}", "status": status, "tooltip": f"%{name}: {status}"}
+
+    graph = {"nodes": [node("good", "ok"), node("bad", "mismatch"), node("cpu", "ok", host=True)],
+             "edges": [["n_good", "n_bad"], ["n_bad", "n_cpu"]], "clusters": [], "hidden_parameters": 0}
+    svg = render_svg(graph)
+    groups = {g.split("<title>")[1].split("</title>")[0]: g for g in svg.split('<g id="node')[1:]}
+    assert STATUS_COLORS["mismatch"] in groups["n_bad"] and 'stroke-width="4"' in groups["n_bad"]
+    assert HOST_COLOR in groups["n_cpu"] and "stroke-dasharray" in groups["n_cpu"]
+    assert STATUS_COLORS["mismatch"] not in groups["n_good"] and HOST_COLOR not in groups["n_good"]
+    assert 'xlink:title="%bad: mismatch"' in groups["n_bad"] and 'href="#card-bad"' in groups["n_bad"]
+
+
+@needs_dot
 def test_json_data_matches_explain_and_reports_the_compile(tmp_path):
     mlp = corpus_path("jax", "gpu_mlp_bf16.default.h100_opt.hlo")
     p = _fusegen("report", str(mlp), "-o", str(tmp_path / "r.html"), "--json-data", str(tmp_path / "r.json"))
@@ -216,3 +264,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
     assert p.returncode == 2 and "--record" in p.stderr
     p = _fusegen("report", str(tmp_path / "missing.hlo"), "--cost-model-top-k", "2")
     assert p.returncode == 2 and "need --autotune" in p.stderr
+    # --run keeps fusegen run's limits: a 2e9-iteration loop is refused before it starts, nothing written
+    p = _fusegen("report", str(corpus_path("hostile", "while_huge.hlo")), "--run", "-o", str(tmp_path / "h.html"))
+    assert p.returncode == 2 and "2,000,000,000 iterations" in p.stderr and p.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "h.html").exists()

@@ -91,10 +91,10 @@ def _check_page(page, doc: dict) -> None:
     assert page.locator("#chart-kinds .main-svg .barlayer .point").count() == bars
 
 
-def _shot(page, tmp_path: Path, name: str, full_page: bool) -> None:
-    page.evaluate("window.scrollTo(0, 0)")
+def _shot(target, tmp_path: Path, name: str, **kw) -> None:
+    """Screenshot a page or one element of it; ``FUSEGEN_UPDATE_SCREENSHOTS=1`` also copies it into docs/."""
     path = tmp_path / name
-    page.screenshot(path=str(path), full_page=full_page)
+    target.screenshot(path=str(path), **kw)
     assert path.stat().st_size > 20_000  # a drawn page, not a blank one
     if os.environ.get("FUSEGEN_UPDATE_SCREENSHOTS", "") not in ("", "0"):
         shutil.copyfile(path, DOCS / name)
@@ -115,6 +115,7 @@ def test_gpt12_report_in_chromium(browser, tmp_path):
     shown = page.eval_on_selector_all("article.card", "els => els.filter(e => e.style.display !== 'none').length")
     assert shown == doc["summary"]["by_kind"]["kTranspose"]
     page.fill("#filter", "")
+    page.evaluate("window.scrollTo(0, 0)")
     _shot(page, tmp_path, "report-gpt12.png", full_page=False)
 
 
@@ -132,10 +133,19 @@ def test_tuned_mlp_report_in_chromium(browser, tmp_path):
     # one marker per candidate that ran, plus the winner's star and the fastest's ring
     assert page.locator("#chart-tuning-0 .scatterlayer .point").count() == len(ran) + 2
     assert page.locator("#chart-tuning-0 .shapelayer path").count() >= 1  # the shaded window
+    # the verdict on the module's outputs (f64 oracle) and each kernel's error budget are on the page
+    m = doc["modules"][0]
+    if "verdict" in m:
+        assert m["status"] == "ok" and [o["status"] for o in m["verdict"]["outputs"]] == ["ok"]
+        assert page.locator("table.verdict tr").count() == 1 + len(m["verdict"]["outputs"])
+    for f in m["fusions"]:
+        if f.get("budget", "-") != "-":
+            assert f["budget"] in page.locator(f"#{f['card']}").inner_text()
     # the tuned fusion's card links to its chart, and the chart's title back to the card
     assert doc["modules"][0]["fusions"][0]["tuning"] == {"index": 0, "winner": t["winner"], "step": "tuned"}
     assert page.locator("#card-gemm_fusion_dot a[href='#tuning-0']").inner_text() == t["winner"]
     assert page.locator("#tuning-0 h3 a[href='#card-gemm_fusion_dot']").count() == 1
+    page.evaluate("window.scrollTo(0, 0)")
     _shot(page, tmp_path, "report-mlp-tuned.png", full_page=True)
 
 
@@ -173,7 +183,7 @@ def test_recorded_tuning_shows_wrong_results_and_the_tie_break(browser, tmp_path
     assert page.locator("#chart-tuning-0 .scatterlayer .point").count() == 4 + 2
     assert page.locator("#chart-tuning-1 .scatterlayer .point").count() == 2 + 2
     panels.nth(1).scroll_into_view_if_needed()
-    panels.nth(1).screenshot(path=str(tmp_path / "tie.png"))
+    _shot(panels.nth(1), tmp_path, "report-tie-break.png")
 
 
 def test_a_file_of_several_modules_keeps_every_card(browser, tmp_path):

@@ -21,24 +21,29 @@ from pathlib import Path
 import click
 
 from fusegen.cli.common import (EXIT_MISMATCH, check_writable, device_option, fail, get_device_or_fail,
-                                internal_error, load_modules, prepare_modules)
+                                internal_error, limit_options, load_modules, prepare_modules, resolve_limits)
 from fusegen.cli.config import config_options, resolve_config
 
 
-def _run_modules(modules, device, seed, compile_kernels, module_path):
+def _run_modules(modules, device, seed, compile_kernels, module_path, limits, verify):
+    """``fusegen run``'s run of every module (same limits and verdict), one report each; errors exit 2."""
+    from fusegen.codegen.kernel_dir import KernelDirError
     from fusegen.dispatch import DispatchError
     from fusegen.evaluator.common import EvaluationError
     from fusegen.evaluator.evaluator import UnsupportedOpError
     from fusegen.plugin_manager import PluginError
     from fusegen.runtime.executor import run_module
     from fusegen.runtime.inputs import InputError, make_inputs
+    from fusegen.runtime.limits import ResourceLimitError, check_module
 
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     reports = []
     for module in modules:
         try:
-            _, rep = run_module(module, make_inputs(module, seed), device, compile_kernels=compile_kernels)
-        except (UnsupportedOpError, PluginError, InputError, DispatchError) as e:
+            check_module(module, limits)
+            _, rep = run_module(module, make_inputs(module, seed), device, compile_kernels=compile_kernels,
+                                limits=limits, verify=verify)
+        except (UnsupportedOpError, PluginError, InputError, DispatchError, ResourceLimitError, KernelDirError) as e:
             fail(f"{module_path}: {e}")
         except EvaluationError as e:
             fail(f"{module_path}: cannot evaluate: {e}")
@@ -66,11 +71,17 @@ def _run_modules(modules, device, seed, compile_kernels, module_path):
 @click.option("--run", "do_run", is_flag=True,
               help="Also run every fusion (Triton's interpreter on a CPU) and show its error against the reference.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of --run's random inputs.")
-@click.option("--no-compile", is_flag=True, help="Skip the sm_90 compile (registers, shared memory, spills).")
+@click.option("--no-compile", is_flag=True,
+              help="Skip compiling each kernel for the device's SM (sm_90 on h200/h100): registers, shared memory, spills.")
+@click.option("--rtol", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="With --run: conditioning factor of the drift verdict (as fusegen run; [verify] rtol).")
+@click.option("--atol", type=click.FloatRange(min=0), default=None,
+              help="With --run: floor of every element type (as fusegen run; [verify] atol).")
+@limit_options
 @device_option
 @config_options
 def report(module_path, output_path, json_path, autotune, record_dir, top_k, autotune_cache_dir, do_run, seed,
-           no_compile, device_name, config_path, xla_flags):
+           no_compile, rtol, atol, max_memory, timeout, max_while_iterations, device_name, config_path, xla_flags):
     """Write an HTML report of MODULE.hlo: graph, a card per fusion, tuning charts, summary."""
     from fusegen.plugin_manager import PluginError, default_plugin_manager
 
@@ -85,6 +96,7 @@ def report(module_path, output_path, json_path, autotune, record_dir, top_k, aut
     t0 = time.perf_counter()
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
+    limits = resolve_limits(max_memory, timeout, max_while_iterations)
     modules = load_modules(module_path)
     phases["parse"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -112,7 +124,8 @@ def report(module_path, output_path, json_path, autotune, record_dir, top_k, aut
     run_reports = [None] * len(modules)
     if do_run:
         t0 = time.perf_counter()
-        run_reports = _run_modules(modules, device, seed, not no_compile, module_path)
+        run_reports = _run_modules(modules, device, seed, not no_compile, module_path, limits,
+                                   cfg.verify.with_overrides(rtol, atol))
         phases["run"] = time.perf_counter() - t0
     doc = _collect(module_path, modules, device, default_plugin_manager(), run_reports, not no_compile, phases,
                    tuning, {"autotune": autotune, "run": do_run, "record": record_dir, "compile": not no_compile,
@@ -146,9 +159,12 @@ def _collect(module_path, modules, device, pm, run_reports, compile_kernels, pha
 
     t0 = time.perf_counter()
     entries = []
+    major, minor = getattr(device, "compute_capability", (9, 0))
+    capability = major * 10 + minor if major >= 7 else 90  # the device's SM; sm_90 for a non-CUDA preset
+    options["compile"] = f"sm_{capability}" if compile_kernels else False
     try:
         for k, (m, rr) in enumerate(zip(modules, run_reports)):
-            entries.append(module_entry(m, device, pm, rr, compile_kernels,
+            entries.append(module_entry(m, device, pm, rr, compile_kernels, capability,
                                         card_prefix=f"m{k}-" if len(modules) > 1 else ""))
     except PluginError as e:
         fail(f"{module_path}: {e}")
@@ -156,5 +172,5 @@ def _collect(module_path, modules, device, pm, run_reports, compile_kernels, pha
         fail(f"{module_path}: {e} (check [plugins] disable in the config)")
     except Exception as e:  # never a bare traceback
         internal_error(f"{module_path}: collecting the report", e)
-    phases["dispatch + compile" if compile_kernels else "dispatch"] = time.perf_counter() - t0
+    phases[f"dispatch + sm_{capability} compile" if compile_kernels else "dispatch"] = time.perf_counter() - t0
     return build_report(module_path, device, entries, tuning, phases, options)

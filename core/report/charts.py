@@ -38,7 +38,7 @@ def tuning_figure(entry: dict) -> str:
     fig = go.Figure()
     labels = len(ran) <= 12
     # neighbours along the duration axis alternate above and below, so their labels do not overlap
-    positions = {c["name"]: ("top center", "bottom center")[k % 2]
+    positions = {c["name"]: ("top right", "bottom right")[k % 2]
                  for k, c in enumerate(sorted(ran, key=lambda c: (c["duration_us"], c["scratch_bytes"])))}
     groups: dict[Any, list[dict]] = {}
     for c in ran:
@@ -79,6 +79,10 @@ def tuning_figure(entry: dict) -> str:
     fig.update_layout(**_LAYOUT, height=380, title=dict(text=f"%{entry['instruction']}: duration vs scratch bytes",
                                                         font=dict(size=14)))
     fig.update_xaxes(title_text="duration (µs)" + (", log scale" if log_x else ""), type="log" if log_x else "linear")
+    if durations and not log_x:  # room around the points and the window, which autorange would clip
+        lo, hi = min(durations), max(max(c["duration_us"] for c in ran), min(durations) + entry["window_us"])
+        pad = 0.08 * (hi - lo or 1.0)
+        fig.update_xaxes(range=[lo - pad, hi + pad])
     top = max((c["scratch_bytes"] for c in ran), default=0)
     fig.update_yaxes(title_text="scratch bytes", range=[-0.15 * (top or 1), 1.25 * (top or 1)], zeroline=True)
     return _json(fig)

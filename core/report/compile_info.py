@@ -56,9 +56,9 @@ def kernel_compile_info(kernel: Any, capability: int = 90) -> dict[str, Any]:
         res = triton_runtime.compile_for_target(kernel, capability=capability)
     except Exception as e:  # the report shows the failure on the fusion's card
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return {"status": "failed", "error": f"{type(e).__name__}: {msg}"}
-    info: dict[str, Any] = {"status": "ok", "shared_bytes": res.shared_bytes, "num_warps": res.num_warps,
-                            "seconds": round(res.seconds, 3)}
+        return {"status": "failed", "target": f"sm_{capability}", "error": f"{type(e).__name__}: {msg}"}
+    info: dict[str, Any] = {"status": "ok", "target": f"sm_{capability}", "shared_bytes": res.shared_bytes,
+                            "num_warps": res.num_warps, "seconds": round(res.seconds, 3)}
     ptxas = _ptxas_path(capability)
     if ptxas and res.ptx:
         arch = f"sm_{capability}a" if capability >= 90 else f"sm_{capability}"

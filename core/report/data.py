@@ -82,10 +82,14 @@ def dispatch_path(matchers: Sequence[Any], decided_by: str, kind: str) -> list[d
 
 
 def _launch_dimensions(kernel: Any) -> dict:
+    """The kernel's launch; ``xla`` is the launch as XLA's thunk prints it, where the emitter models it."""
     ld = kernel.launch
-    return {"kernel": kernel.name, "grid": list(ld.grid), "num_programs": ld.num_programs,
-            "num_warps": ld.num_warps, "threads_per_program": 32 * ld.num_warps,
-            "shared_memory_bytes": ld.shared_memory_bytes, "num_stages": kernel.num_stages}
+    d = {"kernel": kernel.name, "grid": list(ld.grid), "num_programs": ld.num_programs,
+         "num_warps": ld.num_warps, "threads_per_program": 32 * ld.num_warps,
+         "shared_memory_bytes": ld.shared_memory_bytes, "num_stages": kernel.num_stages}
+    if hasattr(ld, "to_json"):
+        d["xla"] = ld.to_json()
+    return d
 
 
 def _indexing_maps(rep: Any, emitted: Any) -> Any:
@@ -188,6 +192,10 @@ def module_entry(module: Module, device: Any, pm: Any, run_report: Any = None, c
     out = {"name": module.name, "fusions": fusions, "library_calls": calls,
            "graph": graph_data(module, {f["name"]: f for f in fusions}, {c["name"]: c for c in calls})}
     if run_report is not None:
+        verdict = getattr(run_report, "verdict", None)  # per-output ok/drift/mismatch against the f64 oracle
+        if verdict is not None:
+            out["verdict"] = verdict.to_json()
+        out["status"] = getattr(run_report, "status", "ok" if run_report.ok else "mismatch")
         out["outputs_match"] = run_report.outputs_ok
         out["output_max_abs_error"] = run_report.output_max_abs_error
         out["other_instructions"] = dict(run_report.other)
@@ -205,6 +213,13 @@ def summary(modules: Sequence[dict]) -> dict:
     statuses = count("status")
     # "drift": within the error budget but above the usual tolerance (the verdict feature); not a failure
     bad = sum(n for s, n in statuses.items() if s not in ("ok", "pending", "drift"))
+    # a module's verdict (its outputs against the f64 oracle) can say drift or mismatch on its own
+    worst = {"ok": 0, "drift": 1, "mismatch": 2}
+    module_status = max((m["status"] for m in modules if m.get("status") in worst), key=worst.get, default="ok")
+    ran = any(s != "pending" for s in statuses) or any("status" in m for m in modules)
+    status = "not run" if not ran else "mismatch" if bad else "drift" if "drift" in statuses else "ok"
+    if status != "not run" and worst[module_status] > worst[status]:
+        status = module_status
     return {
         "fusions": len(fusions),
         "library_calls": sum(c["opcode"] == "custom-call" for m in modules for c in m["library_calls"]),
@@ -212,9 +227,11 @@ def summary(modules: Sequence[dict]) -> dict:
         "by_kind": count("kind"), "by_emitter": count("emitter"), "by_backend": count("backend"),
         "by_status": statuses, "by_kind_backend": by_kind_backend,
         "host_fallbacks": [{"name": f["name"], "kind": f["kind"], "reason": f.get("reason", ""),
-                            "card": f.get("card", "")} for f in fusions if f.get("host")],
-        "status": ("not run" if all(s == "pending" for s in statuses) else "mismatch" if bad
-                   else "drift" if "drift" in statuses else "ok"),
+                            "card": f.get("card", "")} for f in fusions if f.get("host")] + [
+            {"name": c["name"], "kind": "custom-call", "card": "",
+             "reason": f"library call {c.get('target', '')}: no other execution backend accepts it here"}
+            for m in modules for c in m["library_calls"] if c["opcode"] == "custom-call" and c.get("backend") == "host"],
+        "status": status,
     }
 
 

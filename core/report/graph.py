@@ -23,6 +23,8 @@ KIND_COLORS = {
 }
 OTHER_KIND_COLOR = "#e0e0e0"
 HOST_COLOR = "#d62828"
+#: Outline of a fusion whose kernel disagreed with the reference (or stayed within budget only: drift).
+STATUS_COLORS = {"mismatch": "#800f2f", "error": "#800f2f", "drift": "#e09f00"}
 MAX_DRAWN_PARAMETERS = 8
 
 
@@ -85,7 +87,10 @@ def graph_data(module: Module, fusions: dict[str, dict], calls: dict[str, dict])
                 kind = f.get("kind", "")
                 sub = f.get("emitter", "-") if not f.get("host") else "host"
                 node = {"id": nid, "name": inst.name, "type": "fusion", "label": f"{kind} · {sub}", "kind": kind,
-                        "host": bool(f.get("host")), "cluster": cl, "card": f.get("card", card_id(inst.name))}
+                        "host": bool(f.get("host")), "cluster": cl, "card": f.get("card", card_id(inst.name)),
+                        "status": f.get("status", "pending"),
+                        "tooltip": "; ".join(x for x in (f"%{inst.name}: {kind} · {sub}", f.get("launch", "-"),
+                                                         f.get("status", "pending"), f.get("reason", "")) if x and x != "-")}
             elif inst.opcode in CONTROL_OPCODES:
                 node = {"id": nid, "name": inst.name, "type": "control", "label": inst.opcode, "kind": "",
                         "host": False, "cluster": cl}
@@ -130,9 +135,11 @@ def to_dot(graph: dict, name: str = "module") -> Any:
         if n["type"] == "fusion":
             label = f'<<b>{_esc(n["name"])}</b><br/><font point-size="9">{_esc(n["label"])}</font>>'
             attrs = {"fillcolor": kind_color(n["kind"]), "href": "#" + n.get("card", card_id(n["name"])),
-                     "tooltip": f'{n["name"]}: {n["label"]}', "target": "_self"}
+                     "tooltip": n.get("tooltip", f'{n["name"]}: {n["label"]}'), "target": "_self"}
             if n["host"]:
                 attrs.update(color=HOST_COLOR, penwidth="2.5", style="filled,rounded,dashed", fontcolor=HOST_COLOR)
+            if n.get("status") in STATUS_COLORS:  # where the errors are: a thick outline
+                attrs.update(color=STATUS_COLORS[n["status"]], penwidth="4")
         elif n["type"] in ("library", "op"):
             label = f'<<b>{_esc(n["name"])}</b><br/><font point-size="9">{_esc(n["label"])}</font>>'
             attrs = {"fillcolor": "#fff3bf" if n["type"] == "library" else "#f8f9fa",

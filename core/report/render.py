@@ -128,7 +128,9 @@ def render_html(doc: dict, *, plotly_js: str | None = None) -> str:
         plotly_js = get_plotlyjs()
     graphs = [render_svg(m["graph"], m["name"]) for m in doc["modules"]]
     charts = {"kinds": kinds_figure(doc["summary"]),
-              "tuning": [tuning_figure(t) for t in doc["tuning"]]}
+              # no chart where nothing was measured (served from the cache, a single config, an error)
+              "tuning": [tuning_figure(t) if any(c["duration_us"] is not None for c in t["candidates"]) else None
+                         for t in doc["tuning"]]}
     phase_total = sum(doc["phases"].values()) or 1.0
     return environment().get_template("report.html.j2").render(
         doc=doc, graphs=graphs, charts=charts, plotly_js=plotly_js.replace("</script", "<\\/script"),
