@@ -74,6 +74,8 @@ class RunReport:
     outputs_ok: bool = True
     output_max_abs_error: float = 0.0
     seconds: float = 0.0
+    # each non-fusion instruction sent to an execution backend, first execution order: (name, opcode, backend)
+    other_instructions: list[tuple[str, str, str]] = attrs.Factory(list)
 
     @property
     def ok(self) -> bool:
@@ -114,6 +116,7 @@ class Executor:
         self.on_fusion = on_fusion
         self.reports: dict[str, FusionReport] = {}
         self.other: dict[str, int] = {}
+        self.other_instructions: dict[str, tuple[str, str, str]] = {}  # name -> (name, opcode, backend)
         self._emitted: dict[int, tuple[Any, FusionReport]] = {}
 
     # -- planning (no execution): used by `fusegen explain` too ---------------------------------------
@@ -229,6 +232,7 @@ class Executor:
             return evaluate_instruction(inst, ops)
         backend = self._backend_for(inst)
         self.other[backend.name] = self.other.get(backend.name, 0) + 1
+        self.other_instructions.setdefault(inst.name, (inst.name, op, backend.name))
         return self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops, self)
 
     def _run_fusion(self, inst: Instruction, ops: list[Any]) -> Any:
@@ -313,5 +317,6 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
         c = compare(a, b, s.element_type)
         ok = ok and c.ok
         worst = max(worst, c.max_abs_error)
-    report = RunReport(module.name, list(ex.reports.values()), dict(ex.other), ok, worst, time.perf_counter() - t0)
+    report = RunReport(module.name, list(ex.reports.values()), dict(ex.other), ok, worst, time.perf_counter() - t0,
+                       list(ex.other_instructions.values()))
     return out, report

@@ -173,9 +173,18 @@ def load_inputs(module: Module, path: str | Path) -> list[Any]:
     """
     path = Path(path)
     try:
+        with open(path, "rb") as fp:
+            head = fp.read(6)
+    except OSError as e:
+        raise InputError(f"{path}: cannot read inputs: {e.strerror or e}") from None
+    if not head.startswith(b"PK"):  # an .npz is a zip archive of .npy files
+        what = ("it holds a single .npy array" if head.startswith(b"\x93NUMPY") else "it is empty" if not head
+                else "it is not a zip archive")
+        raise InputError(f"{path}: not an .npz archive ({what}; np.savez writes one, with arrays p0, p1, ...)")
+    try:
         data = np.load(path, allow_pickle=False)
     except Exception as e:
-        raise InputError(f"{path}: cannot read inputs: {e}") from None
+        raise InputError(f"{path}: not a readable .npz archive: {e}") from None
     if not hasattr(data, "files"):
         raise InputError(f"{path}: not an .npz archive (np.savez writes one, with arrays p0, p1, ...)")
     out = []
