@@ -4,12 +4,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.fusegen-installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean system-deps
 
 $(STAMP): pyproject.toml examples/input-slices-plugin/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	# distributed: Ray (about 70 MB, under a minute), so the --cluster ray tests run.
+	$(BIN)/python -m pip install -q -e '.[test,distributed]'
 	# cuDNN graph building works on a CPU; its heavy deps (cutlass-dsl) are only needed on a GPU.
 	$(BIN)/python -m pip install -q --no-deps nvidia-cudnn-frontend==1.32.0
 	# The example third-party plugin: discovered through its entry point, checked by the conformance suite.
@@ -19,7 +20,11 @@ $(STAMP): pyproject.toml examples/input-slices-plugin/pyproject.toml
 demo: $(STAMP)
 	$(BIN)/fusegen run examples/gpu_multi_output.h100_opt.hlo
 
-test: $(STAMP)
+# graphviz (fusegen report's graph) and Chromium (its browser test), via apt-get when root; never fails.
+system-deps:
+	@scripts/install-system-deps
+
+test: $(STAMP) system-deps
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)

@@ -941,7 +941,7 @@ def test_every_corpus_opcode_is_supported():
 
     seen: set[str] = set()
     for f in sorted(CORPUS.rglob("*.hlo")):
-        if f.name in ("B01.hlo", "B02.hlo"):
+        if f.name in ("B01.hlo", "B02.hlo") or f.parent.name == "hostile":  # refused on purpose
             continue
         for m in parse_modules(f.read_text(), str(f)):
             seen.update(i.opcode for i in m.all_instructions())

@@ -27,7 +27,7 @@ def corpus_files() -> list[Path]:
     if not CORPUS.is_dir():
         return []
     files = sorted(CORPUS.rglob("*.hlo")) + sorted((CORPUS / "jax" / "xla_dump_h200").glob("*optimizations.txt"))
-    return [p for p in files if p.name not in INVALID]
+    return [p for p in files if p.name not in INVALID and "hostile" not in p.relative_to(CORPUS).parts]
 
 
 def _id(p: Path) -> str:

@@ -507,9 +507,13 @@ def test_launch_dimensions_reported():
     cx = ks.constexprs
     ta = cx["BLOCK"] // (cx["TR"] * cx["TB"])
     assert ks.launch.grid == (-(-cx["NA"] // ta) * -(-cx["NB"] // cx["TB"]),)
-    assert ks.launch.num_warps in (1, 2, 4, 8)
     assert ks.launch.shared_memory_bytes > 0
     assert (cx["NA"], cx["NR"], cx["NB"]) == (1, 300, 1000)
+    # XLA's ColumnReductionFusion: 32 x 32 threads, 2-wide f32 vectors, one block per 64 columns
+    assert ks.launch.to_json() == {"grid": [16, 1, 1], "threads": [1024, 1, 1], "shared_memory_bytes": 0}
+    assert ks.launch.num_warps * 32 == 1024 and cx["TB"] == 64
+    res = triton_runtime.compile_for_target(ks)
+    assert res.num_warps == 32
 
 
 # --------------------------------------------------------------------------------- property tests

@@ -2,7 +2,8 @@
 
 The directory is ``--cache-dir`` or ``xla_gpu_per_fusion_autotune_cache_dir`` from the configuration.
 ``export``/``import`` carry whole results in one JSON bundle, for shipping tuned results ahead of time
-(XLA's ``xla_gpu_dump_autotune_results_to`` / ``xla_gpu_load_autotune_results_from``).
+(XLA's ``xla_gpu_dump_autotune_results_to`` / ``xla_gpu_load_autotune_results_from``), or, with
+``export --format xla`` / ``import FILE.pbtxt``, as XLA's own AutotuneResults text proto.
 
 Exit codes: 0 success, 2 bad input (no directory, unknown key, malformed bundle).
 """
@@ -120,10 +121,13 @@ def clear(ctx, sub_cache_dir):
 
 @cache.command("export")
 @click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["json", "xla"]), default="json",
+              help="json: fusegen's bundle; xla: XLA's AutotuneResults text proto (xla_gpu_load_autotune_results_from).")
 @_dir_option
 @click.pass_context
-def export(ctx, file, sub_cache_dir):
-    """Write every valid entry into one JSON bundle FILE (bad files are skipped with a warning)."""
+def export(ctx, file, fmt, sub_cache_dir):
+    """Write every valid entry into FILE (bad files, and with --format xla entries XLA cannot express, are
+    skipped with a warning)."""
     from fusegen.cache.format import bundle_to_json
 
     tier = _tier(ctx, sub_cache_dir)
@@ -133,23 +137,77 @@ def export(ctx, file, sub_cache_dir):
             click.echo(f"fusegen: warning: skipping {f}: {problem}", err=True)
         else:
             good.append(e)
+    if fmt == "xla":
+        from fusegen.cache.xla_results import write_file
+
+        try:
+            rep = write_file(file, good)
+        except OSError as e:
+            fail(f"{file}: {e.strerror or e}")
+        for n in rep.notes:
+            click.echo(f"fusegen: warning: {n}", err=True)
+        click.echo(f"exported {len(rep.entries)} entries ({rep.results} XLA results) to {file}"
+                   + (f"; {rep.skipped} left out" if rep.skipped else ""))
+        return
     Path(file).write_text(json.dumps(bundle_to_json(good), indent=1) + "\n")
     click.echo(f"exported {len(good)} entries to {file}")
 
 
+def _xla_fingerprint(ctx, cost_model_top_k, level, backends_spec) -> str:
+    """The options fingerprint ``fusegen tune`` would use with the same configuration and options."""
+    from fusegen.autotuning.autotuner import AutotuneOptions, Autotuner, discover_backends
+    from fusegen.cli.common import get_device_or_fail
+    from fusegen.plugin_manager import PluginError
+
+    o = ctx.obj
+    cfg = resolve_config(o.get("config_path"), o.get("xla_flags", ()), quiet=True)
+    overrides = {k: v for k, v in (("cost_model_top_k", cost_model_top_k), ("xla_gpu_autotune_level", level),
+                                   ("xla_gpu_experimental_autotune_backends", backends_spec)) if v is not None}
+    try:
+        opts = AutotuneOptions.from_debug_options(cfg.debug_options, **overrides)
+        return Autotuner(discover_backends(), opts, get_device_or_fail(None, cfg)).fingerprint
+    except (ValueError, TypeError, PluginError) as e:
+        fail(str(e))
+
+
 @cache.command("import")
 @click.argument("file", type=click.Path(dir_okay=False, exists=True))
+@click.option("--cost-model-top-k", type=click.IntRange(0, None), default=None,
+              help="XLA results: store them for `tune --cost-model-top-k K` (keys hold the tuning options).")
+@click.option("--level", type=click.IntRange(0, 5), default=None, help="XLA results: for `tune --level N`.")
+@click.option("--backends", "backends_spec", default=None, help="XLA results: for `tune --backends SPEC`.")
 @_dir_option
 @click.pass_context
-def import_(ctx, file, sub_cache_dir):
-    """Validate bundle FILE and write each entry into the directory (atomically, one file per key)."""
+def import_(ctx, file, cost_model_top_k, level, backends_spec, sub_cache_dir):
+    """Validate FILE and write each entry into the directory (atomically, one file per key).
+
+    FILE is a fusegen JSON bundle, or XLA's AutotuneResults text proto (``*.pbtxt``, ``*.textproto``, or any
+    file that is not JSON: an XLA dump or xla_gpu_dump_autotune_results_to). XLA's keys carry no autotuner
+    options; the entries are stored under those `fusegen tune` would use with this configuration.
+    """
     from fusegen.cache.format import CacheFormatError, bundle_from_text
 
     tier = _tier(ctx, sub_cache_dir)
     try:
-        entries = bundle_from_text(Path(file).read_text(), file)
+        text = Path(file).read_text()
     except (OSError, UnicodeDecodeError) as e:
         fail(f"{file}: {e}")
+    if not text.lstrip().startswith("{"):
+        from fusegen.cache.xla_results import XlaResultsError, entries_from_text
+
+        try:
+            rep = entries_from_text(text, file, _xla_fingerprint(ctx, cost_model_top_k, level, backends_spec))
+        except XlaResultsError as e:
+            fail(str(e))
+        for n in rep.notes:
+            click.echo(f"fusegen: warning: {n}", err=True)
+        for e in rep.entries:
+            tier.put(e)
+        click.echo(f"imported {len(rep.entries)} entries from {rep.results} XLA results into {tier.path}"
+                   + (f"; {rep.skipped} skipped" if rep.skipped else ""))
+        return
+    try:
+        entries = bundle_from_text(text, file)
     except CacheFormatError as e:
         fail(str(e))
     for e in entries:

@@ -107,3 +107,28 @@ def check_writable(path: str | None, what: str) -> None:
         fail(f"{what} {path}: is a directory")
     if not p.parent.exists():
         fail(f"{what} {path}: folder {p.parent} does not exist")
+
+
+def limit_options(f):
+    """``--max-memory``, ``--timeout`` and ``--max-while-iterations`` (see :mod:`fusegen.runtime.limits`)."""
+    f = click.option("--max-while-iterations", "max_while_iterations", type=click.IntRange(min=0), default=None,
+                     help="While-loop iterations one run may execute, all loops together (default 1,000,000); a "
+                          "loop whose static trip count is larger is refused before running.")(f)
+    f = click.option("--timeout", "timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+                     help="Wall-clock seconds the module may run (default: no limit).")(f)
+    f = click.option("--max-memory", "max_memory", default=None, metavar="SIZE",
+                     help="Refuse a module whose estimated peak memory is above SIZE (bytes, or 512M, 8G, ...; "
+                          "default: half the machine's RAM).")(f)
+    return f
+
+
+def resolve_limits(max_memory: str | None, timeout: float | None, max_while_iterations: int | None):
+    """A :class:`~fusegen.runtime.limits.RunLimits` from the command-line values (exit 2 on a bad size)."""
+    from fusegen.runtime.limits import DEFAULT_MAX_WHILE_ITERATIONS, RunLimits, default_max_memory, parse_size
+
+    try:
+        mem = parse_size(max_memory) if max_memory is not None else default_max_memory()
+    except ValueError as e:
+        fail(f"--max-memory: {e}")
+    iters = DEFAULT_MAX_WHILE_ITERATIONS if max_while_iterations is None else max_while_iterations
+    return RunLimits(max_memory=mem, timeout=timeout, max_while_iterations=iters)

@@ -14,10 +14,13 @@ from fusegen.cli.config import config_options, resolve_config
 @click.command()
 @click.argument("module_path", metavar="MODULE.hlo")
 @click.option("--fusion", "fusion_name", help="Also print this fusion's generated kernel source.")
+@click.option("--indexing", "show_indexing", is_flag=True,
+              help="With --fusion: print the emitter's thread-to-output and thread-to-input indexing maps "
+                   "(XLA's text form; JSON: an \"indexing\" object).")
 @device_option
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def explain(module_path, fusion_name, device_name, config_path, xla_flags, as_json):
+def explain(module_path, fusion_name, show_indexing, device_name, config_path, xla_flags, as_json):
     """Show, for every fusion, its kind, what decided it, its emitter, backend and launch dimensions."""
     from fusegen.dispatch import DispatchError
     from fusegen.plugin_manager import PluginError
@@ -50,12 +53,26 @@ def explain(module_path, fusion_name, device_name, config_path, xla_flags, as_js
         internal_error(module_path, e)
     if fusion_name is not None and fusion_name.lstrip("%") not in {i.name for i, _ in rows}:
         fail(f"{module_path}: no fusion named {fusion_name!r}")
+    if show_indexing and fusion_name is None:
+        fail("--indexing needs --fusion NAME")
+    indexing = None
+    if show_indexing:
+        from fusegen.codegen.thread_indexing import fusion_thread_indexing
+
+        inst = next(i for i, _ in rows if i.name == fusion_name.lstrip("%"))
+        try:
+            indexing = fusion_thread_indexing(inst, device)
+        except Exception as e:  # never a bare traceback
+            internal_error(f"{module_path}: indexing maps of %{inst.name}", e)
     if as_json:
         out = {"module": "; ".join(m.name for m in modules), "fusions": []}
         for inst, (emitted, rep) in rows:
             d = {k: v for k, v in rep.to_json().items() if k not in ("max_abs_error", "max_rel_error", "status", "compiled_sm90")}
+            d["launch_dimensions"] = emitted.launch.to_json() if emitted is not None and emitted.launch else None
             if fusion_name and inst.name == fusion_name.lstrip("%"):
                 d["kernels"] = [{"name": k.name, "source": k.source} for k in rep.kernels]
+                if indexing is not None:
+                    d["indexing"] = indexing
             out["fusions"].append(d)
         out["library_calls"] = calls
         click.echo(json.dumps(out, indent=2))
@@ -80,3 +97,13 @@ def explain(module_path, fusion_name, device_name, config_path, xla_flags, as_js
                 for k in rep.kernels:
                     console.print(f"# kernel {k.name} ({k.launch})", markup=False)
                     console.print(k.source, markup=False, highlight=False)
+                if indexing is not None:
+                    console.print(f"# indexing maps of %{inst.name} ({indexing['emitter'] or 'no emitter'})",
+                                  markup=False)
+                    for r in indexing["roots"]:
+                        console.print(f"root %{r['root']} (hero %{r['hero']})", markup=False)
+                        console.print(f"  thread -> output: {r['thread_to_output'] or 'none'}", markup=False,
+                                      highlight=False, soft_wrap=True)
+                        for o in r["operands"]:
+                            console.print(f"  thread -> operand %{o['operand']}: {o['thread_to_input'] or 'none'}",
+                                          markup=False, highlight=False, soft_wrap=True)

@@ -1,4 +1,4 @@
-"""The ``fusegen`` command: ``run``, ``explain``, ``plugins``.
+"""The ``fusegen`` command: ``run``, ``explain``, ``report``, ``plugins``, ...
 
 Exit codes: 0 success, 1 an output mismatched the reference evaluator, 2 bad input (malformed HLO,
 bad inputs file, unknown device) or a failing plugin, each reported in one line; 130 interrupted (Ctrl-C,
@@ -14,10 +14,12 @@ import click
 from fusegen import __version__
 from fusegen.cli.config import config
 from fusegen.cli.explain import explain
+from fusegen.cli.indexing import indexing
 from fusegen.cli.opt import opt
 from fusegen.cli.tune import tune
 from fusegen.cli.cache import cache
 from fusegen.cli.plugins import plugins
+from fusegen.cli.report import report
 from fusegen.cli.run import run
 
 
@@ -53,6 +55,8 @@ cli.add_command(config)
 cli.add_command(opt)
 cli.add_command(tune)
 cli.add_command(cache)
+cli.add_command(report)
+cli.add_command(indexing)
 
 
 def main() -> None:

@@ -18,8 +18,9 @@ import sys
 import click
 
 from fusegen.cli.common import (EXIT_MISMATCH, device_option, fail, get_device_or_fail, internal_error,
-                                load_modules, prepare_modules, check_writable)
+                                limit_options, load_modules, prepare_modules, check_writable, resolve_limits)
 from fusegen.cli.config import config_options, resolve_config
+from fusegen.cli.verify_options import budget_cell, expected_for, verdict_lines, verify_options
 
 
 def _fmt(x):
@@ -31,12 +32,13 @@ def report_table(report, title: str):
     from rich.table import Table
 
     t = Table(title=title, show_lines=False)
-    for col in ("fusion", "kind", "decided by", "emitter", "backend", "launch", "max abs err", "max rel err", "status"):
+    for col in ("fusion", "kind", "decided by", "emitter", "backend", "launch", "max abs err", "max rel err",
+                "err/budget", "status"):
         t.add_column(col, overflow="fold")
     for f in report.fusions:
         status = {"ok": "[green]ok[/]", "mismatch": "[red]mismatch[/]", "error": "[red]error[/]"}.get(f.status, f.status)
         t.add_row(f.name, f.kind, f.decided_by, f.emitter, f.backend, f.launch, _fmt(f.max_abs_error),
-                  _fmt(f.max_rel_error), status)
+                  _fmt(f.max_rel_error), budget_cell(f), status)
     return t
 
 
@@ -95,7 +97,10 @@ def _autotune(modules, cfg, device, module_path, record_dir, cache_dir, top_k, s
     except ValueError as e:
         fail(str(e))
     tuned = []
+    from fusegen.cli.tune_xla import dump_results, load_results
+
     with tuner:
+        load_results(tuner, cfg.debug_options)  # xla_gpu_load_autotune_results_from
         for module in modules:
             try:
                 if progress is not None:
@@ -112,6 +117,7 @@ def _autotune(modules, cfg, device, module_path, record_dir, cache_dir, top_k, s
             except Exception as e:  # never a bare traceback
                 internal_error(f"{module_path}: autotuning module {module.name}", e)
             tuned.extend((module.name, r) for r in reps)
+        dump_results(tuner, cfg.debug_options)  # xla_gpu_dump_autotune_results_to
     return tuner, tuned
 
 
@@ -124,26 +130,45 @@ def _others_line(report) -> str:
     return "; ".join(parts) or "none"
 
 
+def launch_dimensions_json(f) -> dict | None:
+    """The structured launch of a fusion report's kernel (the one its ``launch`` string names):
+    ``{"grid": [x, y, z], "threads": [x, y, z], "shared_memory_bytes": N}``, ``None`` without a kernel."""
+    kernels = list(getattr(f, "kernels", None) or [])
+    for k in kernels:
+        if str(k.launch) == f.launch:
+            return k.launch.to_json()
+    return kernels[0].launch.to_json() if kernels else None
+
+
+def fusion_json(f) -> dict:
+    """One fusion of ``--json``: the report's keys plus ``launch_dimensions``."""
+    d = f.to_json()
+    d["launch_dimensions"] = launch_dimensions_json(f)
+    return d
+
+
 def report_json(reports) -> dict:
     """The ``--json`` document: ``{"module", "fusions": [...], ...}`` (fusions in entry post order)."""
     if len(reports) == 1:
         r = reports[0]
         return {
             "module": r.module,
-            "fusions": [f.to_json() for f in r.fusions],
+            "fusions": [fusion_json(f) for f in r.fusions],
             "other_instructions": r.other,
             "non_fusion_instructions": [{"name": n, "opcode": o, "backend": b} for n, o, b in r.other_instructions],
             "outputs_match": r.outputs_ok,
             "output_max_abs_error": r.output_max_abs_error,
             "seconds": round(r.seconds, 3),
-            "status": "ok" if r.ok else "mismatch",
+            "status": r.status,
+            **(r.verdict.to_json() if r.verdict is not None else {}),
         }
     # A file of several modules (XLA tests separate them with `// -----`): one list, each row names its module.
     return {
         "module": "; ".join(r.module for r in reports),
         "modules": [report_json([r]) for r in reports],
-        "fusions": [{**f.to_json(), "module": r.module} for r in reports for f in r.fusions],
-        "status": "ok" if all(r.ok for r in reports) else "mismatch",
+        "fusions": [{**fusion_json(f), "module": r.module} for r in reports for f in r.fusions],
+        "status": ("mismatch" if any(r.status == "mismatch" for r in reports)
+                   else "drift" if any(r.status == "drift" for r in reports) else "ok"),
     }
 
 
@@ -166,14 +191,19 @@ def report_json(reports) -> dict:
 @click.option("--cost-model-top-k", "top_k", type=click.IntRange(0, None), default=None,
               help="Compile and time only the cost model's best K configs (0: all). Default: 4 when timing "
                    "on the CPU (no GPU), else all.")
+@limit_options
+@verify_options
 def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, xla_flags, as_json, no_compile,
-        autotune, autotune_cache_dir, record_dir, top_k):
+        autotune, autotune_cache_dir, record_dir, top_k, max_memory, timeout, max_while_iterations, rtol, atol,
+        expected_path):
     """Run MODULE.hlo end to end on seeded random inputs (or --inputs) and check every fusion.
 
     Each fusion's kernel output is compared with the reference evaluator on the same operands; the
     module's outputs are compared too. With --autotune the tunable instructions are tuned first and a
     summary table is printed before the run table (to stderr with --json; the JSON gets an "autotune"
-    list). Exit 1 on any mismatch or failed tuning, 2 on bad input, 3 on an internal error.
+    list). Module outputs that differ from the reference but are as close to an f64 evaluation as the
+    reference itself (and every fusion within its error budget) are "drift", exit 0. Exit 1 on any
+    mismatch or failed tuning, 2 on bad input, 3 on an internal error.
     """
     from fusegen.dispatch import DispatchError
     from fusegen.evaluator.common import EvaluationError
@@ -181,9 +211,12 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     from fusegen.plugin_manager import PluginError
     from fusegen.runtime.executor import run_module
     from fusegen.runtime.inputs import InputError, leaves, load_inputs, make_inputs, save_npz
+    from fusegen.runtime.limits import ResourceLimitError, check_module
+    from fusegen.codegen.kernel_dir import KernelDirError
 
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
+    limits = resolve_limits(max_memory, timeout, max_while_iterations)
     modules = load_modules(module_path)
     if not autotune:
         given = [n for n, v in (("--autotune-cache-dir", autotune_cache_dir), ("--record", record_dir),
@@ -192,8 +225,11 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             fail(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --autotune")
     check_writable(outputs_path, "--save-outputs")
     prepare_modules(modules, cfg, device)
-    if (inputs_path or outputs_path) and len(modules) > 1:
-        fail(f"{module_path}: holds {len(modules)} modules; --inputs/--save-outputs need a single-module file")
+    if (inputs_path or outputs_path or expected_path) and len(modules) > 1:
+        fail(f"{module_path}: holds {len(modules)} modules; --inputs/--save-outputs/--expected need a single-module "
+             "file")
+    verify = cfg.verify.with_overrides(rtol, atol)
+    expected = expected_for(modules[0], expected_path) if expected_path else None
     tuner, tuned = None, []
     if autotune:
         tuner, tuned = _autotune(modules, cfg, device, module_path, record_dir, autotune_cache_dir, top_k,
@@ -217,15 +253,19 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     try:
         for module in modules:
             try:
+                check_module(module, limits)
                 args = load_inputs(module, inputs_path) if inputs_path else make_inputs(module, seed)
             except InputError as e:
                 fail(str(e))
+            except ResourceLimitError as e:
+                fail(f"{module_path}: {e}")
             except MemoryError as e:
                 fail(f"{module_path}: the inputs of module {module.name} do not fit in memory ({e})")
             on_fusion = (lambda r: progress.advance(task)) if progress is not None else None
             try:
-                out, report = run_module(module, args, device, compile_kernels=not no_compile, on_fusion=on_fusion)
-            except (UnsupportedOpError, PluginError, InputError) as e:
+                out, report = run_module(module, args, device, compile_kernels=not no_compile, on_fusion=on_fusion,
+                                         limits=limits, verify=verify, expected=expected)
+            except (UnsupportedOpError, PluginError, InputError, ResourceLimitError, KernelDirError) as e:
                 fail(f"{module_path}: {e}")
             except DispatchError as e:  # e.g. [plugins] disable removed the question that would answer
                 fail(f"{module_path}: {e} (check [plugins] disable in the config)")
@@ -251,7 +291,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
         if tuner is not None:
             doc.update(autotune_json(tuned, tuner.compiles, tuner.cache.stats))
             if any(r.error for _, r in tuned):
-                doc["status"] = "autotune-error" if doc.get("status") == "ok" else doc.get("status")
+                doc["status"] = "autotune-error" if doc.get("status") in ("ok", "drift") else doc.get("status")
         click.echo(json.dumps(doc, indent=2))
     else:
         from rich.console import Console
@@ -263,6 +303,9 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                 if f.reason:
                     console.print(f"  {f.name}: {f.reason}", markup=False)
             console.print(f"non-fusion instructions: {_others_line(report)}", markup=False)
-            console.print(f"outputs vs reference: {'match' if report.outputs_ok else 'MISMATCH'} "
+            for line in verdict_lines(report):
+                console.print(line, markup=False)
+            said = {"ok": "match", "drift": "drift (as accurate as the reference vs f64)"}.get(report.status, "MISMATCH")
+            console.print(f"outputs vs reference: {said} "
                           f"(max abs error {report.output_max_abs_error:.3g}); {report.seconds:.2f} s", markup=False)
     sys.exit(0 if ok else EXIT_MISMATCH)

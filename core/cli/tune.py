@@ -1,21 +1,28 @@
 """``fusegen tune``: autotune a module's GEMM/library instructions, or replay a recorded tuning.
 
-``fusegen tune MODULE.hlo`` tunes every instruction that needs a config with the codegen backends
+``fusegen tune MODULE.hlo...`` tunes every instruction that needs a config with the codegen backends
 that plugins contribute (``fusegen_codegen_backends``), prints a summary table per instruction and can
-write the tuned module (``-o``). ``fusegen tune --replay RECORD.json [--json]`` runs the real
+write the tuned module (``-o``, one module). ``fusegen tune --replay RECORD.json [--json]`` runs the real
 clustering and PickBestConfig over recorded measurements and prints the winner and every failure.
+
+Past one process: ``--shard K/N`` tunes the K-th of N shards of the unique instructions
+(:mod:`fusegen.autotuning.sharding`); ``--cluster ray[://ADDRESS]`` fans them out as Ray tasks
+(:mod:`fusegen.autotuning.distributed`). ``xla_gpu_load_autotune_results_from`` /
+``xla_gpu_dump_autotune_results_to`` read and write XLA's AutotuneResults text proto around tuning.
 
 Exit codes: 0 success, 1 an instruction could not be tuned (or the replay found no winner), 2 bad input.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 
 import click
 
-from fusegen.cli.common import EXIT_MISMATCH, device_option, fail, get_device_or_fail, load_module, check_writable, prepare_modules
+from fusegen.cli.common import (EXIT_MISMATCH, check_writable, device_option, fail, get_device_or_fail, load_module,
+                                prepare_modules)
 from fusegen.cli.config import config_options, resolve_config
 
 
@@ -35,7 +42,7 @@ def _replay(path: str, as_json: bool) -> None:
 
 
 @click.command()
-@click.argument("module_path", metavar="[MODULE.hlo]", required=False)
+@click.argument("module_paths", metavar="[MODULE.hlo]...", nargs=-1)
 @click.option("--replay", "replay_path", type=click.Path(dir_okay=False),
               help="Replay RECORD.json (from --record) through clustering and PickBestConfig.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
@@ -55,19 +62,48 @@ def _replay(path: str, as_json: bool) -> None:
               help="Write a replay record per tuned instruction into this directory.")
 @click.option("--retune", is_flag=True,
               help="Also tune instructions that already carry a config (e.g. an XLA-optimized module).")
+@click.option("--shard", "shard_spec", default=None, metavar="K/N",
+              help="Tune only the K-th of N shards of the unique instructions (xla_gpu_shard_autotuning).")
+@click.option("--cluster", "cluster", default=None, metavar="ray[://ADDRESS]",
+              help="Fan compile and profiling tasks out on Ray (extra 'distributed'); 'ray' starts a local instance.")
+@click.option("--ray-num-cpus", type=click.IntRange(1, None), default=None,
+              help="CPUs of the local Ray instance --cluster ray starts (default: all).")
+@click.option("--inject-worker-kill", "kill_marker", type=click.Path(dir_okay=False), default=None, hidden=True,
+              help="Fault injection (tests): the first compile task that creates this file kills its worker.")
 @click.option("-o", "--output", "output_path", type=click.Path(dir_okay=False), default=None,
-              help="Write the module with the winners applied to their backend configs.")
+              help="Write the module with the winners applied to their backend configs (one MODULE only).")
 @config_options
-def tune(module_path, replay_path, as_json, device_name, cache_dir, cache_mode, level, backends_spec, workers,
-         cost_model_top_k, record_dir, retune, output_path, config_path, xla_flags):
-    """Autotune MODULE.hlo, or replay a tuning record with --replay RECORD.json."""
+def tune(module_paths, replay_path, as_json, device_name, cache_dir, cache_mode, level, backends_spec, workers,
+         cost_model_top_k, record_dir, retune, shard_spec, cluster, ray_num_cpus, kill_marker, output_path,
+         config_path, xla_flags):
+    """Autotune MODULE.hlo..., or replay a tuning record with --replay RECORD.json."""
     if replay_path:
-        if module_path:
+        if module_paths:
             fail("give either MODULE.hlo or --replay RECORD.json, not both")
         _replay(replay_path, as_json)
         return
-    if not module_path:
+    if not module_paths:
         fail("missing MODULE.hlo (or --replay RECORD.json)")
+    if output_path and len(module_paths) > 1:
+        fail("-o/--output writes one module; give one MODULE.hlo")
+    if shard_spec and cluster:
+        fail("give --shard K/N or --cluster, not both")
+    shard_kn = None
+    if shard_spec:
+        from fusegen.autotuning.sharding import parse_shard
+
+        try:
+            shard_kn = parse_shard(shard_spec)
+        except ValueError as e:
+            fail(str(e))
+    ray_opts = None
+    if cluster:
+        from fusegen.autotuning.distributed import RayOptions, parse_cluster
+
+        try:
+            ray_opts = RayOptions(parse_cluster(cluster), ray_num_cpus, kill_worker_once=kill_marker)
+        except ValueError as e:
+            fail(str(e))
 
     from fusegen.autotuning.autotuner import AutotuneOptions, Autotuner, discover_backends, summary_table
     from fusegen.autotuning.selection import AutotuneError
@@ -95,8 +131,8 @@ def tune(module_path, replay_path, as_json, device_name, cache_dir, cache_mode, 
         fail(str(e))
     check_writable(output_path, "--output")
     device = get_device_or_fail(device_name, cfg)
-    module = load_module(module_path)
-    prepare_modules([module], cfg, device)  # an unoptimized module is fused first, as `run` does
+    modules = [load_module(p) for p in module_paths]
+    prepare_modules(modules, cfg, device)  # an unoptimized module is fused first, as `run` does
     try:
         backends = discover_backends()
     except PluginError as e:
@@ -111,18 +147,22 @@ def tune(module_path, replay_path, as_json, device_name, cache_dir, cache_mode, 
 
         progress = Progress(console=Console(stderr=True), transient=True)
     try:
-        tuner = Autotuner(backends, options, device, record_dir=record_dir, progress=progress)
+        tuner = Autotuner(backends, options, device, record_dir=record_dir, progress=None if ray_opts else progress)
     except ValueError as e:
         fail(str(e))
+    extra: dict = {}
     with tuner:
+        from fusegen.cli.tune_xla import dump_results, load_results
+
+        extra.update(load_results(tuner, cfg.debug_options))
         try:
-            if progress is not None:
-                with progress:
-                    reports = tuner.tune_module(module, raise_on_error=False)
-            else:
-                reports = tuner.tune_module(module, raise_on_error=False)
+            with progress if progress is not None else contextlib.nullcontext():
+                reports = _tune_all(tuner, modules, shard_kn, ray_opts, progress, extra)
         except AutotuneError as e:
-            fail(f"{module_path}: {e.code}: {e.message}")
+            fail(f"{module_paths[0]}: {e.code}: {e.message}")
+        except OSError as e:  # cache or record directory not writable
+            fail(f"{module_paths[0]}: autotuning: {e}")
+        extra.update(dump_results(tuner, cfg.debug_options))
     if not reports and not as_json:
         click.echo("fusegen: note: nothing to tune (no __triton_gemm, cuBLASLt, cuDNN or custom fusion without a "
                    "config" + ("" if retune else "; --retune also tunes instructions that carry one") + ")", err=True)
@@ -130,13 +170,41 @@ def tune(module_path, replay_path, as_json, device_name, cache_dir, cache_mode, 
         from fusegen.hlo.printer import print_module
 
         with open(output_path, "w") as fh:
-            fh.write(print_module(module) + "\n")
+            fh.write(print_module(modules[0]) + "\n")
     if as_json:
-        click.echo(json.dumps({"module": module_path, "instructions": [r.to_json() for r in reports],
-                               "cache": tuner.cache.stats}, indent=1))
+        click.echo(json.dumps({"module": module_paths[0], "modules": list(module_paths),
+                               "instructions": [r.to_json() for r in reports], "cache": tuner.cache.stats, **extra},
+                              indent=1))
     else:
         from rich.console import Console
 
-        Console(width=None if sys.stdout.isatty() else 160).print(summary_table(reports, title=f"autotuning {module_path}"))
+        title = f"autotuning {', '.join(module_paths)}" + (f" (shard {shard_spec})" if shard_spec else "") + \
+            (f" on {cluster}" if cluster else "")
+        Console(width=None if sys.stdout.isatty() else 160).print(summary_table(reports, title=title))
     if any(r.error for r in reports):
         sys.exit(EXIT_MISMATCH)
+
+
+def _tune_all(tuner, modules, shard_kn, ray_opts, progress, extra: dict) -> list:
+    """Tune ``modules`` in this process, one shard of them, or on Ray; fills ``extra`` (JSON keys)."""
+    if ray_opts is not None:
+        from fusegen.autotuning.distributed import DistributedUnavailable, tune_on_ray
+
+        try:
+            run = tune_on_ray(tuner, modules, ray_opts, progress)
+        except DistributedUnavailable as e:
+            fail(str(e))
+        extra["cluster"] = {"address": ray_opts.address or "local", "cpus": run.cpus, "gpus": run.gpus,
+                            "tuned": run.tuned, "settled": run.settled, "seconds": round(run.seconds, 3)}
+        return run.reports
+    if shard_kn is not None:
+        from fusegen.autotuning.sharding import tune_shard
+
+        k, n = shard_kn
+        sr = tune_shard(tuner, modules, k, n)
+        extra["shard"] = {"index": k, "count": n, "unique": sr.unique, "keys": sr.keys}
+        return sr.reports
+    reports = []
+    for m in modules:
+        reports.extend(tuner.tune_module(m, raise_on_error=False))
+    return reports

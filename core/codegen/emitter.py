@@ -15,6 +15,7 @@ from fusegen.codegen.kernel import KernelSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from fusegen.analysis.fusion_analysis import FusionAnalysis
+    from fusegen.codegen.launch import LoopGeometry
 
 
 class EmitterUnsupported(Exception):
@@ -106,12 +107,17 @@ def choose_block(n: int) -> tuple[int, int]:
 
 
 def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
-                        body: "Any", extra_shapes: "list[Shape] | None" = None) -> "KernelSource":
-    """A kernel over the linear index ``[0, n_total)``: 1-D grid of ``cdiv(n_total, BLOCK)`` programs.
+                        body: "Any", extra_shapes: "list[Shape] | None" = None,
+                        geometry: "LoopGeometry | None" = None) -> "KernelSource":
+    """A kernel over the linear index ``[0, n_total)``, one program per XLA block.
 
-    The prologue defines ``lin`` (this lane's linear index), ``mask = lin < N``, ``lin_c`` (``lin`` clamped
-    into range, so tail lanes compute valid indices) and ``zero``; ``body(gen, "lin_c")`` emits the
-    values and stores with the :class:`~fusegen.codegen.elemental.ElementalGenerator` ``gen``.
+    With ``geometry`` (XLA's loop launch, :mod:`fusegen.codegen.launch`) a program covers one block of
+    ``threads x unroll`` consecutive elements with ``num_warps = threads / 32`` warps, on XLA's grid;
+    without it, Triton-style blocks of up to 1024 elements (:func:`choose_block`). The interpreter runs
+    an equivalent variant with fewer, wider programs. The prologue defines ``lin`` (this lane's linear
+    index), ``mask = lin < N``, ``lin_c`` (``lin`` clamped into range, so tail lanes compute valid indices)
+    and ``zero``; ``body(gen, "lin_c")`` emits the values and stores with the
+    :class:`~fusegen.codegen.elemental.ElementalGenerator` ``gen``.
     Mirrors the loop emitter's entry function (``emitters/loop.cc``: ``EmitEntryFunction``).
     """
     from fusegen.codegen import triton_source as ts
@@ -120,23 +126,39 @@ def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
 
     fusion = emitter.fusion
     op_shapes = [o.shape for o in fusion.operands]
-    block, warps = choose_block(n_total)
-    idx_t = choose_index_dtype(op_shapes + [fusion.shape] + list(extra_shapes or []), block)
+    if geometry is not None:
+        block = 1 << max(0, geometry.elements_per_block - 1).bit_length()
+        launch = geometry.launch()
+        gx, gy = geometry.blocks
+    else:
+        block, warps = choose_block(n_total)
+        gx, gy = max(1, -(-n_total // block)), 1
+        launch = LaunchDimensions(grid=(gx,), num_warps=warps)
+    idx_t = choose_index_dtype(op_shapes + [fusion.shape] + list(extra_shapes or []), max(block, 4096))
     ctx = KernelContext(idx_t, op_shapes)
     gen = ElementalGenerator(ctx, emitter.computation)
     with deep_recursion():
         body(gen, "lin_c")
+    pid = "tl.program_id(0)" if gy == 1 else f"(tl.program_id(1) * {gx} + tl.program_id(0))"
     if idx_t == "tl.int64":
-        lin = "lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)"
-    else:
-        lin = "lin = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"
-    prologue = [lin, "mask = lin < N", f"zero = tl.full([BLOCK], 0, {idx_t})", "lin_c = tl.minimum(lin, N - 1)"]
+        pid = f"{pid}.to(tl.int64)"
+    # lin_c keeps lin's contiguity and alignment for Triton's axis analysis (the clamp only changes masked
+    # tail lanes), so reads at the element's own position vectorise like XLA's unrolled loads
+    prologue = [f"lin = {pid} * BLOCK + tl.arange(0, BLOCK)", "mask = lin < N",
+                f"zero = tl.full([BLOCK], 0, {idx_t})",
+                "lin_c = tl.max_contiguous(tl.multiple_of(tl.minimum(lin, N - 1), BLOCK), BLOCK)"]
     entry = ts.sanitize_identifier(kernel_name, "k")
     source = ctx.render(entry, ["BLOCK", "N"], prologue)
-    grid = (max(1, -(-n_total // block)),)
+    variant = None
+    wide = 4096
+    if gy == 1 and n_total > block and block < wide:
+        # same source, wider programs: the interpreter's cost is per program
+        variant = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
+                               constexprs={"BLOCK": wide, "N": n_total},
+                               launch=LaunchDimensions(grid=(-(-n_total // wide),), num_warps=4), num_stages=1)
     return KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
-                        constexprs={"BLOCK": block, "N": n_total},
-                        launch=LaunchDimensions(grid=grid, num_warps=warps), num_stages=1)
+                        constexprs={"BLOCK": block, "N": n_total}, launch=launch, num_stages=1,
+                        interpret_variant=variant)
 
 
 def store_line(gen: "Any", ptr: str, offset: "int | str", value: str, element_type: str, mask: str) -> None:

@@ -20,14 +20,21 @@ class LaunchDimensions:
     """Grid and block shape of one kernel launch.
 
     Attributes:
-        grid: program (block) counts per grid axis, at most 3 axes.
-        num_warps: warps per program (threads = 32 * num_warps on NVIDIA).
+        grid: program (block) counts per grid axis, at most 3 axes; the kernel is launched with this grid.
+        num_warps: warps per program (the Triton kernel's ``num_warps``).
         shared_memory_bytes: estimated static shared memory per program, bytes.
+        threads: threads per block ``(x, y, z)`` of the launch this kernel stands for, when the emitter
+            follows XLA's geometry (``None``: ``32 * num_warps``). XLA launches as many threads as its
+            emitter needs (e.g. 100, 192), the Triton kernel the next power-of-two number of warps.
+        launch_shared_memory_bytes: the launch's dynamic shared memory, bytes (XLA's thunk
+            ``shared_memory``: 0 for native emitters, whose shared tiles are static).
     """
 
     grid: tuple[int, ...]
     num_warps: int = 4
     shared_memory_bytes: int = 0
+    threads: tuple[int, int, int] | None = None
+    launch_shared_memory_bytes: int = 0
 
     @property
     def num_programs(self) -> int:
@@ -35,6 +42,22 @@ class LaunchDimensions:
         for g in self.grid:
             n *= g
         return n
+
+    @property
+    def grid3(self) -> tuple[int, int, int]:
+        """``grid`` padded to 3 axes (XLA's ``BlockDim``)."""
+        g = tuple(self.grid) + (1, 1, 1)
+        return (g[0], g[1], g[2])
+
+    @property
+    def threads3(self) -> tuple[int, int, int]:
+        """Threads per block ``(x, y, z)`` (XLA's ``ThreadDim``)."""
+        return tuple(self.threads) if self.threads is not None else (32 * self.num_warps, 1, 1)
+
+    def to_json(self) -> dict:
+        """``{"grid": [x, y, z], "threads": [x, y, z], "shared_memory_bytes": N}`` as XLA's thunk prints it."""
+        return {"grid": list(self.grid3), "threads": list(self.threads3),
+                "shared_memory_bytes": int(self.launch_shared_memory_bytes)}
 
     def __str__(self) -> str:
         smem = f" smem={self.shared_memory_bytes}B" if self.shared_memory_bytes else ""
@@ -96,16 +119,21 @@ class EmittedFusion:
         output_aliases: output leaf -> operand index whose buffer the output reuses in place
             (the output buffer starts as a copy of that operand, as with XLA's buffer aliasing).
         copies: ``(operand, output_leaf)`` device-to-device copies (memcpy fusions), done first.
+        primary: index of the kernel that stands for the fusion's launch (XLA's kernel; the others are
+            preparation kernels such as a scatter's operand initialisation).
     """
 
     emitter: str
     kernels: tuple[KernelSource, ...] = ()
     output_aliases: dict[int, int] = attrs.field(factory=dict)
     copies: tuple[tuple[int, int], ...] = ()
+    primary: int = 0
 
     @property
     def launch(self) -> LaunchDimensions | None:
-        return self.kernels[0].launch if self.kernels else None
+        if not self.kernels:
+            return None
+        return self.kernels[min(self.primary, len(self.kernels) - 1)].launch
 
 
 def constant_buffer(value: np.ndarray, shape: Shape) -> np.ndarray:

@@ -1,8 +1,10 @@
 """Running generated Triton kernels on numpy buffers (interpreter) and compiling them for sm_90 (no GPU).
 
 * :func:`load_kernel` writes a :class:`~fusegen.codegen.kernel.KernelSource` to a file under the kernel
-  cache directory (named by the source's hash) and imports it: Triton's ``@jit`` needs real source files,
-  and no string is ever ``exec``'d.
+  directory (named by the source's hash) and imports it: Triton's ``@jit`` needs real source files. The
+  directory is private (:func:`kernel_dir`: the user's cache directory, ``0700``, refused when another
+  user owns it or others may write it), and a kernel is always compiled from its source after the file's
+  content is checked against the generated text: no ``__pycache__`` bytecode is read or written.
 * :func:`run_interpreted` runs a kernel with ``triton.runtime.interpreter.InterpretedFunction`` on 1-D
   numpy buffers (through :class:`NpPtr`, which gives numpy arrays the torch-like surface the interpreter
   wants). ``TRITON_INTERPRET`` stays unset so the same process can also compile. It patches the
@@ -14,7 +16,8 @@
   physical-order conversion, in-place output aliases, memcpy copies.
 
 Environment:
-    ``FUSEGEN_KERNEL_DIR``: where generated kernel modules are written (default: a per-user temp dir).
+    ``FUSEGEN_KERNEL_DIR``: where generated kernel modules are written (default:
+    ``platformdirs.user_cache_dir("fusegen")/kernels``, e.g. ``~/.cache/fusegen/kernels``).
     ``TRITON_CACHE_DIR``: set to ``<kernel dir>/triton`` when unset. ``TRITON_DEFAULT_FP_FUSION`` is set
     to ``1`` when unset (Triton's default, made explicit so compiling prints no warning).
 """
@@ -26,7 +29,6 @@ import importlib.util
 import math
 import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -36,25 +38,18 @@ import attrs
 import numpy as np
 
 from fusegen.codegen import triton_source
+from fusegen.codegen.kernel_dir import KernelDirError, kernel_dir, kernel_dir_path, private_dir, read_regular
 from fusegen.codegen.kernel import EmittedFusion, KernelParam, KernelSource, constant_buffer
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction, Shape
 from fusegen.hlo.layout_util import from_physical, to_physical
 
 
-def kernel_dir() -> Path:
-    d = os.environ.get("FUSEGEN_KERNEL_DIR")
-    if not d:
-        uid = os.getuid() if hasattr(os, "getuid") else 0
-        d = os.path.join(tempfile.gettempdir(), f"fusegen-kernels-{uid}")
-    p = Path(d)
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
 def _setup_env() -> None:
+    # Triton's own cache sits inside the private kernel directory unless the user chose one; nothing is
+    # created at import time (kernel_dir() checks the directory when a kernel is written).
     if not os.environ.get("TRITON_CACHE_DIR"):
-        os.environ["TRITON_CACHE_DIR"] = str(kernel_dir() / "triton")
+        os.environ["TRITON_CACHE_DIR"] = str(kernel_dir_path() / "triton")
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 
@@ -321,16 +316,28 @@ def load_kernel(ks: KernelSource, interpret: bool = False) -> Any:
     with _LOCK:
         if key in _MODULES:
             return getattr(_MODULES[key], ks.entry)
-        path = kernel_dir() / f"k_{h}.py"
-        if not path.exists() or path.read_text(encoding="utf-8") != ks.source:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(ks.source, encoding="utf-8")
+        kdir = kernel_dir()
+        if kdir == kernel_dir_path() and os.environ.get("TRITON_CACHE_DIR") == str(kdir / "triton"):
+            private_dir(kdir / "triton", "Triton cache directory")
+        path = kdir / f"k_{h}.py"
+        source = read_regular(path)
+        if source != ks.source:
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(ks.source)
             os.replace(tmp, path)
+            source = read_regular(path)
+            if source != ks.source:
+                raise KernelDirError(f"kernel file {path} changed while it was written; refusing to import it")
         modname = f"fusegen_kernel_{h}{'_interp' if interpret else ''}"
         spec = importlib.util.spec_from_file_location(modname, path)
         mod = importlib.util.module_from_spec(spec)
+        # Compiled from the text just checked against the generated source: a `__pycache__/*.pyc` beside
+        # it is never read (nor written), so planted bytecode cannot stand in for the kernel.
+        code = compile(source, str(path), "exec", dont_inherit=True)
         sys.modules[modname] = mod
-        spec.loader.exec_module(mod)  # a file we generated ourselves, imported like any module
+        exec(code, mod.__dict__)  # noqa: S102 - our generated, content-checked kernel module
         if interpret:
             mod.libdevice = _NumpyLibdevice()
         _MODULES[key] = mod
@@ -435,7 +442,7 @@ def signature_of(ks: KernelSource, scalar_types: Sequence[str] = ()) -> dict[str
 
 
 def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | None = None,
-                       scalar_types: Sequence[str] = ()) -> CompileResult:
+                       scalar_types: Sequence[str] = (), pointer_alignment: int = 0) -> CompileResult:
     """Compile ``ks`` for ``GPUTarget("cuda", capability, 32)`` without a GPU.
 
     Args:
@@ -443,6 +450,9 @@ def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | 
         capability: SM version as an int (90 -> sm_90a PTX).
         num_warps: override of the warps per program.
         scalar_types: Triton types of non-constexpr scalar arguments, if any.
+        pointer_alignment: when > 0, every buffer argument is declared divisible by this many bytes, as
+            Triton's JIT specialises 16-byte aligned pointers at launch (XLA's buffers are aligned), so the
+            PTX shows the vectorised loads and stores the launched kernel gets.
 
     Raises:
         triton.compiler.errors.CompilationError: the generated kernel does not compile.
@@ -452,13 +462,14 @@ def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | 
     import triton
 
     warps = int(num_warps or ks.launch.num_warps)
-    key = (source_hash(ks), capability, warps, ks.num_stages)
+    key = (source_hash(ks), capability, warps, ks.num_stages, pointer_alignment)
     if key in _COMPILED:
         return attrs.evolve(_COMPILED[key], seconds=0.0)
     jitfn = load_kernel(ks)
     sig = signature_of(ks, scalar_types)
     t0 = time.perf_counter()
-    ck = triton.compile(ASTSource(fn=jitfn, signature=sig, constexprs=dict(ks.constexprs)),
+    attrs_ = {(i,): [["tt.divisibility", pointer_alignment]] for i in range(len(ks.params))} if pointer_alignment else None
+    ck = triton.compile(ASTSource(fn=jitfn, signature=sig, constexprs=dict(ks.constexprs), attrs=attrs_),
                         target=GPUTarget("cuda", capability, 32),
                         options={"num_warps": warps, "num_stages": ks.num_stages})
     dt = time.perf_counter() - t0

@@ -41,13 +41,14 @@ from fusegen.config.options import (
 from fusegen.config.toml import ConfigError, TomlDocument, has_table, read_toml
 from fusegen.config.xla_flags import did_you_mean, parse_cli_flags, parse_xla_flags
 from fusegen.registry import normalize_name
+from fusegen.verify.options import VerifyOptions, parse_verify_table
 
 if TYPE_CHECKING:
     from fusegen.plugin_manager import PluginManager
 
 CONFIG_FILE_NAME = "fusegen.toml"
 PYPROJECT_PREFIX = ("tool", "fusegen")
-TABLES = ("pipeline", "plugins", "debug_options", "device")
+TABLES = ("pipeline", "plugins", "debug_options", "device", "verify")
 
 SOURCE_DEFAULT = "default"
 SOURCE_ENV = "env:XLA_FLAGS"
@@ -79,6 +80,7 @@ class ResolvedConfig:
     help: dict[str, str]
     config_file: Path | None = None
     warnings: tuple[str, ...] = ()
+    verify: VerifyOptions = attrs.field(factory=VerifyOptions)  # [verify] (fusegen.verify.options)
 
     def source_of(self, name: str) -> str:
         """Source of a dotted option name, or of a bare XLA flag name (``xla_gpu_autotune_level``).
@@ -332,6 +334,16 @@ def load_config(
             b.set("device.name", value, _file_source(doc, "device", "name"))
     device = DeviceOptions(name=device_name)
 
+    # [verify]
+    verify = VerifyOptions()
+    b.set("verify.rtol", verify.rtol, SOURCE_DEFAULT, "Conditioning factor: a kernel output may be this many "
+          "times further from the f64 oracle than the reference is (drift, not mismatch).")
+    b.set("verify.atol", dict(verify.floors), SOURCE_DEFAULT, "Per-dtype floor, a fraction of max(1, max|value|).")
+    if doc is not None and "verify" in data:
+        verify, seen = parse_verify_table(_table(doc, data["verify"], ("verify",)), doc.error)
+        for key, value in seen.items():
+            b.set(key, value, _file_source(doc, *key.split(".")))
+
     # [pipeline]
     passes: list[str] | None = None
     pass_options: dict[str, dict[str, Any]] = {}
@@ -420,7 +432,7 @@ def load_config(
     return ResolvedConfig(
         debug_options=debug_options, device=device, pipeline=pipeline, plugins=plugins,
         values=b.values, sources=b.sources, help=b.help,
-        config_file=doc.path if doc is not None else None, warnings=tuple(b.warnings),
+        config_file=doc.path if doc is not None else None, warnings=tuple(b.warnings), verify=verify,
     )
 
 

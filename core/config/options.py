@@ -145,6 +145,14 @@ class DebugOptions:
         "Fail with 'No cached config found for HLO instr: ...' when an instruction is not in the cache instead "
         "of tuning it.",
         "backends/autotuner/config_assigner.cc:307-313")
+    xla_gpu_load_autotune_results_from: str = _flag(
+        str, "",
+        "Load XLA AutotuneResults (text proto, .pbtxt) into the autotuner's memory before tuning; empty: none.",
+        "service/gpu/autotuning/autotuner_util.cc (LoadAutotuneResultsFromFile); fusegen.cache.xla_results")
+    xla_gpu_dump_autotune_results_to: str = _flag(
+        str, "",
+        "After tuning, write every result XLA can express as AutotuneResults text proto to this file; empty: none.",
+        "service/gpu/autotuning/autotuner_util.cc (SerializeAutotuneResultsToFile); fusegen.cache.xla_results")
 
 
 DEBUG_OPTION_FIELDS: dict[str, attrs.Attribute] = {a.name: a for a in attrs.fields(DebugOptions)}

@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from fusegen.hlo import verifier
 from fusegen.hlo.errors import HloParseError
 from fusegen.hlo.ir import COMPUTATION_ATTRIBUTES, Computation, Instruction, Layout, Module, Shape
 from fusegen.hlo.opcodes import SAME_SHAPE_OPCODES, is_known_opcode
@@ -84,13 +85,34 @@ _BARE_JSON_KEY = re.compile(r"([{,]\s*)([A-Za-z_$][\w$.\-]*)(\s*:)")
 _JSON = json.JSONDecoder()
 
 
+class _LexError(ValueError):
+    """A bad number or escape inside a token; the parser reports it at the current position."""
+
+
+def _int(text: str) -> int:
+    """An HLO integer: like ``int`` but limited to XLA's int64 (no 5,000-digit dimensions)."""
+    digits = len(text) - (text[:1] in "+-")
+    if digits > 19:
+        raise _LexError(f"integer {text[:12]}... has {digits} digits; HLO integers are int64")
+    v = int(text)
+    if not -verifier.INT64_MAX - 1 <= v <= verifier.INT64_MAX:
+        raise _LexError(f"integer {text} is out of the int64 range")
+    return v
+
+
 def unescape_string(body: str) -> str:
-    """Decode a C-escaped HLO string body (without quotes), as XLA's lexer does (``absl::CUnescape``)."""
+    """Decode a C-escaped HLO string body (without quotes), as XLA's lexer does (``absl::CUnescape``).
+
+    Raises:
+        ValueError: a ``\\x`` escape without hex digits (``absl::CUnescape`` rejects it too).
+    """
     if "\\" not in body:
         return body
 
     def repl(m: re.Match) -> str:
         e = m.group(1)
+        if e == "x":
+            raise _LexError("\\x escape without hex digits in a string")
         if e[0] == "x":
             return chr(int(e[1:], 16))
         if e[0] in "01234567":
@@ -141,7 +163,7 @@ def parse_int_list(raw: str) -> tuple[int, ...]:
     if not m:
         raise ValueError(f"expected {{int,...}}, got {raw!r}")
     body = m.group(1)
-    return tuple(int(x) for x in body.split(",")) if body.strip() else ()
+    return tuple(_int(x.strip()) for x in body.split(",")) if body.strip() else ()
 
 
 class _Pending:
@@ -245,6 +267,14 @@ class _Parser:
                 self.pos = e
                 return True
         return False
+
+    def integer(self, rx: re.Pattern, what: str) -> int:
+        """The next integer token (``rx``), limited to int64; the error points at the number."""
+        m = self.match(rx, what)
+        try:
+            return _int(m.group(0))
+        except _LexError as e:
+            raise self.error(f"{what}: {e}", m.start(), m.group(0)[:20]) from None
 
     def name(self, what: str = "name") -> str:
         return self.match(_NAME, what).group(1)
@@ -362,10 +392,13 @@ class _Parser:
                 c = t[end]
                 if c == "{" or ((c == " " or c == "\n") and t.startswith("{", _WS.match(t, end).end())):
                     return None
-        dims = tuple(map(int, dims_s.split(","))) if dims_s else ()
+        try:
+            dims = tuple(map(_int, dims_s.split(","))) if dims_s else ()
+            mtm = tuple(map(_int, mtm_s.split(","))) if mtm_s else ()
+        except _LexError:
+            return None  # the full grammar reports it with its position
         layout = None
         if mtm_s is not None:
-            mtm = tuple(map(int, mtm_s.split(","))) if mtm_s else ()
             if mtm and sorted(mtm) != list(range(len(dims))):
                 return None  # the full grammar reports it
             layout = _layout_cache.get(mtm)
@@ -408,14 +441,14 @@ class _Parser:
                 p = self.pos
                 if t.startswith("<=", p):
                     self.pos = p + 2
-                    dims.append(int(self.match(_UINT, "a dimension bound").group(0)))
+                    dims.append(self.integer(_UINT, "a dimension bound"))
                     dyn.append(True)
                 elif t.startswith("?", p):
                     self.pos = p + 1
                     dims.append(-1)
                     dyn.append(True)
                 else:
-                    dims.append(int(self.match(_UINT, "a dimension size").group(0)))
+                    dims.append(self.integer(_UINT, "a dimension size"))
                     dyn.append(False)
                 if self.accept(","):
                     continue
@@ -441,7 +474,7 @@ class _Parser:
         extra: list[str] = []
         if self.peek() not in (":", "}"):
             while True:
-                mtm.append(int(self.match(_UINT, "a layout dimension").group(0)))
+                mtm.append(self.integer(_UINT, "a layout dimension"))
                 if not self.accept(","):
                     break
         if self.accept(":"):
@@ -467,11 +500,11 @@ class _Parser:
                 if item == "T":
                     for g in groups:
                         try:
-                            tiles.append(tuple(-1 if x.strip() == "*" else int(x) for x in g.split(",") if x.strip()))
-                        except ValueError:
-                            raise self.error(f"bad tile T({g})") from None
+                            tiles.append(tuple(-1 if x.strip() == "*" else _int(x.strip()) for x in g.split(",") if x.strip()))
+                        except ValueError as e:
+                            raise self.error(f"bad tile T({g[:40]}): {e}") from None
                 elif item == "S" and len(groups) == 1 and groups[0].strip().lstrip("-").isdigit():
-                    mem = int(groups[0])
+                    mem = _int(groups[0].strip())
                 else:
                     extra.append(item + "".join(f"({g})" for g in groups))
         self.expect("}", " closing the layout")
@@ -520,6 +553,7 @@ class _Parser:
         for m in _FUSEGEN_COMMENT.finditer(self.text):
             mod.attrs[m.group(1)] = m.group(2)
         self.resolve_computations(names)
+        self.check_call_graph()
         self.choose_entry(names)
         return mod
 
@@ -666,7 +700,7 @@ class _Parser:
             self.pos = end + 1
             attrs["literal"] = None if lit == "{...}" else lit
         elif opcode == "parameter":
-            attrs["parameter_number"] = int(self.match(_UINT, "a parameter number").group(0))
+            attrs["parameter_number"] = self.integer(_UINT, "a parameter number")
             self.expect(")", " closing parameter(...)")
         else:
             if not self.accept(")"):
@@ -739,9 +773,9 @@ class _Parser:
                     raise self.error(f"attribute {key!r} expects {{int,...}}")
                 self.pos = m.end()
                 body = m.group(1)
-                attrs[key] = tuple(int(x) for x in body.split(",")) if body.strip() else ()
+                attrs[key] = tuple(_int(x.strip()) for x in body.split(",")) if body.strip() else ()
             elif key in _INT_KEYS:
-                attrs[key] = int(self.match(_INT, f"an integer for attribute {key!r}").group(0))
+                attrs[key] = self.integer(_INT, f"an integer for attribute {key!r}")
             elif key in _WORD_KEYS:
                 attrs[key] = self.match(_WORD_ANY, f"a value for attribute {key!r}").group(0)
             elif key in _BOOL_KEYS:
@@ -791,7 +825,7 @@ class _Parser:
                 if sv is not None:
                     out[key] = unescape_string(sv)
                 else:
-                    out[key] = int(bv) if _INT.fullmatch(bv) else bv
+                    out[key] = _int(bv) if _INT.fullmatch(bv) else bv
             self.pos = m.end()
             return out
         self.expect("{", " opening metadata")
@@ -818,7 +852,7 @@ class _Parser:
             else:
                 m = self.match(_BARE, f"a value for metadata field {key!r}")
                 v = m.group(0)
-                out[key] = int(v) if _INT.fullmatch(v) else v
+                out[key] = _int(v) if _INT.fullmatch(v) else v
 
     def backend_config(self) -> dict | str:
         t = self.text
@@ -926,7 +960,7 @@ class _Parser:
             return out
         while True:
             m = self.match(_SLICE_DIM, "[start:limit(:stride)]")
-            out.append((int(m.group(1)), int(m.group(2)), int(m.group(3)) if m.group(3) else 1))
+            out.append((_int(m.group(1)), _int(m.group(2)), _int(m.group(3)) if m.group(3) else 1))
             if self.accept(","):
                 continue
             self.expect("}", " closing slice")
@@ -949,10 +983,10 @@ class _Parser:
             self.ws()
             if k == "pad":
                 m = self.match(_PADDING, "lo_hi pairs (1_1x0_0)")
-                out[k] = [tuple(int(x) for x in d.split("_")) for d in m.group(0).split("x")]
+                out[k] = [tuple(_int(x) for x in d.split("_")) for d in m.group(0).split("x")]
             elif k in ("size", "stride", "lhs_dilate", "rhs_dilate", "rhs_reversal"):
                 m = self.match(_XDIMS, f"NxM for window field {k!r}")
-                out[k] = tuple(int(x) for x in m.group(0).split("x"))
+                out[k] = tuple(_int(x) for x in m.group(0).split("x"))
             else:
                 raise self.error(f"unknown window field {k!r}", kpos, k)
 
@@ -974,11 +1008,13 @@ class _Parser:
             ipos = pend.pos
             if inst.shape is None:
                 inst.shape = self.infer_shape(inst, ipos)
-            if inst.opcode == "reshape":
-                self.check_reshape(inst, ipos)
         self.check_acyclic(comp, {id(p.inst): p.pos for p in pendings})
         for pend in pendings:
             self.verify(pend.inst, pend.pos, comp)
+        bad = verifier.parameters_error(comp)
+        if bad is not None:
+            pos = next((p.pos for p in pendings if p.inst is bad[1]), None)
+            raise self.error(bad[0], pos, bad[1].name)
 
     def check_acyclic(self, comp: Computation, pos: dict[int, int]) -> None:
         """An instruction that (transitively) uses itself is malformed HLO (XLA's verifier rejects it)."""
@@ -1004,35 +1040,10 @@ class _Parser:
                     state[id(node)] = 2
 
     def verify(self, inst: Instruction, ipos: int, comp: Computation) -> None:
-        """Shape checks XLA's HloVerifier makes that would otherwise surface as wrong results later."""
-        op = inst.opcode
-        s = inst.shape
-        if s is None or s.is_tuple:
-            return
-        if op in SAME_SHAPE_OPCODES and op not in ("select", "clamp"):
-            for o in inst.operands:
-                if o.shape is not None and not o.shape.is_tuple and o.shape.dimensions != s.dimensions \
-                        and o.shape.dimensions != ():
-                    raise self.error(f"%{inst.name} ({op}) has shape {list(s.dimensions)} but operand %{o.name} has "
-                                     f"{list(o.shape.dimensions)}", ipos, inst.name)
-        if op == "parameter":
-            n = inst.attrs.get("parameter_number")
-            if isinstance(n, int) and n < 0:
-                raise self.error(f"parameter %{inst.name} has a negative number {n}", ipos, inst.name)
-        if op == "reduce" and inst.operands:
-            rank = inst.operands[0].shape.rank if inst.operands[0].shape is not None else 0
-            for d in inst.attrs.get("dimensions", ()) or ():
-                if not 0 <= d < rank:
-                    raise self.error(f"reduce %{inst.name} reduces dimension {d} of a rank-{rank} operand", ipos,
-                                     inst.name)
-        if op == "constant" and isinstance(inst.attrs.get("literal"), str):
-            from fusegen.hlo.literal import parse_literal
-
-            try:
-                parse_literal(inst.attrs["literal"], s)
-            except ValueError as e:
-                raise self.error(f"constant %{inst.name}: bad literal for {s.element_type}: {e}", ipos,
-                                 inst.name) from None
+        """XLA's verifier checks (:mod:`fusegen.hlo.verifier`) as a parse error at the instruction."""
+        msg = verifier.instruction_error(inst)
+        if msg:
+            raise self.error(msg, ipos, inst.name)
 
     def infer_shape(self, inst: Instruction, ipos: int) -> Shape:
         ops = inst.operands
@@ -1047,20 +1058,6 @@ class _Parser:
             return Shape("pred", s.dimensions, s.layout, None, s.dynamic)
         return s
 
-    def check_reshape(self, inst: Instruction, ipos: int) -> None:
-        if len(inst.operands) != 1:
-            raise self.error(f"reshape %{inst.name} expects 1 operand, has {len(inst.operands)}", ipos, inst.name)
-        src = inst.operands[0].shape
-        dst = inst.shape
-        if src.is_tuple or dst.is_tuple or src.dynamic or dst.dynamic:
-            return
-        if src.element_type == "token" or dst.element_type == "token":
-            return
-        if src.numel != dst.numel:
-            raise self.error(
-                f"reshape %{inst.name} changes the element count: result {dst.element_type}{list(dst.dimensions)} "
-                f"has {dst.numel} elements but operand %{inst.operands[0].name} has {src.numel}", ipos, inst.name)
-
     def resolve_computations(self, names: dict[str, Computation]) -> None:
         for inst, key, refs, single in self.comp_refs:
             comps = []
@@ -1072,6 +1069,20 @@ class _Parser:
                     raise self.error(f"unknown computation {nm!r} referenced by {key} of %{inst.name}", npos, nm)
                 comps.append(c)
             inst.attrs[key] = comps[0] if single else comps
+
+    def check_call_graph(self) -> None:
+        """A computation may not call itself, directly or through others (XLA's call graph is a DAG)."""
+        edges: dict[int, list[tuple[Computation, object]]] = {}
+        for inst, key, refs, _ in self.comp_refs:
+            if inst.parent is None:
+                continue
+            callees = inst.attrs[key] if isinstance(inst.attrs[key], list) else [inst.attrs[key]]
+            for c, (_, npos) in zip(callees, refs):
+                edges.setdefault(id(inst.parent), []).append((c, (inst, key, npos)))
+        hit = verifier.call_cycle(edges, self.module.computations)
+        if hit is not None:
+            comp, (inst, key, npos) = hit
+            raise self.error(f"computation {comp.name!r} calls itself ({key} of %{inst.name})", npos, comp.name)
 
     def choose_entry(self, names: dict[str, Computation]) -> None:
         mod = self.module
@@ -1110,7 +1121,7 @@ def _strip_comments(s: str) -> str:
 
 
 def _pad_triple(d: str) -> tuple[int, int, int]:
-    parts = [int(x) for x in d.split("_")]
+    parts = [_int(x) for x in d.split("_")]
     if len(parts) == 2:
         parts.append(0)
     return (parts[0], parts[1], parts[2])
@@ -1151,6 +1162,8 @@ def _parse_one(text: str, filename: str) -> Module:
         raise
     except RecursionError:
         raise p.error("nesting too deep") from None
+    except _LexError as e:
+        raise p.error(str(e)) from None
     except Exception as e:  # noqa: BLE001 - nothing but HloParseError may leave the parser
         raise p.error(f"internal parser error: {type(e).__name__}: {e}") from e
 

@@ -27,12 +27,124 @@ from fusegen.autotuning.tuned_backend import tuned_execution_backend
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
 from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.kernel_dir import KernelDirError
 from fusegen.device import DeviceDescription, get_device
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
-from fusegen.runtime.compare import compare
-from fusegen.runtime.inputs import leaves
+from fusegen.verify.options import VerifyOptions
+from fusegen.verify.verdict import judge_module, record_fusion
+from fusegen.runtime.limits import Budget, RunLimits
+
+_CONTROL_FLOW = frozenset(["call", "while", "conditional"])
+
+
+class _Frame:
+    """One activation of a computation on the interpreter's stack."""
+
+    __slots__ = ("comp", "args", "order", "i", "values", "cont")
+
+    def __init__(self, comp: Computation, args: list[Any], order: list[Instruction], cont: tuple | None):
+        self.comp, self.args, self.order, self.cont = comp, args, order, cont
+        self.i = 0
+        self.values: dict[int, Any] = {}
+
+
+def _branch(inst: Instruction, ops: list[Any]) -> tuple[Computation, list[Any]]:
+    """The branch a ``conditional`` takes and its argument (XLA: an out-of-range index takes the last)."""
+    branches = inst.attrs.get("branch_computations")
+    sel = np.asarray(ops[0])
+    if branches is None:
+        branches = [inst.attrs["true_computation"], inst.attrs["false_computation"]]
+        idx = 0 if bool(sel) else 1
+    else:
+        if isinstance(branches, Computation):
+            branches = [branches]
+        idx = int(sel)
+        if idx < 0 or idx >= len(branches):
+            idx = len(branches) - 1
+    return branches[idx], [ops[idx + 1]]
+
+
+def interpret(comp: Computation, args: list[Any], apply: Callable[[Instruction, list[Any]], Any],
+              budget: Budget | None = None) -> Any:
+    """Run ``comp`` on ``args`` without recursing per ``call``/``while``/``conditional`` level.
+
+    Every other instruction is handed to ``apply(inst, operand_values)`` (a kernel run, an execution
+    backend, or the reference evaluator). Called computations are pushed on an explicit stack, so a chain
+    of thousands of nested ``call`` s needs no Python recursion. ``budget`` counts while iterations and
+    watches the deadline.
+
+    Raises:
+        ResourceLimitError: from ``budget``.
+    """
+    budget = budget or Budget(None)
+    orders: dict[int, list[Instruction]] = {}
+
+    def frame(c: Computation, a: list[Any], cont: tuple | None) -> _Frame:
+        order = orders.get(id(c))
+        if order is None:
+            order = orders[id(c)] = c.post_order()
+        return _Frame(c, a, order, cont)
+
+    stack = [frame(comp, list(args), None)]
+    while True:
+        f = stack[-1]
+        if f.i == len(f.order):
+            result = f.values[id(f.comp.root)]
+            stack.pop()
+            cont = f.cont
+            if cont is None:
+                return result
+            parent = stack[-1]
+            kind, inst = cont[0], cont[1]
+            if kind == "value":
+                parent.values[id(inst)] = result
+                parent.i += 1
+            elif kind == "cond":  # result: the loop predicate for state cont[2]
+                if bool(np.asarray(result).reshape(())):
+                    budget.iteration(inst)
+                    stack.append(frame(inst.attrs["body"], [cont[2]], ("body", inst)))
+                else:
+                    parent.values[id(inst)] = cont[2]
+                    parent.i += 1
+            else:  # "body": result is the next loop state
+                stack.append(frame(inst.attrs["condition"], [result], ("cond", inst, result)))
+            continue
+        inst = f.order[f.i]
+        if inst.opcode == "parameter":
+            f.values[id(inst)] = f.args[inst.parameter_number]
+            f.i += 1
+            continue
+        budget.step(inst)
+        ops = [f.values[id(o)] for o in inst.operands]
+        op = inst.opcode
+        if op == "call":
+            stack.append(frame(inst.attrs["to_apply"], ops, ("value", inst)))
+        elif op == "while":
+            stack.append(frame(inst.attrs["condition"], [ops[0]], ("cond", inst, ops[0])))
+        elif op == "conditional":
+            branch, bargs = _branch(inst, ops)
+            stack.append(frame(branch, bargs, ("value", inst)))
+        else:
+            f.values[id(inst)] = apply(inst, ops)
+            f.i += 1
+
+
+def interpret_instruction(inst: Instruction, ops: list[Any], apply: Callable[[Instruction, list[Any]], Any],
+                          budget: Budget | None = None) -> Any:
+    """Run one instruction (control flow included) through :func:`interpret` on a one-instruction frame."""
+    if inst.opcode not in _CONTROL_FLOW:
+        return apply(inst, ops)
+    holder = Computation(name=f"{inst.name}.frame")
+    params = [Instruction(name=f"arg{k}", opcode="parameter", shape=o.shape, attrs={"parameter_number": k})
+              for k, o in enumerate(inst.operands)]
+    clone = Instruction(name=inst.name, opcode=inst.opcode, shape=inst.shape, operands=params, attrs=inst.attrs)
+    for p in params:
+        holder.instructions.append(p)
+    holder.instructions.append(clone)
+    holder.root = clone
+    return interpret(holder, ops, apply, budget)
 
 
 @attrs.define
@@ -55,6 +167,8 @@ class FusionReport:
     reason: str = ""
     kernel_seconds: float = 0.0
     compiled: str = "-"
+    error_budget_ratio: float | None = None  # worst error / budget (fusegen.verify.budget)
+    budget: str = "-"  # lowest-precision type on the path and reduction size, e.g. "bf16 K=4096"
     kernels: list[Any] = attrs.field(factory=list, repr=False)
 
     def to_json(self) -> dict:
@@ -63,6 +177,7 @@ class FusionReport:
         if self.reason:
             d["reason"] = self.reason
         d["compiled_sm90"] = self.compiled
+        d["error_budget_ratio"], d["budget"] = self.error_budget_ratio, self.budget
         return d
 
 
@@ -74,12 +189,20 @@ class RunReport:
     outputs_ok: bool = True
     output_max_abs_error: float = 0.0
     seconds: float = 0.0
+    verdict: Any = None  # fusegen.verify.verdict.ModuleVerdict
     # each non-fusion instruction sent to an execution backend, first execution order: (name, opcode, backend)
     other_instructions: list[tuple[str, str, str]] = attrs.Factory(list)
 
     @property
     def ok(self) -> bool:
         return self.outputs_ok and all(f.status == "ok" for f in self.fusions)
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``drift`` (outputs as accurate as the reference vs the f64 oracle) or ``mismatch``."""
+        if not self.ok:
+            return "mismatch"
+        return self.verdict.status if self.verdict is not None else "ok"
 
 
 def _unflatten(shape: Shape, flat: list[np.ndarray]) -> Any:
@@ -105,11 +228,16 @@ class Executor:
         compile_kernels: also compile every generated kernel for sm_90 (``triton.compile`` with a
             ``GPUTarget("cuda", 90, 32)``), recording success in the report.
         on_fusion: progress callback, called after each fusion with its report.
+        limits: deadline and while iteration budget (:class:`~fusegen.runtime.limits.RunLimits`); default
+            no deadline and :data:`~fusegen.runtime.limits.DEFAULT_MAX_WHILE_ITERATIONS`.
+        verify: error budgets and floors (:class:`fusegen.verify.options.VerifyOptions`; default ones).
     """
 
     def __init__(self, module: Module, device: DeviceDescription | None = None, pm: PluginManager | None = None,
-                 compile_kernels: bool = True, on_fusion: Callable[[FusionReport], None] | None = None):
+                 compile_kernels: bool = True, on_fusion: Callable[[FusionReport], None] | None = None,
+                 limits: RunLimits | None = None, verify: VerifyOptions | None = None):
         self.module = module
+        self.budget = Budget(limits)
         self.device = device or get_device("h200")
         self.pm = pm or default_plugin_manager()
         self.compile_kernels = compile_kernels
@@ -118,6 +246,8 @@ class Executor:
         self.other: dict[str, int] = {}
         self.other_instructions: dict[str, tuple[str, str, str]] = {}  # name -> (name, opcode, backend)
         self._emitted: dict[int, tuple[Any, FusionReport]] = {}
+        self.verify = verify or VerifyOptions()
+        self.events: list = []  # fusegen.verify.verdict.FusionEvent per compared execution, in order
 
     # -- planning (no execution): used by `fusegen explain` too ---------------------------------------
     def plan_fusion(self, inst: Instruction) -> tuple[Any, FusionReport]:
@@ -192,42 +322,27 @@ class Executor:
 
     # -- execution ---------------------------------------------------------------------------------
     def run(self, args: list[Any]) -> Any:
-        """Run the entry computation on ``args`` (one value per parameter); returns its value."""
+        """Run the entry computation on ``args`` (one value per parameter); returns its value.
+
+        Raises:
+            ResourceLimitError: the run passed ``limits`` (deadline or while iteration budget).
+        """
         return self.run_computation(self.module.entry, args)
 
     def run_computation(self, comp: Computation, args: list[Any]) -> Any:
-        values: dict[int, Any] = {}
-        for inst in comp.post_order():
-            if inst.opcode == "parameter":
-                values[id(inst)] = args[inst.parameter_number]
-                continue
-            ops = [values[id(o)] for o in inst.operands]
-            values[id(inst)] = self.run_instruction(inst, ops)
-        return values[id(comp.root)]
+        """Run ``comp`` on ``args``; ``call``/``while``/``conditional`` bodies run on an explicit stack."""
+        return interpret(comp, args, self._apply, self.budget)
 
     def run_instruction(self, inst: Instruction, ops: list[Any]) -> Any:
+        """Run one instruction on operand values (control flow runs its bodies through :func:`interpret`)."""
+        if inst.opcode in _CONTROL_FLOW:
+            return interpret_instruction(inst, ops, self._apply, self.budget)
+        return self._apply(inst, ops)
+
+    def _apply(self, inst: Instruction, ops: list[Any]) -> Any:
         op = inst.opcode
         if op == "fusion":
             return self._run_fusion(inst, ops)
-        if op == "call":
-            return self.run_computation(inst.attrs["to_apply"], ops)
-        if op == "while":
-            cond, body = inst.attrs["condition"], inst.attrs["body"]
-            state = ops[0]
-            while bool(np.asarray(self.run_computation(cond, [state]))):
-                state = self.run_computation(body, [state])
-            return state
-        if op == "conditional":
-            branches = inst.attrs.get("branch_computations")
-            sel = np.asarray(ops[0])
-            if branches is None:
-                branches = [inst.attrs["true_computation"], inst.attrs["false_computation"]]
-                idx = 0 if bool(sel) else 1
-            else:
-                idx = int(sel)
-                if idx < 0 or idx >= len(branches):
-                    idx = len(branches) - 1
-            return self.run_computation(branches[idx], [ops[idx + 1]])
         if op in ("parameter", "constant", "tuple", "get-tuple-element", "bitcast"):
             return evaluate_instruction(inst, ops)
         backend = self._backend_for(inst)
@@ -250,6 +365,8 @@ class Executor:
             t0 = time.perf_counter()
             try:
                 flat = triton_runtime.run_fusion(emitted, ops, inst)
+            except KernelDirError:  # no kernel can be loaded safely: the whole run is refused
+                raise
             except Exception as e:  # a kernel that fails to run is a failed fusion, not a crash
                 rep.status = "error"
                 rep.reason = f"kernel failed: {type(e).__name__}: {e}".splitlines()[0]
@@ -259,7 +376,7 @@ class Executor:
                 out = _unflatten(inst.shape, flat)
             if first and self.compile_kernels and emitted.kernels and rep.status != "error":
                 rep.compiled = self._compile(emitted)
-        self._record(rep, inst, out, ref)
+        self._record(rep, inst, out, ref, ops)
         if first and self.on_fusion is not None:
             self.on_fusion(rep)
         return out
@@ -272,7 +389,7 @@ class Executor:
             return f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         return "ok"
 
-    def _record(self, rep: FusionReport, inst: Instruction, out: Any, ref: Any) -> None:
+    def _record(self, rep: FusionReport, inst: Instruction, out: Any, ref: Any, ops: list[Any] | None = None) -> None:
         if rep.status == "error":
             return
         if rep.backend == "host":
@@ -280,43 +397,49 @@ class Executor:
             # so no error is reported (``null`` in JSON, ``-`` in the table).
             rep.status = "ok"
             return
-        shapes = inst.shape.leaves()
-        worst_abs = rep.max_abs_error or 0.0
-        worst_rel = rep.max_rel_error or 0.0
-        ok = rep.status in ("pending", "ok")
-        for s, a, b in zip(shapes, leaves(out), leaves(ref)):
-            c = compare(a, b, s.element_type)
-            worst_abs = max(worst_abs, c.max_abs_error)
-            worst_rel = max(worst_rel, c.max_rel_error)
-            ok = ok and c.ok
-        rep.max_abs_error, rep.max_rel_error = worst_abs, worst_rel
+        record_fusion(self, rep, inst, out, ref, ops)  # error budgets, the execution-order event list
         if rep.compiled.startswith("failed"):
             rep.status = "error"
             rep.reason = f"sm_90 compile {rep.compiled}"
-        else:
-            rep.status = "ok" if ok else "mismatch"
 
 
 def run_module(module: Module, args: list[Any], device: DeviceDescription | None = None,
                pm: PluginManager | None = None, compile_kernels: bool = True,
-               on_fusion: Callable[[FusionReport], None] | None = None) -> tuple[Any, RunReport]:
-    """Run ``module`` end to end and compare its outputs with the reference evaluator.
+               on_fusion: Callable[[FusionReport], None] | None = None,
+               limits: RunLimits | None = None, verify: VerifyOptions | None = None,
+               expected: list[np.ndarray] | None = None) -> tuple[Any, RunReport]:
+    """Run ``module`` end to end and judge its outputs (:mod:`fusegen.verify.verdict`).
+
+    Args:
+        limits: deadline and while iteration budget, applied to both runs.
+        verify: budgets, conditioning factor and floors (default :class:`VerifyOptions`).
+        expected: a known answer per output leaf (``--expected``), the third oracle.
+
+    The reference runs on the same explicit-stack interpreter (:func:`interpret`) with
+    :func:`~fusegen.evaluator.evaluator.evaluate_instruction` for every instruction, so deep ``call`` chains
+    need no recursion there either; ``limits`` apply to both runs.
 
     Returns:
-        ``(outputs, RunReport)``; fusions in the report are in entry post order (first execution).
+        ``(outputs, RunReport)``; fusions in the report are in entry post order (first execution);
+        ``report.verdict`` holds the per-output ``ok`` / ``drift`` / ``mismatch`` and the f64 figures.
+
+    Raises:
+        ResourceLimitError: a limit of ``limits`` was passed (deadline, while iterations).
     """
-    from fusegen.evaluator.evaluator import evaluate_module
+    from fusegen.evaluator.evaluator import _coerce_arg, evaluate_module
 
     t0 = time.perf_counter()
-    ex = Executor(module, device, pm, compile_kernels, on_fusion)
+    ex = Executor(module, device, pm, compile_kernels, on_fusion, limits, verify)
     out = ex.run(args)
-    ref = evaluate_module(module, args)
-    ok = True
-    worst = 0.0
-    for s, a, b in zip(module.entry.root.shape.leaves(), leaves(out), leaves(ref)):
-        c = compare(a, b, s.element_type)
-        ok = ok and c.ok
-        worst = max(worst, c.max_abs_error)
+    params = module.entry.parameters
+    if len(args) != len(params):
+        ref = evaluate_module(module, args)  # raises the evaluator's one-line error
+    ref = interpret(module.entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)],
+                    evaluate_instruction, ex.budget)
+    verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected)
+    ok = verdict.status != "mismatch"
+    worst = max((o.max_abs_error for o in verdict.outputs), default=0.0)
     report = RunReport(module.name, list(ex.reports.values()), dict(ex.other), ok, worst, time.perf_counter() - t0,
-                       list(ex.other_instructions.values()))
+                       verdict)
+    report.other_instructions = list(ex.other_instructions.values())
     return out, report

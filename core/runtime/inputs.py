@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import re
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -81,22 +83,41 @@ def index_bounds(module: Module) -> dict[int, int]:
 
 
 def random_array(shape: Shape, rng: np.random.Generator, high: int | None = None) -> np.ndarray:
-    """A seeded random logical array of ``shape``: normal floats, small integers, random preds."""
+    """A seeded random logical array of ``shape``: normal floats, small integers, random preds.
+
+    Values are drawn at the element type's width (``float32`` for every float type up to 32 bits, then
+    converted), never through a ``float64`` staging array twice the size of the result.
+    """
     et = shape.element_type
     dt = dtypes.numpy_dtype(et)
-    dims = shape.dimensions
+    dims = tuple(shape.dimensions)
     if high is not None and dtypes.is_integral(et):
-        return rng.integers(0, high + 1, size=dims).astype(dt)
+        return _integers(rng, 0, high + 1, dims, dt)
     if et == "pred":
-        return rng.random(dims) < 0.5
+        return rng.integers(0, 2, size=dims, dtype=np.uint8).view(np.bool_)
     if dtypes.is_integral(et):
         lo, hi = (0, 16) if dtypes.is_unsigned_int(et) or dtypes.bit_width(et) < 8 else (-8, 8)
         if dtypes.bit_width(et) < 8:
             lo, hi = 0, 2
-        return rng.integers(lo, hi, size=dims).astype(dt)
+        return _integers(rng, lo, hi, dims, dt)
     if dtypes.is_complex(et):
-        return (rng.standard_normal(dims) + 1j * rng.standard_normal(dims)).astype(dt)
-    return rng.standard_normal(dims).astype(np.float32).astype(dt)
+        part = np.float64 if dt == np.complex128 else np.float32
+        out = np.empty(dims, dt)
+        out.real = rng.standard_normal(dims, dtype=part)
+        out.imag = rng.standard_normal(dims, dtype=part)
+        return out
+    if dt == np.float64:
+        return rng.standard_normal(dims, dtype=np.float64)
+    return rng.standard_normal(dims, dtype=np.float32).astype(dt, copy=False)
+
+
+def _integers(rng: np.random.Generator, lo: int, hi: int, dims: tuple[int, ...], dt: np.dtype) -> np.ndarray:
+    """Integers in ``[lo, hi)`` drawn directly at ``dt`` (or its numpy storage type for 2/4-bit types)."""
+    native = dt if np.dtype(dt).kind in "iu" and np.dtype(dt).type.__module__ == "numpy" else np.int32
+    try:
+        return rng.integers(lo, hi, size=dims, dtype=native).astype(dt, copy=False)
+    except ValueError:  # bound outside the native type (e.g. an s8 index into a 300-long axis)
+        return rng.integers(lo, hi, size=dims, dtype=np.int64).astype(dt)
 
 
 def random_value(shape: Shape, rng: np.random.Generator, high: int | None = None) -> Any:
@@ -112,6 +133,99 @@ def make_inputs(module: Module, seed: int = 0) -> list[Any]:
     rng = np.random.default_rng(seed)
     bounds = index_bounds(module)
     return [random_value(p.shape, rng, bounds.get(p.parameter_number)) for p in module.entry.parameters]
+
+
+def _npy_header(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple[int, ...], np.dtype]:
+    """Shape and dtype from an ``.npy`` member's header, decompressing only the header bytes."""
+    from numpy.lib import format as npy
+
+    with z.open(info) as f:
+        major, _ = npy.read_magic(f)
+        if major not in (1, 2, 3):
+            raise ValueError(f"unsupported .npy format version {major}")
+        size = int.from_bytes(f.read(2 if major == 1 else 4), "little")
+        if size > 10000:
+            raise ValueError(f"header of {size} bytes is too long")
+        header = ast.literal_eval(f.read(size).decode("latin1"))
+    if not isinstance(header, dict) or not isinstance(header.get("shape"), tuple):
+        raise ValueError("header is not a dict with a shape")
+    descr = header.get("descr")
+    # ml_dtypes' float8_e5m2 is written as '<f1', which numpy cannot read back: it is raw bytes.
+    dtype = np.dtype("V1") if isinstance(descr, str) and re.fullmatch(r"[<>|=]f1", descr) else np.dtype(descr)
+    return tuple(header["shape"]), dtype
+
+
+def _not_npz(path: Path) -> str:
+    """The one-line error for a file ``zipfile`` cannot open, saying what the file is instead."""
+    try:
+        with open(path, "rb") as fp:
+            head = fp.read(6)
+    except OSError:
+        head = b""
+    hint = "np.savez writes one, with arrays p0, p1, ..."
+    if head.startswith(b"PK"):
+        return f"{path}: not a readable .npz archive (a damaged zip archive; {hint})"
+    what = ("it holds a single .npy array" if head.startswith(b"\x93NUMPY") else "it is empty" if not head
+            else "it is not a zip archive")
+    return f"{path}: not an .npz archive ({what}; {hint})"
+
+
+def check_npz_headers(module: Module, path: str | Path) -> dict[str, str]:
+    """Check an ``.npz``'s arrays against the entry parameters from their headers alone.
+
+    Nothing is decompressed past each member's ``.npy`` header, so a small file that would inflate to
+    gigabytes (or an array of the wrong shape) is refused before any memory is spent on it. Also checks
+    that each member's declared uncompressed size is what its header's shape and dtype need.
+
+    Returns:
+        parameter key (``p0`` or the parameter's name, as found) -> member name in the archive.
+
+    Raises:
+        InputError: not a readable ``.npz``; a parameter missing; an array of the wrong shape or dtype; an
+            unknown array; a member whose size does not match its header.
+    """
+    path = Path(path)
+    try:
+        z = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile, ValueError) as e:
+        if isinstance(e, OSError) and not isinstance(e, zipfile.BadZipFile):
+            raise InputError(f"{path}: cannot read inputs: {e.strerror or e}") from None
+        raise InputError(_not_npz(path)) from None
+    params = module.entry.parameters
+    with z:
+        members = {i.filename.removesuffix(".npy"): i for i in z.infolist() if not i.is_dir()}
+        keys: dict[str, str] = {}
+        for p in params:
+            n = p.parameter_number
+            key = f"p{n}" if f"p{n}" in members else p.name if p.name in members else None
+            if key is None:
+                raise InputError(f"{path}: no array for parameter {n} (%{p.name}); expected key 'p{n}' or '{p.name}'")
+            if p.shape.is_tuple:
+                raise InputError(f"{path}: parameter {n} (%{p.name}) has a tuple shape; .npz inputs must be arrays")
+            info = members[key]
+            try:
+                shape, dtype = _npy_header(z, info)
+            except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, SyntaxError) as e:
+                raise InputError(f"{path}: array '{key}' has no readable .npy header: "
+                                 f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+            want = dtypes.numpy_dtype(p.shape.element_type)
+            if shape != tuple(p.shape.dimensions):
+                raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has shape {list(shape)}, "
+                                 f"expected {list(p.shape.dimensions)}")
+            if dtype != want and not (_is_ml_dtype(want) and dtype.kind == "V" and dtype.itemsize == want.itemsize):
+                raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has dtype {dtype}, "
+                                 f"expected {want} ({p.shape.element_type})")
+            data_bytes = want.itemsize * int(np.prod(shape, dtype=np.int64))
+            if info.file_size > data_bytes + 65536:  # header (<64 KiB) + data, nothing more
+                raise InputError(f"{path}: array '{key}' inflates to {info.file_size:,} bytes, but its header "
+                                 f"describes {data_bytes:,} bytes of data")
+            keys[key] = info.filename
+        known = {f"p{p.parameter_number}" for p in params} | {p.name for p in params}
+        unknown = sorted(set(members) - known)
+        if unknown:  # a typo in a key would otherwise be silently replaced by nothing
+            raise InputError(f"{path}: arrays {unknown[:8]} match no parameter of the entry computation "
+                             f"(expected p0..p{len(params) - 1} or parameter names)")
+    return keys
 
 
 def from_npz_dtype(arr: np.ndarray, want: np.dtype) -> np.ndarray:
@@ -165,54 +279,34 @@ def save_npz(path: str | Path, arrays: dict[str, np.ndarray]) -> None:
 def load_inputs(module: Module, path: str | Path) -> list[Any]:
     """Read entry parameters from an ``.npz`` keyed ``p0``, ``p1``... or by parameter name.
 
+    The archive's headers are checked first (:func:`check_npz_headers`); only then are arrays read.
     ml_dtypes arrays (bf16, f8, s4 ...) saved with ``np.savez`` come back as raw bytes (``|V2``); they are read
     as the parameter's type when the item size agrees (:func:`from_npz_dtype`).
 
     Raises:
-        InputError: a parameter is missing, or its array has the wrong shape or dtype.
+        InputError: a parameter is missing, or its array has the wrong shape or dtype, or the archive is
+            not what its headers say.
     """
     path = Path(path)
-    try:
-        with open(path, "rb") as fp:
-            head = fp.read(6)
-    except OSError as e:
-        raise InputError(f"{path}: cannot read inputs: {e.strerror or e}") from None
-    if not head.startswith(b"PK"):  # an .npz is a zip archive of .npy files
-        what = ("it holds a single .npy array" if head.startswith(b"\x93NUMPY") else "it is empty" if not head
-                else "it is not a zip archive")
-        raise InputError(f"{path}: not an .npz archive ({what}; np.savez writes one, with arrays p0, p1, ...)")
+    keys = check_npz_headers(module, path)
     try:
         data = np.load(path, allow_pickle=False)
     except Exception as e:
-        raise InputError(f"{path}: not a readable .npz archive: {e}") from None
-    if not hasattr(data, "files"):
-        raise InputError(f"{path}: not an .npz archive (np.savez writes one, with arrays p0, p1, ...)")
+        raise InputError(f"{path}: cannot read inputs: {e}") from None
     out = []
-    for p in module.entry.parameters:
-        n = p.parameter_number
-        key = f"p{n}" if f"p{n}" in data.files else p.name if p.name in data.files else None
-        if key is None:
-            raise InputError(f"{path}: no array for parameter {n} (%{p.name}); expected key 'p{n}' or '{p.name}'")
-        if p.shape.is_tuple:
-            raise InputError(f"{path}: parameter {n} (%{p.name}) has a tuple shape; .npz inputs must be arrays")
-        try:
-            arr = _read_npz_member(data, key)
-        except (ValueError, OSError, SyntaxError) as e:
-            raise InputError(f"{path}: array '{key}' cannot be read: {e}") from None
-        want = dtypes.numpy_dtype(p.shape.element_type)
-        arr = from_npz_dtype(arr, want)
-        if tuple(arr.shape) != tuple(p.shape.dimensions):
-            raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has shape {list(arr.shape)}, "
-                             f"expected {list(p.shape.dimensions)}")
-        if arr.dtype != want:
-            raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has dtype {arr.dtype}, "
-                             f"expected {want} ({p.shape.element_type})")
-        out.append(arr)
-    known = {f"p{p.parameter_number}" for p in module.entry.parameters} | {p.name for p in module.entry.parameters}
-    unknown = sorted(set(data.files) - known)
-    if unknown:  # a typo in a key would otherwise be silently replaced by nothing
-        raise InputError(f"{path}: arrays {unknown} match no parameter of the entry computation "
-                         f"(expected p0..p{len(module.entry.parameters) - 1} or parameter names)")
+    with data:
+        for p in module.entry.parameters:
+            n = p.parameter_number
+            key = f"p{n}" if f"p{n}" in keys else p.name
+            try:
+                arr = _read_npz_member(data, key)
+            except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile, zlib.error) as e:
+                raise InputError(f"{path}: array '{key}' cannot be read: {e}") from None
+            want = dtypes.numpy_dtype(p.shape.element_type)
+            arr = from_npz_dtype(arr, want)
+            if tuple(arr.shape) != tuple(p.shape.dimensions) or arr.dtype != want:
+                raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) is not what its header said")
+            out.append(arr)
     return out
 
 

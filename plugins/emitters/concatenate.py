@@ -21,7 +21,10 @@ from typing import Any, ClassVar
 
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
-from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, choose_block, store_line
+from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
+from fusegen.codegen.launch import LoopGeometry, analysis_loop_geometry
+from fusegen.codegen.thread_indexing import default_thread_id_indexing_map
+from fusegen.indexing import IndexingMap
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.hlo.ir import Instruction
 from fusegen.plugin_manager import hookimpl
@@ -78,6 +81,27 @@ class ConcatenateFusion(FusionEmitter):
             raise EmitterUnsupported(h.opcode, h.name, "the fusion's heroes are not one concatenate")
         return h
 
+    def geometry(self) -> LoopGeometry:
+        """XLA's launch (``ConcatenateFusion::launch_dimensions``): ``CalculateLaunchDimensions`` of the largest
+        operand's shape with ``ComputeLoopFusionConfig`` on that shape; a program is one XLA block."""
+        shapes = [o.shape for o in self.hero().operands]  # GetLargestConcatOperandShape
+        largest = max(shapes, key=lambda s: s.numel)
+        return analysis_loop_geometry(self.analysis, largest)
+
+    def launch_dimensions(self) -> LaunchDimensions | None:
+        return self.geometry().launch()
+
+    def thread_id_to_output_indexing(self, root_index: int) -> None:
+        """``ConcatenateFusion::ComputeThreadIdToOutputIndexing``: none (each operand's pass writes its slice)."""
+        return None
+
+    def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap:
+        """``ConcatenateFusion::ComputeThreadIdToInputIndexing``: the default thread map over the largest
+        operand's shape (every operand is read at the thread's own index)."""
+        geo = self.geometry()
+        largest = max((o.shape for o in self.hero().operands), key=lambda s: s.numel)
+        return default_thread_id_indexing_map(geo.launch(), geo.unroll, largest)
+
     def largest_operand_elements(self) -> int:
         return max((o.shape.numel for o, _ in concat_pieces(self.hero())), default=0)
 
@@ -96,9 +120,11 @@ class ConcatenateFusion(FusionEmitter):
         n_max = max((o.shape.numel for o, _ in pieces), default=0)
         if n_max == 0:
             return EmittedFusion(emitter=self.name)
-        block, warps = choose_block(n_max)
+        geometry = self.geometry()
+        block = 1 << max(0, geometry.elements_per_block - 1).bit_length()
+        gx, gy = geometry.blocks
         op_shapes = [o.shape for o in fusion.operands]
-        idx_t = choose_index_dtype(op_shapes + list(leaves), block)
+        idx_t = choose_index_dtype(op_shapes + list(leaves), max(block, 4096))
         ctx = KernelContext(idx_t, op_shapes)
         ctx.names.reserve("mask_all")
         ctx.mask = "mask_all"  # operand indices are clamped into range; stores carry the real masks
@@ -132,17 +158,20 @@ class ConcatenateFusion(FusionEmitter):
                     ptr = ctx.param("output", k, ls, f"out{k}")
                     store_line(gen, ptr, gen.linearize(ridx, ls.dimensions, ls.minor_to_major()), val,
                                ls.element_type, mask_p)
+        pid = "tl.program_id(0)" if gy == 1 else f"(tl.program_id(1) * {gx} + tl.program_id(0))"
         if idx_t == "tl.int64":
-            lin = "lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)"
-        else:
-            lin = "lin = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)"
-        prologue = [lin, "mask = lin < N", f"zero = tl.full([BLOCK], 0, {idx_t})", "mask_all = zero == 0"]
+            pid = f"{pid}.to(tl.int64)"
+        prologue = [f"lin = {pid} * BLOCK + tl.arange(0, BLOCK)", "mask = lin < N", f"zero = tl.full([BLOCK], 0, {idx_t})", "mask_all = zero == 0"]
         entry = ts.sanitize_identifier(f"concatenate_{fusion.name}", "k")
         source = ctx.render(entry, ["BLOCK", "N"], prologue)
+        variant = None
+        if gy == 1 and n_max > block and block < 4096:  # wider programs for the interpreter, same source
+            variant = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
+                                   constexprs={"BLOCK": 4096, "N": n_max},
+                                   launch=LaunchDimensions(grid=(-(-n_max // 4096),)), num_stages=1)
         ks = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
-                          constexprs={"BLOCK": block, "N": n_max},
-                          launch=LaunchDimensions(grid=(max(1, -(-n_max // block)),), num_warps=warps),
-                          num_stages=1)
+                          constexprs={"BLOCK": block, "N": n_max}, launch=geometry.launch(), num_stages=1,
+                          interpret_variant=variant)
         return EmittedFusion(emitter=self.name, kernels=(ks,))
 
 

@@ -17,7 +17,10 @@ from typing import Any
 from fusegen.codegen.elemental import ELEMENTWISE
 from fusegen.codegen.emitter import (EmitterUnsupported, FusionEmitter, build_linear_kernel, fusion_roots,
                                      store_line)
-from fusegen.codegen.kernel import EmittedFusion
+from fusegen.codegen.kernel import EmittedFusion, LaunchDimensions
+from fusegen.codegen.launch import calculate_launch_dimensions
+from fusegen.codegen.thread_indexing import default_thread_id_indexing_map
+from fusegen.indexing import IndexingMap
 from fusegen.hlo.ir import Instruction
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
@@ -102,6 +105,25 @@ class InPlaceDynamicUpdateSliceFusion(FusionEmitter):
 
     name = "InPlaceDynamicUpdateSliceFusion"
 
+    def launch_dimensions(self) -> LaunchDimensions | None:
+        """XLA's launch (``InPlaceDynamicUpdateSliceFusion::launch_dimensions``): ``CalculateLaunchDimensions``
+        of the update shape, no unrolling; one thread per update element."""
+        dus_list = output_dus(self.analysis)
+        if not dus_list or dus_list[0].operands[1].shape.numel == 0:
+            return None
+        return calculate_launch_dimensions(dus_list[0].operands[1].shape.numel, self.analysis.device).launch()
+
+    def thread_id_to_output_indexing(self, root_index: int) -> None:
+        """``InPlaceDynamicUpdateSliceFusion::ComputeThreadIdToOutputIndexing``: none (runtime offsets)."""
+        return None
+
+    def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap | None:
+        """The default thread map over the update (operand 1 of the DUS hero); none for the other operands."""
+        launch = self.launch_dimensions()
+        if hero_operand_index != 1 or launch is None:
+            return None
+        return default_thread_id_indexing_map(launch, 1, output_dus(self.analysis)[root_index].operands[1].shape)
+
     def emit(self) -> EmittedFusion:
         dus_list = output_dus(self.analysis)
         if dus_list is None:
@@ -131,7 +153,8 @@ class InPlaceDynamicUpdateSliceFusion(FusionEmitter):
                 ptr = gen.ctx.param("output", k, leaves[k], f"out{k}")
                 store_line(gen, ptr, off, v, leaves[k].element_type, gen.ctx.mask)
 
-        ks = build_linear_kernel(self, f"dus_{self.fusion.name}", n, body)
+        geometry = calculate_launch_dimensions(n, self.analysis.device)
+        ks = build_linear_kernel(self, f"dus_{self.fusion.name}", n, body, geometry=geometry)
         return EmittedFusion(emitter=self.name, kernels=(ks,), output_aliases=aliases)
 
 

@@ -4,6 +4,11 @@ Mirrors XLA's ``LoopFusion`` (``xla/backends/gpu/codegen/emitters/loop.cc``): ev
 contiguous range of the output's physical (minor-to-major) order, so writes are coalesced; each root is
 computed elementally at its own index (:mod:`fusegen.codegen.elemental`). Several roots are written by
 the same kernel; roots with fewer elements than the largest are masked (``lin < numel(root)``).
+
+The launch is XLA's (``LoopFusion::launch_dimensions``, :func:`fusegen.codegen.launch.loop_geometry`): 128
+threads per block (fewer for small outputs), each ``unroll`` consecutive elements (4 for a large
+bf16/f32 output whose size 4 divides), so one Triton program is one XLA block of ``128 x unroll``
+elements with 4 warps, on XLA's grid (``bf16[6,512,4096]``: 24576 blocks of 512 elements).
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ from typing import Any
 
 from fusegen.codegen.emitter import (EmitterUnsupported, FusionEmitter, build_linear_kernel, fusion_roots,
                                      store_line)
-from fusegen.codegen.kernel import EmittedFusion
+from fusegen.codegen.kernel import EmittedFusion, LaunchDimensions
+from fusegen.codegen.launch import LoopGeometry, analysis_loop_geometry, element_shape
+from fusegen.codegen.thread_indexing import compose_with_operand, default_thread_id_indexing_map
+from fusegen.indexing import IndexingMap
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
 
@@ -34,6 +42,28 @@ class LoopFusion(FusionEmitter):
     """
 
     name = "LoopFusion"
+
+    def geometry(self) -> LoopGeometry:
+        """XLA's launch (``LoopFusion::launch_dimensions``): ``CalculateLaunchDimensions`` of the element
+        shape with ``ComputeLoopFusionConfig``'s unroll factor (the map's ``vector_index`` range)."""
+        return analysis_loop_geometry(self.analysis)
+
+    def launch_dimensions(self) -> LaunchDimensions:
+        """XLA's launch dimensions for this fusion (the kernel's, too)."""
+        return self.geometry().launch()
+
+    def thread_id_to_output_indexing(self, root_index: int) -> IndexingMap:
+        """``LoopFusion::ComputeThreadIdToOutputIndexing``: the default thread map of the launch with the
+        unroll factor as the per-thread vector, over the element shape (``unroll_id`` = vector index)."""
+        geo = self.geometry()
+        shape = element_shape(self.analysis.roots)
+        return default_thread_id_indexing_map(geo.launch(), geo.unroll, shape)
+
+    def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap | None:
+        """``LoopFusion::ComputeThreadIdToInputIndexing``: the output map composed with the root's
+        output-to-input map of operand ``hero_operand_index``."""
+        root = self.analysis.roots[root_index]
+        return compose_with_operand(self.thread_id_to_output_indexing(root_index), root, hero_operand_index)
 
     def emit(self) -> EmittedFusion:
         comp = self.computation
@@ -77,7 +107,7 @@ class LoopFusion(FusionEmitter):
                     ptr = ctx.param("output", leaf_no, ls, f"out{leaf_no}")
                     store_line(gen, ptr, off, v, ls.element_type, mask_r)
 
-        ks = build_linear_kernel(self, f"loop_{self.fusion.name}", n_total, body)
+        ks = build_linear_kernel(self, f"loop_{self.fusion.name}", n_total, body, geometry=self.geometry())
         return EmittedFusion(emitter=self.name, kernels=(ks,))
 
 

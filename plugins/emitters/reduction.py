@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from fusegen.analysis.reduction import (ReductionDimensions, are_reductions_multi_output_fusion_compatible,
                                         choose_reduction_emitter, get_reduction_kind_and_contiguous_components,
                                         is_real_reduction_hero)
@@ -46,6 +48,9 @@ from fusegen.codegen.elemental import (COMPLEX_PARTS, Cx, ElementalGenerator, Ke
                                       deep_recursion, int_list)
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
+from fusegen.codegen.launch import REDUCTION_TILE_SIZE, ReductionGeometry, kernel_warps, reduction_geometry
+from fusegen.codegen.thread_indexing import compose_bitcast, compose_with_operand, reduction_maps
+from fusegen.indexing import IndexingMap
 from fusegen.codegen.reduction_codegen import COMBINE_PREFIX, combine_function, promoted_reducer
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction, Shape
@@ -190,6 +195,89 @@ class ReductionFusion(FusionEmitter):
         """``(TA, TR, TB)``: kept-major, reduced and kept-minor tile sizes (powers of two, ``TR <= nr``)."""
         raise NotImplementedError
 
+    def xla_geometry(self, plan: "_Plan | None" = None) -> ReductionGeometry | None:
+        """XLA's launch geometry for this sub-emitter (:func:`fusegen.codegen.launch.reduction_geometry`);
+        ``None`` when XLA would not pick a reduction emitter (no real reduction hero)."""
+        analysis = self.analysis
+        hero = analysis.find_hero_reduction()
+        if hero is None:
+            return None
+        dims = get_reduction_kind_and_contiguous_components(hero).dimensions
+        is_red = [h.opcode == "reduce" and is_real_reduction_hero(r, h, analysis.device)
+                  for r, h in zip(analysis.roots, analysis.non_trivial_heroes)]
+        return reduction_geometry(analysis, self.name, dims, is_red)
+
+    def launch_dimensions(self) -> LaunchDimensions | None:
+        """XLA's launch dimensions (``ReductionFusion::launch_dimensions``)."""
+        geo = self.xla_geometry()
+        return geo.launch(self.analysis.device) if geo is not None else None
+
+    def _groups_and_roots(self) -> tuple[ReductionGeometry, list[bool], list[int]]:
+        from fusegen.codegen.launch import reduction_group_ids
+
+        geo = self.xla_geometry()
+        if geo is None:
+            raise EmitterUnsupported("fusion", self.fusion.name, "no real reduction hero: no XLA thread map")
+        a = self.analysis
+        is_red = [h.opcode == "reduce" and is_real_reduction_hero(r, h, a.device)
+                  for r, h in zip(a.roots, a.non_trivial_heroes)]
+        return geo, is_red, reduction_group_ids(a, is_red)
+
+    def thread_id_to_output_indexing(self, root_index: int) -> IndexingMap | None:
+        """``ReductionFusion::ComputeThreadIdToOutputIndexing``: for a reduction root the projected output
+        map (the thread that writes each kept element) bitcast to the hero's output; for a side output the
+        reduce-input map bitcast to the root's shape. ``None`` when XLA would not use a reduction emitter."""
+        try:
+            geo, is_red, groups = self._groups_and_roots()
+        except EmitterUnsupported:
+            return None
+        a = self.analysis
+        inp, in_shape, out, out_shape = reduction_maps(geo, a.device, groups[root_index] if geo.groups > 1 else None)
+        root = a.roots[root_index]
+        if not is_red[root_index]:
+            return compose_bitcast(inp, in_shape, root.shape)
+        hero = a.non_trivial_heroes[root_index]
+        return compose_bitcast(out, out_shape, hero.shape.leaves()[0])
+
+    def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap | None:
+        """``ReductionFusion::ComputeThreadIdToInputIndexing``: the reduce-input map bitcast to the hero's
+        operand (undefined for init values); for a side output, its output map composed with the root's
+        output-to-input map."""
+        try:
+            geo, is_red, groups = self._groups_and_roots()
+        except EmitterUnsupported:
+            return None
+        a = self.analysis
+        root, hero = a.roots[root_index], a.non_trivial_heroes[root_index]
+        if not is_red[root_index]:
+            return compose_with_operand(self.thread_id_to_output_indexing(root_index), root, hero_operand_index)
+        if hero_operand_index >= len(hero.operands) // 2:
+            return IndexingMap.unknown()
+        inp, in_shape, _, _ = reduction_maps(geo, a.device, groups[root_index] if geo.groups > 1 else None)
+        return compose_bitcast(inp, in_shape, hero.operands[hero_operand_index].shape)
+
+    def xla_tile(self, geo: ReductionGeometry, na: int, nr: int, nb: int) -> tuple[int, int, int] | None:
+        """``(TA, TR, TB)`` giving one program per XLA block: row reductions take XLA's kept rows per block,
+        column reductions one major position and XLA's ``32 * vector`` columns (small column: all of them).
+        ``None`` when the blocks cannot be matched (a row split over several blocks)."""
+        if geo.emitter in ("RowReductionFusion", "MultiRowReductionFusion"):
+            if len(geo.num_blocks) > 1 and geo.num_blocks[1] > 1:
+                return None
+            ta = geo.num_threads[0] if geo.num_blocks[0] > 1 else _ceil_pow2(na)
+            if ta & (ta - 1):
+                return None
+            tb = 1
+        else:
+            ta = 1
+            cols = REDUCTION_TILE_SIZE * geo.vector_size if geo.emitter == "ColumnReductionFusion" else nb
+            tb = min(_ceil_pow2(cols), _ceil_pow2(nb))
+            if -(-nb // tb) != -(-nb // cols):
+                return None
+        if ta * tb > TILE_ELEMENTS:
+            return None
+        tr = min(_floor_pow2(nr), max(1, TILE_ELEMENTS // (ta * tb)))
+        return ta, tr, tb
+
     # ------------------------------------------------------------------------------------------
     def emit(self) -> EmittedFusion:
         fusion = self.fusion
@@ -202,11 +290,16 @@ class ReductionFusion(FusionEmitter):
             na, nr, nb = d0, d1, d2
         if na * nb == 0:
             return EmittedFusion(emitter=self.name)  # nothing to write: every output is empty
-        ta, tr, tb = self.tile(plan.dims, na, nr, nb) if nr > 0 else (min(_ceil_pow2(na), TILE_ELEMENTS), 1, 1)
+        geo = self.xla_geometry(plan)
+        xla_tiles = self.xla_tile(geo, na, nr, nb) if geo is not None and nr > 0 else None
+        if xla_tiles is not None:
+            ta, tr, tb = xla_tiles
+        else:
+            ta, tr, tb = self.tile(plan.dims, na, nr, nb) if nr > 0 else (min(_ceil_pow2(na), TILE_ELEMENTS), 1, 1)
         block, oblock = ta * tr * tb, ta * tb
         ga, gb = -(-na // ta), -(-nb // tb)
         nit = -(-nr // tr) if nr > 0 else 0
-        warps = max(1, min(8, block // 512))
+        warps = kernel_warps(geo.threads) if xla_tiles is not None else max(1, min(8, block // 512))
         op_shapes = [o.shape for o in fusion.operands]
         idx_t = choose_index_dtype(op_shapes + [fusion.shape, plan.first.operands[0].shape], block)
         ctx = KernelContext(idx_t, op_shapes)
@@ -230,9 +323,14 @@ class ReductionFusion(FusionEmitter):
                         for s in _leaves(h.shape))
         # cross-warp partial results of tl.reduce: one per kept lane of the tile and warp
         smem = oblock * acc_bytes * warps if tr > 1 else 0
+        if xla_tiles is not None and geo.blocks(self.analysis.device)[:2] == (ga * gb, 1):
+            # one program per XLA block (z: XLA's reduction groups, which this kernel computes together)
+            launch = attrs.evolve(geo.launch(self.analysis.device), grid=(ga * gb,), num_warps=warps,
+                                  shared_memory_bytes=smem)
+        else:
+            launch = LaunchDimensions(grid=(ga * gb,), num_warps=warps, shared_memory_bytes=smem)
         ks = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params), constexprs=constexprs,
-                          launch=LaunchDimensions(grid=(ga * gb,), num_warps=warps, shared_memory_bytes=smem),
-                          num_stages=1)
+                          launch=launch, num_stages=1)
         return EmittedFusion(emitter=self.name, kernels=(ks,))
 
     # ------------------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, build_linear_kernel, fusion_roots, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
+from fusegen.codegen.launch import scatter_geometry
+from fusegen.codegen.thread_indexing import default_thread_id_indexing_map
+from fusegen.indexing import IndexingMap
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction, Shape
 from fusegen.plugin_manager import hookimpl
@@ -314,6 +317,29 @@ class ScatterFusion(FusionEmitter):
             strategy = "store" if self.desc.unique_indices else "serial"
         self.strategy = strategy
         self.atomic_op = op
+        d = self.desc
+        self.geometry = scatter_geometry(
+            self.analysis, d.updates[0].shape, d.window_shape, d.operand_dims, len(d.scatter_dims_to_operand_dims),
+            d.num_slices, et, d.indices.shape.element_type, d.indices_are_sorted and not d.unique_indices)
+
+    def launch_dimensions(self) -> LaunchDimensions | None:
+        """XLA's launch for the scatter kernel (``ScatterFusion::launch_dimensions``)."""
+        if self.error is not None or self.desc.num_slices == 0 or self.desc.slice_size == 0:
+            return None
+        return self.geometry.launch()
+
+    def thread_id_to_output_indexing(self, root_index: int) -> None:
+        """``ScatterFusion``: no thread-to-output map (targets come from the indices at run time)."""
+        return None
+
+    def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap | None:
+        """``ScatterWithDistributedUpdates``: the default thread map (vector size as unroll) over an update
+        operand; none for the scattered operands, the indices, and ``ScatterWithDistributedIndices``."""
+        launch = self.launch_dimensions()
+        geo = self.geometry
+        if launch is None or geo.updates is None or hero_operand_index <= self.desc.n:
+            return None
+        return default_thread_id_indexing_map(launch, geo.vector_size, self.desc.updates[0].shape)
 
     # ------------------------------------------------------------------------------------ helpers
     def _leaves(self) -> list[Shape]:
@@ -459,7 +485,8 @@ class ScatterFusion(FusionEmitter):
                     store_line(gen, ptr, off, v, ls.element_type, m)
 
         tag = "nan_canon" if canonicalize_nans else ("atomic" if self.strategy == "atomic" else "store")
-        return build_linear_kernel(self, f"scatter_{tag}_{self.fusion.name}", n_total, body)
+        return build_linear_kernel(self, f"scatter_{tag}_{self.fusion.name}", n_total, body,
+                                   geometry=self.geometry.updates)
 
     def _window_index(self, gen: ElementalGenerator, s: str, w: str) -> tuple:
         """Update index of slice ``s`` (index tensor), window element ``w`` (row-major in the window)."""
@@ -537,9 +564,14 @@ class ScatterFusion(FusionEmitter):
         W = max(1, d.slice_size)
         block = min(_next_pow2(W), 1024)
         nch = -(-W // block)
-        warps = max(1, min(4, block // 32))
-        programs = max(1, NUM_WARPS_PER_BLOCK * int(getattr(device, "core_count", 0) or 1) // max(1, nch))
-        per = -(-d.num_slices // programs)
+        geo = self.geometry
+        if geo.emitter == "ScatterWithDistributedIndices":  # XLA's blocks: 4 warps of indices_per_warp slices
+            warps = NUM_WARPS_PER_BLOCK
+            per = NUM_WARPS_PER_BLOCK * geo.indices_per_warp
+        else:
+            warps = max(1, min(4, block // 32))
+            programs = max(1, NUM_WARPS_PER_BLOCK * int(getattr(device, "core_count", 0) or 1) // max(1, nch))
+            per = -(-d.num_slices // programs)
         programs = -(-d.num_slices // per)
         kb = _Kernel(self, block)
         ctx, gen = kb.ctx, kb.gen
@@ -614,7 +646,8 @@ class ScatterFusion(FusionEmitter):
             kernels.append(self._distributed_indices_kernel(getattr(self.analysis, "device", None)))
         else:
             kernels.append(self._distributed_updates_kernel())
-        return EmittedFusion(emitter=self.name, kernels=tuple(kernels), output_aliases=aliases)
+        return EmittedFusion(emitter=self.name, kernels=tuple(kernels), output_aliases=aliases,
+                             primary=len(kernels) - 1)
 
 
 def _create(analysis: Any, context: Any = None) -> ScatterFusion | None:

@@ -25,10 +25,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, fusion_roots, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
+from fusegen.codegen.launch import sort_launches
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction
 from fusegen.plugin_manager import hookimpl
@@ -121,8 +124,20 @@ class SortFusion(FusionEmitter):
         self.rows = shape0.numel // max(1, self.n)
         self.is_stable = str(sort.attrs.get("is_stable", "false")).lower() == "true"
 
+    def xla_launches(self) -> list[LaunchDimensions]:
+        """XLA's launches for this sort (``EmitBitonicSortLLVMIR``, :func:`fusegen.codegen.launch.sort_launches`)."""
+        bits = [1 if o.shape.element_type == "pred" else dtypes.bit_width(o.shape.element_type) for o in self.sort.operands]
+        return sort_launches(self.sort.operands[0].shape, self.dim, bits, self.analysis.device)
+
+    def launch_dimensions(self) -> LaunchDimensions | None:
+        """XLA's first sort kernel's launch: one block per row, ``NPAD / 4`` threads (the kernel's, too)."""
+        if self.error is not None:
+            return None
+        launches = self.xla_launches()
+        return launches[0] if launches else None
+
     def launch_plan(self) -> tuple[int, int, int]:
-        """``(rows_per_program, BLOCK, programs)``."""
+        """``(rows_per_program, BLOCK, programs)`` of the interpreter's variant (rows batched per program)."""
         r = 1
         while r * 2 * self.npad <= TARGET_BLOCK and r * 2 <= _next_pow2(self.rows):
             r *= 2
@@ -198,13 +213,22 @@ class SortFusion(FusionEmitter):
                     f"row = (tl.program_id(0) * R + lane // NPAD).to({idx_t})",
                     "mask = (loc < NSORT) & (row < ROWS)", f"zero = tl.full([BLOCK], 0, {idx_t})"]
         source = ctx.render(entry, ["BLOCK", "NPAD", "NSORT", "R", "ROWS"], prologue)
-        warps = max(1, min(8, block // 256))
         # the partner exchange (reshape/permute/split) goes through shared memory: one carrier per lane
         carrier_bytes = max(8 if (et != "pred" and dtypes.bit_width(et) == 64) else 4 for et in ets)
-        ks = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
-                          constexprs={"BLOCK": block, "NPAD": self.npad, "NSORT": self.n, "R": r, "ROWS": self.rows},
-                          launch=LaunchDimensions(grid=(programs,), num_warps=warps,
-                                                  shared_memory_bytes=block * carrier_bytes), num_stages=1)
+        constexprs = {"NPAD": self.npad, "NSORT": self.n, "ROWS": self.rows}
+        variant = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
+                               constexprs={"BLOCK": block, "R": r, **constexprs},
+                               launch=LaunchDimensions(grid=(programs,), num_warps=max(1, min(8, block // 256))),
+                               num_stages=1)
+        # XLA's tiled sort kernel: one block per row (the padded row is one tile), NPAD / 4 threads
+        xla = self.launch_dimensions()
+        if xla is not None and xla.grid3 == (self.rows, 1, 1):
+            launch = attrs.evolve(xla, shared_memory_bytes=self.npad * carrier_bytes)
+            ks = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
+                              constexprs={"BLOCK": max(self.npad, 2), "R": 1, **constexprs}, launch=launch,
+                              num_stages=1, interpret_variant=variant if programs < self.rows else None)
+        else:  # XLA would tile the row (too many operand bytes for one shared tile): keep batched rows
+            ks = attrs.evolve(variant, launch=attrs.evolve(variant.launch, shared_memory_bytes=block * carrier_bytes))
         return EmittedFusion(emitter=self.name, kernels=(ks,))
 
     def _step(self, gen: ElementalGenerator, j: int, k: int, carriers: list[str], ets: list[str]) -> None:

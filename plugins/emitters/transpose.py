@@ -40,6 +40,10 @@ from fusegen.codegen.elemental import (ELEMENTWISE, ElementalGenerator, KernelCo
                                       deep_recursion, int_list)
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
+from fusegen.codegen.launch import launch, transpose_vector_size
+from fusegen.codegen.thread_indexing import compose_with_operand, transpose_indexing
+from fusegen.indexing import IndexingMap
+from fusegen.device import DEFAULT_DEVICE
 from fusegen.hlo.ir import Instruction
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
@@ -171,9 +175,62 @@ class TransposeFusion(FusionEmitter):
             t[r - 2] = TILE_SIZE
             t[inv[r - 2]] = TILE_SIZE
         else:
-            t[r - 1] = TILE_SIZE
-            t[inv[r - 1]] = TILE_SIZE
+            vec = self.vector_size()
+            t[r - 1] = TILE_SIZE * vec
+            t[inv[r - 1]] = TILE_SIZE * vec
         return tuple(t)
+
+    def vector_size(self) -> int:
+        """XLA's vector size along the two tiled dims (:func:`fusegen.codegen.launch.transpose_vector_size`):
+        tiles of ``32 v x 32 v`` for large sub-32-bit transposes; 1 for "021" transposes."""
+        d, p = self.dims, self.perm
+        if p[-1] == len(d) - 1:
+            return 1
+        from fusegen.analysis.transpose import get_bitwidth
+
+        inv = inverse_permutation(p)
+        in_dims = [d[k] for k in inv]
+        nbytes = max(1, get_bitwidth(self.description.instr.shape.element_type) // 8)
+        heroes = list(getattr(self.analysis, "heroes", None) or [])
+        n_heroes = max(1, sum(1 for h in heroes if normalized_transpose(h) == (d, p)))
+        device = getattr(self.analysis, "device", None) or DEFAULT_DEVICE
+        return transpose_vector_size(in_dims, p, nbytes, n_heroes, device)
+
+    def _is_hero_transpose(self, root_index: int) -> bool:
+        heroes = list(getattr(self.analysis, "heroes", None) or [])
+        return root_index < len(heroes) and normalized_transpose(heroes[root_index]) == (self.dims, self.perm)
+
+    def thread_id_to_output_indexing(self, root_index: int) -> IndexingMap | None:
+        """``TransposeFusion::ComputeThreadIdToOutputIndexing``: tiles of the hero's output for transpose
+        roots, of the input for side outputs (bitcast to the root). ``None`` for packed transposes."""
+        if self.description is None or type(self) is not TransposeFusion:
+            return None
+        roots = list(self.analysis.roots)
+        if self._is_hero_transpose(root_index):
+            return transpose_indexing(self.dims, self.perm, self.vector_size(), False,
+                                      self.analysis.heroes[root_index].shape)
+        return transpose_indexing(self.dims, self.perm, self.vector_size(), True, roots[root_index].shape)
+
+    def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap | None:
+        """``TransposeFusion::ComputeThreadIdToInputIndexing``: the input tile for the hero's operand; for
+        side outputs their output map composed with the root's output-to-input map."""
+        if self.description is None or type(self) is not TransposeFusion:
+            return None
+        if self._is_hero_transpose(root_index):
+            hero = self.analysis.heroes[root_index]
+            return transpose_indexing(self.dims, self.perm, self.vector_size(), True,
+                                      hero.operands[hero_operand_index].shape)
+        return compose_with_operand(self.thread_id_to_output_indexing(root_index), self.analysis.roots[root_index],
+                                    hero_operand_index)
+
+    def launch_dimensions(self) -> LaunchDimensions | None:
+        """XLA's launch (``TransposeFusion::launch_dimensions``): one 128-thread block per tile."""
+        if self.description is None:
+            return None
+        n = 1
+        for c in self.launch_grid():
+            n *= c
+        return launch((n,), (NUM_ROWS * TILE_SIZE,))
 
     def tile_sizes(self) -> tuple[int, ...]:
         """Block extent per normalized output dim: the XLA tile rounded up to a power of two, no larger
@@ -185,6 +242,7 @@ class TransposeFusion(FusionEmitter):
         return tuple(-(-n // t) for n, t in zip(self.dims, self.tile_sizes()))
 
     def num_warps(self, block: int) -> int:
+        """XLA's 128 threads (4 warps); 8 warps above :data:`WIDE_BLOCK` lanes (Triton register pressure)."""
         return NUM_ROWS if block <= WIDE_BLOCK else 2 * NUM_ROWS
 
     # -------------------------------------------------------------------------------------- emit
@@ -351,8 +409,8 @@ class TransposeFusion(FusionEmitter):
         shmem = int(self.description.shmem_usage) * len(hero_list)
         ks = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
                           constexprs={"BLOCK": block},
-                          launch=LaunchDimensions(grid=(n_programs,), num_warps=self.num_warps(block),
-                                                  shared_memory_bytes=shmem),
+                          launch=launch((n_programs,), (NUM_ROWS * TILE_SIZE,), num_warps=self.num_warps(block),
+                                        shared_memory_bytes=shmem),
                           num_stages=1)
         return EmittedFusion(emitter=self.name, kernels=(ks,))
 

@@ -1,0 +1,135 @@
+"""Rendering the report document (:mod:`fusegen.report.data`) to one self-contained HTML page.
+
+jinja2 template ``templates/report.html.j2`` (package data), the module graph as inline SVG (graphviz
+``dot``), charts drawn by plotly.js embedded in a ``<script>`` (no network access needed to open the
+page), Triton source and HLO highlighted by pygments.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pygments.lexer import RegexLexer, bygroups
+from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, String, Text, Whitespace
+
+
+class HloLexer(RegexLexer):
+    """HLO text (``xla/hlo/ir/hlo_instruction.cc``'s printer): names, shapes, opcodes, attributes."""
+
+    name = "HLO"
+    aliases = ["hlo"]
+    filenames = ["*.hlo"]
+    tokens = {
+        "root": [
+            (r"\s+", Whitespace),
+            (r"//.*?$", Comment.Single),
+            (r"/\*.*?\*/", Comment.Multiline),
+            (r"\b(ROOT|ENTRY|HloModule)\b", Keyword),
+            (r"%[\w.\-]+", Name.Variable),
+            (r"\b(pred|s4|s8|s16|s32|s64|u4|u8|u16|u32|u64|f16|bf16|f32|f64|c64|c128|f8e\w+|token)(\[)",
+             bygroups(Keyword.Type, Punctuation)),
+            (r"([a-z][\w\-]*)(\()", bygroups(Name.Function, Punctuation)),
+            (r"([a-z_][\w]*)(=)", bygroups(Name.Attribute, Operator)),
+            (r'"(\\.|[^"\\])*"', String),
+            (r"-?\d+(\.\d+)?(e[+-]?\d+)?", Number),
+            (r"[\[\]{}(),:]", Punctuation),
+            (r"[\w.\-]+", Text),
+            (r".", Text),
+        ]
+    }
+
+
+def _highlighter():
+    from markupsafe import Markup
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+
+    fmt = HtmlFormatter(cssclass="hl", nowrap=False)
+    lexers = {"python": PythonLexer(), "hlo": HloLexer()}
+
+    def hl(source: str, language: str = "python") -> Markup:
+        return Markup(highlight(source, lexers[language], fmt))
+
+    return hl, HtmlFormatter(style="friendly").get_style_defs(".hl")
+
+
+def fmt_us(x: Any) -> str:
+    """µs with three significant digits (``-`` for none)."""
+    if x is None:
+        return "-"
+    x = float(x)
+    if x >= 1e6:
+        return f"{x / 1e6:.3g} s"
+    if x >= 1e3:
+        return f"{x / 1e3:.3g} ms"
+    return f"{x:.3g} µs"
+
+
+def fmt_bytes(x: Any) -> str:
+    if x is None:
+        return "-"
+    x = int(x)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if x >= size:
+            return f"{x / size:.3g} {unit}"
+    return f"{x} B"
+
+
+def fmt_err(x: Any) -> str:
+    if x is None:
+        return "-"
+    x = float(x)
+    if x == 0:
+        return "0"
+    if math.isnan(x) or math.isinf(x):
+        return str(x)
+    return f"{x:.3g}"
+
+
+def fmt_s(x: Any) -> str:
+    if x is None:
+        return "-"
+    x = float(x)
+    return f"{x * 1e3:.0f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def environment():
+    """The jinja2 environment (autoescaping on) with the report's filters and globals."""
+    import jinja2
+
+    from fusegen.report.graph import KIND_COLORS, card_id, kind_color
+
+    env = jinja2.Environment(loader=jinja2.PackageLoader("fusegen.report", "templates"),
+                             autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
+                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    hl, css = _highlighter()
+    env.filters.update(highlight=hl, us=fmt_us, bytes=fmt_bytes, err=fmt_err, secs=fmt_s, card_id=card_id,
+                       kind_color=kind_color)
+    env.globals.update(pygments_css=css, kind_colors=KIND_COLORS)
+    return env
+
+
+def render_html(doc: dict, *, plotly_js: str | None = None) -> str:
+    """The HTML page of report document ``doc``.
+
+    ``plotly_js`` defaults to the plotly.js bundled with the ``plotly`` package (embedded, ~4.8 MB).
+
+    Raises:
+        graphviz.ExecutableNotFound: ``dot`` is not installed (Debian package ``graphviz``).
+    """
+    from fusegen.report.charts import kinds_figure, tuning_figure
+    from fusegen.report.graph import render_svg
+
+    if plotly_js is None:
+        from plotly.offline import get_plotlyjs
+
+        plotly_js = get_plotlyjs()
+    graphs = [render_svg(m["graph"], m["name"]) for m in doc["modules"]]
+    charts = {"kinds": kinds_figure(doc["summary"]),
+              "tuning": [tuning_figure(t) for t in doc["tuning"]]}
+    phase_total = sum(doc["phases"].values()) or 1.0
+    return environment().get_template("report.html.j2").render(
+        doc=doc, graphs=graphs, charts=charts, plotly_js=plotly_js.replace("</script", "<\\/script"),
+        phase_total=phase_total)

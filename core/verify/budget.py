@@ -1,0 +1,206 @@
+"""Error budgets per fusion output: how far a kernel may be from the reference on the same operands.
+
+A fusion output's budget (per element, absolute) is
+
+    floor(t) * growth(K) * max|ref|  +  rtol(t) * |ref|
+
+where ``t`` is the *lowest-precision floating type computed on the path to the output* inside the fused
+computation (a bf16 intermediate rounds differently when a kernel keeps it in f32, so an f32 output fed by a
+computed bf16 value inherits bf16's budget; the fusion's parameters do not count: kernel and reference read
+the same operand values), ``rtol(t)`` the per-type relative tolerance of
+:mod:`fusegen.runtime.compare`, ``floor(t)`` the ``[verify]`` floor (:class:`~fusegen.verify.options.VerifyOptions`)
+and ``K`` the largest number of terms one output element sums on that path (a ``reduce``'s reduced size, a
+``dot``'s contracting size, a convolution's window times input features). Summation error grows like
+``sqrt(K)`` for random rounding, so ``growth(K) = max(1, sqrt(K / 256))``: sums up to 256 terms keep the
+plain budget. Integer and pred outputs compare exactly.
+
+The row of ``fusegen run`` shows ``error / budget``: the largest ratio of an element's error to its budget
+(``<= 1`` is within budget; ``inf`` for a NaN where the reference has none, or the other way round).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import attrs
+import numpy as np
+
+from fusegen.hlo import dtypes
+from fusegen.hlo.ir import Computation, Instruction
+from fusegen.runtime.compare import abs_error, tolerance
+from fusegen.verify.options import VerifyOptions
+
+#: Mantissa bits per floating type (lower = less precise).
+MANTISSA = {"f64": 52, "c128": 52, "f32": 23, "c64": 23, "f16": 10, "bf16": 7}
+GROWTH_FREE_TERMS = 256
+_TINY = 2.0 ** -126  # smallest normal f32: the scale of an all-zero reference
+
+
+def mantissa_bits(element_type: str) -> int:
+    if element_type.startswith(("f8", "f4")):
+        return 3
+    return MANTISSA.get(element_type, 64)
+
+
+@attrs.frozen
+class Budget:
+    """The budget of one fusion output.
+
+    Attributes:
+        element_type: the output's type.
+        path_type: the lowest-precision floating type on the path (``element_type`` when none is lower).
+        terms: the largest reduction size on the path (1 without reductions).
+    """
+
+    element_type: str
+    path_type: str
+    terms: int = 1
+
+    @property
+    def growth(self) -> float:
+        return max(1.0, math.sqrt(self.terms / GROWTH_FREE_TERMS))
+
+    def describe(self) -> str:
+        s = self.path_type if self.path_type != self.element_type else self.element_type
+        return f"{s} K={self.terms}" if self.terms > 1 else s
+
+
+def _reduced_terms(inst: Instruction) -> int:
+    op = inst.opcode
+    if op == "reduce":
+        dims = inst.attrs.get("dimensions", ()) or ()
+        src = inst.operands[0].shape
+        return math.prod(src.dimensions[d] for d in dims if d < src.rank) if src.is_array else 1
+    if op == "dot":
+        dn = inst.attrs.get("lhs_contracting_dims", ()) or ()
+        lhs = inst.operands[0].shape
+        return math.prod(lhs.dimensions[d] for d in dn if d < lhs.rank)
+    if op == "convolution":
+        rhs, out = inst.operands[1].shape, inst.shape
+        out_features = out.dimensions[-1] if out.is_array and out.rank else 1
+        return max(1, rhs.numel // max(1, out_features))
+    if op == "reduce-window":
+        win = inst.attrs.get("window")
+        sizes = getattr(win, "size", None) or (win.get("size") if isinstance(win, dict) else None)
+        return math.prod(sizes) if sizes else 1
+    return 1
+
+
+def _walk(root: Instruction, seen: set[int], acc: dict[str, Any]) -> None:
+    stack = [root]
+    while stack:
+        inst = stack.pop()
+        if id(inst) in seen:
+            continue
+        seen.add(id(inst))
+        for s in ([] if inst.opcode == "parameter" else inst.shape.leaves()):
+            if s.is_array and (dtypes.is_floating(s.element_type) or dtypes.is_complex(s.element_type)):
+                if mantissa_bits(s.element_type) < mantissa_bits(acc["type"]):
+                    acc["type"] = s.element_type
+        acc["terms"] = max(acc["terms"], _reduced_terms(inst))
+        for c in inst.called_computations:  # nested fusions, reduce combiners, calls: wholly on the path
+            _walk(c.root, seen, acc)
+            for p in c.parameters:
+                _walk(p, seen, acc)
+        stack.extend(inst.operands)
+
+
+def output_budgets(fusion: Instruction) -> list[Budget]:
+    """One :class:`Budget` per array leaf of ``fusion``'s output, walking its fused computation."""
+    comp: Computation = fusion.fused_computation
+    root = comp.root
+    leaves = fusion.shape.leaves()
+    roots = list(root.operands) if root.opcode == "tuple" and len(leaves) == len(root.operands) else [root] * len(leaves)
+    out = []
+    for shape, r in zip(leaves, roots):
+        acc = {"type": shape.element_type if shape.is_array else "f64", "terms": 1}
+        if not (dtypes.is_floating(acc["type"]) or dtypes.is_complex(acc["type"])):
+            out.append(Budget(shape.element_type, shape.element_type, 1))
+            continue
+        _walk(r, set(), acc)
+        out.append(Budget(shape.element_type, acc["type"], acc["terms"]))
+    return out
+
+
+@attrs.frozen
+class Judged:
+    """One output compared with its budget.
+
+    Attributes:
+        max_abs_error / max_rel_error: as :class:`fusegen.runtime.compare.Comparison`.
+        ratio: largest error / budget over the elements (0 when equal; ``inf`` for a NaN disagreement).
+        worst_index: the logical index of the element with that ratio, or ``None``.
+        value / reference: the two values there.
+    """
+
+    max_abs_error: float
+    max_rel_error: float
+    ratio: float
+    worst_index: tuple[int, ...] | None = None
+    value: Any = None
+    reference: Any = None
+
+
+def judge(out: Any, ref: Any, budget: Budget, options: VerifyOptions) -> Judged:
+    """Compare ``out`` with ``ref`` (one array leaf) under ``budget``."""
+    out, ref = np.asarray(out), np.asarray(ref)
+    if out.shape != ref.shape:
+        return Judged(math.inf, math.inf, math.inf)
+    if out.size == 0:
+        return Judged(0.0, 0.0, 0.0)
+    if out.dtype.kind in "biu" or out.dtype == np.bool_:
+        a, b = out.astype(np.float64), ref.astype(np.float64)
+        diff = np.abs(a - b)
+        i = int(np.argmax(diff))
+        idx = np.unravel_index(i, out.shape)
+        m = float(diff.flat[i])
+        rel = float((diff / np.maximum(np.abs(b), 1)).max())
+        return Judged(m, rel, math.inf if m else 0.0, tuple(int(x) for x in idx), out[idx].item(), ref[idx].item())
+    diff, b = abs_error(out, ref)
+    rtol, _ = tolerance(budget.path_type)
+    floor = options.floor(budget.path_type)
+    finite = np.abs(b[np.isfinite(b)])
+    scale = max(float(finite.max()) if finite.size else 0.0, _TINY)
+    allowed = floor * budget.growth * scale + rtol * np.abs(b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = np.where(diff == 0, 0.0, diff / allowed)
+    ratios = np.where(np.isnan(ratios), np.inf, ratios)
+    i = int(np.argmax(ratios))
+    idx = np.unravel_index(i, out.shape)
+    rel = float((diff / np.maximum(np.abs(b), 1e-30)).max())
+    return Judged(float(diff.max()), rel, float(ratios.flat[i]), tuple(int(x) for x in idx),
+                  out[idx].item(), ref[idx].item())
+
+
+def judge_fusion(inst: Instruction, ops: list[Any] | None, out: list, ref: Any,
+                 options: VerifyOptions) -> tuple[Judged, Budget] | None:
+    """The worst output leaf of one fusion execution against its budget, ``(Judged, Budget)`` (None: no leaf).
+
+    An output over its budget gets a second look with the fusion's own f64 evaluation on ``ops``: when the
+    kernel is no further from it than ``rtol`` x the reference's distance plus the floor (the fusion's
+    conditioning: a sum that cancels to almost nothing, say), the ratio becomes kernel error / that
+    allowance, so it is within budget. Without ``ops`` (or an f64 evaluation) the plain budget stands.
+    """
+    from fusegen.runtime.inputs import leaves
+    from fusegen.verify.promote import OracleUnavailable, evaluate_fusion_promoted
+
+    worst, exact = None, None
+    for i, (b, a, r) in enumerate(zip(output_budgets(inst), out, leaves(ref))):
+        j = judge(a, r, b, options)
+        if j.ratio > 1.0 and ops is not None and math.isfinite(j.ratio) and np.asarray(a).dtype.kind in "fc":
+            try:
+                exact = leaves(evaluate_fusion_promoted(inst, ops)) if exact is None else exact
+            except OracleUnavailable:
+                exact = []
+            if i < len(exact):
+                x = np.asarray(exact[i])
+                ek = float(abs_error(np.asarray(a), x)[0].max())
+                er = float(abs_error(np.asarray(r), x)[0].max())
+                finite = np.abs(x[np.isfinite(x)])
+                allow = options.rtol * er + options.floor(b.path_type) * b.growth * (float(finite.max()) if finite.size else 0.0)
+                if allow > 0 and ek / allow < j.ratio:
+                    j = attrs.evolve(j, ratio=ek / allow)
+        if worst is None or j.ratio > worst[0].ratio:
+            worst = (j, b)
+    return worst

@@ -1,0 +1,307 @@
+"""The verdict of ``fusegen run``: ``ok``, ``drift`` or ``mismatch`` per module output, and what differs first.
+
+Three oracles judge each module output (a kernel-path value ``K``):
+
+1. the reference evaluator ``R`` (XLA's semantics at the program's precision): ``K`` within the per-dtype
+   tolerance of :func:`fusegen.runtime.compare.compare` is ``ok``;
+2. the f64 oracle ``O`` (:mod:`fusegen.verify.promote`): otherwise ``K`` is ``drift`` when
+   ``max|K - O| <= rtol * max|R - O| + floor(t) * max(1, max|O|)`` (as accurate as the reference itself, up
+   to the conditioning factor ``rtol`` and the per-dtype floor of :class:`VerifyOptions`) *and every fusion
+   stayed within its error budget* (:mod:`fusegen.verify.budget`); else ``mismatch``;
+3. a known answer ``E`` (``--expected OUT.npz``, e.g. JAX's own outputs): ``K`` must also satisfy
+   ``max|K - E| <= rtol * max|R - O| + floor(t) * max(1, max|E|)`` (``max|R - E|`` in place of
+   ``max|R - O|`` without the f64 oracle), whatever 1 and 2 said (this also catches a reference evaluator
+   that is wrong).
+
+A failing output names its worst element (index, kernel / reference / f64 / expected values) and the first
+fusion, in execution order (with the ``while`` loop and iteration it ran in), whose result left its budget.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+
+from fusegen.hlo.ir import Computation, Instruction, Module
+from fusegen.runtime.compare import abs_error, compare
+from fusegen.verify.budget import judge_fusion
+from fusegen.verify.options import VerifyOptions
+from fusegen.verify.promote import OracleUnavailable, evaluate_promoted
+
+
+def _py(v: Any) -> Any:
+    """A JSON-friendly scalar (bf16/f8 numpy scalars become floats; complex becomes [re, im])."""
+    if v is None:
+        return None
+    if isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, complex) or np.iscomplexobj(v):
+        return [float(np.real(v)), float(np.imag(v))]
+    f = float(v)
+    return f if math.isfinite(f) else str(f)
+
+
+@attrs.define
+class FusionEvent:
+    """One execution of a fusion whose kernel was compared (execution order over the whole run).
+
+    ``loop``: the enclosing ``while`` instruction's name (innermost), or ``None``; ``iteration``: its
+    0-based iteration when the loop is not nested in another (else ``None``: ``execution`` still counts).
+    """
+
+    order: int
+    fusion: str
+    execution: int
+    ratio: float
+    worst_index: tuple[int, ...] | None
+    value: Any
+    reference: Any
+    loop: str | None = None
+    iteration: int | None = None
+
+    def where(self) -> str:
+        if self.loop is None:
+            return f"%{self.fusion}" + (f" (execution {self.execution})" if self.execution else "")
+        it = f"iteration {self.iteration}" if self.iteration is not None else f"execution {self.execution}"
+        return f"%{self.fusion} (while %{self.loop}, {it})"
+
+    def to_json(self) -> dict:
+        return {"fusion": self.fusion, "execution": self.execution, "while": self.loop, "iteration": self.iteration,
+                "error_budget_ratio": _py(self.ratio), "index": list(self.worst_index or ()),
+                "kernel_value": _py(self.value), "reference_value": _py(self.reference)}
+
+
+def _enclosing_whiles(module: Module) -> dict[int, list[str]]:
+    """Computation id -> names of the ``while`` loops around it (innermost last)."""
+    callers: dict[int, list[Instruction]] = {}
+    for c in module.computations:
+        for inst in c.instructions:
+            for callee in inst.called_computations:
+                callers.setdefault(id(callee), []).append(inst)
+    memo: dict[int, list[str]] = {}
+
+    def loops(comp: Computation, depth: int = 0) -> list[str]:
+        if id(comp) in memo or depth > 64:
+            return memo.get(id(comp), [])
+        found: list[str] = []
+        for caller in callers.get(id(comp), [])[:1]:
+            found = loops(caller.parent, depth + 1) if caller.parent is not None else []
+            if caller.opcode == "while":
+                found = found + [caller.name]
+        memo[id(comp)] = found
+        return found
+
+    return {id(c): loops(c) for c in module.computations}
+
+
+def record_fusion(executor: Any, rep: Any, inst: Instruction, out: Any, ref: Any, ops: list | None = None) -> None:
+    """Judge one fusion execution against its budgets; update ``rep`` and append to ``executor.events``.
+
+    Sets ``rep.max_abs_error``, ``rep.max_rel_error`` (worst over executions), ``rep.error_budget_ratio``,
+    ``rep.budget`` and ``rep.status`` (``ok`` / ``mismatch``); ``ops`` (the fusion's operands) allow the
+    f64 second look of :func:`fusegen.verify.budget.judge_fusion`.
+    """
+    from fusegen.runtime.inputs import leaves
+
+    ok = rep.status in ("pending", "ok")
+    for a, r in zip(leaves(out), leaves(ref)):
+        c = compare(np.asarray(a), np.asarray(r), "f64" if np.asarray(r).dtype.kind == "f" else "s32")
+        rep.max_abs_error = max(rep.max_abs_error or 0.0, c.max_abs_error)
+        rep.max_rel_error = max(rep.max_rel_error or 0.0, c.max_rel_error)
+    worst = judge_fusion(inst, ops, leaves(out), ref, executor.verify)
+    if worst is None:
+        rep.status = "ok" if ok else rep.status
+        return
+    j, b = worst
+    rep.error_budget_ratio = max(rep.error_budget_ratio or 0.0, j.ratio)
+    rep.budget = b.describe()
+    rep.status = "ok" if ok and rep.error_budget_ratio <= 1.0 else "mismatch"
+    counts = executor.__dict__.setdefault("_verify_counts", {})
+    n = counts.get(inst.name, 0)
+    counts[inst.name] = n + 1
+    if "_verify_loops" not in executor.__dict__:
+        executor._verify_loops = _enclosing_whiles(executor.module)
+    loops = executor._verify_loops.get(id(inst.parent), [])
+    executor.events.append(FusionEvent(len(executor.events), inst.name, n, j.ratio, j.worst_index, j.value,
+                                       j.reference, loops[-1] if loops else None, n if len(loops) == 1 else None))
+
+
+@attrs.define
+class OutputVerdict:
+    """The verdict on one module output (``o0``, ``o1``, ... in the root tuple's leaf order)."""
+
+    name: str
+    element_type: str
+    status: str
+    max_abs_error: float
+    kernel_error: float | None = None  # max |K - O|
+    reference_error: float | None = None  # max |R - O|
+    allowed: float | None = None  # rtol * reference_error + floor
+    expected_error: float | None = None  # max |K - E|
+    expected_allowed: float | None = None
+    index: tuple[int, ...] | None = None
+    values: dict[str, Any] = attrs.field(factory=dict)
+    reason: str = ""
+
+    def to_json(self) -> dict:
+        d = {"name": self.name, "element_type": self.element_type, "status": self.status,
+             "max_abs_error": _py(self.max_abs_error), "kernel_vs_f64": _py(self.kernel_error),
+             "reference_vs_f64": _py(self.reference_error), "allowed_vs_f64": _py(self.allowed)}
+        if self.expected_error is not None:
+            d["kernel_vs_expected"] = _py(self.expected_error)
+            d["allowed_vs_expected"] = _py(self.expected_allowed)
+        if self.index is not None:
+            d["index"] = list(self.index)
+            d.update({f"{k}_value": _py(v) for k, v in self.values.items()})
+        if self.reason:
+            d["reason"] = self.reason
+        return d
+
+
+def load_expected(path: str | Path, n: int, names: list[str] | None = None) -> list[np.ndarray]:
+    """The arrays of ``--expected OUT.npz``: ``o0``, ``o1``, ... (or ``names``), ``n`` of them.
+
+    Raises:
+        ValueError: unreadable file or a missing array (the message names the file and the key).
+    """
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--expected {path}: cannot read ({e})") from None
+    out = []
+    for i in range(n):
+        keys = [f"o{i}"] + ([names[i]] if names and i < len(names) else [])
+        hit = next((k for k in keys if k in data), None)
+        if hit is None:
+            raise ValueError(f"--expected {path}: no array {keys[0]!r} for output {i} (has: "
+                             f"{', '.join(sorted(data)) or 'none'})")
+        out.append(data[hit])
+    return out
+
+
+def _max(d: np.ndarray) -> float:
+    return float(d.max()) if d.size else 0.0
+
+
+def _judge_output(i: int, t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray | None,
+                  options: VerifyOptions, budgets_ok: bool) -> OutputVerdict:
+    if e is not None and np.asarray(e).dtype.kind == "V" and np.asarray(e).dtype.itemsize == k.dtype.itemsize:
+        e = np.asarray(e).view(k.dtype)  # np.savez stores bfloat16 arrays as raw bytes
+    c = compare(k, r, t)
+    v = OutputVerdict(f"o{i}", t, "ok" if c.ok else "mismatch", c.max_abs_error)
+    if k.shape != r.shape or k.dtype.kind in "biu" or k.dtype == np.bool_:
+        return v
+    floor = options.floor(t)
+    worst = None
+    if o is not None:
+        dk, ob = abs_error(k, o)
+        dr, _ = abs_error(r, o)
+        v.kernel_error, v.reference_error = _max(dk), _max(dr)
+        finite = np.abs(ob[np.isfinite(ob)])
+        v.allowed = options.rtol * v.reference_error + floor * max(1.0, _max(finite))
+        if not c.ok:
+            v.status = "drift" if (v.kernel_error <= v.allowed and budgets_ok) else "mismatch"
+            if v.status == "mismatch":
+                v.reason = ("some fusion left its error budget" if v.kernel_error <= v.allowed else
+                            f"kernel error vs f64 {v.kernel_error:.3g} > {options.rtol:g} x reference's "
+                            f"{v.reference_error:.3g} + floor")
+        worst = dk
+    elif not c.ok:
+        v.reason = "no f64 oracle to tell drift from a mismatch"
+    if e is not None:
+        e = np.asarray(e)
+        if e.shape != k.shape:
+            v.status, v.reason = "mismatch", f"expected array has shape {e.shape}, output {k.shape}"
+            return v
+        de, eb = abs_error(k, e)
+        dre, _ = abs_error(r, e)
+        v.expected_error = _max(de)
+        finite = np.abs(eb[np.isfinite(eb)])
+        # the program's conditioning is the reference's distance to the f64 answer; without that oracle,
+        # its distance to the expected answer stands in
+        cond = v.reference_error if v.reference_error is not None else _max(dre)
+        v.expected_allowed = options.rtol * cond + floor * max(1.0, _max(finite))
+        if v.expected_error > v.expected_allowed:
+            v.status = "mismatch"
+            v.reason = f"kernel error vs expected {v.expected_error:.3g} > allowed {v.expected_allowed:.3g}"
+            worst = de
+        worst = de if worst is None else worst
+    if worst is None:
+        worst, _ = abs_error(k, r)
+    if worst.size:
+        idx = np.unravel_index(int(np.argmax(worst)), worst.shape)
+        v.index = tuple(int(x) for x in idx)
+        v.values = {"kernel": k[idx].item(), "reference": r[idx].item()}
+        if o is not None:
+            v.values["f64"] = o[idx].item()
+        if e is not None:
+            v.values["expected"] = np.asarray(e)[idx].item()
+    return v
+
+
+@attrs.define
+class ModuleVerdict:
+    """Per-output verdicts, the oracle's availability, and the first fusion execution out of budget."""
+
+    outputs: list[OutputVerdict]
+    oracle: str = "f64"  # or "unavailable: why"
+    first_out_of_budget: FusionEvent | None = None
+
+    @property
+    def status(self) -> str:
+        s = {o.status for o in self.outputs}
+        return "mismatch" if "mismatch" in s else "drift" if "drift" in s else "ok"
+
+    def to_json(self) -> dict:
+        return {"outputs": [o.to_json() for o in self.outputs], "oracle": self.oracle,
+                "first_out_of_budget": self.first_out_of_budget.to_json() if self.first_out_of_budget else None}
+
+    def lines(self) -> list[str]:
+        """Human-readable lines for each output that is not ``ok`` (and the pointer)."""
+        out = []
+        for o in self.outputs:
+            if o.status == "ok":
+                continue
+            fig = (f"kernel vs f64 {o.kernel_error:.3g}, reference vs f64 {o.reference_error:.3g}, allowed "
+                   f"{o.allowed:.3g}" if o.kernel_error is not None else "")
+            if o.expected_error is not None:
+                fig += f"{'; ' if fig else ''}kernel vs expected {o.expected_error:.3g}"
+            at = ""
+            if o.index is not None:
+                vals = ", ".join(f"{k} {_py(v):.6g}" if isinstance(_py(v), float) else f"{k} {_py(v)}"
+                                 for k, v in o.values.items())
+                at = f"; worst element {list(o.index)}: {vals}"
+            out.append(f"{o.name} ({o.element_type}): {o.status.upper() if o.status == 'mismatch' else o.status}"
+                       f" ({fig}){at}" + (f" - {o.reason}" if o.reason else ""))
+        if self.first_out_of_budget is not None:
+            ev = self.first_out_of_budget
+            out.append(f"first fusion out of budget: {ev.where()}: error/budget {ev.ratio:.3g} at "
+                       f"{list(ev.worst_index or ())} (kernel {_py(ev.value)}, reference {_py(ev.reference)})")
+        return out
+
+
+def judge_module(module: Module, args: list[Any], out: Any, ref: Any, events: list[FusionEvent],
+                 options: VerifyOptions, expected: list[np.ndarray] | None = None) -> ModuleVerdict:
+    """Judge every module output of a run (see the module docstring).
+
+    The f64 oracle is always evaluated, so every output carries its figures.
+    """
+    from fusegen.runtime.inputs import leaves
+
+    shapes = module.entry.root.shape.leaves()
+    ks, rs = [np.asarray(x) for x in leaves(out)], [np.asarray(x) for x in leaves(ref)]
+    first = next((e for e in events if e.ratio > 1.0), None)
+    oracle, os_ = "f64", None
+    try:
+        os_ = [np.asarray(x) for x in leaves(evaluate_promoted(module, args))]
+    except OracleUnavailable as e:
+        oracle = f"unavailable: {e}"
+    outs = [_judge_output(i, s.element_type, k, r, os_[i] if os_ else None,
+                          expected[i] if expected is not None else None, options, first is None)
+            for i, (s, k, r) in enumerate(zip(shapes, ks, rs))]
+    return ModuleVerdict(outs, oracle, first)
