@@ -236,3 +236,13 @@ def test_xla_run_path_donates_in_place_operands_on_jaxlib_cpu(corpus):
     for out in outs:  # every run starts from its own copy of the donated operand
         assert E.check_outputs(c.fusion, [np.asarray(o) for o in out], ref)[0]
     assert prof.segments() == []  # no GPU plane on the CPU
+
+
+def test_sort_benchmark_runs_and_reports_within_budget(tmp_path):
+    out = tmp_path / "sort.json"
+    p = subprocess.run([sys.executable, str(REPO / "benchmarks" / "sort.py"), "--n", "4096", "--repeat", "1",
+                        "--json", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "fusegen evaluator" in p.stdout and "numpy stable argsort" in p.stdout
+    d = json.loads(out.read_text())
+    assert d["n"] == 4096 and d["within_budget"] and d["seconds"]["fusegen evaluator"] > 0

@@ -275,7 +275,7 @@ def test_unknown_pass_lists_known_passes(tmp_path, pm):
     with pytest.raises(ConfigError) as e:
         load_config(config_path=f, env={}, pm=pm)
     assert str(e.value) == (f"{f}:2: unknown pass 'gemm-rewritter' in [pipeline]; did you mean 'gemm-rewriter'?; "
-                            "known passes: fusion, gemm-fusion, gemm-rewriter")
+                            "known passes: dot-decomposer, fusion, gemm-fusion, gemm-rewriter")
 
 
 def test_pipeline_passes_and_pass_options(tmp_path, pm):

@@ -19,7 +19,7 @@ PRE = sorted(p.name for p in (CORPUS / "jax").glob("*.pre.hlo")) if CORPUS.exist
 
 
 def test_default_pipeline_order_is_xlas():
-    assert DEFAULT_PIPELINE == ("gemm-fusion", "gemm-rewriter", "fusion")
+    assert DEFAULT_PIPELINE == ("dot-decomposer", "gemm-fusion", "gemm-rewriter", "fusion")
     assert {"gemm-fusion", "gemm-rewriter", "fusion"} <= set(plugin_manager().passes())
 
 

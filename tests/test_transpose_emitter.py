@@ -367,3 +367,35 @@ def test_large_transpose_uses_64_bit_indices_and_compiles():
     assert ks.launch.grid == ((65536 // 32) * (40000 // 32),)
     res = triton_runtime.compile_for_target(ks)
     assert ".target sm_90a" in res.ptx and res.shared_bytes > 0  # the tile goes through shared memory
+
+
+@pytest.mark.parametrize("et,dt,in_dims,perm,root", [
+    ("s4", "int4", (256, 256), (1, 0), ""),
+    ("u4", "uint4", (128, 512), (1, 0), ""),
+    ("s4", "int4", (4, 256, 256), (0, 2, 1), ""),
+    ("s4", "int4", (512, 256), (1, 0), "bf16"),  # int4 weights: transpose, then convert to bf16
+])
+def test_sub_byte_transposes_are_packed_transposes(et, dt, in_dims, perm, root):
+    """s4/u4 transposes are kTranspose with XLA's PackedTranspose (vector size 32/4 = 8), and the kernel moves the
+    4-bit values exactly (numpy's transpose is the oracle)."""
+    import ml_dtypes
+
+    out_dims = tuple(in_dims[p] for p in perm)
+    shp = lambda t, d: f"{t}[{','.join(map(str, d))}]"  # noqa: E731
+    conv = f"\n  ROOT c = {shp(root, out_dims)} convert(t)" if root else ""
+    text = (f"HloModule t\nfused {{\n  p = {shp(et, in_dims)} parameter(0)\n"
+            f"  {'' if root else 'ROOT '}t = {shp(et, out_dims)} transpose(p), dimensions={{{','.join(map(str, perm))}}}"
+            f"{conv}\n}}\nENTRY e {{\n  p = {shp(et, in_dims)} parameter(0)\n"
+            f"  ROOT f = {shp(root or et, out_dims)} fusion(p), kind=kInput, calls=fused\n}}\n")
+    fusion = parse_module(text, "<s4>").entry.root
+    analysis = FusionAnalysis.create(fusion, get_device("h200"))
+    assert dispatch.get_emitter_fusion_kind(analysis).kind == "kTranspose"
+    em = create_transpose_emitter(analysis)
+    assert isinstance(em, PackedTranspose)
+    x = np.random.default_rng(0).integers(-8 if et == "s4" else 0, 8 if et == "s4" else 16, in_dims)
+    x = x.astype(getattr(ml_dtypes, dt))
+    emitted = em.emit()
+    (out,) = triton_runtime.run_fusion(emitted, [x], fusion)
+    assert ".target sm_90a" in triton_runtime.compile_for_target(emitted.kernels[0]).ptx
+    expect = np.transpose(x, perm)
+    assert np.array_equal(np.asarray(out).astype(np.float32), expect.astype(np.float32))

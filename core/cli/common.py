@@ -53,7 +53,7 @@ def device_option(f):
 
 
 def prepare_modules(modules: list, cfg, device, pm=None) -> list:
-    """Run the default pipeline (gemm-fusion, gemm-rewriter, fusion) on unoptimized modules, in place.
+    """Run the default pipeline (dot-decomposer, gemm-fusion, gemm-rewriter, fusion) on unoptimized modules, in place.
 
     Mirrors XLA: an unoptimized module (no fusions yet) is compiled before dispatch. Returns the
     per-module pipeline results (``None`` where the module was already fused).

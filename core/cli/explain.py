@@ -25,6 +25,7 @@ def explain(module_path, fusion_name, show_indexing, device_name, config_path, x
     from fusegen.dispatch import DispatchError
     from fusegen.plugin_manager import PluginError
     from fusegen.runtime.executor import Executor
+    from fusegen.runtime.order import fusions_in_execution_order
 
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
@@ -36,12 +37,12 @@ def explain(module_path, fusion_name, show_indexing, device_name, config_path, x
     try:
         for m in modules:
             ex = Executor(m, device, compile_kernels=False)
+            # the order `fusegen run` reports them in (first execution)
+            rows.extend((inst, ex.plan_fusion(inst)) for inst in fusions_in_execution_order(m))
             fused = {id(i.fused_computation) for c in m.computations for i in c.instructions if i.opcode == "fusion"}
             for comp in m.computations:
                 for inst in comp.instructions:
-                    if inst.opcode == "fusion":
-                        rows.append((inst, ex.plan_fusion(inst)))
-                    elif inst.opcode == "custom-call" and id(comp) not in fused:
+                    if inst.opcode == "custom-call" and id(comp) not in fused:
                         calls.append({"name": inst.name, "target": inst.attrs.get("custom_call_target", ""),
                                       "backend": ex._backend_for(inst).name})
     except PluginError as e:

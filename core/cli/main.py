@@ -1,10 +1,13 @@
 """The ``fusegen`` command: ``run``, ``explain``, ``report``, ``plugins``, ...
 
 Exit codes: 0 success, 1 an output mismatched the reference evaluator, 2 bad input (malformed HLO,
-bad inputs file, unknown device) or a failing plugin, each reported in one line.
+bad inputs file, unknown device) or a failing plugin, each reported in one line; 130 interrupted (Ctrl-C,
+``fusegen: interrupted``), as a shell reports a process SIGINT ended.
 """
 
 from __future__ import annotations
+
+import sys
 
 import click
 
@@ -20,7 +23,22 @@ from fusegen.cli.report import report
 from fusegen.cli.run import run
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+
+
+class _Group(click.Group):
+    """click's group, except that Ctrl-C in a command is one line and exit 130: click's own ``Aborted!`` exits 1,
+    which fusegen uses for a mismatch."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            click.echo("fusegen: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="fusegen")
 def cli() -> None:
     """fusegen: XLA:GPU's codegen path after the optimizer, as plugins.

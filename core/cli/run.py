@@ -121,6 +121,15 @@ def _autotune(modules, cfg, device, module_path, record_dir, cache_dir, top_k, s
     return tuner, tuned
 
 
+def _others_line(report) -> str:
+    """``2 on host (%sort.1 sort, %rng rng)``: each non-fusion instruction a backend ran, named once."""
+    parts = []
+    for backend, count in sorted(report.other.items()):
+        names = [f"%{n} {o}" for n, o, b in report.other_instructions if b == backend]
+        parts.append(f"{count} on {backend} ({', '.join(names)})" if names else f"{count} on {backend}")
+    return "; ".join(parts) or "none"
+
+
 def launch_dimensions_json(f) -> dict | None:
     """The structured launch of a fusion report's kernel (the one its ``launch`` string names):
     ``{"grid": [x, y, z], "threads": [x, y, z], "shared_memory_bytes": N}``, ``None`` without a kernel."""
@@ -146,6 +155,7 @@ def report_json(reports) -> dict:
             "module": r.module,
             "fusions": [fusion_json(f) for f in r.fusions],
             "other_instructions": r.other,
+            "non_fusion_instructions": [{"name": n, "opcode": o, "backend": b} for n, o, b in r.other_instructions],
             "outputs_match": r.outputs_ok,
             "output_max_abs_error": r.output_max_abs_error,
             "seconds": round(r.seconds, 3),
@@ -294,8 +304,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             for f in report.fusions:
                 if f.reason:
                     console.print(f"  {f.name}: {f.reason}", markup=False)
-            others = ", ".join(f"{n} on {b}" for b, n in sorted(report.other.items())) or "none"
-            console.print(f"non-fusion instructions: {others}", markup=False)
+            console.print(f"non-fusion instructions: {_others_line(report)}", markup=False)
             for line in verdict_lines(report):
                 console.print(line, markup=False)
             said = {"ok": "match", "drift": "drift (as accurate as the reference vs f64)"}.get(report.status, "MISMATCH")

@@ -847,9 +847,13 @@ class ElementalGenerator:
 
     def _gather(self, inst: Instruction, idx: Index) -> Any:
         a = inst.attrs
-        if int_list(a.get("operand_batching_dims")) or int_list(a.get("start_indices_batching_dims")):
-            raise EmitterUnsupported(inst.opcode, inst.name, "gather with batching dims")
         operand, indices = inst.operands
+        # batching dims (StableHLO, what JAX emits for take_along_axis): operand dim operand_batching_dims[k]
+        # is read at the output's batch coordinate of indices dim start_indices_batching_dims[k]
+        op_batch = int_list(a.get("operand_batching_dims"))
+        idx_batch = int_list(a.get("start_indices_batching_dims"))
+        if len(op_batch) != len(idx_batch):
+            raise EmitterUnsupported(inst.opcode, inst.name, "operand and start-indices batching dims differ in number")
         offset_dims = int_list(a.get("offset_dims"))
         collapsed = int_list(a.get("collapsed_slice_dims"))
         start_map = int_list(a.get("start_index_map"))
@@ -871,11 +875,18 @@ class ElementalGenerator:
             if not dtypes.is_integral(indices.shape.element_type):
                 raise EmitterUnsupported(inst.opcode, inst.name, "gather indices must be integers")
             starts[od] = self.to_index(v, indices.shape.element_type, 0, operand.shape.dimensions[od] - sizes[od])
+        # indices dim -> position among the batch coordinates (the indices dims other than index_vector_dim)
+        batch_of = {sd: sd - (1 if sd > ivd else 0) for sd in idx_batch}
         src_idx = []
         j = 0
         for d in range(operand.shape.rank):
             base = starts.get(d, 0)
-            if d in collapsed:
+            if d in op_batch:
+                pos = batch_of[idx_batch[op_batch.index(d)]]
+                if pos >= len(batch_idx):
+                    raise EmitterUnsupported(inst.opcode, inst.name, "gather batching dim out of range")
+                src_idx.append(batch_idx[pos])
+            elif d in collapsed:
                 src_idx.append(base)
             else:
                 if j >= len(offset_dims):

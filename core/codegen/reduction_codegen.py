@@ -76,6 +76,9 @@ def _check_scalar(comp: Computation) -> None:
 def combine_function(ctx: Any, comp: Computation, n: int, name: str) -> list[str]:
     """Source lines of ``@triton.jit def <name>(a0..a{n-1}, b0..b{n-1})`` computing ``comp(a..., b...)``.
 
+    A complex (``c64``/``c128``) operand is two arguments, its real and imaginary parts, and a complex result
+    two returned values: ``tl.reduce`` then folds a tuple of the parts.
+
     Args:
         ctx: the :class:`~fusegen.codegen.elemental.KernelContext` of the kernel (names are shared;
             its body is restored afterwards).
@@ -86,20 +89,32 @@ def combine_function(ctx: Any, comp: Computation, n: int, name: str) -> list[str
     Raises:
         EmitterUnsupported: a non-scalar reducer, or one whose code needs kernel state (loads, indices).
     """
-    from fusegen.codegen.elemental import ElementalGenerator
+    from fusegen.codegen.elemental import COMPLEX_PARTS, ElementalGenerator, Cx
 
     _check_scalar(comp)
+    types = {i.parameter_number: i.shape.element_type for i in comp.instructions if i.opcode == "parameter"}
     saved = ctx.body
     ctx.body = ts.SourceBuilder()
     ctx.body.level = 1
     try:
         with ctx.block("[]"):
-            args = [ctx.names.fresh(f"a{k}") for k in range(n)] + [ctx.names.fresh(f"b{k}") for k in range(n)]
-            gen = ElementalGenerator(ctx, comp, {i: a for i, a in enumerate(args)})
+            args: list[str] = []
+            bindings: dict[int, Any] = {}
+            for i in range(2 * n):
+                stem = f"{'ab'[i // n]}{i % n}"
+                if types.get(i) in COMPLEX_PARTS:  # a complex operand is two arguments, its (re, im) parts
+                    pair = Cx((ctx.names.fresh(f"{stem}_re"), ctx.names.fresh(f"{stem}_im")))
+                    args += list(pair)
+                    bindings[i] = pair
+                else:
+                    bindings[i] = ctx.names.fresh(stem)
+                    args.append(bindings[i])
+            gen = ElementalGenerator(ctx, comp, bindings)
             res = gen.value(comp.root, ())
         vals = res if isinstance(res, list) else [res]
         if len(vals) != n or any(isinstance(v, list) for v in vals):
             raise EmitterUnsupported("reduce", comp.name, f"reducer returns {len(vals)} values for {n} operands")
+        vals = [p for v in vals for p in (v if isinstance(v, Cx) else [v])]
         body = ctx.body.lines
     finally:
         ctx.body = saved

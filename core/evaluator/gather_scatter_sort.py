@@ -179,30 +179,70 @@ def _scatter(inst: Instruction, ops: list):
 # ------------------------------------------------------------------------------------------------- sort
 
 
-def _simple_comparator(comp: Computation) -> tuple[int, str, bool] | None:
-    """(operand index, direction, totalorder) for ``compare(p[2i], p[2i+1])``, else ``None``."""
+def _is_const(inst: Instruction, test: Callable[[float], bool]) -> bool:
+    if inst.opcode != "constant" or inst.shape.rank:
+        return False
+    try:
+        return bool(test(float(str(inst.attrs.get("literal")).strip())))
+    except (TypeError, ValueError, IndexError):
+        return False
+
+
+def _canonicalized_parameter(inst: Instruction) -> Instruction | None:
+    """The parameter ``p`` of JAX's sort-key canonicalization ``select(p != p, NaN, select(p == 0, 0, p))``
+    (every NaN becomes one NaN, -0 becomes +0: ``jax.lax.sort``'s float comparator), else ``None``."""
+    if inst.opcode != "select" or len(inst.operands) != 3:
+        return None
+    isnan, nan, inner = inst.operands
+    if isnan.opcode != "compare" or str(isnan.attrs.get("direction", "")) != "NE" or len(isnan.operands) != 2:
+        return None
+    p = isnan.operands[0]
+    if p.opcode != "parameter" or isnan.operands[1] is not p or not _is_const(nan, np.isnan):
+        return None
+    if inner.opcode != "select" or len(inner.operands) != 3:
+        return None
+    iszero, zero, same = inner.operands
+    if same is not p or not _is_const(zero, lambda v: v == 0) or iszero.opcode != "compare" \
+            or str(iszero.attrs.get("direction", "")) != "EQ" or iszero.operands[0] is not p \
+            or not _is_const(iszero.operands[1], lambda v: v == 0):
+        return None
+    return p
+
+
+def _simple_comparator(comp: Computation) -> tuple[int, str, bool, bool] | None:
+    """``(operand index, direction, totalorder, canonical)`` for ``compare(p[2i], p[2i+1])`` (LT or GT, either
+    parameter order) or for JAX's ``compare(canon(p[2i]), canon(p[2i+1])), type=TOTALORDER`` (``canonical``:
+    NaNs are one NaN and -0 is +0); ``None`` for any other comparator (sorted with the comparator itself)."""
     root = comp.root
     if root is None or root.opcode != "compare" or len(root.operands) != 2:
         return None
     a, b = root.operands
+    canonical = False
     if a.opcode != "parameter" or b.opcode != "parameter":
-        return None
+        a, b = _canonicalized_parameter(a), _canonicalized_parameter(b)
+        if a is None or b is None:
+            return None
+        canonical = True
     pa, pb = a.parameter_number, b.parameter_number
     direction = str(root.attrs.get("direction", ""))
     total = str(root.attrs.get("type", "")).upper() == "TOTALORDER"
+    if canonical and not total:
+        return None
     if pa % 2 == 0 and pb == pa + 1 and direction in ("LT", "GT"):
-        return pa // 2, direction, total
+        return pa // 2, direction, total, canonical
     if pb % 2 == 0 and pa == pb + 1 and direction in ("LT", "GT"):
-        return pb // 2, "GT" if direction == "LT" else "LT", total
+        return pb // 2, "GT" if direction == "LT" else "LT", total, canonical
     return None
 
 
-def _sort_key(x: np.ndarray, total: bool) -> np.ndarray:
+def _sort_key(x: np.ndarray, total: bool, canonical: bool = False) -> np.ndarray:
     x = np.asarray(x)
     if is_float(x.dtype):
         cx = up(x)
-        if not total:
+        if not total or canonical:
             cx = cx + np.zeros((), cx.dtype)  # -0 == +0 under the partial order
+        if canonical:
+            cx = np.where(np.isnan(cx), np.array(np.nan, cx.dtype), cx)  # one (positive) NaN, sorted last
         return total_order_key(contiguous(cx))
     if x.dtype == np.bool_:
         return x.astype(np.int8)
@@ -216,8 +256,8 @@ def _sort(inst: Instruction, ops: list):
     moved = [np.moveaxis(a, dim, -1) for a in arrays]
     simple = _simple_comparator(comp)
     if simple is not None:
-        which, direction, total = simple
-        key = _sort_key(moved[which], total)
+        which, direction, total, canonical = simple
+        key = _sort_key(moved[which], total, canonical)
         if direction == "GT":
             # descending and stable: sort the reversed order key ascending
             key = ~key  # bitwise not reverses integer order exactly (signed and unsigned)

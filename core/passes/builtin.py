@@ -1,6 +1,7 @@
 """Core's own module passes, registered as the plugin ``fusegen.passes`` (like :mod:`fusegen.analysis.matchers`).
 
 * ``fusion``: producer-consumer fusion of unoptimized HLO (:mod:`fusegen.passes.fusion`).
+* ``dot-decomposer``: dots into XLA's canonical ``[batch, m, k]`` form (:mod:`fusegen.passes.dot_decomposer`).
 
 The GEMM routing passes come from the backend plugins that own them: ``gemm-fusion`` from the Triton backend
 (:mod:`fusegen_plugins.backends.triton`), ``gemm-rewriter`` from the cuBLASLt backend
@@ -19,6 +20,12 @@ def _run_fusion(module, options=None) -> bool:
     return fusion.run(module, options)
 
 
+def _run_dot_decomposer(module, options=None) -> bool:
+    from fusegen.passes import dot_decomposer
+
+    return dot_decomposer.run(module, options)
+
+
 @hookimpl
 def fusegen_passes():
-    return [HloPass(name="fusion", run=_run_fusion)]
+    return [HloPass(name="fusion", run=_run_fusion), HloPass(name="dot-decomposer", run=_run_dot_decomposer)]

@@ -1,7 +1,9 @@
 """The pass manager: runs named module passes in order (XLA's ``HloPassPipeline``).
 
 Passes are registered by plugins through ``fusegen_passes`` (:class:`fusegen.registry.HloPass`) and looked up
-by name. The default pipeline mirrors the GEMM routing order of ``GpuCompiler::OptimizeHloPostLayoutAssignment``
+by name. The default pipeline starts with ``dot-decomposer`` (XLA's ``DotDecomposer``, run in
+``GpuCompiler::OptimizeHloModule``: dots with several batch / contracting / non-contracting dimensions become
+``[batch, m, k]`` dots), then mirrors the GEMM routing order of ``GpuCompiler::OptimizeHloPostLayoutAssignment``
 and ``RunFusionPasses`` (``xla/service/gpu/gpu_compiler.cc:2114-2123`` then ``2002-2028``, then the fusion
 pipeline ``fusion_pipeline.cc:54-97``): ``gemm-fusion`` (Triton gets first refusal of every dot), then
 ``gemm-rewriter`` (the dots left become cuBLAS custom calls), then ``fusion`` (producer-consumer fusion of what
@@ -23,8 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from fusegen.hlo.ir import Module
     from fusegen.plugin_manager import PluginManager
 
-#: XLA's order of the GEMM routing passes and the fusion pipeline.
-DEFAULT_PIPELINE: tuple[str, ...] = ("gemm-fusion", "gemm-rewriter", "fusion")
+#: XLA's order: dot canonicalization (``OptimizeHloModule``), the GEMM routing passes, the fusion pipeline.
+DEFAULT_PIPELINE: tuple[str, ...] = ("dot-decomposer", "gemm-fusion", "gemm-rewriter", "fusion")
 
 #: Opcodes that a fusion pass would put into a fusion (their presence without any fusion marks the module
 #: as unoptimized).

@@ -190,6 +190,8 @@ class RunReport:
     output_max_abs_error: float = 0.0
     seconds: float = 0.0
     verdict: Any = None  # fusegen.verify.verdict.ModuleVerdict
+    # each non-fusion instruction sent to an execution backend, first execution order: (name, opcode, backend)
+    other_instructions: list[tuple[str, str, str]] = attrs.Factory(list)
 
     @property
     def ok(self) -> bool:
@@ -242,6 +244,7 @@ class Executor:
         self.on_fusion = on_fusion
         self.reports: dict[str, FusionReport] = {}
         self.other: dict[str, int] = {}
+        self.other_instructions: dict[str, tuple[str, str, str]] = {}  # name -> (name, opcode, backend)
         self._emitted: dict[int, tuple[Any, FusionReport]] = {}
         self.verify = verify or VerifyOptions()
         self.events: list = []  # fusegen.verify.verdict.FusionEvent per compared execution, in order
@@ -344,6 +347,7 @@ class Executor:
             return evaluate_instruction(inst, ops)
         backend = self._backend_for(inst)
         self.other[backend.name] = self.other.get(backend.name, 0) + 1
+        self.other_instructions.setdefault(inst.name, (inst.name, op, backend.name))
         return self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops, self)
 
     def _run_fusion(self, inst: Instruction, ops: list[Any]) -> Any:
@@ -437,4 +441,5 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
     worst = max((o.max_abs_error for o in verdict.outputs), default=0.0)
     report = RunReport(module.name, list(ex.reports.values()), dict(ex.other), ok, worst, time.perf_counter() - t0,
                        verdict)
+    report.other_instructions = list(ex.other_instructions.values())
     return out, report

@@ -169,6 +169,21 @@ def _npy_header(z: zipfile.ZipFile, info: zipfile.ZipInfo) -> tuple[tuple[int, .
     return tuple(header["shape"]), dtype
 
 
+def _not_npz(path: Path) -> str:
+    """The one-line error for a file ``zipfile`` cannot open, saying what the file is instead."""
+    try:
+        with open(path, "rb") as fp:
+            head = fp.read(6)
+    except OSError:
+        head = b""
+    hint = "np.savez writes one, with arrays p0, p1, ..."
+    if head.startswith(b"PK"):
+        return f"{path}: not a readable .npz archive (a damaged zip archive; {hint})"
+    what = ("it holds a single .npy array" if head.startswith(b"\x93NUMPY") else "it is empty" if not head
+            else "it is not a zip archive")
+    return f"{path}: not an .npz archive ({what}; {hint})"
+
+
 def check_npz_headers(module: Module, path: str | Path) -> dict[str, str]:
     """Check an ``.npz``'s arrays against the entry parameters from their headers alone.
 
@@ -189,7 +204,7 @@ def check_npz_headers(module: Module, path: str | Path) -> dict[str, str]:
     except (OSError, zipfile.BadZipFile, ValueError) as e:
         if isinstance(e, OSError) and not isinstance(e, zipfile.BadZipFile):
             raise InputError(f"{path}: cannot read inputs: {e.strerror or e}") from None
-        raise InputError(f"{path}: not an .npz archive (np.savez writes one, with arrays p0, p1, ...)") from None
+        raise InputError(_not_npz(path)) from None
     params = module.entry.parameters
     with z:
         members = {i.filename.removesuffix(".npy"): i for i in z.infolist() if not i.is_dir()}

@@ -44,7 +44,8 @@ from fusegen.analysis.reduction import (ReductionDimensions, are_reductions_mult
                                         is_real_reduction_hero)
 from fusegen.analysis.shape_util import are_dimensions_consecutive
 from fusegen.codegen import triton_source as ts
-from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
+from fusegen.codegen.elemental import (COMPLEX_PARTS, Cx, ElementalGenerator, KernelContext, choose_index_dtype,
+                                      deep_recursion, int_list)
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.codegen.launch import REDUCTION_TILE_SIZE, ReductionGeometry, kernel_warps, reduction_geometry
@@ -109,6 +110,14 @@ class _EpilogueGenerator(ElementalGenerator):
         if hit is not None:
             return hit
         return super().value(inst, idx)
+
+
+def _parts(*values: list) -> list[tuple]:
+    """Zip lists of values part by part: a complex value (:class:`Cx`) contributes its re and im parts."""
+    out = []
+    for vs in zip(*values):
+        out.extend(zip(*vs) if isinstance(vs[0], Cx) else [vs])
+    return out
 
 
 def _usable_hero(root: Instruction, hero: Instruction) -> bool:
@@ -294,6 +303,7 @@ class ReductionFusion(FusionEmitter):
         op_shapes = [o.shape for o in fusion.operands]
         idx_t = choose_index_dtype(op_shapes + [fusion.shape, plan.first.operands[0].shape], block)
         ctx = KernelContext(idx_t, op_shapes)
+        ctx.complex_values = True  # c64/c128 values are (re, im) pairs, accumulated and folded part by part
         for n in _FIXED:
             ctx.names.reserve(n)
         with deep_recursion():
@@ -379,6 +389,12 @@ class ReductionFusion(FusionEmitter):
         for hero, n, red, acc_types, fname, promoted in reducers:
             names = []
             for et in acc_types:
+                if et in COMPLEX_PARTS:
+                    pair = Cx((ctx.names.fresh(f"acc_{hero.name}_re"), ctx.names.fresh(f"acc_{hero.name}_im")))
+                    for v in pair:
+                        line(f"{v} = tl.full([BLOCK], 0, {ts.tl_dtype(COMPLEX_PARTS[et])})")
+                    names.append(pair)
+                    continue
                 v = ctx.names.fresh(f"acc_{hero.name}")
                 names.append(v)
                 if et == "pred":
@@ -409,10 +425,10 @@ class ReductionFusion(FusionEmitter):
                 if loop:
                     res = gen.call_computation(red, list(names) + xs)
                     res = res if isinstance(res, list) else [res]
-                    for a, x, r in zip(names, xs, res):
+                    for a, x, r in _parts(names, xs, res):
                         line(f"{a} = tl.where(it == 0, {x}, tl.where(mask, {r}, {a}))")
                 else:
-                    for a, x in zip(names, xs):
+                    for a, x in _parts(names, xs):
                         line(f"{a} = {x}")
             for root, lks in plan.side_roots:
                 xin = plan.first.operands[0].shape
@@ -435,17 +451,20 @@ class ReductionFusion(FusionEmitter):
             if nit == 0:
                 reduced.append([])
                 continue
-            outs = [ctx.names.fresh(f"red_{hero.name}") for _ in names]
+            flat = [a for (a,) in _parts(names)]  # a complex accumulator folds as its two parts
+            outs = [ctx.names.fresh(f"red_{hero.name}") for _ in flat]
             if tr > 1:
-                tiles3 = [f"tl.reshape({a}, [TA, TR, TB])" for a in names]
-                src = tiles3[0] if n == 1 else "(" + ", ".join(tiles3) + ")"
-                line(f"{', '.join(outs)}{',' if n > 1 else ''} = tl.reduce({src}, 1, {fname})")
+                tiles3 = [f"tl.reshape({a}, [TA, TR, TB])" for a in flat]
+                src = tiles3[0] if len(flat) == 1 else "(" + ", ".join(tiles3) + ")"
+                line(f"{', '.join(outs)}{',' if len(flat) > 1 else ''} = tl.reduce({src}, 1, {fname})")
                 for o in outs:
                     line(f"{o} = tl.reshape({o}, [OBLOCK])")
             else:
-                for o, a in zip(outs, names):
+                for o, a in zip(outs, flat):
                     line(f"{o} = {a}")
-            reduced.append(outs)
+            it_outs = iter(outs)
+            reduced.append([Cx((next(it_outs), next(it_outs))) if isinstance(a, Cx) else next(it_outs)
+                            for a in names])
 
         # epilogue on the block of reduced values
         line("o = tl.arange(0, OBLOCK)" + (".to(tl.int64)" if i64 else ""))
