@@ -17,6 +17,14 @@ from fusegen.indexing.analysis_conformance import find_instruction, parse_expect
 
 MAX = "max {\n p0 = f32[] parameter(0)\n p1 = f32[] parameter(1)\n ROOT max = f32[] maximum(p0, p1)\n}\n"
 
+
+
+def conv(out: str, window: str, lhs: str = "1,12,10,4", rhs: str = "4,3,5,8", extra: str = "") -> str:
+    """The convolution module XLA's convolution tests share: ``p0 * p1 -> out`` with ``window``."""
+    return (f"HloModule m\nENTRY e {{\n  p0 = f32[{lhs}] parameter(0)\n  p1 = f32[{rhs}] parameter(1)\n"
+            f"  ROOT conv = f32[{out}] convolution(p0, p1), window={{{window}}}, dim_labels=b01f_i01o->b01f{extra}\n}}")
+
+
 # (name, hlo, direction, id, expected ``HloInstructionIndexing::ToString``)
 CASES = [
     ("ReduceWindowOp_WindowDilation", "HloModule m\n" + MAX + """ENTRY e {
@@ -45,40 +53,20 @@ CASES = [
      operand id = 1 (d0, d1)[s0, s1] -> (s0, d1 + s1), domain: d0 in [0, 0], d1 in [0, 1], s0 in [0, 1], s1 in [0, 1]
      operand id = 2 (d0, d1) -> (), domain: d0 in [0, 0], d1 in [0, 1]
      operand id = 3 (d0, d1) -> (), domain: d0 in [0, 0], d1 in [0, 1]"""),
-    ("ConvolutionOp_NoPadding", """HloModule m
-    ENTRY e {
-      p0 = f32[1,12,10,4] parameter(0)
-      p1 = f32[4,3,5,8] parameter(1)
-      ROOT conv = f32[1,10,6,8] convolution(p0, p1), window={size=3x5 pad=0_0x0_0}, dim_labels=b01f_i01o->b01f
-    }""", "o2i", 0, """operand id = 0 (d0, d1, d2, d3)[s0, s1, s2] -> (0, d1 + s0, d2 + s1, s2), domain: d0 in [0, 0],
+    ("ConvolutionOp_NoPadding", conv("1,10,6,8", "size=3x5 pad=0_0x0_0"), "o2i", 0, """operand id = 0 (d0, d1, d2, d3)[s0, s1, s2] -> (0, d1 + s0, d2 + s1, s2), domain: d0 in [0, 0],
      d1 in [0, 9], d2 in [0, 5], d3 in [0, 7], s0 in [0, 2], s1 in [0, 4], s2 in [0, 3]
      operand id = 1 (d0, d1, d2, d3)[s0, s1, s2] -> (s2, s0, s1, d3), domain: d0 in [0, 0], d1 in [0, 9], d2 in [0, 5],
      d3 in [0, 7], s0 in [0, 2], s1 in [0, 4], s2 in [0, 3]"""),
-    ("ConvolutionOp_PaddingAndWindowStride", """HloModule m
-    ENTRY e {
-      p0 = f32[1,12,10,4] parameter(0)
-      p1 = f32[4,3,5,8] parameter(1)
-      ROOT conv = f32[1,6,5,8] convolution(p0, p1), window={size=3x5 stride=2x2 pad=1_1x2_2}, dim_labels=b01f_i01o->b01f
-    }""", "o2i", 0, """operand id = 0 (d0, d1, d2, d3)[s0, s1, s2] -> (0, d1 * 2 + s0 - 1, d2 * 2 + s1 - 2, s2), domain:
+    ("ConvolutionOp_PaddingAndWindowStride", conv("1,6,5,8", "size=3x5 stride=2x2 pad=1_1x2_2"), "o2i", 0, """operand id = 0 (d0, d1, d2, d3)[s0, s1, s2] -> (0, d1 * 2 + s0 - 1, d2 * 2 + s1 - 2, s2), domain:
      d0 in [0, 0], d1 in [0, 5], d2 in [0, 4], d3 in [0, 7], s0 in [0, 2], s1 in [0, 4], s2 in [0, 3],
      d1 * 2 + s0 in [1, 12], d2 * 2 + s1 in [2, 11]
      operand id = 1 (d0, d1, d2, d3)[s0, s1, s2] -> (s2, s0, s1, d3), domain: d0 in [0, 0], d1 in [0, 5], d2 in [0, 4],
      d3 in [0, 7], s0 in [0, 2], s1 in [0, 4], s2 in [0, 3]"""),
-    ("ConvolutionOp_RhsDilation", """HloModule m
-    ENTRY e {
-      p0 = f32[1,12,10,4] parameter(0)
-      p1 = f32[4,3,5,8] parameter(1)
-      ROOT conv = f32[1,8,2,8] convolution(p0, p1), window={size=3x5 pad=0_0x0_0 rhs_dilate=2x2}, dim_labels=b01f_i01o->b01f
-    }""", "o2i", 0, """operand id = 0 (d0, d1, d2, d3)[s0, s1, s2] -> (0, d1 + s0 * 2, d2 + s1 * 2, s2), domain: d0 in [0, 0],
+    ("ConvolutionOp_RhsDilation", conv("1,8,2,8", "size=3x5 pad=0_0x0_0 rhs_dilate=2x2"), "o2i", 0, """operand id = 0 (d0, d1, d2, d3)[s0, s1, s2] -> (0, d1 + s0 * 2, d2 + s1 * 2, s2), domain: d0 in [0, 0],
      d1 in [0, 7], d2 in [0, 1], d3 in [0, 7], s0 in [0, 2], s1 in [0, 4], s2 in [0, 3]
      operand id = 1 (d0, d1, d2, d3)[s0, s1, s2] -> (s2, s0, s1, d3), domain: d0 in [0, 0], d1 in [0, 7], d2 in [0, 1],
      d3 in [0, 7], s0 in [0, 2], s1 in [0, 4], s2 in [0, 3]"""),
-    ("ConvolutionOp_BatchGroups", """HloModule m
-    ENTRY e {
-      p0 = f32[14,12,10,4] parameter(0)
-      p1 = f32[4,3,5,21] parameter(1)
-      ROOT conv = f32[2,10,6,21] convolution(p0, p1), window={size=3x5 pad=0_0x0_0}, dim_labels=b01f_i01o->b01f, batch_group_count=7
-    }""", "o2i", 0, """operand id = 0 (d0, d1, d2, d3)[s0, s1, s2, s3] -> (d0 + s3 * 2, d1 + s0, d2 + s1, s2), domain:
+    ("ConvolutionOp_BatchGroups", conv("2,10,6,21", "size=3x5 pad=0_0x0_0", "14,12,10,4", "4,3,5,21", ", batch_group_count=7"), "o2i", 0, """operand id = 0 (d0, d1, d2, d3)[s0, s1, s2, s3] -> (d0 + s3 * 2, d1 + s0, d2 + s1, s2), domain:
      d0 in [0, 1], d1 in [0, 9], d2 in [0, 5], d3 in [0, 20], s0 in [0, 2], s1 in [0, 4], s2 in [0, 3], s3 in [0, 6]
      operand id = 1 (d0, d1, d2, d3)[s0, s1, s2] -> (s2, s0, s1, d3), domain: d0 in [0, 1], d1 in [0, 9], d2 in [0, 5],
      d3 in [0, 20], s0 in [0, 2], s1 in [0, 4], s2 in [0, 3]"""),
