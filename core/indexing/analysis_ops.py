@@ -192,6 +192,43 @@ def dot(inst: Instruction) -> InstructionIndexing:
     return InstructionIndexing.from_maps(list(_dot_maps(inst)))
 
 
+def ragged_dot(inst: Instruction) -> InstructionIndexing:
+    """``ComputeOutputToInputRaggedDotOpIndexing``: for a ragged non-contracting dimension, lhs ``[m, k]``,
+    rhs ``[g, k, n]`` and group sizes ``[..., g]`` over the contracting symbols and a group symbol (any group
+    may own a row); ragged contracting or batch dimensions: unknown."""
+    a = inst.attrs
+    lhs_b, rhs_b = int_list(a.get("lhs_batch_dims")), int_list(a.get("rhs_batch_dims"))
+    lhs_c, rhs_c = int_list(a.get("lhs_contracting_dims")), int_list(a.get("rhs_contracting_dims"))
+    ragged = int_list(a.get("lhs_ragged_dims"))
+    group = int_list(a.get("rhs_group_dims"))
+    if len(inst.operands) != 3 or not ragged or not group or ragged[0] in lhs_c or ragged[0] in lhs_b:
+        return InstructionIndexing.unknown(len(inst.operands))
+    lhs, rhs, gs = (o.shape.dimensions for o in inst.operands)
+    sym_sizes = [lhs[d] for d in lhs_c] + [gs[-1]]
+    g = sym(len(lhs_c))
+    lhs_e: list[AffineExpr | None] = [None] * len(lhs)
+    rhs_e: list[AffineExpr | None] = [None] * len(rhs)
+    o = 0
+    for lb, rb in zip(lhs_b, rhs_b):
+        lhs_e[lb] = rhs_e[rb] = dim(o)
+        o += 1
+    for i in range(len(lhs)):
+        if i not in lhs_b and i not in lhs_c:
+            lhs_e[i] = dim(o)
+            o += 1
+    for i in range(len(rhs)):
+        if i not in rhs_b and i not in rhs_c and i != group[0]:
+            rhs_e[i] = dim(o)
+            o += 1
+    for k, (lc, rc) in enumerate(zip(lhs_c, rhs_c)):
+        lhs_e[lc] = rhs_e[rc] = sym(k)
+    rhs_e[group[0]] = g
+    gs_e = [dim(i) for i in range(len(lhs_b))][:len(gs) - 1] + [g]
+    out = inst.shape.dimensions
+    return InstructionIndexing.from_maps([IndexingMap.from_tensor_sizes(e, out, sym_sizes)
+                                          for e in (lhs_e, rhs_e, gs_e)])
+
+
 def _rescale(m: IndexingMap, operand: Sequence[int], scale: Sequence[int]) -> IndexingMap:
     """``RescaleIndexingMap``: each result divided by ``operand_dim / scale_dim``."""
     exprs = [e if s == n else e.floordiv(n // s) for e, n, s in zip(m.exprs, operand, scale)]
