@@ -355,3 +355,29 @@ def test_runtime_variable_maps_agree_with_the_evaluator(name):
             v = np.asarray(args[rv.instruction.parameter_number])[rv.map.evaluate(p)]
             rts.append(min(max(int(v), bounds.lower), bounds.upper))
         assert src[item.map.evaluate(p, (), rts)] == out[p], (name, p, str(item))
+
+
+def test_ragged_dot_non_contracting_reads_its_row_and_every_group():
+    """Ragged (non-contracting) dot ``[M, K] x [G, K, N]``: output ``(m, n)`` reads all of lhs row ``m``, column
+    ``n`` of every group's rhs (the group owning row ``m`` is a runtime fact) and every group size; a ragged
+    contracting dimension is unknown."""
+    hlo = """HloModule m
+ENTRY main {
+  p0 = f32[6,4] parameter(0)
+  p1 = f32[3,4,5] parameter(1)
+  p2 = s64[3] parameter(2)
+  ROOT rd = f32[6,5] ragged-dot(p0, p1, p2), lhs_contracting_dims={1}, rhs_contracting_dims={1}, %s
+}"""
+    root = parse_module(hlo % "lhs_ragged_dims={0}, rhs_group_dims={0}").entry.root
+    ind = compute_output_to_input_indexing(root)
+
+    def image(m: IndexingMap, point) -> set:
+        return {m.evaluate(point, s) for s in itertools.product(*[range(b.lower, b.upper + 1) for b in m.syms])}
+
+    for m_, n_ in [(0, 0), (5, 3), (2, 4)]:
+        assert image(ind[0][0].map, (m_, n_)) == {(m_, k) for k in range(4)}
+        assert image(ind[1][0].map, (m_, n_)) == {(g, k, n_) for g in range(3) for k in range(4)}
+        assert image(ind[2][0].map, (m_, n_)) == {(g,) for g in range(3)}
+    contracting = parse_module(hlo.replace("f32[6,5]", "f32[3,6,5]").replace("f32[3,4,5]", "f32[4,5]") %
+                               "lhs_ragged_dims={1}, rhs_group_dims={}").entry.root
+    assert all(items[0].map.is_undefined for items in compute_output_to_input_indexing(contracting))

@@ -179,3 +179,16 @@ def test_seed_gelu_loop_fusion_launch(tmp_path):
     assert (geo.unroll, geo.threads, geo.blocks) == (4, 128, (24576, 1))
     ks = em.emit().kernels[0]
     assert ks.constexprs["BLOCK"] == 512 and ks.launch.num_warps == 4 and ks.launch.grid == (24576,)
+
+
+def test_run_json_reports_xla_launch_dimensions():
+    """``fusegen run --json`` carries the same structured launch as explain, for the kernels it ran."""
+    rows = [r for r in _rows() if r["module_file"] == "new_concatenate.h200_opt.hlo"]
+    res = CliRunner().invoke(cli, ["run", str(LAUNCH / "new_concatenate.h200_opt.hlo"), "--json", "--no-compile"])
+    assert res.exit_code == 0, res.output
+    fusions = {f["name"]: f for f in json.loads(res.output)["fusions"]}
+    assert len(rows) == 3
+    for r in rows:
+        f = fusions[r["fusion_name"]]
+        assert f["status"] == "ok" and f["launch_dimensions"] == _want(r), (f, r)
+        assert "launch" in f  # the string stays beside it

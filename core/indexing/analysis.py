@@ -49,6 +49,7 @@ _OUTPUT_TO_INPUT: dict[str, Callable[[Instruction], InstructionIndexing]] = {
     "gather": ops.gather,
     "get-tuple-element": ops.get_tuple_element,
     "pad": ops.pad,
+    "ragged-dot": ops.ragged_dot,
     "reduce": ops.reduce,
     "reduce-window": ops.reduce_window,
     "reshape": ops.reshape,

@@ -158,26 +158,35 @@ def reduce_window(inst: Instruction) -> InstructionIndexing:
 
 
 # ---------------------------------------------------------------------------------------- dot / conv
+def _dot_exprs(lhs_rank: int, rhs_rank: int, lhs_batch: Sequence[int], rhs_batch: Sequence[int],
+               lhs_contracting: Sequence[int], rhs_contracting: Sequence[int],
+               rhs_skip: Sequence[int] = ()) -> tuple[list, list]:
+    """Operand index expressions of a dot: batch, then lhs free, then rhs free dims (``rhs_skip`` left out)
+    are the output dims ``d0..``; contracting pair ``k`` is the symbol ``s_k``; skipped dims stay ``None``."""
+    lhs_e: list[AffineExpr | None] = [None] * lhs_rank
+    rhs_e: list[AffineExpr | None] = [None] * rhs_rank
+    o = 0
+    for lb, rb in zip(lhs_batch, rhs_batch):
+        lhs_e[lb] = rhs_e[rb] = dim(o)
+        o += 1
+    for exprs, batch, skip in ((lhs_e, lhs_batch, lhs_contracting),
+                               (rhs_e, rhs_batch, tuple(rhs_contracting) + tuple(rhs_skip))):
+        for i in range(len(exprs)):
+            if i not in batch and i not in skip:
+                exprs[i] = dim(o)
+                o += 1
+    for k, (lc, rc) in enumerate(zip(lhs_contracting, rhs_contracting)):
+        lhs_e[lc] = rhs_e[rc] = sym(k)
+    return lhs_e, rhs_e
+
+
 def dot_operand_maps(lhs: Sequence[int], rhs: Sequence[int], out: Sequence[int], lhs_batch: Sequence[int],
                      rhs_batch: Sequence[int], lhs_contracting: Sequence[int],
                      rhs_contracting: Sequence[int]) -> tuple[IndexingMap, IndexingMap]:
     """``ComputeDotOperandsIndexing``: batch then lhs then rhs free dims are output dims; contracting
     dims are shared symbols."""
-    lhs_e: list[AffineExpr | None] = [None] * len(lhs)
-    rhs_e: list[AffineExpr | None] = [None] * len(rhs)
-    o = 0
-    for lb, rb in zip(lhs_batch, rhs_batch):
-        lhs_e[lb] = rhs_e[rb] = dim(o)
-        o += 1
-    for exprs, batch, contracting in ((lhs_e, lhs_batch, lhs_contracting), (rhs_e, rhs_batch, rhs_contracting)):
-        for i in range(len(exprs)):
-            if i not in batch and i not in contracting:
-                exprs[i] = dim(o)
-                o += 1
-    sizes = []
-    for k, (lc, rc) in enumerate(zip(lhs_contracting, rhs_contracting)):
-        lhs_e[lc] = rhs_e[rc] = sym(k)
-        sizes.append(lhs[lc])
+    lhs_e, rhs_e = _dot_exprs(len(lhs), len(rhs), lhs_batch, rhs_batch, lhs_contracting, rhs_contracting)
+    sizes = [lhs[lc] for lc in lhs_contracting]
     return (IndexingMap.from_tensor_sizes(lhs_e, out, sizes), IndexingMap.from_tensor_sizes(rhs_e, out, sizes))
 
 
@@ -190,6 +199,28 @@ def _dot_maps(inst: Instruction) -> tuple[IndexingMap, IndexingMap]:
 
 def dot(inst: Instruction) -> InstructionIndexing:
     return InstructionIndexing.from_maps(list(_dot_maps(inst)))
+
+
+def ragged_dot(inst: Instruction) -> InstructionIndexing:
+    """``ComputeOutputToInputRaggedDotOpIndexing``: for a ragged non-contracting dimension, lhs ``[m, k]``,
+    rhs ``[g, k, n]`` and group sizes ``[..., g]`` over the contracting symbols and a group symbol (any group
+    may own a row); ragged contracting or batch dimensions: unknown."""
+    a = inst.attrs
+    lhs_b, rhs_b = int_list(a.get("lhs_batch_dims")), int_list(a.get("rhs_batch_dims"))
+    lhs_c, rhs_c = int_list(a.get("lhs_contracting_dims")), int_list(a.get("rhs_contracting_dims"))
+    ragged = int_list(a.get("lhs_ragged_dims"))
+    group = int_list(a.get("rhs_group_dims"))
+    if len(inst.operands) != 3 or not ragged or not group or ragged[0] in lhs_c or ragged[0] in lhs_b:
+        return InstructionIndexing.unknown(len(inst.operands))
+    lhs, rhs, gs = (o.shape.dimensions for o in inst.operands)
+    sym_sizes = [lhs[d] for d in lhs_c] + [gs[-1]]
+    g = sym(len(lhs_c))
+    lhs_e, rhs_e = _dot_exprs(len(lhs), len(rhs), lhs_b, rhs_b, lhs_c, rhs_c, rhs_skip=group[:1])
+    rhs_e[group[0]] = g
+    gs_e = [dim(i) for i in range(len(lhs_b))][:len(gs) - 1] + [g]
+    out = inst.shape.dimensions
+    return InstructionIndexing.from_maps([IndexingMap.from_tensor_sizes(e, out, sym_sizes)
+                                          for e in (lhs_e, rhs_e, gs_e)])
 
 
 def _rescale(m: IndexingMap, operand: Sequence[int], scale: Sequence[int]) -> IndexingMap:

@@ -55,9 +55,12 @@ class LoopFusion(FusionEmitter):
     def thread_id_to_output_indexing(self, root_index: int) -> IndexingMap:
         """``LoopFusion::ComputeThreadIdToOutputIndexing``: the default thread map of the launch with the
         unroll factor as the per-thread vector, over the element shape (``unroll_id`` = vector index)."""
-        geo = self.geometry()
-        shape = element_shape(self.analysis.roots)
-        return default_thread_id_indexing_map(geo.launch(), geo.unroll, shape)
+        cached = self.__dict__.get("_thread_to_output")
+        if cached is None:  # the same map for every root (XLA's element shape); built once
+            geo = self.geometry()
+            cached = default_thread_id_indexing_map(geo.launch(), geo.unroll, element_shape(self.analysis.roots))
+            self.__dict__["_thread_to_output"] = cached
+        return cached
 
     def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap | None:
         """``LoopFusion::ComputeThreadIdToInputIndexing``: the output map composed with the root's

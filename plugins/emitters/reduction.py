@@ -380,7 +380,10 @@ class ReductionFusion(FusionEmitter):
         line("B = pid_b * TB + tb")
         line("okab = (A < NA) & (B < NB)")
         line("A_c = tl.minimum(A, NA - 1)")
-        line("B_c = tl.minimum(B, NB - 1)")
+        # the clamp only moves masked lanes: keep the runs' contiguity for Triton's vectoriser (XLA's
+        # vectorised loads along the minor dimension)
+        line("B_c = tl.max_contiguous(tl.multiple_of(tl.minimum(B, NB - 1), TB), TB)" if tb > 1
+             else "B_c = tl.minimum(B, NB - 1)")
         line(f"zero = tl.full([BLOCK], 0, {idx_t})")
         ctx.zero, ctx.mask = "zero", "mask"
         gen = ElementalGenerator(ctx, comp)
@@ -413,7 +416,8 @@ class ReductionFusion(FusionEmitter):
             else:
                 line("R = tr")
             line("mask = okab & (R < NR)")
-            line("R_c = tl.minimum(R, NR - 1)")
+            line("R_c = tl.max_contiguous(tl.multiple_of(tl.minimum(R, NR - 1), TR), TR)" if tb == 1 and tr > 1
+                 else "R_c = tl.minimum(R, NR - 1)")
             p = self._p(gen, plan.dims, "A_c", "R_c", "B_c")
             p = gen.itensor(p)
             for (hero, n, red, acc_types, fname, promoted), names in zip(reducers, accs):

@@ -177,7 +177,8 @@ class SortFusion(FusionEmitter):
         logn = self.npad.bit_length() - 1
         with deep_recursion():
             row_c = gen.iexpr(f"tl.minimum(row, {max(self.rows - 1, 0)})", "row_c")
-            loc_c = gen.iexpr(f"tl.minimum(loc, {self.n - 1})", "loc_c")
+            # the clamp only moves padding lanes: keep the row's contiguity for Triton's vectoriser
+            loc_c = gen.iexpr(f"tl.max_contiguous(tl.multiple_of(tl.minimum(loc, {self.n - 1}), NPAD), NPAD)", "loc_c")
             rm = gen.delinearize(row_c, other_dims, tuple(range(len(other_dims) - 1, -1, -1)))
             idx: list[Any] = [0] * shape0.rank
             for k, d in enumerate(other):
