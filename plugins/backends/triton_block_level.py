@@ -179,6 +179,29 @@ class TritonBlockLevelFusion(FusionEmitter):
 
     name = "TritonBlockLevelFusion"
 
+    #: Lanes of the interpreter variant's tile: XLA's tiles are often a few elements ([1,1,8]), and the interpreter
+    #: pays per program, so the variant covers more of the output per tile (same values per element).
+    INTERPRET_LANES = 4096
+
+    def __init__(self, analysis: Any, sizes: list[int] | None = None, interpret_variant: bool = True):
+        super().__init__(analysis)
+        self.sizes_override = sizes
+        self.build_interpret_variant = interpret_variant
+
+    def _interpret_sizes(self, sizes: list[int], dims: tuple[int, ...]) -> list[int]:
+        """``sizes`` grown minor dimension first (doubling, at most the dimension) up to :attr:`INTERPRET_LANES`."""
+        out = list(sizes)
+        for d in reversed(range(len(dims))):
+            while out[d] < dims[d]:
+                cand = out[:d] + [min(dims[d], out[d] * 2)] + out[d + 1:]
+                lanes = 1
+                for c in cand:
+                    lanes *= _pow2(max(1, c))
+                if lanes > self.INTERPRET_LANES:
+                    return out
+                out = cand
+        return out
+
     def _config(self) -> tuple[list[int], int, int]:
         fbc = self.fusion.backend_config.get("fusion_backend_config") or {}
         blc = fbc.get("block_level_fusion_config") or {}
@@ -197,6 +220,8 @@ class TritonBlockLevelFusion(FusionEmitter):
         root = roots[0]
         dims = tuple(root.shape.dimensions)
         sizes, warps, stages = self._config()
+        if self.sizes_override is not None:
+            sizes = list(self.sizes_override)
         if len(sizes) != len(dims):
             raise EmitterUnsupported("fusion", fusion.name, f"output tile rank {len(sizes)} != root rank {len(dims)}")
         tile = tuple(_pow2(max(1, s)) for s in sizes)
@@ -270,9 +295,16 @@ class TritonBlockLevelFusion(FusionEmitter):
                 "    pid = tl.program_id(0)", "    for t in range(0, BLOCK):", "        tile = pid * BLOCK + t",
                 "        if tile < N:", f"            tile_fn({', '.join(params)}, tile, {lanes})"]
         name = ts.sanitize_identifier(f"block_{fusion.name}", "k")
+        variant = None
+        if self.build_interpret_variant and len(sizes) == len(dims):
+            big = self._interpret_sizes(sizes, dims)
+            if big != sizes:
+                emitted = TritonBlockLevelFusion(self.analysis, big, interpret_variant=False).emit()
+                variant = emitted.kernels[0] if emitted.kernels else None
         ks = KernelSource(name=name, source="\n".join(src) + "\n", entry="block_level", params=tuple(ctx.params),
                           constexprs={"BLOCK": 1, "N": ntiles},
-                          launch=LaunchDimensions(grid=(ntiles,), num_warps=warps), num_stages=stages)
+                          launch=LaunchDimensions(grid=(ntiles,), num_warps=warps), num_stages=stages,
+                          interpret_variant=variant)
         return EmittedFusion(emitter=self.name, kernels=(ks,))
 
 
