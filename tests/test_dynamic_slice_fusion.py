@@ -69,6 +69,7 @@ def test_dynamic_slice_copy_out(i, j):
     ci, cj = min(max(i, 0), 7), min(max(j, 0), 3)
     np.testing.assert_array_equal(out, x[ci, cj:cj + 3, :])
     np.testing.assert_array_equal(out, evaluate_instruction(f, ops))
+    triton_runtime.compile_for_target(em.kernels[0], capability=90)
 
 
 def test_library_call_heroes_stay_with_the_execution_backend():

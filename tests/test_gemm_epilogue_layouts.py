@@ -82,6 +82,7 @@ def test_reshape_and_transpose_epilogue(cfg):
     (a, b, c), out = _check(f, cfg)
     want = np.exp((a.astype(np.float64) @ b - c).reshape(24, 4, 5).transpose(1, 0, 2))
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+    triton_runtime.compile_for_target(TritonGemmFusion(_Analysis(f), cfg).emit().kernels[0], capability=90)
 
 
 def test_epilogue_mixing_arrangements_is_declined():

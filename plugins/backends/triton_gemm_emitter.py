@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+import numpy as np
 
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import (ELEMENTWISE, ElementalGenerator, KernelContext, choose_index_dtype,
@@ -174,8 +175,6 @@ def _dot_dependents(comp: Computation, dot: Instruction) -> list[Instruction]:
 
 def _permuted(inst: Instruction, a: Any) -> Any:
     """``a`` (an array in ``inst``'s operand's shape) moved as ``inst`` (bitcast/reshape/transpose/copy) moves data."""
-    import numpy as np
-
     src = inst.operands[0].shape
     if inst.opcode == "transpose":
         return np.transpose(a, int_list(inst.attrs.get("dimensions")))
@@ -203,8 +202,6 @@ def dot_to_root_map(comp: Computation, dot: Instruction) -> None:
         EmitterUnsupported: an epilogue op that is not such a permutation (a broadcast or reduce of the dot, or an
         elementwise op combining differently arranged copies of it).
     """
-    import numpy as np
-
     if dot.shape.numel > (1 << 24):  # the check itself would cost too much; keep the old rule
         arr_of = None
     else:
