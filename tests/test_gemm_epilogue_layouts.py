@@ -103,3 +103,26 @@ def test_real_model_gemm_fusions_with_bitcast_epilogues_run_on_triton():
     assert len(with_bitcast) == 2
     for f in with_bitcast:
         _check(f, None)
+
+
+def test_gemm_fusion_pass_output_with_a_transposed_epilogue_runs():
+    """fusegen's own gemm-fusion pass fuses a transpose and a scale after the dot; the emitter takes it."""
+    from _backend_helpers import device, plugin_manager
+    from fusegen.passes.pipeline import optimize_if_needed
+
+    m = parse_module("""HloModule m
+ENTRY e {
+  p0 = f32[48,40] parameter(0)
+  p1 = f32[40,24] parameter(1)
+  d = f32[48,24] dot(p0, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  t = f32[24,48] transpose(d), dimensions={1,0}
+  s = f32[] constant(0.5)
+  sb = f32[24,48] broadcast(s), dimensions={}
+  ROOT r = f32[24,48] multiply(t, sb)
+}""")
+    optimize_if_needed(m, pm=plugin_manager(), device=device())
+    f = m.entry.root
+    assert f.fusion_backend_kind == "__triton_gemm"
+    assert {"transpose", "multiply", "dot"} <= {i.opcode for i in f.fused_computation.instructions}
+    (a, b), out = _check(f, TritonGemmConfig(16, 16, 16, 1, 2))
+    np.testing.assert_allclose(out, 0.5 * (a.astype(np.float64) @ b).T, rtol=1e-4, atol=1e-4)
