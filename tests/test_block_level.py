@@ -8,7 +8,6 @@ import pytest
 from _backend_helpers import plugin_manager
 from conftest import corpus_path
 from fusegen.codegen import triton_runtime
-from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.parser import parse_file, parse_module
 from fusegen.runtime.executor import run_module
@@ -64,7 +63,7 @@ ENTRY e {{
 @pytest.mark.parametrize("R,C,TR,TC,W", [(6, 100, 1, 128, 4), (5, 64, 2, 64, 2), (3, 33, 4, 64, 8)])
 def test_masked_tiles_and_several_rows_per_tile(R, C, TR, TC, W):
     f = _fusion(_SOFTMAX_T.format(R=R, C=C, TR=TR, TC=TC, W=W))
-    em = TritonBlockLevelFusion(_Analysis(f)).emit()
+    em = TritonBlockLevelFusion(_Analysis(f), interpret_variant=False).emit()
     k = em.kernels[0]
     assert k.launch.grid == (-(-R // TR),) and k.launch.num_warps == W
     x = np.random.default_rng(0).standard_normal((R, C)).astype(np.float32) * 5
@@ -72,10 +71,74 @@ def test_masked_tiles_and_several_rows_per_tile(R, C, TR, TC, W):
     np.testing.assert_allclose(out, evaluate_instruction(f, [x]), rtol=1e-5, atol=1e-6)
 
 
-def test_tile_not_covering_the_reduction_declines():
-    f = _fusion(_SOFTMAX_T.format(R=4, C=256, TR=1, TC=128, W=4))
-    with pytest.raises(EmitterUnsupported, match="does not cover reduced dimension 1"):
-        TritonBlockLevelFusion(_Analysis(f)).emit()
+@pytest.mark.parametrize("R,C,TR,TC", [(4, 64, 1, 32), (3, 40, 2, 8), (5, 33, 1, 1)])
+def test_tile_not_covering_the_reduction_reduces_a_sub_tile(R, C, TR, TC):
+    """Output tiles narrower than the reduced row (XLA's [1,1,8] tiles of RMS norms in backward passes): each
+    program reduces a [lanes, row] sub-tile instead of declining to the host."""
+    f = _fusion(_SOFTMAX_T.format(R=R, C=C, TR=TR, TC=TC, W=4))
+    em = TritonBlockLevelFusion(_Analysis(f), interpret_variant=False).emit()
+    assert em.kernels[0].launch.grid == (-(-R // TR) * -(-C // TC),)
+    assert "red_tile" in em.kernels[0].source
+    x = np.random.default_rng(1).standard_normal((R, C)).astype(np.float32) * 5
+    out = triton_runtime.run_fusion(em, [x], f)[0]
+    np.testing.assert_allclose(out, evaluate_instruction(f, [x]), rtol=1e-5, atol=1e-6)
+    e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(out, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+
+
+_REVERSED_STAT = """HloModule m
+ad {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}
+c {
+  p = f32[6,24] parameter(0)
+  z = f32[] constant(0)
+  s = f32[6] reduce(p, z), dimensions={1}, to_apply=ad
+  rv = f32[6] reverse(s), dimensions={0}
+  sb = f32[6,24] broadcast(rv), dimensions={0}
+  ROOT d = f32[6,24] subtract(p, sb)
+}
+ENTRY e {
+  x = f32[6,24] parameter(0)
+  ROOT f = f32[6,24] fusion(x), kind=kCustom, calls=c, backend_config={"fusion_backend_config":{"kind":"__triton","block_level_fusion_config":{"num_warps":"2","output_tiles":[{"sizes":["2","32"]}],"num_ctas":1,"num_stages":1}}}
+}"""
+
+
+def test_reduction_read_at_other_rows_than_the_tiles():
+    """A row statistic read at other indices than the tile's own (here reversed) is reduced on a sub-tile at
+    the indices read."""
+    f = _fusion(_REVERSED_STAT)
+    em = TritonBlockLevelFusion(_Analysis(f), interpret_variant=False).emit()
+    x = np.random.default_rng(2).standard_normal((6, 24)).astype(np.float32)
+    out = triton_runtime.run_fusion(em, [x], f)[0]
+    np.testing.assert_allclose(out, evaluate_instruction(f, [x]), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out, x - x.astype(np.float64).sum(axis=1)[::-1, None], rtol=1e-5, atol=1e-5)
+    triton_runtime.compile_for_target(em.kernels[0], capability=90)  # the sub-tile function compiles for sm_90
+
+
+def test_real_model_backward_norms_run_on_the_block_level_kernel():
+    """gemma's RMS-norm fusions tiled [1,1,8] over rows of 32 (XLA's config) match the evaluator."""
+    from conftest import REPO
+    from fusegen.runtime.inputs import random_value
+
+    m = parse_file(REPO / "tests" / "data" / "real_models" / "gemma.h200_opt.hlo")
+    f = m.entry.instruction("fusion.77")
+    em = TritonBlockLevelFusion(_Analysis(f), interpret_variant=False).emit()
+    assert em.kernels[0].launch.grid == (2 * 8 * 4,)
+    rng = np.random.default_rng(0)
+    ops = [random_value(o.shape, rng) for o in f.operands]
+    ref = evaluate_instruction(f, ops)
+    out = triton_runtime.run_fusion(em, ops, f)[0]
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+    # the interpreter's variant: [2,8,32] in one tile, the row reduced on the tile itself
+    em2 = TritonBlockLevelFusion(_Analysis(f)).emit()
+    (k,) = em2.kernels
+    assert k.interpret_variant is not None and k.interpret_variant.constexprs["N"] == 1
+    assert "red_tile" in k.source and "red_tile" not in k.interpret_variant.source
+    triton_runtime.compile_for_target(k, capability=90)
+    np.testing.assert_allclose(triton_runtime.run_fusion(em2, ops, f)[0], ref, rtol=1e-5, atol=1e-6)
 
 
 def test_split_k_partial_sum_inside_a_layer_norm_runs_on_the_block_level_kernel():

@@ -43,7 +43,8 @@ BUILTIN_CAPABILITIES: dict[str, dict[str, Any]] = {
                "corpus": ["xla/cases/lit_triton__dot__*.hlo"], "tolerances": {"*": {"rtol": 1e-2, "atol": 1e-2}}},
     "cublaslt": {"devices": ["cuda-gpu"], "corpus": ["jax/gpu_mlp_bf16.notritongemm.h100_opt.hlo"]},
     "cudnn": {"devices": ["cuda-gpu"], "corpus": ["xla/cases/cudnn__*.hlo"]},
-    "custom_fusion": {"devices": ["cpu-interpreter"], "corpus": ["xla/cases/custom__*.hlo"]},
+    "custom_fusion": {"kinds": ["kCustomFusion"], "dtypes": ["f32"], "devices": ["cpu-interpreter", "sm_90"],
+                      "corpus": ["xla/cases/custom__*.hlo"]},
 }
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from fusegen.hlo.ir import Instruction
 from fusegen.plugin_manager import hookimpl
-from fusegen.registry import ExecutionBackend
+from fusegen.registry import EmitterFactory, ExecutionBackend
 
 CUSTOM_FUSION_KIND = "__custom_fusion"
 
@@ -255,6 +255,43 @@ def _execute(inst: Instruction, operands: list[Any], context: Any = None) -> Any
         raise CustomFusionError(f"fusion %{inst.name}: no custom kernel registered for "
                                 f"custom_fusion_config.name={config_name(inst)!r}")
     return k.run_cpu(inst, operands)
+
+
+# ================================================================================= device-side emitter
+def _device_side_dynamic_slice(fusion: Instruction) -> bool:
+    """A ``dynamic_slice_fusion`` without a library call: its hero is a copy (XLA's v2 rewriter turns such
+    copies into memcpys at offsets it computes), so the whole body is data movement at dynamic offsets."""
+    if fusion.opcode != "fusion" or fusion.fusion_backend_kind != CUSTOM_FUSION_KIND:
+        return False
+    if config_name(fusion) != "dynamic_slice_fusion":
+        return False
+    ops = {i.opcode for i in fusion.fused_computation.instructions}
+    if "custom-call" in ops or not ops & {"dynamic-slice", "dynamic-update-slice"}:
+        return False
+    return ops <= {"parameter", "constant", "bitcast", "reshape", "copy", "dynamic-slice", "dynamic-update-slice",
+                   "tuple", "convert", "broadcast"}
+
+
+def _create_dynamic_slice_emitter(analysis: Any, context: Any = None) -> Any:
+    """Factory for ``dynamic_slice_fusion`` custom fusions whose hero is a copy: one Triton kernel that loads the
+    start indices from their device buffers, clamps them (as XLA's ``DynamicSliceThunk`` offsets are) and moves
+    the data. A DUS root whose operand buffer can be reused is written in place over the update's elements (the
+    address-computation fusion's memcpy into the aliased buffer); anything else runs as a loop over the output.
+    Library-call heroes are left to the execution backend (:func:`_run_dynamic_slice_cpu`)."""
+    from fusegen_plugins.emitters.in_place_dus import InPlaceDynamicUpdateSliceFusion, can_emit_in_place, output_dus
+    from fusegen_plugins.emitters.loop import LoopFusion
+
+    if not _device_side_dynamic_slice(analysis.fusion):
+        return None
+    if output_dus(analysis) is not None and can_emit_in_place(analysis):
+        return type("DynamicSliceFusion", (InPlaceDynamicUpdateSliceFusion,), {"name": "DynamicSliceFusion"})(analysis)
+    return type("DynamicSliceFusion", (LoopFusion,), {"name": "DynamicSliceFusion"})(analysis)
+
+
+@hookimpl
+def fusegen_emitter_factories():
+    return [EmitterFactory(name="dynamic_slice_fusion", kind="kCustomFusion", rank=100,
+                           create=_create_dynamic_slice_emitter)]
 
 
 @hookimpl

@@ -7,7 +7,8 @@ are generated with :class:`fusegen.codegen.elemental.ElementalGenerator` over th
 whose reduced dimensions the tile covers entirely is computed on the tile (``tl.sum``/``tl.max``/``tl.min`` after
 masking the lanes outside the array, combined with the init value) and broadcast back to the lanes, as the tiled
 reduction of XLA's emitter does. Reductions the tile does not cover, or read at indices other than the tile's own,
-make the emitter decline (the fusion then runs on the host backend, with the reason).
+are reduced on a ``[lanes, reduced]`` sub-tile in a device function (one reduction per output lane at the
+indices it reads), as XLA's symbolic tiling gives a reduce operand the full reduced extent.
 
 Launch: a 1-D grid over tiles; the kernel handles ``BLOCK`` consecutive tiles per program out of ``N`` (``BLOCK=1``
 as emitted), the linear-index convention the interpreter may widen.
@@ -42,6 +43,12 @@ class _TileGen(ElementalGenerator):
     tile: tuple[int, ...] = ()
     lane_idx: tuple[str, ...] = ()
     dims: tuple[int, ...] = ()
+    block: int = 1
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        #: (name, formals, body lines, return value) of the kernel's sub-tile functions (shared with sub-generators)
+        self.subfns: list[tuple[str, list[str], list[str], str]] = []
 
     def _emit(self, inst: Instruction, idx: tuple) -> Any:
         if inst.opcode == "reduce" and self.bindings is None:
@@ -52,50 +59,115 @@ class _TileGen(ElementalGenerator):
         if len(inst.operands) != 2 or inst.shape.is_tuple:
             raise EmitterUnsupported("reduce", inst.name, "variadic reductions are not supported by the block-level emitter")
         src, init = inst.operands
+        if not self.dims:  # inside a sub-tile function: every reduce is a sub-tile reduce
+            comp = inst.attrs.get("to_apply")
+            op = comp.root.opcode if isinstance(comp, Computation) and comp.root is not None else ""
+            if op in _COMBINERS and all(o.opcode == "parameter" for o in comp.root.operands):
+                return self._sub_tile_reduce(inst, idx, op)
+            return super()._emit(inst, idx)
         if tuple(src.shape.dimensions) != self.dims:
             # Not a reduction over the tile (e.g. a split-K partial sum feeding a layer norm): compute it
             # per lane with the elemental generator's loop over the reduced elements.
             return super()._emit(inst, idx)
         rdims = sorted(int_list(inst.attrs.get("dimensions")))
         kept = [d for d in range(len(self.dims)) if d not in rdims]
-        if tuple(idx) != tuple(self.lane_idx[d] for d in kept):
-            raise EmitterUnsupported("reduce", inst.name, "reduction read at indices other than the tile's")
-        for d in rdims:
-            if self.tile[d] < self.dims[d]:
-                raise EmitterUnsupported("reduce", inst.name, f"output tile does not cover reduced dimension {d}")
         comp = inst.attrs.get("to_apply")
         op = comp.root.opcode if isinstance(comp, Computation) and comp.root is not None else ""
         if op not in _COMBINERS or not all(o.opcode == "parameter" for o in comp.root.operands):
             raise EmitterUnsupported("reduce", inst.name, f"reducer {op!r} is not add/maximum/minimum")
+        aligned = tuple(idx) == tuple(self.lane_idx[d] for d in kept)
+        if not aligned or any(self.tile[d] < self.dims[d] for d in rdims):
+            # Read at other indices (a backward pass's bitcast/broadcast of a row statistic) or over a tile that
+            # holds only part of the reduced dimension: reduce a [lanes, reduced] sub-tile, as XLA's tiling gives
+            # the reduce operand the full reduced extent whatever the output tile (symbolic tile propagation).
+            return self._sub_tile_reduce(inst, idx, op)
         et = inst.shape.element_type
-        ct = self.compute_type(et)
         x = self.up(self.value(src, self.lane_idx), et)
         init_v = self.up(self.value(init, ()), et)
         shape = "[" + ", ".join(str(t) for t in self.tile) + "]"
-        if op == "add":
-            ident = ts.float_constant(0.0, ct, shape) if ct.startswith("f") else ts.int_constant(0, ct, shape)
-        else:
-            if ct.startswith("f"):
-                ident = ts.float_constant(float("-inf") if op == "maximum" else float("inf"), ct, shape)
-            else:
-                import numpy as np
-
-                from fusegen.hlo import dtypes
-
-                info = np.iinfo(dtypes.numpy_dtype(ct))
-                ident = ts.int_constant(int(info.min if op == "maximum" else info.max), ct, shape)
+        ident = _identity(op, self.compute_type(et), shape)
         xt = self.ctx.emit(f"tl.where(tl.reshape(valid, {shape}), tl.reshape({x}, {shape}), {ident})", "rin")
         r = xt
         for d in reversed(rdims):
             r = self.ctx.emit(f"tl.reduce({r}, {d}, {_COMBINERS[op]}, keep_dims=True)", "red")
         r = self.ctx.emit(f"tl.reshape(tl.broadcast_to({r}, {shape}), [BLOCK])", "redb")
+        return self.down(self._with_init(r, init_v, op), et, inst.name)
+
+    def _with_init(self, r: str, init_v: str, op: str) -> str:
         if op == "add":
-            r = self.ctx.emit(f"{r} + {init_v}", "red")
-        elif op == "maximum":
-            r = self.ctx.emit(f"tl.maximum({r}, {init_v})", "red")
-        else:
-            r = self.ctx.emit(f"tl.minimum({r}, {init_v})", "red")
-        return self.down(r, et, inst.name)
+            return self.ctx.emit(f"{r} + {init_v}", "red")
+        return self.ctx.emit(f"tl.{op}({r}, {init_v})", "red")
+
+    def _sub_tile_reduce(self, inst: Instruction, idx: tuple, op: str) -> str:
+        """The reduce at ``idx`` (one value per lane) from a ``[lanes, Rp]`` sub-tile computed in a device
+        function: lane ``l * Rp + r`` holds the operand at the lane's kept indices and reduced position ``r``
+        (``Rp`` = the reduced element count rounded up to a power of two, masked past the end)."""
+        src, init = inst.operands
+        rdims = sorted(int_list(inst.attrs.get("dimensions")))
+        rsizes = [src.shape.dimensions[d] for d in rdims]
+        total = 1
+        for n in rsizes:
+            total *= n
+        rp = _pow2(total)
+        block = self.block * rp
+        if block > MAX_TENSOR_NUMEL:
+            return super()._emit(inst, idx)  # per-lane loop over the reduced elements
+        ctx = self.ctx
+        fn = ctx.names.fresh("red_tile")
+        args = [self.itensor(i) for i in idx]
+        formals = [ctx.names.fresh("k") for _ in args]
+        outer_body = ctx.body
+        body = ts.SourceBuilder()
+        body.level = 1
+        ctx.body = body
+        try:
+            sub = _TileGen(ctx, self.comp)
+            sub.block, sub.subfns = block, self.subfns
+            sub.dims = ()
+            sub.tile = ()
+            idx_t = ctx.idx_t
+            body.line(f"zero = tl.full([BLOCK], 0, {idx_t})")
+            body.line("mask = zero == 0")
+            body.line(f"lane = tl.arange(0, BLOCK).to({idx_t})")
+            rr = ctx.emit(f"lane % {rp}", "rr")
+            body.line(f"valid = {rr} < {total}")
+            rc = ctx.emit(f"tl.minimum({rr}, {total - 1})", "rc")
+            kept_b = [ctx.emit(f"tl.reshape(tl.broadcast_to({k}[:, None], [{self.block}, {rp}]), [BLOCK])", "kb")
+                      for k in formals]
+            full: list[Any] = [0] * src.shape.rank
+            for d, v in zip(rdims, sub.delinearize(rc, rsizes, tuple(range(len(rsizes) - 1, -1, -1)))):
+                full[d] = v
+            for d, v in zip([d for d in range(src.shape.rank) if d not in rdims], kept_b):
+                full[d] = v
+            et = inst.shape.element_type
+            x = sub.up(sub.value(src, tuple(full)), et)
+            ident = _identity(op, sub.compute_type(et), "[BLOCK]")
+            xt = ctx.emit(f"tl.where(valid, {x}, {ident})", "rin")
+            ret = ctx.emit(f"tl.reduce(tl.reshape({xt}, [{self.block}, {rp}]), 1, {_COMBINERS[op]})", "red")
+        finally:
+            ctx.body = outer_body
+        self.subfns.append((fn, formals, list(body.lines), ret))
+        r = ctx.emit(f"{fn}({PARAMS_TOKEN}{''.join(a + ', ' for a in args)}{block})", "red")
+        init_v = self.up(self.value(init, ()), et)
+        return self.down(self._with_init(r, init_v, op), et, inst.name)
+
+
+#: stands for the kernel's parameter list in calls emitted before that list is final
+PARAMS_TOKEN = "__PARAMS__, "
+
+
+def _identity(op: str, ct: str, shape: str) -> str:
+    """The identity of ``op`` (add/maximum/minimum) over ``ct`` as a ``shape`` tensor literal."""
+    if op == "add":
+        return ts.float_constant(0.0, ct, shape) if ct.startswith("f") else ts.int_constant(0, ct, shape)
+    if ct.startswith("f"):
+        return ts.float_constant(float("-inf") if op == "maximum" else float("inf"), ct, shape)
+    import numpy as np
+
+    from fusegen.hlo import dtypes
+
+    info = np.iinfo(dtypes.numpy_dtype(ct))
+    return ts.int_constant(int(info.min if op == "maximum" else info.max), ct, shape)
 
 
 #: Triton's largest tensor (``TRITON_MAX_TENSOR_NUMEL``), the bound XLA checks block-level tiles against.
@@ -106,6 +178,29 @@ class TritonBlockLevelFusion(FusionEmitter):
     """Block-level emitter for ``__triton`` fusions (see the module docstring)."""
 
     name = "TritonBlockLevelFusion"
+
+    #: Lanes of the interpreter variant's tile: XLA's tiles are often a few elements ([1,1,8]), and the interpreter
+    #: pays per program, so the variant covers more of the output per tile (same values per element).
+    INTERPRET_LANES = 4096
+
+    def __init__(self, analysis: Any, sizes: list[int] | None = None, interpret_variant: bool = True):
+        super().__init__(analysis)
+        self.sizes_override = sizes
+        self.build_interpret_variant = interpret_variant
+
+    def _interpret_sizes(self, sizes: list[int], dims: tuple[int, ...]) -> list[int]:
+        """``sizes`` grown minor dimension first (doubling, at most the dimension) up to :attr:`INTERPRET_LANES`."""
+        out = list(sizes)
+        for d in reversed(range(len(dims))):
+            while out[d] < dims[d]:
+                cand = out[:d] + [min(dims[d], out[d] * 2)] + out[d + 1:]
+                lanes = 1
+                for c in cand:
+                    lanes *= _pow2(max(1, c))
+                if lanes > self.INTERPRET_LANES:
+                    return out
+                out = cand
+        return out
 
     def _config(self) -> tuple[list[int], int, int]:
         fbc = self.fusion.backend_config.get("fusion_backend_config") or {}
@@ -125,6 +220,8 @@ class TritonBlockLevelFusion(FusionEmitter):
         root = roots[0]
         dims = tuple(root.shape.dimensions)
         sizes, warps, stages = self._config()
+        if self.sizes_override is not None:
+            sizes = list(self.sizes_override)
         if len(sizes) != len(dims):
             raise EmitterUnsupported("fusion", fusion.name, f"output tile rank {len(sizes)} != root rank {len(dims)}")
         tile = tuple(_pow2(max(1, s)) for s in sizes)
@@ -150,7 +247,7 @@ class TritonBlockLevelFusion(FusionEmitter):
         body.level = 1
         ctx.body = body
         gen = _TileGen(ctx, comp)
-        gen.tile, gen.dims = tile, dims
+        gen.tile, gen.dims, gen.block = tile, dims, lanes
         gen.lane_idx = tuple(f"g{d}" for d in range(len(dims)))
         with deep_recursion():
             v = gen.value(root, gen.lane_idx)
@@ -187,16 +284,27 @@ class TritonBlockLevelFusion(FusionEmitter):
         pre.append("valid = " + (" & ".join(valid) if valid else "mask"))
         src = ts.module_header()
         src.insert(4, "from fusegen_plugins.backends.triton_devfn import device_jit")
+        call_params = "".join(p + ", " for p in params)
+        for fn, formals, lines, ret in gen.subfns:
+            src += ["", "@device_jit", f"def {fn}({', '.join(params + formals + ['BLOCK: tl.constexpr'])}):"]
+            src += [ln.replace(PARAMS_TOKEN, call_params) for ln in lines] + [f"    return {ret}"]
         src += ["", "@device_jit", f"def tile_fn({', '.join(params + ['tile', 'BLOCK: tl.constexpr'])}):"]
         src += ["    " + p for p in pre]
-        src += body.lines
+        src += [ln.replace(PARAMS_TOKEN, call_params) for ln in body.lines]
         src += ["", "@triton.jit", f"def block_level({', '.join(params + ['BLOCK: tl.constexpr', 'N: tl.constexpr'])}):",
                 "    pid = tl.program_id(0)", "    for t in range(0, BLOCK):", "        tile = pid * BLOCK + t",
                 "        if tile < N:", f"            tile_fn({', '.join(params)}, tile, {lanes})"]
         name = ts.sanitize_identifier(f"block_{fusion.name}", "k")
+        variant = None
+        if self.build_interpret_variant and len(sizes) == len(dims):
+            big = self._interpret_sizes(sizes, dims)
+            if big != sizes:
+                emitted = TritonBlockLevelFusion(self.analysis, big, interpret_variant=False).emit()
+                variant = emitted.kernels[0] if emitted.kernels else None
         ks = KernelSource(name=name, source="\n".join(src) + "\n", entry="block_level", params=tuple(ctx.params),
                           constexprs={"BLOCK": 1, "N": ntiles},
-                          launch=LaunchDimensions(grid=(ntiles,), num_warps=warps), num_stages=stages)
+                          launch=LaunchDimensions(grid=(ntiles,), num_warps=warps), num_stages=stages,
+                          interpret_variant=variant)
         return EmittedFusion(emitter=self.name, kernels=(ks,))
 
 
