@@ -118,7 +118,7 @@ def resnet():
     import jax.numpy as jnp
     import keras_hub
 
-    m = keras_hub.models.ResNetBackbone(input_conv_filters=[16], input_conv_kernel_sizes=[3],
+    m = keras_hub.models.ResNetBackbone(input_conv_filters=[64], input_conv_kernel_sizes=[3],
                                         stackwise_num_filters=[64, 32], stackwise_num_blocks=[1, 1],
                                         stackwise_num_strides=[1, 2], block_type="basic_block",
                                         image_shape=(16, 16, 3))
@@ -283,7 +283,27 @@ def flax_batchnorm_offset():
     return f, (variables, x)
 
 
-PROGRAMS = {f.__name__: f for f in (gpt2, bert, llama_bf16, gemma, mistral, vit, resnet, adamw_step, flax_block,
+def flax_odd_mlp():
+    """flax Dense / LayerNorm / relu layers at sizes that do not fill a tile (100 and 37 features), and a
+    ``jnp.clip``: masked lanes and clamps in the generated kernels matter here."""
+    import jax
+    import jax.numpy as jnp
+    import flax.linen as nn
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            h = nn.relu(nn.LayerNorm()(nn.Dense(100)(x)))
+            h = jnp.clip(nn.LayerNorm()(nn.Dense(37)(h)), -1.5, 1.5)
+            return nn.Dense(10)(h).max(axis=-1), h.sum(axis=0)
+
+    x = jnp.asarray(np.random.default_rng(14).standard_normal((50, 23)), jnp.float32)
+    net = Net()
+    variables = net.init(jax.random.PRNGKey(0), x)
+    return (lambda v, x: net.apply(v, x)), (variables, x)
+
+
+PROGRAMS = {f.__name__: f for f in (flax_odd_mlp, gpt2, bert, llama_bf16, gemma, mistral, vit, resnet, adamw_step, flax_block,
                                     equinox_gru_scan, equinox_mlp, adamw_logit_offset, equinox_rnn_chaotic,
                                     flax_batchnorm_offset)}
 

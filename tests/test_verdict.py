@@ -139,8 +139,9 @@ def test_real_model_program_has_no_false_mismatch(name):
         out, ref_err = DRIFT[name]
         o = next(x for x in v.outputs if x.name == out)
         assert rep.status == "drift" and o.status == "drift"
-        # the reference itself is this far from the f64 answer (the program's conditioning) ...
-        assert o.reference_error == pytest.approx(ref_err, rel=0.02)
+        # the reference itself is this far from the f64 answer (the program's conditioning; 25%: numpy's
+        # BLAS kernels differ between CPUs and these programs amplify rounding) ...
+        assert o.reference_error == pytest.approx(ref_err, rel=0.25)
         # ... and the kernels are no further, while they differ from the reference beyond f32 tolerance
         assert o.kernel_error <= 4 * o.reference_error
         assert o.max_abs_error > 1e-4 * max(1.0, abs(float(o.values["reference"])))

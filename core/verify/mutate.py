@@ -4,10 +4,12 @@ how many ``fusegen run``'s verdict catches (issue 9, part 5).
 Mutation kinds, each a source rewrite of a generated Triton kernel at one site:
 
 ``off_by_one``        a load reads the previous element (``ptr + off`` -> ``ptr + max(off - 1, 0)``)
-``dropped_mask``      a ``tl.where(mask-or-valid, x, identity)`` keeps ``x`` on the masked-off lanes
+``dropped_mask``      a mask loses its last bound check (``mask = ok & (R < NR)`` -> ``mask = ok``), a load
+                      loses its ``mask=`` / ``other=``, or a ``tl.where(mask, x, identity)`` keeps ``x``
 ``wrong_accumulator`` a reduction / dot result is rounded through bf16 (a bf16 accumulator)
 ``swapped_operand``   ``a - b`` / ``a / b`` computes ``b - a`` / ``b / a``
-``missed_clamp``      a ``tl.minimum`` / ``tl.maximum`` / ``tl.clamp`` is dropped (its first operand kept)
+``missed_clamp``      a value ``tl.minimum`` / ``tl.maximum`` / ``tl.clamp`` is dropped (its first operand kept;
+                      index clamps against a bound are left alone: a mask covers their lanes)
 ``lost_nan``          XLA's NaN-propagating min/max becomes Triton's NaN-dropping one (run on inputs with NaNs)
 
 The fusion's kernels run on the operands it gets in a real run of the module; a mutant is *caught* when its
@@ -67,9 +69,16 @@ def _off_by_one(src: str) -> Iterator[str]:
 
 
 def _dropped_mask(src: str) -> Iterator[str]:
+    # a mask built without its last bound check (``mask = okab & (R < NR)`` -> ``mask = okab``)
+    for m in re.finditer(r"^(\s*(?:\w*mask\w*|valid\w*) = )(.+) & (\([^()]*\))$", src, re.M):
+        yield src[:m.start(2)] + m.group(2) + src[m.end(3):]
     for s, e, args in _calls(src, "tl.where"):
         if len(args) == 3 and re.search(r"\b(valid|mask)\w*", args[0]) and "!=" not in args[0]:
             yield src[:s] + f"({args[1]})" + src[e:]
+    for s, e, args in _calls(src, "tl.load"):  # masked-off lanes read the (clamped) element, not ``other``
+        kept = [a for a in args if not a.startswith(("mask=", "other="))]
+        if len(kept) < len(args):
+            yield src[:s] + f"tl.load({', '.join(kept)})" + src[e:]
 
 
 def _wrong_accumulator(src: str) -> Iterator[str]:
@@ -87,9 +96,10 @@ def _swapped_operand(src: str) -> Iterator[str]:
 
 
 def _missed_clamp(src: str) -> Iterator[str]:
+    # value clamps only: an index clamp (``tl.minimum(R, NR - 1)``) guards lanes a mask already drops
     for name in ("tl.minimum", "tl.maximum", "tl.clamp"):
         for s, e, args in _calls(src, name):
-            if args:
+            if len(args) >= 2 and not re.fullmatch(r"\d+|.*- 1|\w+ - \w+", args[1]):
                 yield src[:s] + f"({args[0]})" + src[e:]
 
 
