@@ -205,7 +205,9 @@ class FusionAnalysis:
             hero = self._find_collective_hero()
             self.non_trivial_heroes = [hero] * len(self.roots) if hero is not None else list(self.roots)
         else:
-            self.non_trivial_heroes = [find_non_trivial_hero(r) for r in self.roots]
+            # shared by the roots' hero searches (the computation does not change here); a lone root shares nothing
+            memo: dict | None = {} if len(self.roots) > 1 else None
+            self.non_trivial_heroes = [find_non_trivial_hero(r, memo) for r in self.roots]
         self.heroes = list(self.non_trivial_heroes)
         self.tiled_transpose: TransposeDescription | None = find_consistent_transpose_hero(self.roots, self.heroes)
         self._tiled_transpose_found = self.tiled_transpose

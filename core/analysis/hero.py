@@ -67,23 +67,34 @@ def fusion_operands(inst: Instruction) -> list[Instruction]:
     return [o for o in inst.operands if in_fusion(o)]
 
 
-def find_hero(root: Instruction, predicate: Callable[[Instruction], bool]) -> Instruction | None:
+def find_hero(root: Instruction, predicate: Callable[[Instruction], bool],
+              memo: dict | None = None) -> Instruction | None:
     """``FindHero``: the unique instruction matching ``predicate`` reachable from ``root`` through
     ``IsIntermediate(..., 3)`` ops (breadth first, consumers first), provided no non-trivial op is
-    reachable from its users. ``None`` when there is none, several, or a non-trivial user path."""
+    reachable from its users. ``None`` when there is none, several, or a non-trivial user path.
+
+    ``memo`` (one dict per predicate and unchanged computation) keeps each visited instruction's
+    ``(matches, operands to visit)`` so the searches from the many roots of a multi-output fusion
+    don't recompute them.
+    """
+    if memo is None:
+        memo = {}
     hero: Instruction | None = None
     seen = {id(root)}
     queue = deque([root])
     while queue:
         node = queue.popleft()
-        if predicate(node):
+        facts = memo.get(id(node))
+        if facts is None:
+            matches = predicate(node)
+            facts = memo[id(node)] = (matches, () if matches or not is_intermediate(node, 3)
+                                      else fusion_operands(node))
+        if facts[0]:
             if hero is not None:
                 return None  # several candidates
             hero = node
             continue
-        if not is_intermediate(node, 3):
-            continue
-        for op in fusion_operands(node):
+        for op in facts[1]:
             if id(op) not in seen:
                 seen.add(id(op))
                 queue.append(op)
@@ -107,19 +118,45 @@ def find_hero(root: Instruction, predicate: Callable[[Instruction], bool]) -> In
     return hero
 
 
-def find_non_trivial_hero(inst: Instruction) -> Instruction:
+def _is_tiled_transpose(n: Instruction) -> bool:
+    return get_description_for_tiled_transpose_emitter(n) is not None
+
+
+def _is_concatenate(n: Instruction) -> bool:
+    return n.opcode == "concatenate"
+
+
+def _any_match(memo: dict, tag: str, predicate: Callable[[Instruction], bool], inst: Instruction) -> bool:
+    """Whether any instruction of ``inst``'s computation meets ``predicate`` (True when it has none)."""
+    comp = inst.parent
+    if comp is None:
+        return True
+    key = ("any", tag, id(comp))
+    if key not in memo:
+        memo[key] = any(predicate(n) for n in comp.instructions)
+    return memo[key]
+
+
+def find_non_trivial_hero(inst: Instruction, memo: dict | None = None) -> Instruction:
     """``FindNonTrivialHero``: walk up single-operand intermediate ops, then look for a tiled
     transpose hero, then a concatenate hero; a reduce reached by the walk is the hero; otherwise the
-    instruction itself."""
+    instruction itself.
+
+    ``memo``: pass one dict for all roots of one (unchanged) fused computation to share the searches' work;
+    then a search whose predicate no instruction of the computation meets is skipped (it can only fail).
+    """
+    shared = memo is not None
+    if memo is None:
+        memo = {}
     hero = inst
     while is_intermediate(hero, 1) and in_fusion(hero.operands[0]):
         hero = hero.operands[0]
-    t = find_hero(hero, lambda n: get_description_for_tiled_transpose_emitter(n) is not None)
-    if t is not None:
-        return t
-    c = find_hero(hero, lambda n: n.opcode == "concatenate")
-    if c is not None:
-        return c
+    for tag, predicate in (("transpose", _is_tiled_transpose), ("concatenate", _is_concatenate)):
+        if shared and not _any_match(memo, tag, predicate, hero):
+            continue
+        found = find_hero(hero, predicate, memo.setdefault(tag, {}))
+        if found is not None:
+            return found
     if hero.opcode != "reduce":
         return inst
     return hero

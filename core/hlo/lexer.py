@@ -29,7 +29,7 @@ _WORD = re.compile(r"[a-z][a-z0-9\-]*")
 _ATTR_KEY = re.compile(r"[A-Za-z_][\w.\-]*")
 _INT = re.compile(r"[-+]?\d+")
 _UINT = re.compile(r"\d+")
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _RAW_RUN = re.compile(r'[^{}()\[\]",\n/]+')
 _LIT_RUN = re.compile(r'[^{}()\[\]"/]+')
 _BARE = re.compile(r"[^\s,{}()\[\]]+")
@@ -44,9 +44,9 @@ _SECTION_LINE = re.compile(r"[ \t]*\d+[ \t][^\n]*")
 _SPLIT_MARK = re.compile(r"^//\s*-----\s*$", re.M)
 _FUSEGEN_COMMENT = re.compile(r"^//\s*(fusegen\.[\w.]+)=(\S*)\s*$", re.M)
 _FAST_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[((?:\d+(?:,\d+)*)?)\](?:\{((?:\d+(?:,\d+)*)?)\})?")
-_layout_cache: dict[tuple[int, ...], Layout] = {}
-_METADATA_ITEM = re.compile(r'\s*([\w.\-]+)=(?:"((?:[^"\\]|\\.)*)"|([^\s{}",]+))')
-_FAST_METADATA = re.compile(r'\{((?:\s*[\w.\-]+=(?:"(?:[^"\\]|\\.)*"|[^\s{}",]+))*)\s*\}', re.S)
+# One `key="string"` or `key=bare` item of a flat metadata group; items are read back to back (scanner).
+_METADATA_ITEM = re.compile(r'\s*([\w.\-]+)=(?:"([^"\\]*(?:\\.[^"\\]*)*)"|([^\s{}",]+))', re.S)
+_CLOSE_BRACE = re.compile(r"\s*\}")
 # A line that starts an instruction (`[ROOT] name = shape-or-opcode`): a raw value never runs into one.
 _INSTR_START = re.compile(r"[ \t]*(?:ROOT[ \t]+)?%?[\w.\-]+[ \t]*=[ \t]*(?:\(|[a-z][a-z0-9]*\[|[a-z][a-z0-9\-]*\()")
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
@@ -175,6 +175,10 @@ class Lexer:
         self.pos = 0
         self.filename = filename
         self._nl: list[int] | None = None
+        self._line_at = (0, 1)  # (position, its 1-based line) of the last line_of answer
+        # Interned shapes (by their text) and layouts: a module repeats a few dozen shapes thousands of times.
+        self.shapes: dict[str, Shape] = {}
+        self.layouts: dict[tuple[int, ...], Layout] = {}
 
     # ---------------------------------------------------------------- positions and errors
     def line_col(self, pos: int) -> tuple[int, int]:
@@ -192,6 +196,12 @@ class Lexer:
         return line + 1, pos - start + 1
 
     def line_of(self, pos: int) -> int:
+        """1-based line of ``pos``; counts forward from the last answer (the parser mostly moves forward)."""
+        last = self._line_at
+        if pos >= last[0]:
+            line = last[1] + self.text.count("\n", last[0], pos)
+            self._line_at = (pos, line)
+            return line
         return self.line_col(pos)[0]
 
     def error(self, message: str, pos: int | None = None, token: str | None = None) -> HloParseError:
@@ -208,7 +218,12 @@ class Lexer:
 
     # ---------------------------------------------------------------- lexing helpers
     def ws(self) -> None:
-        self.pos = _WS.match(self.text, self.pos).end()
+        p = self.pos
+        if p < self.n:
+            c = self.text[p]
+            if " " < c < "\x7f" and c != "/":  # printable ASCII other than '/': no blank or comment here
+                return
+        self.pos = _WS.match(self.text, p).end()
         if self.text.startswith("/*", self.pos):
             raise self.error("unterminated /* comment")
 
@@ -368,15 +383,20 @@ class Lexer:
         m = _FAST_SHAPE.match(t, self.pos)
         if m is None:
             return None
-        etype, dims_s, mtm_s = m.groups()
         end = m.end()
+        if m.group(3) is None and end < self.n:
+            c = t[end]
+            if c == "{" or ((c == " " or c == "\n") and t.startswith("{", _WS.match(t, end).end())):
+                return None
+        shape = self.shapes.get(m.group(0)) or self.new_shape(m.group(0), *m.groups())
+        if shape is not None:
+            self.pos = end
+        return shape
+
+    def new_shape(self, text: str, etype: str, dims_s: str, mtm_s: str | None) -> Shape | None:
+        """The interned shape of a fast-path shape text, or ``None`` when the full grammar must report it."""
         if etype not in ELEMENT_TYPES or etype == "token":
             return None
-        if mtm_s is None:
-            if end < self.n:
-                c = t[end]
-                if c == "{" or ((c == " " or c == "\n") and t.startswith("{", _WS.match(t, end).end())):
-                    return None
         try:
             dims = tuple(map(_int, dims_s.split(","))) if dims_s else ()
             mtm = tuple(map(_int, mtm_s.split(","))) if mtm_s else ()
@@ -386,11 +406,11 @@ class Lexer:
         if mtm_s is not None:
             if mtm and sorted(mtm) != list(range(len(dims))):
                 return None  # the full grammar reports it
-            layout = _layout_cache.get(mtm)
+            layout = self.layouts.get(mtm)
             if layout is None:
-                layout = _layout_cache.setdefault(mtm, Layout(mtm))
-        self.pos = end
-        return Shape(etype, dims, layout)
+                layout = self.layouts.setdefault(mtm, Layout(mtm))
+        shape = self.shapes[text] = Shape(etype, dims, layout)
+        return shape
 
     def shape(self) -> Shape:
         self.ws()

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from fusegen.hlo.fast_paths import _ATTRS_END, _FAST_ATTR, xla_metadata
 from fusegen.hlo.ir import COMPUTATION_ATTRIBUTES, Instruction
 from fusegen.hlo.lexer import (
-    _ATTR_KEY, _BARE, _BOOL, _BOOL_KEYS, _FAST_METADATA, _INT, _INT_KEYS, _INT_LIST, _INT_LIST_KEYS, _JSON,
+    _ATTR_KEY, _BARE, _BOOL, _BOOL_KEYS, _CLOSE_BRACE, _INT, _INT_KEYS, _INT_LIST, _INT_LIST_KEYS, _JSON,
     _METADATA_ITEM, _NAME, _PADDING, _SLICE_DIM, _STRING, _WORD_ANY, _WORD_KEYS, _WS, _XDIMS,
     _decode_backend_config, _int, _pad_triple, unescape_string)
 from fusegen.hlo.lexer import Lexer
@@ -25,17 +26,27 @@ class AttributeParser(Lexer):
         preds = None
         t = self.text
         while True:
-            p = _WS.match(t, self.pos).end()
-            if p >= self.n or t[p] != ",":
+            fast = _FAST_ATTR.match(t, self.pos)
+            if fast is not None:
+                key = fast.group(1)
+                kpos = fast.start(1)
+                self.pos = fast.end()
+            elif _ATTRS_END.match(t, self.pos):
                 return preds
-            self.pos = p + 1
-            kpos = _WS.match(t, self.pos).end()
-            key = self.match(_ATTR_KEY, "an attribute name").group(0)
-            self.expect("=", f" after attribute {key!r}")
+            else:
+                p = _WS.match(t, self.pos).end()
+                if p >= self.n or t[p] != ",":
+                    return preds
+                self.pos = p + 1
+                kpos = _WS.match(t, self.pos).end()
+                key = self.match(_ATTR_KEY, "an attribute name").group(0)
+                self.expect("=", f" after attribute {key!r}")
             if key in attrs:
                 raise self.error(f"duplicate attribute {key!r} on %{inst.name}", kpos, key)
             self.ws()
-            if key in _INT_LIST_KEYS:
+            if key == "metadata":
+                attrs[key] = self.metadata()
+            elif key in _INT_LIST_KEYS:
                 m = _INT_LIST.match(t, self.pos)
                 if m is None:
                     raise self.error(f"attribute {key!r} expects {{int,...}}")
@@ -48,8 +59,6 @@ class AttributeParser(Lexer):
                 attrs[key] = self.match(_WORD_ANY, f"a value for attribute {key!r}").group(0)
             elif key in _BOOL_KEYS:
                 attrs[key] = self.match(_BOOL, f"true/false for attribute {key!r}").group(0) == "true"
-            elif key == "metadata":
-                attrs[key] = self.metadata()
             elif key == "backend_config":
                 attrs[key] = self.backend_config()
             elif key in COMPUTATION_ATTRIBUTES:
@@ -85,17 +94,25 @@ class AttributeParser(Lexer):
 
     def metadata(self) -> dict[str, Any]:
         t = self.text
-        m = _FAST_METADATA.match(t, self.pos)
-        if m is not None:  # the usual flat `{k="v" k=1 ...}` in one regex
+        fast = xla_metadata(t, self.pos)
+        if fast is not None:
+            self.pos = fast[1]
+            return fast[0]
+        if t.startswith("{", self.pos):  # the usual flat `{k="v" k=1 ...}`, one anchored match per item
             out: dict[str, Any] = {}
-            for km in _METADATA_ITEM.finditer(m.group(1)):
-                key, sv, bv = km.groups()
-                if sv is not None:
-                    out[key] = unescape_string(sv)
+            end = self.pos + 1
+            for m in iter(_METADATA_ITEM.scanner(t, end).match, None):
+                key, sv, bv = m.groups()
+                if bv is not None:
+                    # str.isdecimal is exactly _INT's \d (Unicode Nd)
+                    out[key] = _int(bv) if bv.isdecimal() or bv[0] in "+-" and bv[1:].isdecimal() else bv
                 else:
-                    out[key] = _int(bv) if _INT.fullmatch(bv) else bv
-            self.pos = m.end()
-            return out
+                    out[key] = unescape_string(sv) if "\\" in sv else sv
+                end = m.end()
+            close = _CLOSE_BRACE.match(t, end)
+            if close is not None:
+                self.pos = close.end()
+                return out
         self.expect("{", " opening metadata")
         out = {}
         while True:
@@ -145,7 +162,12 @@ class AttributeParser(Lexer):
         single = key in ("to_apply", "condition", "body", "true_computation", "false_computation")
         if not t.startswith("{", self.pos):
             npos = self.pos
-            nm = self.name(f"a computation name for {key!r}")
+            m = _NAME.match(t, npos)
+            if m is not None:  # the name right here (the caller skipped the blanks)
+                self.pos = m.end()
+                nm = m.group(1)
+            else:
+                nm = self.name(f"a computation name for {key!r}")
             self.comp_refs.append((inst, key, [(nm, npos)], key != "branch_computations"))
             return
         brace = self.pos

@@ -27,10 +27,11 @@ from typing import Any
 
 from fusegen.hlo import verifier
 from fusegen.hlo.errors import HloParseError
+from fusegen.hlo.fast_paths import FastPaths, Pending as _Pending, gc_paused
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.hlo.lexer import (
     _ATTR_KEY, _CALLER_OPCODES, _FUSEGEN_COMMENT, _LIT_RUN, _SECTION_LINE, _SECTION_NAMES, _SPLIT_MARK, _STRING,
-    _UINT, _WORD, _WORD_ANY, _WS, _int)
+    _NAME, _UINT, _WORD, _WORD_ANY, _WS, _int)
 from fusegen.hlo.lexer import ELEMENT_TYPES, _LexError, parse_int_list
 from fusegen.hlo.opcodes import SAME_SHAPE_OPCODES, is_known_opcode
 from fusegen.hlo.parse_attributes import AttributeParser
@@ -38,20 +39,7 @@ from fusegen.hlo.parse_attributes import AttributeParser
 __all__ = ["parse_module", "parse_file", "parse_modules", "parse_int_list", "ELEMENT_TYPES"]
 
 
-class _Pending:
-    """Operand names of one instruction, resolved when its computation's body is complete."""
-
-    __slots__ = ("inst", "names", "preds", "pos")
-
-    def __init__(self, inst: Instruction, names: list[tuple[str, int]], preds: list[tuple[str, int]] | None,
-                 pos: int):
-        self.inst = inst
-        self.names = names
-        self.preds = preds
-        self.pos = pos
-
-
-class _Parser(AttributeParser):
+class _Parser(FastPaths, AttributeParser):
     def __init__(self, text: str, filename: str):
         super().__init__(text, filename)
         self.module = Module(name="", filename=filename)
@@ -59,6 +47,10 @@ class _Parser(AttributeParser):
         self.comp_refs: list[tuple[Instruction, str, list[tuple[str, int]], bool]] = []
         self.inline_count = 0
         self.inst_pos: dict[int, int] = {}  # id(instruction) -> text position, for module-level checks
+        self.fast_root: Instruction | None = None  # the last ROOT instruction the fast path read
+        # Shapes the verifier already found valid (by id; the dict keeps them alive).
+        self.valid_shapes: dict[int, Shape] = {}
+        self.valid_literals: set[tuple[Any, int]] = set()
 
     # ---------------------------------------------------------------- module
     def parse(self) -> Module:
@@ -70,7 +62,8 @@ class _Parser(AttributeParser):
             if self.pos >= self.n:
                 break
             start = self.pos
-            if self.keyword("HloModule"):
+            first = self.text[start]
+            if first == "H" and self.keyword("HloModule"):
                 if seen_header or mod.computations:
                     raise self.error(
                         "a second HloModule header (split-input files separated by '// -----' need parse_modules)",
@@ -78,7 +71,7 @@ class _Parser(AttributeParser):
                 seen_header = True
                 self.header()
                 continue
-            m = _WORD_ANY.match(self.text, self.pos)
+            m = _WORD_ANY.match(self.text, self.pos) if first in "FS" else None  # FileNames ... StackFrames
             if m and m.group(0) in _SECTION_NAMES:
                 j = m.end()
                 eol = self.text.find("\n", j)
@@ -132,28 +125,43 @@ class _Parser(AttributeParser):
 
     # ---------------------------------------------------------------- computations
     def computation(self, inline_name: str | None = None) -> Computation:
-        mod = self.module
         if inline_name is None:
             self.ws()
             header_pos = self.pos
-            is_entry = self.keyword("ENTRY")
-            name = self.name("a computation name (or ENTRY)")
-            if self.peek() == "(":
-                self.signature()
-                self.expect("-", " ('->' before the result shape)")
-                self.expect(">", " ('->' before the result shape)")
-                self.shape()
-            while self.accept(","):  # e.g. execution_thread="..."
-                self.match(_ATTR_KEY, "a computation attribute")
-                self.expect("=")
-                self.ws()
-                self.match(_STRING if self.text.startswith('"', self.pos) else _WORD_ANY, "a value")
-            self.expect("{", f" opening the body of computation {name!r}")
+            fast = self.fast_computation_header(header_pos)
+            if fast is not None:
+                is_entry, name = fast
+            else:
+                is_entry, name = self.computation_header()
         else:
             header_pos = self.pos - 1
             is_entry = False
             name = inline_name
         comp = Computation(name=name, is_entry=is_entry, line=self.line_of(header_pos))
+        return self.computation_body(comp, header_pos)
+
+    def computation_header(self) -> tuple[bool, str]:
+        """``(is_entry, name)`` of a computation header, read up to and including the body's ``{``."""
+        is_entry = self.keyword("ENTRY")
+        name = self.name("a computation name (or ENTRY)")
+        if self.peek() == "(":
+            self.signature()
+            self.expect("-", " ('->' before the result shape)")
+            self.expect(">", " ('->' before the result shape)")
+            self.shape()
+        while self.accept(","):  # e.g. execution_thread="..."
+            self.match(_ATTR_KEY, "a computation attribute")
+            self.expect("=")
+            self.ws()
+            self.match(_STRING if self.text.startswith('"', self.pos) else _WORD_ANY, "a value")
+        self.expect("{", f" opening the body of computation {name!r}")
+        return is_entry, name
+
+    def computation_body(self, comp: Computation, header_pos: int) -> Computation:
+        """The instructions of ``comp`` after its ``{``, through the closing ``}``."""
+        mod = self.module
+        name = comp.name
+        is_entry = comp.is_entry
         defined: dict[str, Instruction] = {}
         pendings: list[_Pending] = []
         root: Instruction | None = None
@@ -164,15 +172,23 @@ class _Parser(AttributeParser):
             if self.text[self.pos] == "}":
                 self.pos += 1
                 break
-            is_root = self.keyword("ROOT")
             ipos = self.pos
-            inst = self.instruction(comp, defined, pendings)
+            inst = self.fast_instruction(ipos, comp, defined, pendings)
+            if inst is not None:
+                is_root = inst is self.fast_root
+                if is_root:
+                    ipos += 4  # where the general grammar stands after the ROOT keyword
+            else:
+                is_root = self.keyword("ROOT")
+                ipos = self.pos
+                inst = self.instruction(comp, defined, pendings)
             if is_root:
                 if root is not None:
                     raise self.error(f"computation {name!r} has two ROOT instructions", ipos)
                 root = inst
         if not comp.instructions:
             raise self.error(f"computation {name!r} has no instructions", header_pos)
+        comp.invalidate()  # the fast path appends without Computation.add
         self.resolve_operands(comp, defined, pendings)
         comp.root = root if root is not None else comp.instructions[-1]
         mod.computations.append(comp)
@@ -271,7 +287,7 @@ class _Parser(AttributeParser):
         defined[name] = inst
         self.inst_pos[id(inst)] = name_pos
         comp.add(inst)
-        pendings.append(_Pending(inst, operand_names, preds, name_pos))
+        pendings.append((inst, operand_names, preds, name_pos, None))
         return inst
 
     def operand(self, comp: Computation, defined: dict[str, Instruction], pendings: list[_Pending]) -> tuple[str, int]:
@@ -301,28 +317,36 @@ class _Parser(AttributeParser):
 
     # ---------------------------------------------------------------- resolution
     def resolve_operands(self, comp: Computation, defined: dict[str, Instruction], pendings: list[_Pending]) -> None:
-        for pend in pendings:
-            inst = pend.inst
+        done: set[str] = set()  # names defined before the current instruction
+        forward = False  # an operand defined after its user: only then can there be a cycle
+        for inst, names, preds, ipos, span in pendings:
             ops = []
-            for nm, npos in pend.names:
+            for nm in names:
+                if span is None:
+                    nm, npos = nm
                 o = defined.get(nm)
                 if o is None:
+                    if span is not None:
+                        npos = next(m.start() for m in _NAME.finditer(self.text, *span) if m.group(1) == nm)
                     raise self.error(f"undefined operand {nm!r} of %{inst.name} in computation {comp.name!r}", npos, nm)
                 ops.append(o)
+                if nm not in done:
+                    forward = True
+            done.add(inst.name)
             inst.operands = ops
-            if pend.preds:
-                for nm, npos in pend.preds:
+            if preds:
+                for nm, npos in preds:
                     if nm not in defined:
                         raise self.error(f"undefined control predecessor {nm!r} of %{inst.name}", npos, nm)
-            ipos = pend.pos
             if inst.shape is None:
                 inst.shape = self.infer_shape(inst, ipos)
-        self.check_acyclic(comp, {id(p.inst): p.pos for p in pendings})
-        for pend in pendings:
-            self.verify(pend.inst, pend.pos, comp)
+        if forward:
+            self.check_acyclic(comp, {id(p[0]): p[3] for p in pendings})
+        for inst, _, _, ipos, _ in pendings:
+            self.verify(inst, ipos, comp)
         bad = verifier.parameters_error(comp)
         if bad is not None:
-            pos = next((p.pos for p in pendings if p.inst is bad[1]), None)
+            pos = next((p[3] for p in pendings if p[0] is bad[1]), None)
             raise self.error(bad[0], pos, bad[1].name)
 
     def check_acyclic(self, comp: Computation, pos: dict[int, int]) -> None:
@@ -350,9 +374,14 @@ class _Parser(AttributeParser):
 
     def verify(self, inst: Instruction, ipos: int, comp: Computation) -> None:
         """XLA's verifier checks (:mod:`fusegen.hlo.verifier`) as a parse error at the instruction."""
-        msg = verifier.instruction_error(inst)
+        s = inst.shape
+        lit = (inst.attrs.get("literal"), id(s)) if inst.opcode == "constant" else None
+        msg = verifier.instruction_error(inst, id(s) not in self.valid_shapes, lit not in self.valid_literals)
         if msg:
             raise self.error(msg, ipos, inst.name)
+        self.valid_shapes[id(s)] = s
+        if lit is not None:
+            self.valid_literals.add(lit)
 
     def infer_shape(self, inst: Instruction, ipos: int) -> Shape:
         ops = inst.operands
@@ -381,6 +410,15 @@ class _Parser(AttributeParser):
 
     def check_call_graph(self) -> None:
         """A computation may not call itself, directly or through others (XLA's call graph is a DAG)."""
+        if not self.calls_go_back():
+            self.check_call_cycle()
+        for comp in self.module.computations:
+            for inst in comp.instructions:
+                msg = verifier.called_error(inst)
+                if msg:
+                    raise self.error(msg, self.inst_pos.get(id(inst)), inst.name)
+
+    def check_call_cycle(self) -> None:
         edges: dict[int, list[tuple[Computation, object]]] = {}
         for inst, key, refs, _ in self.comp_refs:
             if inst.parent is None:
@@ -392,11 +430,6 @@ class _Parser(AttributeParser):
         if hit is not None:
             comp, (inst, key, npos) = hit
             raise self.error(f"computation {comp.name!r} calls itself ({key} of %{inst.name})", npos, comp.name)
-        for comp in self.module.computations:
-            for inst in comp.instructions:
-                msg = verifier.called_error(inst)
-                if msg:
-                    raise self.error(msg, self.inst_pos.get(id(inst)), inst.name)
 
     def choose_entry(self, names: dict[str, Computation]) -> None:
         mod = self.module
@@ -447,7 +480,7 @@ def parse_module(text: str, filename: str = "<string>") -> Module:
     """
     if not isinstance(text, str):
         raise HloParseError(f"expected HLO text (str), got {type(text).__name__}", filename)
-    marks = list(_SPLIT_MARK.finditer(text))
+    marks = list(_SPLIT_MARK.finditer(text)) if "-----" in text else []
     if marks and len(_split(text)) > 1:
         p = _Parser(text, filename)
         raise p.error("the text holds several modules separated by '// -----'; use parse_modules()",
@@ -456,6 +489,11 @@ def parse_module(text: str, filename: str = "<string>") -> Module:
 
 
 def _parse_one(text: str, filename: str) -> Module:
+    with gc_paused():
+        return _parse_unpaused(text, filename)
+
+
+def _parse_unpaused(text: str, filename: str) -> Module:
     p = _Parser(text, filename)
     try:
         return p.parse()
@@ -493,10 +531,11 @@ def parse_modules(text: str, filename: str = "<string>") -> list[Module]:
     """
     if not isinstance(text, str):
         raise HloParseError(f"expected HLO text (str), got {type(text).__name__}", filename)
-    chunks = _split(text) if _SPLIT_MARK.search(text) else [text]
+    chunks = _split(text) if "-----" in text and _SPLIT_MARK.search(text) else [text]
     if not chunks:
         chunks = [text]
-    return [_parse_one(c, filename) for c in chunks]
+    with gc_paused():
+        return [_parse_unpaused(c, filename) for c in chunks]
 
 
 def parse_file(path: str | Path) -> Module:

@@ -84,11 +84,16 @@ def _rank(inst: Instruction, k: int = 0) -> int | None:
     return None if s is None or s.is_tuple else s.rank
 
 
-def instruction_error(inst: Instruction) -> str | None:  # noqa: C901 - one branch per opcode
-    """The first shape/attribute inconsistency of ``inst`` (operands resolved), else ``None``."""
+def instruction_error(inst: Instruction, check_shape: bool = True,  # noqa: C901 - one branch per opcode
+                      check_literal: bool = True) -> str | None:
+    """The first shape/attribute inconsistency of ``inst`` (operands resolved), else ``None``.
+
+    ``check_shape=False`` / ``check_literal=False`` skip :func:`shape_error` / the constant's literal for a
+    result shape / (literal, shape) pair the caller already found valid.
+    """
     op = inst.opcode
     s = inst.shape
-    e = shape_error(s)
+    e = shape_error(s) if check_shape else None
     if e:
         return f"%{inst.name}: {e}"
     if s is None:
@@ -180,7 +185,7 @@ def instruction_error(inst: Instruction) -> str | None:  # noqa: C901 - one bran
             return e
     elif op == "reshape":
         return _reshape_error(inst)
-    elif op == "constant" and isinstance(inst.attrs.get("literal"), str):
+    elif op == "constant" and check_literal and isinstance(inst.attrs.get("literal"), str):
         from fusegen.hlo.literal import parse_literal
 
         try:
@@ -222,6 +227,12 @@ def _reshape_error(inst: Instruction) -> str | None:
 
 def parameters_error(comp: Computation) -> tuple[str, Instruction] | None:
     """Parameter numbers of ``comp`` must be ``0..N-1``, each once (``HloComputation::AddParameter``)."""
+    nums = [i.attrs.get("parameter_number") for i in comp.instructions if i.opcode == "parameter"]
+    try:
+        if sorted(nums) == list(range(len(nums))):
+            return None  # the usual case, without sorting the instructions
+    except TypeError:  # a number missing (None): the full check below skips it
+        pass
     params = comp.parameters
     seen: dict[int, Instruction] = {}
     for p in params:

@@ -1,0 +1,170 @@
+"""Fast paths of the HLO text parser (:mod:`fusegen.hlo.parser`) for the lines XLA prints most.
+
+A one-line instruction ``[ROOT] %name = f32[2,3]{1,0} opcode(%a, %b), key=value, ...``, a one-line computation
+header with simple shapes and ``metadata={...}`` in XLA's field order are each read with one or two regex
+matches. Anything else (and anything malformed) makes a fast path return ``None`` without consuming text, and
+the general grammar reads or reports it, so results and error messages are those of the general grammar.
+Also: the call-graph cycle search is skipped when every call names an earlier computation, and cyclic garbage
+collection is paused while a module is built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import re
+from typing import Any
+
+from fusegen.hlo.ir import Computation, Instruction
+from fusegen.hlo.lexer import _FAST_SHAPE, _NAME, _WS, _LexError, _int, unescape_string
+from fusegen.hlo.opcodes import KNOWN_OPCODES, is_known_opcode
+
+# The usual one-line instruction head `%name = f32[2,3]{1,0} opcode(` in one match (anything else takes the
+# general grammar); groups: ROOT, name, shape text, element type, dimensions, minor_to_major, opcode.
+_FAST_HEAD = re.compile(r"(ROOT[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*=[ \t]*(([a-z][a-z0-9]*)\[((?:\d+(?:,\d+)*)?)\]"
+                        r"(?:\{((?:\d+(?:,\d+)*)?)\})?)[ \t]+([a-z][a-z0-9\-]*)\(")
+# Plain operand names up to the closing parenthesis (`%a, %b)`); inline operand instructions don't match.
+_FAST_OPERANDS = re.compile(r"[ \t]*((?:%?[A-Za-z0-9_][\w.\-]*[ \t]*,[ \t]*)*%?[A-Za-z0-9_][\w.\-]*)?[ \t]*\)")
+# A one-line computation header `[ENTRY] %name (p: f32[4]{0}, ...) -> f32[4]{0} {` with fast-path shapes only.
+_SIG_SHAPE = r"[a-z][a-z0-9]*\[(?:\d+(?:,\d+)*)?\](?:\{(?:\d+(?:,\d+)*)?\})?"
+_SIG_PARAM = r"[ \t]*%?[A-Za-z0-9_][\w.\-]*[ \t]*:[ \t]*" + _SIG_SHAPE + r"[ \t]*"
+_FAST_COMP_HEAD = re.compile(r"(ENTRY[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*\(((?:" + _SIG_PARAM + r",)*(?:" + _SIG_PARAM
+                             + r")?)[ \t]*\)[ \t]*->[ \t]*(" + _SIG_SHAPE + r")[ \t]*\{")
+_FAST_LITERAL = re.compile(r"([^{}()\[\]\"/\n]*)\)")
+_FAST_PARAMETER = re.compile(r"[ \t]*(\d+)[ \t]*\)")
+_FAST_ATTR = re.compile(r"[ \t]*,[ \t]*([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*")
+# The end of an instruction's attributes: the next line starts the next instruction or closes the body.
+_ATTRS_END = re.compile(r"[ \t]*\n[ \t]*[%A-Za-z0-9_}]")
+# XLA's OpMetadata fields in the order it prints them (int-valued ones marked): metadata written that way is read
+# in one match; any other order, field or value form takes the item-by-item path.
+_XLA_METADATA_FIELDS = (("op_type", False), ("op_name", False), ("source_file", False), ("source_line", True),
+                        ("source_end_line", True), ("source_column", True), ("source_end_column", True),
+                        ("deduplicated_name", False), ("scheduling_name", False), ("stack_frame_id", True))
+_XLA_METADATA = re.compile(r"\{" + "".join(
+    rf'(?:\s*{k}=(\d+)(?=[\s}}]))?' if is_int else rf'(?:\s*{k}="([^"\\]*(?:\\.[^"\\]*)*)")?'
+    for k, is_int in _XLA_METADATA_FIELDS) + r"\s*\}", re.S)
+
+#: Operand names of one instruction, resolved when its computation's body is complete:
+#: (instruction, operands, [(control predecessor, position)] or None, position, span): the operands are
+#: [(name, position)], or with a (start, end) span of the operand list just the names (positions found on error).
+Pending = tuple[Instruction, list, "list[tuple[str, int]] | None", int, "tuple[int, int] | None"]
+
+
+def xla_metadata(text: str, pos: int) -> tuple[dict[str, Any], int] | None:
+    """``(fields, end)`` of metadata at ``pos`` written in XLA's field order, else ``None``."""
+    m = _XLA_METADATA.match(text, pos)
+    if m is None:
+        return None
+    out: dict[str, Any] = {}
+    for (key, is_int), v in zip(_XLA_METADATA_FIELDS, m.groups()):
+        if v is not None:
+            out[key] = _int(v) if is_int else unescape_string(v) if "\\" in v else v
+    return out, m.end()
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """No cyclic garbage collection while a module is built.
+
+    A parse allocates ~40 container objects per instruction and frees almost none, so the collector would
+    run its full passes over the whole heap several times per module for nothing (half the parse time).
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+class FastPaths:
+    """Mixed into :class:`fusegen.hlo.parser._Parser` (which supplies the lexer and attribute grammar)."""
+
+    text: str
+    n: int
+    pos: int
+    fast_root: Instruction | None
+
+    def fast_instruction(self, name_pos: int, comp: Computation, defined: dict[str, Instruction],
+                         pendings: list[Pending]) -> Instruction | None:
+        """A one-line ``[ROOT] name = shape opcode(%a, %b)`` head in two regex matches, or ``None`` (nothing
+        consumed) for anything the general grammar must read or report. A ROOT is also left in ``fast_root``."""
+        t = self.text
+        m = _FAST_HEAD.match(t, name_pos)
+        if m is None:
+            return None
+        root, name, shape_text, etype, dims_s, mtm_s, opcode = m.groups()
+        name_pos = m.start(2) - (t[m.start(2) - 1] == "%")
+        if (root is None and name == "ROOT") or name in defined or (
+                opcode not in KNOWN_OPCODES and not is_known_opcode(opcode)):
+            return None
+        shape = self.shapes.get(shape_text) or self.new_shape(shape_text, etype, dims_s, mtm_s)  # type: ignore
+        if shape is None:
+            return None
+        attrs: dict[str, Any] = {}
+        operand_names: list[str] = []
+        span = None
+        if opcode == "constant":
+            a = _FAST_LITERAL.match(t, m.end())  # a one-line literal without brackets or strings: `-inf`, `1.5`
+            if a is None:
+                return None
+            attrs["literal"] = a.group(1).strip()
+        elif opcode == "parameter":
+            a = _FAST_PARAMETER.match(t, m.end())
+            if a is None:
+                return None
+            try:
+                attrs["parameter_number"] = _int(a.group(1))
+            except _LexError:
+                return None
+        else:
+            a = _FAST_OPERANDS.match(t, m.end())
+            if a is None:
+                return None
+            if a.group(1) is not None:
+                span = a.span(1)
+                operand_names = _NAME.findall(t, *span)
+        self.pos = a.end()
+        inst = Instruction(name, opcode, shape, [], attrs, comp, self.line_of(name_pos))  # type: ignore
+        if root is not None:
+            self.fast_root = inst
+        preds = self.attributes(inst)  # type: ignore[attr-defined]
+        defined[name] = inst
+        self.inst_pos[id(inst)] = name_pos  # type: ignore[attr-defined]
+        comp.instructions.append(inst)  # Computation.add without its (still empty) use-list reset
+        pendings.append((inst, operand_names, preds, name_pos, span))
+        return inst
+
+    def fast_computation_header(self, pos: int) -> tuple[bool, str] | None:
+        """``(is_entry, name)`` of a one-line header with simple shapes, read up to its ``{``; ``None``
+        (nothing consumed) for anything the general grammar must read or report."""
+        t = self.text
+        m = _FAST_COMP_HEAD.match(t, pos)
+        if m is None or (m.group(1) is None and m.group(2) == "ENTRY"):
+            return None
+        for sm in _FAST_SHAPE.finditer(t, m.start(3), m.end(4)):
+            if sm.group(0) not in self.shapes and self.new_shape(sm.group(0), *sm.groups()) is None:  # type: ignore
+                return None
+        if "{" not in m.group(4):
+            # `-> f32[4] {1}`: the full grammar decides whether that brace is a layout
+            q = _WS.match(t, m.end()).end()
+            if q < self.n and (t[q].isdigit() or t[q] in ":}"):
+                return None
+        self.pos = m.end()
+        return m.group(1) is not None, m.group(2)
+
+    def calls_go_back(self) -> bool:
+        """Whether every call names a computation defined before the caller (callees first, as XLA prints):
+        then the call graph has no cycle and the search for one can be skipped."""
+        index = {id(c): i for i, c in enumerate(self.module.computations)}  # type: ignore[attr-defined]
+        for inst, key, _, _ in self.comp_refs:  # type: ignore[attr-defined]
+            if inst.parent is None:
+                continue
+            caller = index.get(id(inst.parent))
+            v = inst.attrs[key]
+            for c in v if isinstance(v, list) else (v,):
+                callee = index.get(id(c))
+                if caller is None or callee is None or callee >= caller:
+                    return False
+        return True
