@@ -317,6 +317,8 @@ def called_error(inst: Instruction) -> str | None:
     ``conditional``) taking and returning the shapes the instruction gives and expects
     (``HloVerifier::HandleCall`` / ``HandleWhile`` / ``HandleConditional``)."""
     op = inst.opcode
+    if op not in _CALLS and op != "conditional":
+        return None  # nothing to check (the usual case)
     for key in _CALLS.get(op, ()):
         if not isinstance(inst.attrs.get(key), (Computation, list)) or inst.attrs.get(key) == []:
             return f"{op} %{inst.name} needs the attribute {key}=<computation>"
