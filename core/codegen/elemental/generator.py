@@ -14,11 +14,12 @@ from fusegen.codegen.elemental.common import (COMPLEX_PARTS, Cx, Index, _COMPLEX
 from fusegen.codegen.elemental.context import KernelContext
 from fusegen.codegen.elemental.convert import ConvertMixin
 from fusegen.codegen.elemental.elementwise import ElementwiseMixin
+from fusegen.codegen.elemental.index_maps import IndexMapMixin
 from fusegen.codegen.elemental.reduce_dot import ReduceDotMixin
 from fusegen.codegen.elemental.shape_ops import ShapeOpsMixin
 
 
-class ElementalGenerator(ShapeOpsMixin, ReduceDotMixin, ElementwiseMixin, ConvertMixin):
+class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, ElementwiseMixin, ConvertMixin):
     """Generates values of one computation's instructions at given indices.
 
     Args:
@@ -35,6 +36,7 @@ class ElementalGenerator(ShapeOpsMixin, ReduceDotMixin, ElementwiseMixin, Conver
         self.bindings = bindings
         self.root_gen = parent.root_gen if parent is not None else self
         if parent is None:
+            self._op_maps: dict[tuple[int, int], Any] = {}  # (id(inst), operand) -> (inst, output-to-input map)
             self._scopes: list[dict[Any, Any]] = [{}]
             self._lin_of: list[dict[Any, Any]] = [{}]
             self._delin: list[dict[Any, Any]] = [{}]

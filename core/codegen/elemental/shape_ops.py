@@ -49,9 +49,10 @@ class ShapeOpsMixin:
         return self.ctx.emit(f"{c}.to({self.tl(et)})", inst.name)
 
     # --------------------------------------------------------------------------- index transforms
-    def _broadcast(self, inst: Instruction, idx: Index) -> Any:
-        dims = int_list(inst.attrs.get("dimensions"))
-        return self.value(inst.operands[0], tuple(idx[d] for d in dims))
+    def _through_map(self, inst: Instruction, idx: Index) -> Any:
+        """The operand's value at the index ``inst``'s output-to-input indexing map gives (a pure index
+        transformation: broadcast, transpose, slice, reverse)."""
+        return self.value(inst.operands[0], self.apply_map(self.operand_map(inst, 0), idx, inst))
 
     def _reshape(self, inst: Instruction, idx: Index) -> Any:
         src = inst.operands[0]
@@ -83,23 +84,7 @@ class ShapeOpsMixin:
     def _copy(self, inst: Instruction, idx: Index) -> Any:
         return self.value(inst.operands[0], idx)
 
-    def _transpose(self, inst: Instruction, idx: Index) -> Any:
-        perm = int_list(inst.attrs.get("dimensions"))
-        src_idx: list[Any] = [0] * len(perm)
-        for i, p in enumerate(perm):
-            src_idx[p] = idx[i]
-        return self.value(inst.operands[0], tuple(src_idx))
-
-    def _slice(self, inst: Instruction, idx: Index) -> Any:
-        sl = inst.attrs.get("slice") or []
-        src_idx = tuple(self.iadd(self.imul(idx[d], int(st)), int(s)) for d, (s, _lim, st) in enumerate(sl))
-        return self.value(inst.operands[0], src_idx)
-
-    def _reverse(self, inst: Instruction, idx: Index) -> Any:
-        dims = set(int_list(inst.attrs.get("dimensions")))
-        shp = inst.shape.dimensions
-        src_idx = tuple(self.isub(shp[d] - 1, idx[d]) if d in dims else idx[d] for d in range(len(idx)))
-        return self.value(inst.operands[0], src_idx)
+    _broadcast = _transpose = _slice = _reverse = _through_map
 
     def _pad(self, inst: Instruction, idx: Index) -> Any:
         src, pv = inst.operands
