@@ -70,29 +70,26 @@ def dot_output_type_supported(t: str, cc: tuple[int, int]) -> bool:
     return False
 
 
-_V2 = {"v2": False}
-
-
-def data_type_supported(t: str, cc: tuple[int, int]) -> bool:
-    """``IsTritonSupportedDataType`` (CUDA); the generic (v2) table also takes unsigned and 64-bit types."""
-    if _V2["v2"] and t in ("u8", "u16", "u32", "u64", "s64", "f64"):
+def data_type_supported(t: str, cc: tuple[int, int], v2: bool = False) -> bool:
+    """``IsTritonSupportedDataType`` (CUDA); the generic (``v2``) table also takes unsigned and 64-bit types."""
+    if v2 and t in ("u8", "u16", "u32", "u64", "s64", "f64"):
         return True
     return dot_output_type_supported(t, cc) or t in ("pred", "s8", "s16", "s32")
 
 
-def _types_ok(inst: Instruction, cc: tuple[int, int]) -> bool:
-    if inst.shape.is_tuple or not data_type_supported(inst.shape.element_type, cc):
+def _types_ok(inst: Instruction, cc: tuple[int, int], v2: bool) -> bool:
+    if inst.shape.is_tuple or not data_type_supported(inst.shape.element_type, cc, v2):
         return False
     for o in inst.operands:
         t = o.shape.element_type
         if inst.opcode == "convert" and t == "s4":
             continue
-        if o.shape.is_tuple or not data_type_supported(t, cc):
+        if o.shape.is_tuple or not data_type_supported(t, cc, v2):
             return False
     return True
 
 
-def _elementwise_supported(inst: Instruction) -> bool:
+def _elementwise_supported(inst: Instruction, v2: bool) -> bool:
     if inst.opcode == "constant":
         return True
     t = inst.operands[0].shape.element_type if inst.operands else inst.shape.element_type
@@ -100,14 +97,14 @@ def _elementwise_supported(inst: Instruction) -> bool:
     if t == "pred":
         return op in ("convert", "not") or op in _BINARY_PRED or op in ("select", "clamp")
     ok = op in _UNARY_ALL or op in _BINARY_ALL or op in ("select", "clamp")
-    if _V2["v2"] and t not in _FLOATS:
+    if v2 and t not in _FLOATS:
         ok = ok or op in ("and", "or", "xor", "not", "shift-left", "shift-right-logical", "shift-right-arithmetic")
     if t in _FLOATS:
         ok = ok or op in _UNARY_FLOAT or op in ("atan2", "power") or (op == "divide" and t != "f16")
     return ok
 
 
-def dot_supported(dot: Instruction, cc: tuple[int, int]) -> tuple[bool, str]:
+def dot_supported(dot: Instruction, cc: tuple[int, int], v2: bool = False) -> tuple[bool, str]:
     """``IsTritonSupportedInstruction`` for a dot: ``(ok, reason)``."""
     lb, rb = dot.attrs.get("lhs_batch_dims") or (), dot.attrs.get("rhs_batch_dims") or ()
     lc, rc = dot.attrs.get("lhs_contracting_dims") or (), dot.attrs.get("rhs_contracting_dims") or ()
@@ -121,7 +118,7 @@ def dot_supported(dot: Instruction, cc: tuple[int, int]) -> tuple[bool, str]:
     out = dot.shape.element_type
     if not dot_output_type_supported(out, cc):
         return False, "Unsupported output data type for Dot op."
-    if not data_type_supported(lhs.element_type, cc) or not data_type_supported(rhs.element_type, cc):
+    if not data_type_supported(lhs.element_type, cc, v2) or not data_type_supported(rhs.element_type, cc, v2):
         return False, "Unsupported input data type for Dot op."
     if out == "s32" and not (lhs.element_type in ("s8", "u8") and rhs.element_type in ("s8", "u8")):
         return False, "Currently, S32 output is only supported for 8-bit integral inputs."
@@ -130,10 +127,10 @@ def dot_supported(dot: Instruction, cc: tuple[int, int]) -> tuple[bool, str]:
     return True, ""
 
 
-def instruction_supported(inst: Instruction, cc: tuple[int, int]) -> bool:
+def instruction_supported(inst: Instruction, cc: tuple[int, int], v2: bool = False) -> bool:
     """``legacy_triton::IsTritonSupportedInstruction`` for a non-dot instruction."""
     if inst.opcode in _ELEMENTWISE:
-        return _types_ok(inst, cc) and _elementwise_supported(inst)
+        return _types_ok(inst, cc, v2) and _elementwise_supported(inst, v2)
     if inst.opcode in ("bitcast", "transpose", "slice", "reshape", "concatenate", "broadcast", "parameter"):
         return True
     return False
@@ -279,11 +276,11 @@ def _operand_worth(inst: Instruction, dmap: tuple | None, ctx: dict, cc: tuple[i
     return is_input_worth_fusing(inst)
 
 
-def _fusible_toward_operand(inst: Instruction, dmap: tuple | None, ctx: dict, cc: tuple[int, int]) -> bool:
+def _fusible_toward_operand(inst: Instruction, dmap: tuple | None, ctx: dict, cc: tuple[int, int], v2: bool) -> bool:
     op = inst.opcode
     if op in ("tuple", "get-tuple-element", "reduce", "pad", "dot", "parameter", "dynamic-slice"):
         return False
-    if not instruction_supported(inst, cc):
+    if not instruction_supported(inst, cc, v2):
         return False
     if op == "slice" and dmap is None:
         return False
@@ -300,7 +297,7 @@ def _fusible_toward_operand(inst: Instruction, dmap: tuple | None, ctx: dict, cc
 
 
 def _fuse_toward_operands(plan: _Plan, start: Instruction, dmap: tuple | None, ctx: dict, cc: tuple[int, int],
-                          max_params: int | None) -> None:
+                          max_params: int | None, v2: bool) -> None:
     """BFS from ``start`` (``BuildFusionPlanTowardOperands``); fused nodes join ``plan``."""
     seen: set[tuple] = set()
     queue: deque = deque([(start, dmap)])
@@ -316,7 +313,7 @@ def _fuse_toward_operands(plan: _Plan, start: Instruction, dmap: tuple | None, c
                 requeued += 1
                 continue
         requeued = 0
-        if not _fusible_toward_operand(inst, m, ctx, cc):
+        if not _fusible_toward_operand(inst, m, ctx, cc, v2):
             continue
         inputs.discard(id(inst))
         plan.add(inst)
@@ -330,15 +327,14 @@ def _fuse_toward_operands(plan: _Plan, start: Instruction, dmap: tuple | None, c
             queue.append((o, om))
 
 
-def _fuse_toward_users(plan: _Plan, cc: tuple[int, int]) -> None:
+def _fuse_toward_users(plan: _Plan, cc: tuple[int, int], v2: bool) -> None:
     """``FuseTowardUsers``: single-user chains of distributive epilogue ops whose other operands are parameters or
     broadcasts of scalars."""
     cur = plan.dot
     while len(cur.users) == 1:
         user = cur.users[0]
-        v2 = _V2["v2"]
         if (user.opcode not in _DISTRIBUTIVE and not (v2 and user.opcode in _ELEMENTWISE)) \
-                or not instruction_supported(user, cc) or user.shape.is_tuple:
+                or not instruction_supported(user, cc, v2) or user.shape.is_tuple:
             break
         others = [o for o in user.operands if o is not cur]
         ok = v2 or all(o.opcode == "parameter" or (o.opcode == "broadcast" and o.operands[0].shape.rank == 0)
@@ -349,7 +345,7 @@ def _fuse_toward_users(plan: _Plan, cc: tuple[int, int]) -> None:
         for o in others:
             if o.opcode != "parameter":
                 _fuse_toward_operands(plan, o, tuple(range(o.shape.rank)), {"contracting": (), "batch": (), "k": 0},
-                                      cc, None)
+                                      cc, None, v2)
         cur = user
     plan.output = cur
 
@@ -363,11 +359,12 @@ _ALGORITHMS_ALWAYS = {"ALG_DOT_BF16_BF16_F32_X9", "ALG_DOT_BF16_BF16_F32_X6", "A
                       "ALG_DOT_F32_F32_F32"}
 
 
-def plan_dot_fusion(dot: Instruction, debug: Any, cc: tuple[int, int]) -> tuple[_Plan | None, str]:
-    """Decide the fusion of one dot (``HandleDot`` + ``CreateDotFusion``): ``(plan, "")`` or ``(None, reason)``."""
+def plan_dot_fusion(dot: Instruction, debug: Any, cc: tuple[int, int], v2: bool = False) -> tuple[_Plan | None, str]:
+    """Decide the fusion of one dot (``HandleDot`` + ``CreateDotFusion``): ``(plan, "")`` or ``(None, reason)``;
+    ``v2`` selects the generic support tables (the pass's ``v2`` option)."""
     if is_matmul_tiny(dot, int(debug.xla_gpu_gemm_rewrite_size_threshold)) and supported_by_classical_emitters(dot):
         return None, "tiny dot left to the classical emitters"
-    ok, why = dot_supported(dot, cc)
+    ok, why = dot_supported(dot, cc, v2)
     if not ok:
         return None, why
     plan = _Plan(dot)
@@ -380,8 +377,8 @@ def plan_dot_fusion(dot: Instruction, debug: Any, cc: tuple[int, int]) -> tuple[
         pre = "lhs" if side == 0 else "rhs"
         ctx = {"contracting": tuple(dot.attrs.get(f"{pre}_contracting_dims") or ()),
                "batch": tuple(dot.attrs.get(f"{pre}_batch_dims") or ()), "k": k}
-        _fuse_toward_operands(plan, operand, tuple(range(operand.shape.rank)), ctx, cc, MAX_PARAMS_PER_DOT_OPERAND)
-    _fuse_toward_users(plan, cc)
+        _fuse_toward_operands(plan, operand, tuple(range(operand.shape.rank)), ctx, cc, MAX_PARAMS_PER_DOT_OPERAND, v2)
+    _fuse_toward_users(plan, cc, v2)
     externals = _externals(plan)
     for p in externals:
         if p.shape.element_type == "s4" and not _int4_batch_ok(dot, plan):
@@ -468,14 +465,10 @@ def run(module: Module, options: Any = None) -> bool:
         return False
     check_compute_capability(opts.device)
     cc = tuple(opts.device.compute_capability)
-    _V2["v2"] = bool(opts.options.get("v2", False))
-    try:
-        return _run(module, debug, cc)
-    finally:
-        _V2["v2"] = False
+    return _run(module, debug, cc, bool(opts.options.get("v2", False)))
 
 
-def _run(module: Module, debug: Any, cc: tuple[int, int]) -> bool:
+def _run(module: Module, debug: Any, cc: tuple[int, int], v2: bool) -> bool:
     uniq = NameUniquer(module)
     changed = False
     for comp in list(fusible_computations(module)):
@@ -486,7 +479,7 @@ def _run(module: Module, debug: Any, cc: tuple[int, int]) -> bool:
                 plan = _Plan(dot)
                 plan.add(dot)
             else:
-                plan, _why = plan_dot_fusion(dot, debug, cc)
+                plan, _why = plan_dot_fusion(dot, debug, cc, v2)
                 if plan is None:
                     continue
             name = "fusion_" + dot.name if dot.opcode == "scaled-dot" else f"gemm_fusion_{dot.name}"

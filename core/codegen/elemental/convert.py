@@ -1,0 +1,116 @@
+"""Type conversions: convert (saturating float->int), bitcast-convert, reduce-precision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fusegen.codegen import triton_source as ts
+from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.hlo import dtypes
+from fusegen.hlo.ir import Instruction
+from fusegen.codegen.elemental.common import COMPLEX_PARTS, Cx, Index, _LOW_FLOATS, _int_range, is_float
+
+
+class ConvertMixin:
+    """Type conversions of :class:`ElementalGenerator` (a mixin; see the module docstring)."""
+
+    def _convert(self, inst: Instruction, idx: Index) -> str:
+        (x,) = self._operands(inst, idx)
+        src = inst.operands[0].shape.element_type
+        dst = inst.shape.element_type
+        return self.convert(x, src, dst, inst)
+
+    def convert(self, x: Any, src: str, dst: str, inst: Instruction) -> Any:
+        """``convert`` with XLA semantics (saturating float->int, NaN->0, !=0 to pred); to a complex type
+        the value becomes the real part, between complex types each part converts."""
+        if src == dst:
+            return x
+        if dst in COMPLEX_PARTS:
+            part = COMPLEX_PARTS[dst]
+            if src in COMPLEX_PARTS:
+                return Cx((self.convert(x.re, COMPLEX_PARTS[src], part, inst),
+                           self.convert(x.im, COMPLEX_PARTS[src], part, inst)))
+            return Cx((self.convert(x, src, part, inst), self.ctx.emit(ts.float_constant(0.0, part, self.ctx.block_shape), "k")))
+        if src in COMPLEX_PARTS:
+            raise EmitterUnsupported(inst.opcode, inst.name, f"convert {src} -> {dst}")
+        if dst == "pred":
+            if is_float(src):
+                xc = self.up(x, src)
+                return self.emit(f"{xc} != 0", inst)
+            return self.emit(f"{x} != 0", inst)
+        td = self.tl(dst)
+        if src == "pred":
+            if dst in _LOW_FLOATS:
+                return self.emit(f"{x}.to(tl.float32).to({td})", inst)
+            return self.emit(f"{x}.to({td})", inst)
+        if is_float(src) and is_float(dst):
+            if src in _LOW_FLOATS and dst in _LOW_FLOATS:
+                xc = self.up(x, src)
+                return self.emit(f"{xc}.to({td})", inst)
+            return self.emit(f"{x}.to({td})", inst)
+        if is_float(src):  # float -> int: saturate, NaN -> 0
+            xc = self.up(x, src)
+            ce = self.compute_type(src)
+            fdt = np.float64 if ce == "f64" else np.float32
+            lo, hi = _int_range(dst)
+            hi_f = float(fdt(hi))
+            if hi_f > hi:
+                hi_f = float(np.nextafter(fdt(hi_f), fdt(0)))
+            lo_f = float(fdt(lo))
+            ct = self.tl(ce)
+            xn = self.ctx.emit(f"tl.where({xc} != {xc}, tl.full({self.ctx.block_shape}, 0.0, {ct}), {xc})", "cvn")
+            xcl = self.ctx.emit(f"tl.minimum(tl.maximum({xn}, {ts.float_literal(lo_f)}), {ts.float_literal(hi_f)})", "cvc")
+            store_t = self.tl(dst) if dst not in ("s4", "s2", "u4", "u2") else self.tl(dst)
+            r = self.ctx.emit(f"{xcl}.to({store_t})", "cvi")
+            top = ts.float_literal(float(hi) + 1.0)
+            return self.emit(f"tl.where({xn} >= {top}, tl.full({self.ctx.block_shape}, {hi}, {td}), {r})", inst)
+        if is_float(dst):  # int -> float
+            if dst in _LOW_FLOATS:
+                return self.emit(f"{x}.to(tl.float32).to({td})", inst)
+            return self.emit(f"{x}.to({td})", inst)
+        r = self.emit(f"{x}.to({td})", inst)  # int -> int: truncate / extend by the source's signedness
+        return self.wrap_subbyte(r, dst, inst.name)
+
+    def _bitcast_convert(self, inst: Instruction, idx: Index) -> str:
+        (x,) = self._operands(inst, idx)
+        src = inst.operands[0].shape.element_type
+        dst = inst.shape.element_type
+        if inst.operands[0].shape.dimensions != inst.shape.dimensions or dtypes.bit_width(src) != dtypes.bit_width(dst):
+            raise EmitterUnsupported(inst.opcode, inst.name, "bitcast-convert between different widths")
+        if src == dst:
+            return x
+        return self._reinterpret(x, src, dst, inst)
+
+    def _reduce_precision(self, inst: Instruction, idx: Index) -> str:
+        (x,) = self._operands(inst, idx)
+        et = inst.shape.element_type
+        if not is_float(et):
+            raise EmitterUnsupported(inst.opcode, inst.name, f"reduce-precision on {et}")
+        eb = int(inst.attrs.get("exponent_bits", 8))
+        mb = int(inst.attrs.get("mantissa_bits", 23))
+        ce = "f64" if et == "f64" else "f32"
+        xc = self.up(x, et)
+        nbits, nexp, nman = (64, 11, 52) if ce == "f64" else (32, 8, 23)
+        ut = f"tl.uint{nbits}"
+        v = self.ctx.emit(f"{xc}.to({ut}, bitcast=True)", "rp")
+        if mb < nman:
+            last = 1 << (nman - mb)
+            bias = (last >> 1) - 1
+            trunc_mask = ((1 << nbits) - 1) & ~(last - 1)
+            lastbit = self.ctx.emit(f"({v} & {last}) >> {nman - mb}", "rp")
+            v = self.ctx.emit(f"({v} + ({lastbit} + {bias})) & {trunc_mask}", "rp")
+        if eb < nexp:
+            sign_mask = 1 << (nbits - 1)
+            exp_mask = ((1 << nexp) - 1) << nman
+            ebias = (1 << (nexp - 1)) - 1
+            rbias = (1 << (eb - 1)) - 1
+            max_e = (ebias + rbias) << nman
+            min_e = (ebias - rbias) << nman
+            e = self.ctx.emit(f"{v} & {exp_mask}", "rpe")
+            sz = self.ctx.emit(f"{v} & {sign_mask}", "rps")
+            v = self.ctx.emit(f"tl.where({e} > {max_e}, {sz} | {exp_mask}, tl.where({e} <= {min_e}, {sz}, {v}))", "rp")
+        r = self.ctx.emit(f"{v}.to({self.tl(ce)}, bitcast=True)", "rp")
+        r = self.emit(f"tl.where({xc} != {xc}, {xc}, {r})", inst)
+        return self.down(r, et, inst.name)

@@ -1,0 +1,288 @@
+"""Ops with a nested computation or a runtime loop: map, reduce, dot, reduce-window."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.hlo import dtypes
+from fusegen.hlo.ir import Computation, Instruction
+from fusegen.codegen.elemental.common import Index, int_list
+
+
+class ReduceDotMixin:
+    """Map, reduce, dot and reduce-window of :class:`ElementalGenerator` (a mixin; see the module docstring)."""
+
+    def _map(self, inst: Instruction, idx: Index) -> Any:
+        comp = inst.attrs.get("to_apply")
+        if not isinstance(comp, Computation):
+            raise EmitterUnsupported(inst.opcode, inst.name, "map without to_apply computation")
+        args = [self.value(o, idx) for o in inst.operands]
+        return self.call_computation(comp, args)
+
+    def _reduce(self, inst: Instruction, idx: Index) -> Any:
+        comp = inst.attrs.get("to_apply")
+        if not isinstance(comp, Computation):
+            raise EmitterUnsupported(inst.opcode, inst.name, "reduce without to_apply computation")
+        n = len(inst.operands) // 2
+        inputs, inits = inst.operands[:n], inst.operands[n:]
+        rdims = sorted(int_list(inst.attrs.get("dimensions")))
+        in_shape = inputs[0].shape
+        kept = [d for d in range(in_shape.rank) if d not in rdims]
+        out_idx = list(idx) if not inst.shape.is_tuple else list(idx)
+        if inst.shape.is_tuple:
+            out_rank = inst.shape.tuple_shapes[0].rank
+        else:
+            out_rank = inst.shape.rank
+        if len(out_idx) != out_rank or len(kept) != out_rank:
+            raise EmitterUnsupported(inst.opcode, inst.name, "reduce index rank mismatch")
+        comp, promoted = self._accumulating_reducer(comp, n, inputs[0].shape.element_type)
+        init_vals = [self.value(i, ()) for i in inits]
+        if promoted:
+            init_vals = [self.up(init_vals[0], inputs[0].shape.element_type)]
+        accs = []
+        for k, v in enumerate(init_vals):
+            accs.append(self.ctx.emit(v, f"acc_{inst.name}"))
+        rsizes = [in_shape.dimensions[d] for d in rdims]
+        total = 1
+        for s in rsizes:
+            total *= s
+        if total == 0:
+            accs = self._round_accumulators(accs, promoted, inputs[0].shape.element_type, inst)
+            return accs if inst.shape.is_tuple else accs[0]
+        loop = total > 1
+        r = None
+        if loop:
+            r = self.ctx.names.fresh("r")
+            self.ctx.body.line(f"for {r} in range(0, {total}):")
+            self.ctx.body.indent()
+            self.push_scope()
+        try:
+            if loop:
+                rv = self.iexpr(f"{self.ctx.zero} + {r}", "rr")
+                comps: dict[int, Any] = {}
+                stride = 1
+                for d, size in reversed(list(zip(rdims, rsizes))):  # row-major over the reduced dims
+                    comps[d] = self.imod(self.idiv(rv, stride), size) if size > 1 else 0
+                    stride *= size
+            else:
+                comps = {d: 0 for d in rdims}
+            src_idx = []
+            j = 0
+            for d in range(in_shape.rank):
+                if d in comps:
+                    src_idx.append(comps[d])
+                else:
+                    src_idx.append(out_idx[j])
+                    j += 1
+            xs = [self.value(i, tuple(src_idx)) for i in inputs]
+            if promoted:
+                xs = [self.up(xs[0], inputs[0].shape.element_type)]
+            self._combine_into(accs, comp, xs, inst)
+        finally:
+            if loop:
+                self.pop_scope()
+                self.ctx.body.dedent()
+        accs = self._round_accumulators(accs, promoted, inputs[0].shape.element_type, inst)
+        return accs if inst.shape.is_tuple else accs[0]
+
+    def _combine_into(self, accs: list[str], comp: Computation, xs: list[Any], inst: Instruction) -> None:
+        """``accs = comp(accs, xs)``: one step of a reducer, assigned back to the accumulator variables."""
+        res = self.call_computation(comp, list(accs) + list(xs))
+        res_list = res if isinstance(res, list) else [res]
+        if len(res_list) != len(accs):
+            raise EmitterUnsupported(inst.opcode, inst.name, "reducer returns the wrong number of values")
+        for a, v in zip(accs, res_list):
+            self.ctx.body.line(f"{a} = {v}")
+
+    def _accumulating_reducer(self, comp: Computation, n: int, et: str) -> tuple[Computation, bool]:
+        """The reducer to fold with, and whether it is an f32 copy of an f16/bf16 add/multiply (then
+        the fold accumulates in f32 and rounds once, as the reference evaluator does)."""
+        if n != 1:
+            return comp, False
+        from fusegen.codegen.reduction_codegen import promoted_reducer
+
+        p = promoted_reducer(comp)
+        return (p, True) if p is not None else (comp, False)
+
+    def _round_accumulators(self, accs: list[str], promoted: bool, et: str, inst: Instruction) -> list[str]:
+        if not promoted:
+            return accs
+        return [self.ctx.emit(f"{accs[0]}.to({self.tl(et)})", inst.name)]
+
+    def _dot(self, inst: Instruction, idx: Index) -> str:
+        """``dot`` as a runtime loop over the contracting elements (XLA's elemental dot,
+        ``EmitElementalDot`` in ``elemental_ir_emitter.cc``): output index = batch, lhs free, rhs free.
+
+        Floats narrower than f32 are multiplied and accumulated in f32 (f64 when an operand or the result
+        is f64) and rounded once, as the reference evaluator does; integer dots accumulate in 64 bits and
+        wrap to the result width.
+        """
+        lhs, rhs = inst.operands
+        lb, rb = int_list(inst.attrs.get("lhs_batch_dims")), int_list(inst.attrs.get("rhs_batch_dims"))
+        lc, rc = int_list(inst.attrs.get("lhs_contracting_dims")), int_list(inst.attrs.get("rhs_contracting_dims"))
+        if len(lb) != len(rb) or len(lc) != len(rc):
+            raise EmitterUnsupported(inst.opcode, inst.name, "dot with unmatched batch / contracting dims")
+        if inst.attrs.get("sparsity") or len(inst.operands) != 2:
+            raise EmitterUnsupported(inst.opcode, inst.name, "sparse dot")
+        lf = [d for d in range(lhs.shape.rank) if d not in lb and d not in lc]
+        rf = [d for d in range(rhs.shape.rank) if d not in rb and d not in rc]
+        if len(idx) != len(lb) + len(lf) + len(rf):
+            raise EmitterUnsupported(inst.opcode, inst.name, "dot index rank mismatch")
+        et_l, et_r, et_o = lhs.shape.element_type, rhs.shape.element_type, inst.shape.element_type
+        ints = [dtypes.is_integral(t) or t == "pred" for t in (et_l, et_r, et_o)]
+        if all(ints):
+            if "u64" in (et_l, et_r, et_o) or et_o == "pred":
+                raise EmitterUnsupported(inst.opcode, inst.name, f"integer dot {et_l} x {et_r} -> {et_o}")
+            acc_et = "s64"
+        elif not any(ints):
+            acc_et = "f64" if "f64" in (et_l, et_r, et_o) else "f32"
+        else:
+            raise EmitterUnsupported(inst.opcode, inst.name, f"mixed integer / float dot {et_l} x {et_r} -> {et_o}")
+        at = self.tl(acc_et)
+        nb = len(lb)
+        lidx: list[Any] = [0] * lhs.shape.rank
+        ridx: list[Any] = [0] * rhs.shape.rank
+        for k, (dl, dr) in enumerate(zip(lb, rb)):
+            lidx[dl] = ridx[dr] = idx[k]
+        for k, d in enumerate(lf):
+            lidx[d] = idx[nb + k]
+        for k, d in enumerate(rf):
+            ridx[d] = idx[nb + len(lf) + k]
+        csizes = [lhs.shape.dimensions[d] for d in lc]
+        if csizes != [rhs.shape.dimensions[d] for d in rc]:
+            raise EmitterUnsupported(inst.opcode, inst.name, "contracting dimensions differ in size")
+        total = 1
+        for c in csizes:
+            total *= c
+        acc = self.ctx.emit(self.ctx.full(0.0 if acc_et != "s64" else 0, at), f"acc_{inst.name}")
+        loop = total > 1
+        if total > 0:
+            if loop:
+                r = self.ctx.names.fresh("kk")
+                self.ctx.body.line(f"for {r} in range(0, {total}):")
+                self.ctx.body.indent()
+                self.push_scope()
+            try:
+                comps: list[Any] = [0] * len(lc)
+                if loop:
+                    rv = self.iexpr(f"{self.ctx.zero} + {r}", "kk")
+                    stride = 1
+                    for j in reversed(range(len(lc))):  # row-major over the contracting dims
+                        if csizes[j] > 1:
+                            q = self.idiv(rv, stride)
+                            comps[j] = q if stride * csizes[j] == total else self.imod(q, csizes[j])
+                        stride *= csizes[j]
+                for j, (dl, dr) in enumerate(zip(lc, rc)):
+                    lidx[dl] = ridx[dr] = comps[j]
+                a = self.value(lhs, tuple(lidx))
+                b = self.value(rhs, tuple(ridx))
+                xs = []
+                for v, t in ((a, et_l), (b, et_r)):
+                    if self.compute_type(t) != acc_et:
+                        v = self.ctx.emit(f"{self.up(v, t)}.to({at})", "dv")
+                    else:
+                        v = self.up(v, t)
+                    xs.append(v)
+                self.ctx.body.line(f"{acc} = {acc} + {xs[0]} * {xs[1]}")
+            finally:
+                if loop:
+                    self.pop_scope()
+                    self.ctx.body.dedent()
+        if et_o == acc_et:
+            return acc
+        return self.wrap_subbyte(self.emit(f"{acc}.to({self.tl(et_o)})", inst), et_o, inst.name)
+
+    def _reduce_window(self, inst: Instruction, idx: Index) -> Any:
+        """``reduce-window``: a runtime loop over the window positions (row-major, as
+        ``HloEvaluator::HandleReduceWindow``) folding ``to_apply`` into accumulators started at the init
+        values. Window element ``w`` of output ``o`` reads padded position ``o*stride + w*window_dilation``;
+        positions in the (low/high or base-dilation) padding read the init value."""
+        from fusegen.evaluator.reduce import parse_window
+
+        comp = inst.attrs.get("to_apply")
+        if not isinstance(comp, Computation):
+            raise EmitterUnsupported(inst.opcode, inst.name, "reduce-window without to_apply computation")
+        n = len(inst.operands) // 2
+        inputs, inits = inst.operands[:n], inst.operands[n:]
+        in_shape = inputs[0].shape
+        rank = in_shape.rank
+        out_shape = inst.shape.tuple_shapes[0] if inst.shape.is_tuple else inst.shape
+        if len(idx) != rank or out_shape.rank != rank:
+            raise EmitterUnsupported(inst.opcode, inst.name, "reduce-window index rank mismatch")
+        try:
+            w = parse_window(inst, rank)
+        except Exception as e:  # malformed window: decline, the host backend reports it
+            raise EmitterUnsupported(inst.opcode, inst.name, f"bad window: {e}") from None
+        et = in_shape.element_type
+        comp, promoted = self._accumulating_reducer(comp, n, et)
+        init_vals = [self.value(i, ()) for i in inits]
+        if promoted:
+            init_vals = [self.up(init_vals[0], et)]
+        accs = [self.ctx.emit(v, f"acc_{inst.name}") for v in init_vals]
+        sizes = list(w["size"])
+        total = 1
+        for sz in sizes:
+            total *= sz
+        if total == 0 or out_shape.numel == 0:
+            accs = self._round_accumulators(accs, promoted, et, inst)
+            return accs if inst.shape.is_tuple else accs[0]
+        loop = total > 1
+        if loop:
+            r = self.ctx.names.fresh("rw")
+            self.ctx.body.line(f"for {r} in range(0, {total}):")
+            self.ctx.body.indent()
+            self.push_scope()
+        try:
+            pos: list[int | str] = [0] * rank
+            if loop:
+                rv = self.iexpr(f"{self.ctx.zero} + {r}", "rw")
+                stride = 1
+                for d in reversed(range(rank)):  # row-major over the window dims
+                    if sizes[d] > 1:
+                        q = self.idiv(rv, stride)
+                        pos[d] = q if stride * sizes[d] == total else self.imod(q, sizes[d])
+                    stride *= sizes[d]
+            conds: list[str] = []
+            src_idx: list[int | str] = []
+            for d in range(rank):
+                lo = int(w["pad"][d][0])
+                st, wd, bd = int(w["stride"][d]), int(w["rhs_dilate"][d]), int(w["lhs_dilate"][d])
+                size_d = in_shape.dimensions[d]
+                span = (size_d - 1) * bd  # last padded position holding an element
+                p = self.isub(self.iadd(self.imul(idx[d], st), self.imul(pos[d], wd)), lo)
+                # static range of p: decides which conditions can fail
+                pmin = -lo
+                pmax = (out_shape.dimensions[d] - 1) * st + (sizes[d] - 1) * wd - lo
+                if isinstance(p, int):
+                    if p < 0 or p > span or p % bd:
+                        conds.append("False")
+                    src_idx.append(min(max(p, 0), span) // bd)
+                    continue
+                parts = []
+                if pmin < 0:
+                    parts.append(f"({p} >= 0)")
+                if pmax > span:
+                    parts.append(f"({p} <= {span})")
+                if bd > 1:
+                    parts.append(f"(({self.iclamp(p, 0, span)} % {bd}) == 0)")
+                if parts:
+                    conds.append(self.ctx.emit(" & ".join(parts), "inwin"))
+                q = self.iclamp(p, 0, span) if parts else p
+                src_idx.append(self.idiv(q, bd) if bd > 1 else q)
+            if "False" in conds:
+                xs = list(init_vals)
+            else:
+                xs = [self.value(i, tuple(src_idx)) for i in inputs]
+                if promoted:
+                    xs = [self.up(xs[0], et)]
+                if conds:
+                    cond = conds[0] if len(conds) == 1 else self.ctx.emit(" & ".join(conds), "inwin")
+                    xs = [self.ctx.emit(f"tl.where({cond}, {x}, {iv})", "xw") for x, iv in zip(xs, init_vals)]
+            self._combine_into(accs, comp, xs, inst)
+        finally:
+            if loop:
+                self.pop_scope()
+                self.ctx.body.dedent()
+        accs = self._round_accumulators(accs, promoted, et, inst)
+        return accs if inst.shape.is_tuple else accs[0]

@@ -1,0 +1,278 @@
+"""Data-movement ops: constant, iota, broadcast, reshape/bitcast, copy, transpose, slice, reverse,
+pad, concatenate, dynamic-slice/update-slice, gather, tuple, get-tuple-element.
+
+Mirrors the pure index transformations of XLA's ``elemental_hlo_to_mlir.cc``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fusegen.codegen import triton_source as ts
+from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.hlo import dtypes
+from fusegen.hlo.ir import Instruction
+from fusegen.codegen.elemental.common import (COMPLEX_PARTS, Cx, Index, _LOW_FLOATS, _nest, int_list,
+                                              is_float, parse_constant)
+
+
+class ShapeOpsMixin:
+    """Data-movement ops of :class:`ElementalGenerator` (a mixin; see the module docstring)."""
+
+    def _constant(self, inst: Instruction, idx: Index) -> Any:
+        et = inst.shape.element_type
+        val = parse_constant(inst)
+        if val.size == 1 and et in COMPLEX_PARTS:
+            x = complex(val.reshape(-1)[0])
+            pt = COMPLEX_PARTS[et]
+            return Cx((self.ctx.emit(ts.float_constant(x.real, pt, self.ctx.block_shape), f"{inst.name}_re"),
+                       self.ctx.emit(ts.float_constant(x.imag, pt, self.ctx.block_shape), f"{inst.name}_im")))
+        if val.size == 1:
+            x = val.reshape(-1)[0]
+            if et == "pred":
+                return self.ctx.emit(ts.int_constant(bool(x), "pred", self.ctx.block_shape), inst.name)
+            if is_float(et):
+                return self.ctx.emit(ts.float_constant(float(np.asarray(x).astype(np.float64)), et, self.ctx.block_shape), inst.name)
+            return self.ctx.emit(ts.int_constant(int(x), et, self.ctx.block_shape), inst.name)
+        ptr = self.ctx.constant_param(inst, val)
+        return self._load(ptr, inst.shape, idx, inst)
+
+    def _iota(self, inst: Instruction, idx: Index) -> str:
+        d = int(inst.attrs.get("iota_dimension", 0))
+        c = self.itensor(idx[d])
+        et = inst.shape.element_type
+        if et == "pred":
+            return self.ctx.emit(f"{c} != 0", inst.name)
+        if et in _LOW_FLOATS:
+            return self.ctx.emit(f"{c}.to(tl.float32).to({self.tl(et)})", inst.name)
+        return self.ctx.emit(f"{c}.to({self.tl(et)})", inst.name)
+
+    # --------------------------------------------------------------------------- index transforms
+    def _through_map(self, inst: Instruction, idx: Index) -> Any:
+        """The operand's value at the index ``inst``'s output-to-input indexing map gives (a pure index
+        transformation: broadcast, transpose, slice, reverse)."""
+        return self.value(inst.operands[0], self.apply_map(self.operand_map(inst, 0), idx, inst))
+
+    def _reshape(self, inst: Instruction, idx: Index) -> Any:
+        src = inst.operands[0]
+        if src.shape.element_type != inst.shape.element_type:
+            raise EmitterUnsupported(inst.opcode, inst.name, "reshape changes the element type")
+        out_rm = tuple(range(inst.shape.rank - 1, -1, -1))
+        in_rm = tuple(range(src.shape.rank - 1, -1, -1))
+        lin = self.linearize(idx, inst.shape.dimensions, out_rm)
+        return self.value(src, self.delinearize(lin, src.shape.dimensions, in_rm))
+
+    def _bitcast(self, inst: Instruction, idx: Index) -> Any:
+        src = inst.operands[0]
+        if src.shape.numel != inst.shape.numel:
+            raise EmitterUnsupported(inst.opcode, inst.name, "bitcast changes the element count")
+        s_et, d_et = src.shape.element_type, inst.shape.element_type
+        if dtypes.bit_width(s_et) != dtypes.bit_width(d_et):
+            raise EmitterUnsupported(inst.opcode, inst.name, "bitcast between element types of different widths")
+        lin = self.linearize(idx, inst.shape.dimensions, inst.shape.minor_to_major())
+        v = self.value(src, self.delinearize(lin, src.shape.dimensions, src.shape.minor_to_major()))
+        if s_et != d_et:
+            return self._reinterpret(v, s_et, d_et, inst)
+        return v
+
+    def _reinterpret(self, v: str, s_et: str, d_et: str, inst: Instruction) -> str:
+        if "pred" in (s_et, d_et) or dtypes.bit_width(s_et) < 8 or s_et in COMPLEX_PARTS or d_et in COMPLEX_PARTS:
+            raise EmitterUnsupported(inst.opcode, inst.name, f"bit reinterpretation {s_et} -> {d_et}")
+        return self.ctx.emit(f"{v}.to({self.tl(d_et)}, bitcast=True)", inst.name)
+
+    def _copy(self, inst: Instruction, idx: Index) -> Any:
+        return self.value(inst.operands[0], idx)
+
+    _broadcast = _transpose = _slice = _reverse = _through_map
+
+    def _pad(self, inst: Instruction, idx: Index) -> Any:
+        src, pv = inst.operands
+        pads = inst.attrs.get("padding") or []
+        conds: list[str] = []
+        src_idx: list[Any] = []
+        for d, (lo, _hi, interior) in enumerate(pads):
+            size = src.shape.dimensions[d]
+            t = self.isub(idx[d], int(lo))
+            step = int(interior) + 1
+            if isinstance(t, int):
+                ok = t >= 0 and t % step == 0 and t // step < size
+                if not ok:
+                    conds.append("False")
+                src_idx.append(min(max(t // step, 0), size - 1) if t >= 0 else 0)
+                continue
+            parts = [f"({t} >= 0)", f"({t} < {(size - 1) * step + 1})"]
+            if step > 1:
+                parts.append(f"(({t} % {step}) == 0)")
+            conds.append(self.ctx.emit(" & ".join(parts), "inpad"))
+            q = self.idiv(self.iclamp(t, 0, (size - 1) * step), step) if step > 1 else self.iclamp(t, 0, size - 1)
+            src_idx.append(q)
+        if src.shape.numel == 0:
+            return self.value(pv, ())
+        inner = self.value(src, tuple(src_idx))
+        padv = self.value(pv, ())
+        if not conds:
+            return inner
+        if "False" in conds:
+            return padv
+        cond = conds[0] if len(conds) == 1 else self.ctx.emit(" & ".join(conds), "inpad")
+        return self.where(cond, inner, padv, inst.name)
+
+    def _concatenate(self, inst: Instruction, idx: Index) -> Any:
+        k = int_list(inst.attrs.get("dimensions"))[0]
+        offsets = []
+        off = 0
+        for o in inst.operands:
+            offsets.append(off)
+            off += o.shape.dimensions[k]
+        ck = idx[k]
+        if isinstance(ck, int):
+            for o, start in zip(inst.operands, offsets):
+                if start <= ck < start + o.shape.dimensions[k]:
+                    return self.value(o, idx[:k] + (ck - start,) + idx[k + 1:])
+        result = None
+        for o, start in reversed(list(zip(inst.operands, offsets))):
+            size = o.shape.dimensions[k]
+            if size == 0:
+                continue
+            local = self.iclamp(self.isub(ck, start), 0, size - 1)
+            v = self.value(o, idx[:k] + (local,) + idx[k + 1:])
+            if result is None:
+                result = v
+            else:
+                result = self.where(f"{ck} < {start + size}", v, result, inst.name)
+        if result is None:
+            raise EmitterUnsupported(inst.opcode, inst.name, "empty concatenate")
+        return result
+
+    def _dynamic_slice(self, inst: Instruction, idx: Index) -> Any:
+        src = inst.operands[0]
+        starts = inst.operands[1:]
+        if len(starts) != src.shape.rank:
+            raise EmitterUnsupported(inst.opcode, inst.name, "dynamic-slice needs one scalar start per dimension")
+        src_idx = []
+        for d, s in enumerate(starts):
+            hi = src.shape.dimensions[d] - inst.shape.dimensions[d]
+            st = self.scalar_index(s, 0, hi)
+            src_idx.append(self.iadd(idx[d], st))
+        return self.value(src, tuple(src_idx))
+
+    def dus_starts(self, inst: Instruction) -> list[int | str]:
+        """Clamped start indices of a dynamic-update-slice (``[0, dim - update_dim]``, as XLA)."""
+        src, upd = inst.operands[0], inst.operands[1]
+        starts = inst.operands[2:]
+        if len(starts) != src.shape.rank:
+            raise EmitterUnsupported(inst.opcode, inst.name, "dynamic-update-slice needs one scalar start per dimension")
+        out = []
+        for d, s in enumerate(starts):
+            hi = src.shape.dimensions[d] - upd.shape.dimensions[d]
+            out.append(self.scalar_index(s, 0, hi))
+        return out
+
+    def _dynamic_update_slice(self, inst: Instruction, idx: Index) -> Any:
+        src, upd = inst.operands[0], inst.operands[1]
+        if upd.shape.numel == 0:
+            return self.value(src, idx)
+        starts = self.dus_starts(inst)
+        conds = []
+        upd_idx = []
+        for d, st in enumerate(starts):
+            size = upd.shape.dimensions[d]
+            rel = self.isub(idx[d], st)
+            if isinstance(rel, int):
+                if not (0 <= rel < size):
+                    return self.value(src, idx)
+                upd_idx.append(rel)
+                continue
+            conds.append(f"({rel} >= 0) & ({rel} < {size})")
+            upd_idx.append(self.iclamp(rel, 0, size - 1))
+        u = self.value(upd, tuple(upd_idx))
+        base = self.value(src, idx)
+        if not conds:
+            return u
+        cond = self.ctx.emit(" & ".join(conds), "inupd")
+        return self.where(cond, u, base, inst.name)
+
+    def _gather(self, inst: Instruction, idx: Index) -> Any:
+        a = inst.attrs
+        operand, indices = inst.operands
+        # batching dims (StableHLO, what JAX emits for take_along_axis): operand dim operand_batching_dims[k]
+        # is read at the output's batch coordinate of indices dim start_indices_batching_dims[k]
+        op_batch = int_list(a.get("operand_batching_dims"))
+        idx_batch = int_list(a.get("start_indices_batching_dims"))
+        if len(op_batch) != len(idx_batch):
+            raise EmitterUnsupported(inst.opcode, inst.name, "operand and start-indices batching dims differ in number")
+        offset_dims = int_list(a.get("offset_dims"))
+        collapsed = int_list(a.get("collapsed_slice_dims"))
+        start_map = int_list(a.get("start_index_map"))
+        ivd = int(a.get("index_vector_dim", indices.shape.rank)) if not isinstance(a.get("index_vector_dim"), str) \
+            else int(a.get("index_vector_dim"))
+        sizes = int_list(a.get("slice_sizes"))
+        out_rank = inst.shape.rank
+        batch_dims = [d for d in range(out_rank) if d not in offset_dims]
+        batch_idx = [idx[d] for d in batch_dims]
+        starts: dict[int, Any] = {}
+        for k, od in enumerate(start_map):
+            if ivd < indices.shape.rank:
+                ii = batch_idx[:ivd] + [k] + batch_idx[ivd:]
+            else:
+                ii = list(batch_idx)
+            if len(ii) != indices.shape.rank:
+                raise EmitterUnsupported(inst.opcode, inst.name, "unexpected gather index rank")
+            v = self.value(indices, tuple(ii))
+            if not dtypes.is_integral(indices.shape.element_type):
+                raise EmitterUnsupported(inst.opcode, inst.name, "gather indices must be integers")
+            starts[od] = self.to_index(v, indices.shape.element_type, 0, operand.shape.dimensions[od] - sizes[od])
+        # indices dim -> position among the batch coordinates (the indices dims other than index_vector_dim)
+        batch_of = {sd: sd - (1 if sd > ivd else 0) for sd in idx_batch}
+        src_idx = []
+        j = 0
+        for d in range(operand.shape.rank):
+            base = starts.get(d, 0)
+            if d in op_batch:
+                pos = batch_of[idx_batch[op_batch.index(d)]]
+                if pos >= len(batch_idx):
+                    raise EmitterUnsupported(inst.opcode, inst.name, "gather batching dim out of range")
+                src_idx.append(batch_idx[pos])
+            elif d in collapsed:
+                src_idx.append(base)
+            else:
+                if j >= len(offset_dims):
+                    raise EmitterUnsupported(inst.opcode, inst.name, "gather offset dims do not match")
+                src_idx.append(self.iadd(base, idx[offset_dims[j]]))
+                j += 1
+        return self.value(operand, tuple(src_idx))
+
+    # ---------------------------------------------------------------------------- tuples & calls
+    def _tuple(self, inst: Instruction, idx: Index) -> Any:
+        return [self.value(o, idx) if not o.shape.is_tuple else self.value(o, idx) for o in inst.operands]
+
+    def _gte(self, inst: Instruction, idx: Index) -> Any:
+        # Follow get-tuple-element / tuple chains to the element itself, so only that element is read
+        # (tuple elements may have other shapes than the one indexed here).
+        path = [int(inst.attrs.get("index", 0))]
+        src = inst.operands[0]
+        while True:
+            if src.opcode == "get-tuple-element":
+                path.insert(0, int(src.attrs.get("index", 0)))
+                src = src.operands[0]
+            elif src.opcode == "tuple" and path:
+                src = src.operands[path.pop(0)]
+                if not path:
+                    return self.value(src, idx)
+            else:
+                break
+        if src.opcode == "parameter" and self.bindings is None and src.shape.is_tuple:
+            shape, leaf = src.shape, 0
+            for k in path:
+                subs = shape.tuple_shapes or ()
+                leaf += sum(len(t.leaves()) for t in subs[:k])
+                shape = subs[k]
+            if shape.is_tuple:
+                n = len(shape.leaves())
+                return _nest(shape, iter([self.tuple_parameter_leaf(src, leaf + j, idx) for j in range(n)]))
+            return self.tuple_parameter_leaf(src, leaf, idx)
+        v = self.value(inst.operands[0], idx)
+        if not isinstance(v, list):
+            raise EmitterUnsupported(inst.opcode, inst.name, "get-tuple-element of a non-tuple value")
+        return v[int(inst.attrs.get("index", 0))]
