@@ -35,6 +35,7 @@ from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_ma
 from fusegen.verify.options import VerifyOptions
 from fusegen.verify.verdict import judge_module, record_fusion
 from fusegen.runtime.limits import Budget, RunLimits
+from fusegen.runtime.timings import MODULE_PHASES, Timings, module_timings
 
 _CONTROL_FLOW = frozenset(["call", "while", "conditional"])
 
@@ -170,6 +171,7 @@ class FusionReport:
     error_budget_ratio: float | None = None  # worst error / budget (fusegen.verify.budget)
     budget: str = "-"  # lowest-precision type on the path and reduction size, e.g. "bf16 K=4096"
     kernels: list[Any] = attrs.field(factory=list, repr=False)
+    timings: Timings = attrs.field(factory=Timings, repr=False, eq=False)  # fusegen.runtime.timings
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in
@@ -178,6 +180,7 @@ class FusionReport:
             d["reason"] = self.reason
         d["compiled_sm90"] = self.compiled
         d["error_budget_ratio"], d["budget"] = self.error_budget_ratio, self.budget
+        d["timings"] = self.timings.to_json()
         return d
 
 
@@ -190,6 +193,11 @@ class RunReport:
     output_max_abs_error: float = 0.0
     seconds: float = 0.0
     verdict: Any = None  # fusegen.verify.verdict.ModuleVerdict
+    timings: Timings = attrs.field(factory=Timings, repr=False, eq=False)  # module total, fusions included
+
+    def timings_json(self) -> dict[str, float]:
+        """``{"parse", "passes", "dispatch", ..., "other", "seconds"}`` (see :mod:`fusegen.runtime.timings`)."""
+        return self.timings.to_json(MODULE_PHASES, self.seconds + self.timings.get("parse") + self.timings.get("passes"))
 
     @property
     def ok(self) -> bool:
@@ -245,6 +253,7 @@ class Executor:
         self._emitted: dict[int, tuple[Any, FusionReport]] = {}
         self.verify = verify or VerifyOptions()
         self.events: list = []  # fusegen.verify.verdict.FusionEvent per compared execution, in order
+        self.timings = Timings()  # module-level phases outside fusions (fusegen.runtime.timings)
 
     # -- planning (no execution): used by `fusegen explain` too ---------------------------------------
     def plan_fusion(self, inst: Instruction) -> tuple[Any, FusionReport]:
@@ -256,6 +265,7 @@ class Executor:
         if id(inst) in self._emitted:
             return self._emitted[id(inst)]
         rep = FusionReport(name=inst.name)
+        t0 = time.perf_counter()
         analysis = FusionAnalysis.create(inst, self.device)
         decision = dispatch.get_emitter_fusion_kind(analysis, self.pm)
         rep.kind, rep.decided_by = decision.kind, decision.decided_by
@@ -270,6 +280,7 @@ class Executor:
         if tuned is not None:  # the autotuner chose an execution backend over every kernel config
             rep.decided_by, rep.backend = "autotuner", self._backend_for(inst).name
             rep.reason = f"autotuned winner: {tuned} backend"
+            rep.timings.add("dispatch", time.perf_counter() - t0)
             self._emitted[id(inst)] = (None, rep)
             return None, rep
         try:
@@ -277,10 +288,12 @@ class Executor:
         except EmitterUnsupported as e:
             emitter, factory = None, None
             rep.reason = str(e)
+        rep.timings.add("dispatch", time.perf_counter() - t0)
         if emitter is not None:
             rep.emitter = type(emitter).__name__
             try:
-                emitted = self.pm.call_plugin(factory.plugin, f"{rep.emitter}.emit", emitter.emit)
+                with rep.timings.phase("codegen"):
+                    emitted = self.pm.call_plugin(factory.plugin, f"{rep.emitter}.emit", emitter.emit)
             except PluginError as e:
                 if isinstance(e.__cause__, EmitterUnsupported):
                     rep.reason = f"{rep.emitter} declined: {e.__cause__}"
@@ -344,7 +357,8 @@ class Executor:
             return evaluate_instruction(inst, ops)
         backend = self._backend_for(inst)
         self.other[backend.name] = self.other.get(backend.name, 0) + 1
-        return self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops, self)
+        with self.timings.phase("other"):
+            return self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops, self)
 
     def _run_fusion(self, inst: Instruction, ops: list[Any]) -> Any:
         emitted, plan = self.plan_fusion(inst)
@@ -353,10 +367,13 @@ class Executor:
         if first:
             rep = plan
             self.reports[inst.name] = rep
-        ref = evaluate_instruction(inst, ops)
+        tm = rep.timings
+        with tm.phase("reference"):
+            ref = evaluate_instruction(inst, ops)
         if emitted is None:
             backend = self._backend_for(inst)
-            out = self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops, self)
+            with tm.phase("interpret"):
+                out = self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops, self)
         else:
             t0 = time.perf_counter()
             try:
@@ -370,9 +387,12 @@ class Executor:
             else:
                 rep.kernel_seconds += time.perf_counter() - t0
                 out = _unflatten(inst.shape, flat)
+            tm.add("interpret", time.perf_counter() - t0)
             if first and self.compile_kernels and emitted.kernels and rep.status != "error":
-                rep.compiled = self._compile(emitted)
-        self._record(rep, inst, out, ref, ops)
+                with tm.phase("compile"):
+                    rep.compiled = self._compile(emitted)
+        with tm.phase("compare"):
+            self._record(rep, inst, out, ref, ops)
         if first and self.on_fusion is not None:
             self.on_fusion(rep)
         return out
@@ -430,11 +450,13 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
     params = module.entry.parameters
     if len(args) != len(params):
         ref = evaluate_module(module, args)  # raises the evaluator's one-line error
-    ref = interpret(module.entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)],
-                    evaluate_instruction, ex.budget)
-    verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected)
+    with ex.timings.phase("reference"):  # the module's reference run and the verdict's f64 oracle
+        ref = interpret(module.entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)],
+                        evaluate_instruction, ex.budget)
+        verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected)
     ok = verdict.status != "mismatch"
     worst = max((o.max_abs_error for o in verdict.outputs), default=0.0)
-    report = RunReport(module.name, list(ex.reports.values()), dict(ex.other), ok, worst, time.perf_counter() - t0,
-                       verdict)
+    fusions = list(ex.reports.values())
+    report = RunReport(module.name, fusions, dict(ex.other), ok, worst, time.perf_counter() - t0, verdict,
+                       module_timings([f.timings for f in fusions], ex.timings))
     return out, report

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, fusion_roots, store_line
@@ -118,15 +120,27 @@ class TritonBlockLevelFusion(FusionEmitter):
 
     def emit(self) -> EmittedFusion:
         fusion = self.fusion
-        comp = self.computation
-        roots = fusion_roots(comp)
+        roots = fusion_roots(self.computation)
         if len(roots) != 1 or roots[0].shape.is_tuple:
             raise EmitterUnsupported("fusion", fusion.name, "multi-output __triton fusions are not supported")
-        root = roots[0]
-        dims = tuple(root.shape.dimensions)
+        dims = tuple(roots[0].shape.dimensions)
         sizes, warps, stages = self._config()
         if len(sizes) != len(dims):
             raise EmitterUnsupported("fusion", fusion.name, f"output tile rank {len(sizes)} != root rank {len(dims)}")
+        ks = self._kernel(roots[0], dims, sizes, warps, stages)
+        if ks is None:
+            return EmittedFusion(emitter=self.name)
+        wide = interpret_tile_sizes(dims, sizes)
+        if wide != sizes:
+            variant = self._kernel(roots[0], dims, wide, warps, stages)
+            if variant is not None and variant.params == ks.params:
+                ks = attrs.evolve(ks, interpret_variant=variant)
+        return EmittedFusion(emitter=self.name, kernels=(ks,))
+
+    def _kernel(self, root: Instruction, dims: tuple[int, ...], sizes: list[int], warps: int,
+                stages: int) -> KernelSource | None:
+        """The kernel for output tiles of ``sizes`` (``None`` when the output is empty)."""
+        fusion = self.fusion
         tile = tuple(_pow2(max(1, s)) for s in sizes)
         counts = [-(-d // max(1, s)) for d, s in zip(dims, sizes)]
         ntiles = 1
@@ -136,7 +150,7 @@ class TritonBlockLevelFusion(FusionEmitter):
         for t in tile:
             lanes *= t
         if ntiles == 0:
-            return EmittedFusion(emitter=self.name)
+            return None
         if lanes > MAX_TENSOR_NUMEL:
             # XLA rejects such a tiling too (triton fusion emitter's tile-size constraint).
             raise EmitterUnsupported("fusion", fusion.name, f"tile of {lanes} elements exceeds the maximum allowed "
@@ -149,7 +163,7 @@ class TritonBlockLevelFusion(FusionEmitter):
         body = ts.SourceBuilder()
         body.level = 1
         ctx.body = body
-        gen = _TileGen(ctx, comp)
+        gen = _TileGen(ctx, self.computation)
         gen.tile, gen.dims = tile, dims
         gen.lane_idx = tuple(f"g{d}" for d in range(len(dims)))
         with deep_recursion():
@@ -194,10 +208,39 @@ class TritonBlockLevelFusion(FusionEmitter):
                 "    pid = tl.program_id(0)", "    for t in range(0, BLOCK):", "        tile = pid * BLOCK + t",
                 "        if tile < N:", f"            tile_fn({', '.join(params)}, tile, {lanes})"]
         name = ts.sanitize_identifier(f"block_{fusion.name}", "k")
-        ks = KernelSource(name=name, source="\n".join(src) + "\n", entry="block_level", params=tuple(ctx.params),
-                          constexprs={"BLOCK": 1, "N": ntiles},
-                          launch=LaunchDimensions(grid=(ntiles,), num_warps=warps), num_stages=stages)
-        return EmittedFusion(emitter=self.name, kernels=(ks,))
+        return KernelSource(name=name, source="\n".join(src) + "\n", entry="block_level", params=tuple(ctx.params),
+                            constexprs={"BLOCK": 1, "N": ntiles},
+                            launch=LaunchDimensions(grid=(ntiles,), num_warps=warps), num_stages=stages)
+
+
+#: Lanes per tile of the interpreter variant: the interpreter's cost is per tile, numpy's per element.
+INTERPRET_TILE_LANES = 1 << 17
+
+
+def interpret_tile_sizes(dims: tuple[int, ...], sizes: list[int], max_lanes: int = INTERPRET_TILE_LANES) -> list[int]:
+    """Output tile sizes of the interpreter variant: ``sizes`` grown (innermost dimension first, by powers
+    of two, at most to the dimension) while the power-of-two tile stays within ``max_lanes``.
+
+    A larger tile computes the same values: every reduction on the tile already covers its reduced
+    dimensions entirely and folds each kept position on its own (the same pairwise tree), and the
+    elementwise part is per lane. ``sizes`` is returned unchanged when it already exceeds ``max_lanes``.
+    """
+    out = [max(1, s) for s in sizes]
+
+    def lanes(ss: list[int]) -> int:
+        n = 1
+        for s in ss:
+            n *= _pow2(s)
+        return n
+
+    for d in reversed(range(len(dims))):
+        while out[d] < dims[d]:
+            grown = list(out)
+            grown[d] = min(out[d] * 2, dims[d])
+            if lanes(grown) > max_lanes:
+                break
+            out = grown
+    return out
 
 
 def create(analysis: Any, context: Any = None) -> TritonBlockLevelFusion | None:

@@ -1,0 +1,83 @@
+"""Where `fusegen run`'s time goes (``--json`` ``"timings"``, ``--profile``), and the interpreter variants that
+make it short: they must compute bit for bit what the emitted kernel computes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import attrs
+import numpy as np
+import pytest
+
+from conftest import corpus_path
+from fusegen.codegen import triton_runtime
+from fusegen.evaluator.evaluator import evaluate_instruction
+from fusegen.hlo.parser import parse_module
+from fusegen.runtime.timings import FUSION_PHASES, MODULE_PHASES
+from fusegen_plugins.backends.triton import _Analysis
+from fusegen_plugins.backends.triton_block_level import TritonBlockLevelFusion, interpret_tile_sizes
+
+from test_block_level import _SOFTMAX_T
+
+
+def _fusegen(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fusegen.cli", *args], capture_output=True, text=True)
+
+
+def test_interpret_tile_sizes_grow_innermost_first_within_the_lane_budget():
+    # gpt12's layer norm: [1,1,768] tiles (1024 lanes) over [4,128,768] grow along dim 1 to 128 rows
+    assert interpret_tile_sizes((4, 128, 768), [1, 1, 768]) == [1, 128, 768]
+    assert interpret_tile_sizes((4, 128, 768), [1, 1, 768], max_lanes=4096) == [1, 4, 768]
+    # a dimension grows at most to its size (non-power-of-two sizes stay masked)
+    assert interpret_tile_sizes((6, 100), [1, 128]) == [6, 128]
+    # already past the budget: unchanged
+    assert interpret_tile_sizes((2, 1 << 18), [1, 1 << 18]) == [1, 1 << 18]
+
+
+@pytest.mark.parametrize("R,C,TR,TC,W", [(6, 100, 1, 128, 4), (37, 64, 2, 64, 2), (19, 33, 4, 64, 8)])
+def test_block_level_interpret_variant_is_bitwise_the_kernel(R, C, TR, TC, W):
+    f = parse_module(_SOFTMAX_T.format(R=R, C=C, TR=TR, TC=TC, W=W)).entry.root
+    em = TritonBlockLevelFusion(_Analysis(f)).emit()
+    (k,) = em.kernels
+    assert k.interpret_variant is not None and k.interpret_variant.params == k.params
+    assert k.launch.grid == (-(-R // TR),)  # the launch XLA makes is kept for reports and compiling
+    assert k.interpret_variant.launch.grid == (1,)
+    x = np.random.default_rng(1).standard_normal((R, C)).astype(np.float32) * 5
+    wide = triton_runtime.run_fusion(em, [x], f)[0]
+    plain = attrs.evolve(em, kernels=(attrs.evolve(k, interpret_variant=None),))
+    narrow = triton_runtime.run_fusion(plain, [x], f)[0]
+    assert np.array_equal(wide.view(np.uint32), narrow.view(np.uint32))
+    np.testing.assert_allclose(wide, evaluate_instruction(f, [x]), rtol=1e-5, atol=1e-6)
+
+
+def test_run_json_has_timings_per_module_and_fusion_and_profile_names_the_slowest():
+    path = corpus_path("jax", "gpu_softmax.default.h100_opt.hlo")
+    p = _fusegen("run", str(path), "--no-compile", "--json", "--profile")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    t = doc["timings"]
+    assert set(t) == set(MODULE_PHASES) | {"seconds"}
+    assert all(v >= 0 for v in t.values()) and t["parse"] > 0 and t["interpret"] > 0 and t["reference"] > 0
+    assert t["compile"] == 0  # --no-compile
+    parts = sum(v for k, v in t.items() if k != "seconds")
+    assert parts <= t["seconds"] * 1.01 + 1e-3  # phases never add up to more than the wall time
+    (f,) = doc["fusions"]
+    ft = f["timings"]
+    assert set(ft) == set(FUSION_PHASES) | {"seconds"}
+    assert ft["interpret"] > 0 and ft["dispatch"] > 0
+    assert ft["seconds"] == pytest.approx(sum(ft[k] for k in FUSION_PHASES), abs=1e-5)
+    assert ft["interpret"] <= t["interpret"] + 1e-6
+    # the profile goes to stderr with --json, the fusion's row carries its phase times
+    assert "slowest fusions" in p.stderr and "triton_softmax.2" in p.stderr
+    assert f"{ft['interpret']:.3f}" in p.stderr
+
+
+def test_profile_with_compile_records_compile_time():
+    path = corpus_path("jax", "gpu_softmax.default.h100_opt.hlo")
+    p = _fusegen("run", str(path), "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["fusions"][0]["compiled_sm90"] == "ok"
+    assert doc["timings"]["compile"] >= doc["fusions"][0]["timings"]["compile"] > 0
