@@ -81,3 +81,34 @@ def test_profile_with_compile_records_compile_time():
     doc = json.loads(p.stdout)
     assert doc["fusions"][0]["compiled_sm90"] == "ok"
     assert doc["timings"]["compile"] >= doc["fusions"][0]["timings"]["compile"] > 0
+
+
+_TWO_SOFTMAXES = _SOFTMAX_T.replace("ENTRY e {{", "c2 {{\n" + _SOFTMAX_T.split("c {{\n")[1].split("}}\nENTRY")[0].replace(
+    "ROOT d =", "ROOT d2 =") + "}}\nENTRY e {{").replace(
+    "  ROOT f = f32[{R},{C}] fusion(x), kind=kCustom, calls=c,",
+    "  f1 = f32[{R},{C}] fusion(x), kind=kCustom, calls=c, backend_config={{}}\n"
+    "  ROOT f = f32[{R},{C}] fusion(f1), kind=kCustom, calls=c2,")
+
+
+@pytest.mark.parametrize("jobs,pool_after", [(1, 4), (2, 1)])
+def test_identical_fusions_compile_once_in_process_or_on_the_pool(jobs, pool_after):
+    from fusegen.runtime.compile_jobs import CompileJobs
+    from fusegen.runtime.executor import Executor
+
+    text = _TWO_SOFTMAXES.format(R=8, C=64, TR=1, TC=64, W=4)
+    # f1 runs on its own config (none: the host), so give it the same tiling as f
+    bc = text.split("ROOT f = ")[1].split("backend_config=")[1].split("\n")[0]
+    m = parse_module(text.replace("backend_config={}", f"backend_config={bc}"))
+    ex = Executor(m, compile_kernels=True, jobs=jobs)
+    ex.compiles = CompileJobs(jobs, pool_after=pool_after)
+    x = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
+    try:
+        out = ex.run([x])
+    finally:
+        ex.finish_compiles()
+    np.testing.assert_allclose(out, evaluate_instruction(m.entry.root, [evaluate_instruction(
+        m.entry.instruction("f1"), [x])]), rtol=1e-6)
+    reps = [ex.reports["f1"], ex.reports["f"]]
+    assert [r.compiled for r in reps] == ["ok", "ok"] and [r.status for r in reps] == ["ok", "ok"]
+    assert ex.compiles.distinct == 1  # c2 is c renamed: one compile serves both
+    assert reps[0].timings.get("compile") > 0

@@ -193,6 +193,8 @@ def profile_table(report, n: int = 10):
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of tables.")
 @click.option("--no-compile", is_flag=True, help="Skip compiling each kernel for sm_90.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Worker processes for the sm_90 compiles (default: the number of usable cores).")
 @click.option("--profile", is_flag=True,
               help="Also print the ten slowest fusions with their phase times (to stderr with --json).")
 @click.option("--autotune", is_flag=True,
@@ -207,7 +209,7 @@ def profile_table(report, n: int = 10):
 @limit_options
 @verify_options
 def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, xla_flags, as_json, no_compile,
-        profile, autotune, autotune_cache_dir, record_dir, top_k, max_memory, timeout, max_while_iterations, rtol, atol,
+        jobs, profile, autotune, autotune_cache_dir, record_dir, top_k, max_memory, timeout, max_while_iterations, rtol, atol,
         expected_path):
     """Run MODULE.hlo end to end on seeded random inputs (or --inputs) and check every fusion.
 
@@ -283,7 +285,8 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             on_fusion = (lambda r: progress.advance(task)) if progress is not None else None
             try:
                 out, report = run_module(module, args, device, compile_kernels=not no_compile, on_fusion=on_fusion,
-                                         limits=limits, verify=verify, expected=expected)
+                                         limits=limits, verify=verify, expected=expected,
+                                         jobs=jobs or len(os.sched_getaffinity(0)))
             except (UnsupportedOpError, PluginError, InputError, ResourceLimitError, KernelDirError) as e:
                 fail(f"{module_path}: {e}")
             except DispatchError as e:  # e.g. [plugins] disable removed the question that would answer

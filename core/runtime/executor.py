@@ -34,6 +34,7 @@ from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
 from fusegen.verify.options import VerifyOptions
 from fusegen.verify.verdict import judge_module, record_fusion
+from fusegen.runtime.compile_jobs import CompileJobs
 from fusegen.runtime.limits import Budget, RunLimits
 from fusegen.runtime.timings import MODULE_PHASES, Timings, module_timings
 
@@ -237,11 +238,14 @@ class Executor:
         limits: deadline and while iteration budget (:class:`~fusegen.runtime.limits.RunLimits`); default
             no deadline and :data:`~fusegen.runtime.limits.DEFAULT_MAX_WHILE_ITERATIONS`.
         verify: error budgets and floors (:class:`fusegen.verify.options.VerifyOptions`; default ones).
+        jobs: worker processes for the sm_90 compiles (:class:`~fusegen.runtime.compile_jobs.CompileJobs`):
+            ``1`` compiles each fusion as it first runs; more compile in the background, and
+            :meth:`finish_compiles` fills in ``compiled`` (and a failed compile's status).
     """
 
     def __init__(self, module: Module, device: DeviceDescription | None = None, pm: PluginManager | None = None,
                  compile_kernels: bool = True, on_fusion: Callable[[FusionReport], None] | None = None,
-                 limits: RunLimits | None = None, verify: VerifyOptions | None = None):
+                 limits: RunLimits | None = None, verify: VerifyOptions | None = None, jobs: int = 1):
         self.module = module
         self.budget = Budget(limits)
         self.device = device or get_device("h200")
@@ -254,6 +258,8 @@ class Executor:
         self.verify = verify or VerifyOptions()
         self.events: list = []  # fusegen.verify.verdict.FusionEvent per compared execution, in order
         self.timings = Timings()  # module-level phases outside fusions (fusegen.runtime.timings)
+        self.compiles = CompileJobs(jobs)
+        self._pending: list[tuple[FusionReport, tuple, bool]] = []
 
     # -- planning (no execution): used by `fusegen explain` too ---------------------------------------
     def plan_fusion(self, inst: Instruction) -> tuple[Any, FusionReport]:
@@ -390,20 +396,31 @@ class Executor:
             tm.add("interpret", time.perf_counter() - t0)
             if first and self.compile_kernels and emitted.kernels and rep.status != "error":
                 with tm.phase("compile"):
-                    rep.compiled = self._compile(emitted)
+                    handle, fresh = self.compiles.submit(inst, emitted.kernels)
+                if self.compiles.jobs == 1:
+                    rep.compiled = self.compiles.result(handle)[0]
+                else:
+                    self._pending.append((rep, handle, fresh))
         with tm.phase("compare"):
             self._record(rep, inst, out, ref, ops)
         if first and self.on_fusion is not None:
             self.on_fusion(rep)
         return out
 
-    def _compile(self, emitted) -> str:
+    def finish_compiles(self) -> None:
+        """Wait for the background compiles (``jobs > 1``) and record them as a synchronous compile would:
+        ``compiled``, the compile's time, and ``error`` with the reason for a failed one. Closes the pool."""
         try:
-            for k in emitted.kernels:
-                triton_runtime.compile_for_target(k, capability=90)
-        except Exception as e:
-            return f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        return "ok"
+            for rep, handle, fresh in self._pending:
+                rep.compiled, seconds = self.compiles.result(handle)
+                if fresh:
+                    rep.timings.add("compile", seconds)
+                if rep.compiled.startswith("failed") and rep.status != "error" and rep.backend != "host":
+                    rep.status = "error"
+                    rep.reason = f"sm_90 compile {rep.compiled}"
+            self._pending.clear()
+        finally:
+            self.compiles.close()
 
     def _record(self, rep: FusionReport, inst: Instruction, out: Any, ref: Any, ops: list[Any] | None = None) -> None:
         if rep.status == "error":
@@ -423,13 +440,14 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
                pm: PluginManager | None = None, compile_kernels: bool = True,
                on_fusion: Callable[[FusionReport], None] | None = None,
                limits: RunLimits | None = None, verify: VerifyOptions | None = None,
-               expected: list[np.ndarray] | None = None) -> tuple[Any, RunReport]:
+               expected: list[np.ndarray] | None = None, jobs: int = 1) -> tuple[Any, RunReport]:
     """Run ``module`` end to end and judge its outputs (:mod:`fusegen.verify.verdict`).
 
     Args:
         limits: deadline and while iteration budget, applied to both runs.
         verify: budgets, conditioning factor and floors (default :class:`VerifyOptions`).
         expected: a known answer per output leaf (``--expected``), the third oracle.
+        jobs: worker processes for the sm_90 compiles (see :class:`Executor`).
 
     The reference runs on the same explicit-stack interpreter (:func:`interpret`) with
     :func:`~fusegen.evaluator.evaluator.evaluate_instruction` for every instruction, so deep ``call`` chains
@@ -445,8 +463,11 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
     from fusegen.evaluator.evaluator import _coerce_arg, evaluate_module
 
     t0 = time.perf_counter()
-    ex = Executor(module, device, pm, compile_kernels, on_fusion, limits, verify)
-    out = ex.run(args)
+    ex = Executor(module, device, pm, compile_kernels, on_fusion, limits, verify, jobs)
+    try:
+        out = ex.run(args)
+    finally:
+        ex.finish_compiles()
     params = module.entry.parameters
     if len(args) != len(params):
         ref = evaluate_module(module, args)  # raises the evaluator's one-line error
