@@ -112,3 +112,25 @@ def test_identical_fusions_compile_once_in_process_or_on_the_pool(jobs, pool_aft
     assert [r.compiled for r in reps] == ["ok", "ok"] and [r.status for r in reps] == ["ok", "ok"]
     assert ex.compiles.distinct == 1  # c2 is c renamed: one compile serves both
     assert reps[0].timings.get("compile") > 0
+
+
+def test_gemm_interpret_variant_with_larger_tiles_is_bitwise_the_smaller_one(monkeypatch):
+    """Wider GEMM tiles keep block_k (the accumulation order): every output element gets the same sums."""
+    from fusegen.hlo.parser import parse_file
+    from fusegen.runtime.executor import Executor
+    from fusegen.runtime.inputs import random_value
+    from fusegen_plugins.backends.triton_gemm_emitter import TritonGemmFusion
+
+    m = parse_file(corpus_path("jax", "gpu_mlp_bf16.default.h100_opt.hlo"))
+    inst = next(i for i in m.entry.instructions if i.opcode == "fusion" and "gemm" in i.fusion_backend_kind)
+    rng = np.random.default_rng(0)
+    ops = [random_value(o.shape, rng) for o in inst.operands]
+    outs, grids = [], []
+    for tile in (32, TritonGemmFusion.INTERPRET_TILE):
+        monkeypatch.setattr(TritonGemmFusion, "INTERPRET_TILE", tile)
+        em, rep = Executor(m, compile_kernels=False).plan_fusion(inst)
+        (k,) = em.kernels
+        grids.append((k.interpret_variant or k).launch.grid[0])
+        outs.append(triton_runtime.run_fusion(em, ops, inst)[0])
+    assert grids[1] < grids[0]
+    assert np.array_equal(np.asarray(outs[0]).view(np.uint8), np.asarray(outs[1]).view(np.uint8))
