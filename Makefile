@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/parse_dispatch.py
 	$(BIN)/python benchmarks/emitters.py
 	$(BIN)/python benchmarks/autotune.py
+	$(BIN)/python benchmarks/run_time.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
