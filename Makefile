@@ -32,6 +32,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/emitters.py
 	$(BIN)/python benchmarks/autotune.py
 	$(BIN)/python benchmarks/sort.py
+	$(BIN)/python benchmarks/run_time.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import click
 
@@ -161,6 +162,7 @@ def report_json(reports) -> dict:
             "seconds": round(r.seconds, 3),
             "status": r.status,
             **(r.verdict.to_json() if r.verdict is not None else {}),
+            "timings": r.timings_json(),
         }
     # A file of several modules (XLA tests separate them with `// -----`): one list, each row names its module.
     return {
@@ -170,6 +172,25 @@ def report_json(reports) -> dict:
         "status": ("mismatch" if any(r.status == "mismatch" for r in reports)
                    else "drift" if any(r.status == "drift" for r in reports) else "ok"),
     }
+
+
+def profile_table(report, n: int = 10):
+    """A rich table of the ``n`` slowest fusions of ``report`` with their phase times (seconds), and a last
+    row with the module's phases (:mod:`fusegen.runtime.timings`)."""
+    from rich.table import Table
+
+    from fusegen.runtime.timings import FUSION_PHASES, slowest
+
+    mt = report.timings_json()
+    t = Table(title=f"{report.module}: the {n} slowest fusions (seconds; module total {mt['seconds']:.2f} s, "
+                    f"parse {mt['parse']:.2f}, passes {mt['passes']:.2f}, other instructions {mt['other']:.2f})")
+    for col in ("fusion", "kind", "emitter") + FUSION_PHASES + ("total",):
+        t.add_column(col, justify="left" if col in ("fusion", "kind", "emitter") else "right")
+    for f in slowest(report.fusions, n):
+        d = f.timings.to_json()
+        t.add_row(f.name, f.kind, f.emitter, *(f"{d[k]:.3f}" for k in FUSION_PHASES), f"{d['seconds']:.3f}")
+    t.add_row("(module)", "", "", *(f"{mt[k]:.3f}" for k in FUSION_PHASES), f"{mt['seconds']:.3f}")
+    return t
 
 
 @click.command()
@@ -182,6 +203,10 @@ def report_json(reports) -> dict:
 @config_options
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of tables.")
 @click.option("--no-compile", is_flag=True, help="Skip compiling each kernel for sm_90.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
+              help="Worker processes for the sm_90 compiles (default: the number of usable cores).")
+@click.option("--profile", is_flag=True,
+              help="Also print the ten slowest fusions with their phase times (to stderr with --json).")
 @click.option("--autotune", is_flag=True,
               help="Autotune every GEMM/library instruction first (also those carrying a config) and run the winners.")
 @click.option("--autotune-cache-dir", "autotune_cache_dir", type=click.Path(file_okay=False), default=None,
@@ -194,7 +219,7 @@ def report_json(reports) -> dict:
 @limit_options
 @verify_options
 def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, xla_flags, as_json, no_compile,
-        autotune, autotune_cache_dir, record_dir, top_k, max_memory, timeout, max_while_iterations, rtol, atol,
+        jobs, profile, autotune, autotune_cache_dir, record_dir, top_k, max_memory, timeout, max_while_iterations, rtol, atol,
         expected_path):
     """Run MODULE.hlo end to end on seeded random inputs (or --inputs) and check every fusion.
 
@@ -217,14 +242,20 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
     limits = resolve_limits(max_memory, timeout, max_while_iterations)
+    t_parse = time.perf_counter()
     modules = load_modules(module_path)
+    t_parse = time.perf_counter() - t_parse
     if not autotune:
         given = [n for n, v in (("--autotune-cache-dir", autotune_cache_dir), ("--record", record_dir),
                                 ("--cost-model-top-k", top_k)) if v is not None]
         if given:
             fail(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --autotune")
     check_writable(outputs_path, "--save-outputs")
-    prepare_modules(modules, cfg, device)
+    t_passes = []
+    for m in modules:  # one at a time, to time each
+        t0 = time.perf_counter()
+        prepare_modules([m], cfg, device)
+        t_passes.append(time.perf_counter() - t0)
     if (inputs_path or outputs_path or expected_path) and len(modules) > 1:
         fail(f"{module_path}: holds {len(modules)} modules; --inputs/--save-outputs/--expected need a single-module "
              "file")
@@ -251,7 +282,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
         progress.start()
         task = progress.add_task("running fusions", total=n_fusions)
     try:
-        for module in modules:
+        for module, passes_s in zip(modules, t_passes):
             try:
                 check_module(module, limits)
                 args = load_inputs(module, inputs_path) if inputs_path else make_inputs(module, seed)
@@ -266,7 +297,8 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             on_fusion = (lambda r: progress.advance(task)) if progress is not None else None
             try:
                 out, report = run_module(module, args, device, compile_kernels=not no_compile, on_fusion=on_fusion,
-                                         limits=limits, verify=verify, expected=expected)
+                                         limits=limits, verify=verify, expected=expected,
+                                         jobs=jobs or len(os.sched_getaffinity(0)))
             except (UnsupportedOpError, PluginError, InputError, ResourceLimitError, KernelDirError) as e:
                 fail(f"{module_path}: {e}")
             except DispatchError as e:  # e.g. [plugins] disable removed the question that would answer
@@ -277,6 +309,8 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                 fail(f"{module_path}: module {module.name} needs more memory than this machine has ({e})")
             except Exception as e:  # never a bare traceback
                 internal_error(f"{module_path}: module {module.name}", e)
+            report.timings.add("parse", t_parse)
+            report.timings.add("passes", passes_s)
             reports.append(report)
             outputs.append(out)
     finally:
@@ -295,6 +329,12 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             if any(r.error for _, r in tuned):
                 doc["status"] = "autotune-error" if doc.get("status") in ("ok", "drift") else doc.get("status")
         click.echo(json.dumps(doc, indent=2))
+        if profile:
+            from rich.console import Console
+
+            pconsole = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+            for report in reports:
+                pconsole.print(profile_table(report))
     else:
         from rich.console import Console
 
@@ -310,4 +350,6 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             said = {"ok": "match", "drift": "drift (as accurate as the reference vs f64)"}.get(report.status, "MISMATCH")
             console.print(f"outputs vs reference: {said} "
                           f"(max abs error {report.output_max_abs_error:.3g}); {report.seconds:.2f} s", markup=False)
+            if profile:
+                console.print(profile_table(report))
     sys.exit(0 if ok else EXIT_MISMATCH)

@@ -34,7 +34,9 @@ from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
 from fusegen.verify.options import VerifyOptions
 from fusegen.verify.verdict import judge_module, record_fusion
+from fusegen.runtime.compile_jobs import CompileJobs
 from fusegen.runtime.limits import Budget, RunLimits
+from fusegen.runtime.timings import MODULE_PHASES, Timings, module_timings
 
 _CONTROL_FLOW = frozenset(["call", "while", "conditional"])
 
@@ -170,6 +172,7 @@ class FusionReport:
     error_budget_ratio: float | None = None  # worst error / budget (fusegen.verify.budget)
     budget: str = "-"  # lowest-precision type on the path and reduction size, e.g. "bf16 K=4096"
     kernels: list[Any] = attrs.field(factory=list, repr=False)
+    timings: Timings = attrs.field(factory=Timings, repr=False, eq=False)  # fusegen.runtime.timings
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in
@@ -178,6 +181,7 @@ class FusionReport:
             d["reason"] = self.reason
         d["compiled_sm90"] = self.compiled
         d["error_budget_ratio"], d["budget"] = self.error_budget_ratio, self.budget
+        d["timings"] = self.timings.to_json()
         return d
 
 
@@ -192,6 +196,11 @@ class RunReport:
     verdict: Any = None  # fusegen.verify.verdict.ModuleVerdict
     # each non-fusion instruction sent to an execution backend, first execution order: (name, opcode, backend)
     other_instructions: list[tuple[str, str, str]] = attrs.Factory(list)
+    timings: Timings = attrs.field(factory=Timings, repr=False, eq=False)  # module total, fusions included
+
+    def timings_json(self) -> dict[str, float]:
+        """``{"parse", "passes", "dispatch", ..., "other", "seconds"}`` (see :mod:`fusegen.runtime.timings`)."""
+        return self.timings.to_json(MODULE_PHASES, self.seconds + self.timings.get("parse") + self.timings.get("passes"))
 
     @property
     def ok(self) -> bool:
@@ -231,11 +240,14 @@ class Executor:
         limits: deadline and while iteration budget (:class:`~fusegen.runtime.limits.RunLimits`); default
             no deadline and :data:`~fusegen.runtime.limits.DEFAULT_MAX_WHILE_ITERATIONS`.
         verify: error budgets and floors (:class:`fusegen.verify.options.VerifyOptions`; default ones).
+        jobs: worker processes for the sm_90 compiles (:class:`~fusegen.runtime.compile_jobs.CompileJobs`):
+            ``1`` compiles each fusion as it first runs; more compile in the background, and
+            :meth:`finish_compiles` fills in ``compiled`` (and a failed compile's status).
     """
 
     def __init__(self, module: Module, device: DeviceDescription | None = None, pm: PluginManager | None = None,
                  compile_kernels: bool = True, on_fusion: Callable[[FusionReport], None] | None = None,
-                 limits: RunLimits | None = None, verify: VerifyOptions | None = None):
+                 limits: RunLimits | None = None, verify: VerifyOptions | None = None, jobs: int = 1):
         self.module = module
         self.budget = Budget(limits)
         self.device = device or get_device("h200")
@@ -248,6 +260,9 @@ class Executor:
         self._emitted: dict[int, tuple[Any, FusionReport]] = {}
         self.verify = verify or VerifyOptions()
         self.events: list = []  # fusegen.verify.verdict.FusionEvent per compared execution, in order
+        self.timings = Timings()  # module-level phases outside fusions (fusegen.runtime.timings)
+        self.compiles = CompileJobs(jobs)
+        self._pending: list[tuple[FusionReport, tuple, bool]] = []
 
     # -- planning (no execution): used by `fusegen explain` too ---------------------------------------
     def plan_fusion(self, inst: Instruction) -> tuple[Any, FusionReport]:
@@ -259,6 +274,7 @@ class Executor:
         if id(inst) in self._emitted:
             return self._emitted[id(inst)]
         rep = FusionReport(name=inst.name)
+        t0 = time.perf_counter()
         analysis = FusionAnalysis.create(inst, self.device)
         decision = dispatch.get_emitter_fusion_kind(analysis, self.pm)
         rep.kind, rep.decided_by = decision.kind, decision.decided_by
@@ -273,6 +289,7 @@ class Executor:
         if tuned is not None:  # the autotuner chose an execution backend over every kernel config
             rep.decided_by, rep.backend = "autotuner", self._backend_for(inst).name
             rep.reason = f"autotuned winner: {tuned} backend"
+            rep.timings.add("dispatch", time.perf_counter() - t0)
             self._emitted[id(inst)] = (None, rep)
             return None, rep
         try:
@@ -280,10 +297,12 @@ class Executor:
         except EmitterUnsupported as e:
             emitter, factory = None, None
             rep.reason = str(e)
+        rep.timings.add("dispatch", time.perf_counter() - t0)
         if emitter is not None:
             rep.emitter = type(emitter).__name__
             try:
-                emitted = self.pm.call_plugin(factory.plugin, f"{rep.emitter}.emit", emitter.emit)
+                with rep.timings.phase("codegen"):
+                    emitted = self.pm.call_plugin(factory.plugin, f"{rep.emitter}.emit", emitter.emit)
             except PluginError as e:
                 if isinstance(e.__cause__, EmitterUnsupported):
                     rep.reason = f"{rep.emitter} declined: {e.__cause__}"
@@ -348,7 +367,8 @@ class Executor:
         backend = self._backend_for(inst)
         self.other[backend.name] = self.other.get(backend.name, 0) + 1
         self.other_instructions.setdefault(inst.name, (inst.name, op, backend.name))
-        return self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops, self)
+        with self.timings.phase("other"):
+            return self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops, self)
 
     def _run_fusion(self, inst: Instruction, ops: list[Any]) -> Any:
         emitted, plan = self.plan_fusion(inst)
@@ -357,10 +377,13 @@ class Executor:
         if first:
             rep = plan
             self.reports[inst.name] = rep
-        ref = evaluate_instruction(inst, ops)
+        tm = rep.timings
+        with tm.phase("reference"):
+            ref = evaluate_instruction(inst, ops)
         if emitted is None:
             backend = self._backend_for(inst)
-            out = self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops, self)
+            with tm.phase("interpret"):
+                out = self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops, self)
         else:
             t0 = time.perf_counter()
             try:
@@ -374,20 +397,34 @@ class Executor:
             else:
                 rep.kernel_seconds += time.perf_counter() - t0
                 out = _unflatten(inst.shape, flat)
+            tm.add("interpret", time.perf_counter() - t0)
             if first and self.compile_kernels and emitted.kernels and rep.status != "error":
-                rep.compiled = self._compile(emitted)
-        self._record(rep, inst, out, ref, ops)
+                with tm.phase("compile"):
+                    handle, fresh = self.compiles.submit(inst, emitted.kernels)
+                if self.compiles.jobs == 1:
+                    rep.compiled = self.compiles.result(handle)[0]
+                else:
+                    self._pending.append((rep, handle, fresh))
+        with tm.phase("compare"):
+            self._record(rep, inst, out, ref, ops)
         if first and self.on_fusion is not None:
             self.on_fusion(rep)
         return out
 
-    def _compile(self, emitted) -> str:
+    def finish_compiles(self) -> None:
+        """Wait for the background compiles (``jobs > 1``) and record them as a synchronous compile would:
+        ``compiled``, the compile's time, and ``error`` with the reason for a failed one. Closes the pool."""
         try:
-            for k in emitted.kernels:
-                triton_runtime.compile_for_target(k, capability=90)
-        except Exception as e:
-            return f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        return "ok"
+            for rep, handle, fresh in self._pending:
+                rep.compiled, seconds = self.compiles.result(handle)
+                if fresh:
+                    rep.timings.add("compile", seconds)
+                if rep.compiled.startswith("failed") and rep.status != "error" and rep.backend != "host":
+                    rep.status = "error"
+                    rep.reason = f"sm_90 compile {rep.compiled}"
+            self._pending.clear()
+        finally:
+            self.compiles.close()
 
     def _record(self, rep: FusionReport, inst: Instruction, out: Any, ref: Any, ops: list[Any] | None = None) -> None:
         if rep.status == "error":
@@ -407,13 +444,14 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
                pm: PluginManager | None = None, compile_kernels: bool = True,
                on_fusion: Callable[[FusionReport], None] | None = None,
                limits: RunLimits | None = None, verify: VerifyOptions | None = None,
-               expected: list[np.ndarray] | None = None) -> tuple[Any, RunReport]:
+               expected: list[np.ndarray] | None = None, jobs: int = 1) -> tuple[Any, RunReport]:
     """Run ``module`` end to end and judge its outputs (:mod:`fusegen.verify.verdict`).
 
     Args:
         limits: deadline and while iteration budget, applied to both runs.
         verify: budgets, conditioning factor and floors (default :class:`VerifyOptions`).
         expected: a known answer per output leaf (``--expected``), the third oracle.
+        jobs: worker processes for the sm_90 compiles (see :class:`Executor`).
 
     The reference runs on the same explicit-stack interpreter (:func:`interpret`) with
     :func:`~fusegen.evaluator.evaluator.evaluate_instruction` for every instruction, so deep ``call`` chains
@@ -429,17 +467,22 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
     from fusegen.evaluator.evaluator import _coerce_arg, evaluate_module
 
     t0 = time.perf_counter()
-    ex = Executor(module, device, pm, compile_kernels, on_fusion, limits, verify)
-    out = ex.run(args)
+    ex = Executor(module, device, pm, compile_kernels, on_fusion, limits, verify, jobs)
+    try:
+        out = ex.run(args)
+    finally:
+        ex.finish_compiles()
     params = module.entry.parameters
     if len(args) != len(params):
         ref = evaluate_module(module, args)  # raises the evaluator's one-line error
-    ref = interpret(module.entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)],
-                    evaluate_instruction, ex.budget)
-    verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected)
+    with ex.timings.phase("reference"):  # the module's reference run and the verdict's f64 oracle
+        ref = interpret(module.entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)],
+                        evaluate_instruction, ex.budget)
+        verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected)
     ok = verdict.status != "mismatch"
     worst = max((o.max_abs_error for o in verdict.outputs), default=0.0)
-    report = RunReport(module.name, list(ex.reports.values()), dict(ex.other), ok, worst, time.perf_counter() - t0,
-                       verdict)
-    report.other_instructions = list(ex.other_instructions.values())
+    fusions = list(ex.reports.values())
+    report = RunReport(module.name, fusions, dict(ex.other), ok, worst, time.perf_counter() - t0, verdict,
+                       other_instructions=list(ex.other_instructions.values()),
+                       timings=module_timings([f.timings for f in fusions], ex.timings))
     return out, report

@@ -53,9 +53,33 @@ class _TileGen(ElementalGenerator):
     def _emit(self, inst: Instruction, idx: tuple) -> Any:
         if inst.opcode == "reduce" and self.bindings is None:
             return self._tile_reduce(inst, idx)
+        if inst.opcode == "bitcast" and self.bindings is None and self.dims and inst.operands[0].opcode == "reduce":
+            k = self._reshaped_rows(inst)
+            if k and tuple(idx) == tuple(self.lane_idx[:-k]):
+                return self._tile_reduce(inst.operands[0], idx, reshaped=k)
         return super()._emit(inst, idx)
 
-    def _tile_reduce(self, inst: Instruction, idx: tuple) -> str:
+    def _reshaped_rows(self, bc: Instruction) -> int:
+        """``k`` when ``bc`` is a row-major bitcast of a reduce over the trailing ``k`` dimensions of a row-major
+        reshape of the tile's array onto the tile's leading dimensions, with the tile covering those ``k``
+        dimensions (gpt12's final log-softmax reduces ``f32[512,8192]`` and bitcasts the maxima to ``[4,128]``);
+        else 0. Such a reduce folds the tile's own rows, so it is a tile reduction, not a per-lane loop."""
+        red = bc.operands[0]
+        if len(red.operands) != 2 or red.shape.is_tuple:
+            return 0
+        sd, dims = tuple(red.operands[0].shape.dimensions), self.dims
+        rd = sorted(int_list(red.attrs.get("dimensions")))
+        k = len(rd)
+        if not k or k >= len(dims) or rd != list(range(len(sd) - k, len(sd))) or sd[-k:] != dims[-k:]:
+            return 0
+        if tuple(bc.shape.dimensions) != dims[:-k] or any(self.tile[d] < dims[d] for d in range(len(dims) - k, len(dims))):
+            return 0
+        for s in (red.operands[0].shape, red.shape, bc.shape):
+            if tuple(s.minor_to_major()) != tuple(reversed(range(s.rank))):
+                return 0
+        return k
+
+    def _tile_reduce(self, inst: Instruction, idx: tuple, reshaped: int = 0) -> str:
         if len(inst.operands) != 2 or inst.shape.is_tuple:
             raise EmitterUnsupported("reduce", inst.name, "variadic reductions are not supported by the block-level emitter")
         src, init = inst.operands
@@ -65,24 +89,30 @@ class _TileGen(ElementalGenerator):
             if op in _COMBINERS and all(o.opcode == "parameter" for o in comp.root.operands):
                 return self._sub_tile_reduce(inst, idx, op)
             return super()._emit(inst, idx)
-        if tuple(src.shape.dimensions) != self.dims:
+        src_idx: tuple = self.lane_idx
+        if reshaped:  # the source is a row-major reshape of the tile's array: reduce the tile's trailing dims
+            rdims = list(range(len(self.dims) - reshaped, len(self.dims)))
+            lin = self.linearize(self.lane_idx, self.dims, tuple(reversed(range(len(self.dims)))))
+            src_idx = tuple(self.delinearize(lin, src.shape.dimensions, src.shape.minor_to_major()))
+        elif tuple(src.shape.dimensions) != self.dims:
             # Not a reduction over the tile (e.g. a split-K partial sum feeding a layer norm): compute it
             # per lane with the elemental generator's loop over the reduced elements.
             return super()._emit(inst, idx)
-        rdims = sorted(int_list(inst.attrs.get("dimensions")))
+        else:
+            rdims = sorted(int_list(inst.attrs.get("dimensions")))
         kept = [d for d in range(len(self.dims)) if d not in rdims]
         comp = inst.attrs.get("to_apply")
         op = comp.root.opcode if isinstance(comp, Computation) and comp.root is not None else ""
         if op not in _COMBINERS or not all(o.opcode == "parameter" for o in comp.root.operands):
             raise EmitterUnsupported("reduce", inst.name, f"reducer {op!r} is not add/maximum/minimum")
-        aligned = tuple(idx) == tuple(self.lane_idx[d] for d in kept)
+        aligned = bool(reshaped) or tuple(idx) == tuple(self.lane_idx[d] for d in kept)
         if not aligned or any(self.tile[d] < self.dims[d] for d in rdims):
             # Read at other indices (a backward pass's bitcast/broadcast of a row statistic) or over a tile that
             # holds only part of the reduced dimension: reduce a [lanes, reduced] sub-tile, as XLA's tiling gives
             # the reduce operand the full reduced extent whatever the output tile (symbolic tile propagation).
             return self._sub_tile_reduce(inst, idx, op)
         et = inst.shape.element_type
-        x = self.up(self.value(src, self.lane_idx), et)
+        x = self.up(self.value(src, src_idx), et)
         init_v = self.up(self.value(init, ()), et)
         shape = "[" + ", ".join(str(t) for t in self.tile) + "]"
         ident = _identity(op, self.compute_type(et), shape)
@@ -181,7 +211,7 @@ class TritonBlockLevelFusion(FusionEmitter):
 
     #: Lanes of the interpreter variant's tile: XLA's tiles are often a few elements ([1,1,8]), and the interpreter
     #: pays per program, so the variant covers more of the output per tile (same values per element).
-    INTERPRET_LANES = 4096
+    INTERPRET_LANES = 1 << 17  # interpreter cost is per tile, numpy's per element
 
     def __init__(self, analysis: Any, sizes: list[int] | None = None, interpret_variant: bool = True):
         super().__init__(analysis)
@@ -189,18 +219,8 @@ class TritonBlockLevelFusion(FusionEmitter):
         self.build_interpret_variant = interpret_variant
 
     def _interpret_sizes(self, sizes: list[int], dims: tuple[int, ...]) -> list[int]:
-        """``sizes`` grown minor dimension first (doubling, at most the dimension) up to :attr:`INTERPRET_LANES`."""
-        out = list(sizes)
-        for d in reversed(range(len(dims))):
-            while out[d] < dims[d]:
-                cand = out[:d] + [min(dims[d], out[d] * 2)] + out[d + 1:]
-                lanes = 1
-                for c in cand:
-                    lanes *= _pow2(max(1, c))
-                if lanes > self.INTERPRET_LANES:
-                    return out
-                out = cand
-        return out
+        """``sizes`` grown for the interpreter variant (see :func:`interpret_tile_sizes`)."""
+        return interpret_tile_sizes(dims, sizes, self.INTERPRET_LANES)
 
     def _config(self) -> tuple[list[int], int, int]:
         fbc = self.fusion.backend_config.get("fusion_backend_config") or {}
@@ -306,6 +326,25 @@ class TritonBlockLevelFusion(FusionEmitter):
                           launch=LaunchDimensions(grid=(ntiles,), num_warps=warps), num_stages=stages,
                           interpret_variant=variant)
         return EmittedFusion(emitter=self.name, kernels=(ks,))
+
+
+def interpret_tile_sizes(dims: tuple[int, ...], sizes: list[int], max_lanes: int = 1 << 17) -> list[int]:
+    """Output tile sizes of the interpreter variant: ``sizes`` grown innermost dimension first (doubling,
+    at most to the dimension) while the power-of-two tile stays within ``max_lanes`` lanes; ``sizes``
+    unchanged when it already exceeds ``max_lanes``. The interpreter's cost is per tile, numpy's per
+    element, and a larger tile computes the same values (each reduction folds every kept position on its
+    own, the elementwise part is per lane)."""
+    out = [max(1, s) for s in sizes]
+    for d in reversed(range(len(dims))):
+        while out[d] < dims[d]:
+            cand = out[:d] + [min(dims[d], out[d] * 2)] + out[d + 1:]
+            lanes = 1
+            for c in cand:
+                lanes *= _pow2(c)
+            if lanes > max_lanes:
+                return out
+            out = cand
+    return out
 
 
 def create(analysis: Any, context: Any = None) -> TritonBlockLevelFusion | None:

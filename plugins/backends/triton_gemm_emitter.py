@@ -262,8 +262,10 @@ class TritonGemmFusion(FusionEmitter):
 
     name = "TritonGemmFusion"
 
-    #: Largest tile edge of the interpreter variant (a 256x256 f32 tile is 256 KiB of numpy work per step).
-    INTERPRET_TILE = 256
+    #: Largest tile edge of the interpreter variant, and its largest tile (elements): the interpreter's cost is
+    #: per tile and per K step, numpy's per element (a 2048x1024 f32 accumulator is 8 MiB).
+    INTERPRET_TILE = 2048
+    INTERPRET_TILE_ELEMENTS = 1 << 21
 
     def __init__(self, analysis: Any, config: TritonGemmConfig | None = None, interpret_variant: bool = True):
         super().__init__(analysis)
@@ -451,6 +453,11 @@ class TritonGemmFusion(FusionEmitter):
             # thousands of programs) would take minutes; block_k (the accumulation order) is kept.
             bm_i = max(bm, _pow2_at_least(M, 16, self.INTERPRET_TILE))
             bn_i = max(bn, _pow2_at_least(N, 16, self.INTERPRET_TILE))
+            while bm_i * bn_i > self.INTERPRET_TILE_ELEMENTS and max(bm_i // bm, bn_i // bn) > 1:
+                if bm_i // bm >= bn_i // bn:
+                    bm_i //= 2
+                else:
+                    bn_i //= 2
             if (bm_i, bn_i) != (bm, bn):
                 big = attrs.evolve(cfg, block_m=bm_i, block_n=bn_i)
                 emitted = TritonGemmFusion(self.analysis, config=big, interpret_variant=False).emit()

@@ -1,0 +1,96 @@
+"""Time of ``fusegen run`` on gpt12 and the ``../shared/corpus/jax`` modules: cold, warm, ``--jobs 1`` vs ``--jobs 2``.
+
+Each row runs ``fusegen run MODULE --json`` in a fresh process (as a user does) and reads the run's own
+``"timings"`` (:mod:`fusegen.runtime.timings`):
+
+* ``no-compile``: ``run --no-compile`` (the interpreter and the reference only);
+* ``cold``: ``run`` with an empty kernel directory and Triton cache (``FUSEGEN_KERNEL_DIR`` in a temporary
+  directory), ``--jobs 1``;
+* ``warm j1`` / ``warm j2``: ``run`` again on that now-warm cache with ``--jobs 1`` / ``--jobs 2``.
+
+Printed beside the absolute wall times (seconds, the child's whole life: start-up, parse, run, verdict) and
+the CPU seconds the child and its workers used, as ratios in the same run: ``warm/no-compile`` (the
+issue's goal: <= 2 once warm), ``cold/warm`` and ``j1/j2``. On a busy machine wall times grow and CPU
+seconds do not: read both. Run: ``python benchmarks/run_time.py [--only gpt12] [--skip-cold]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def run_once(path: Path, kernel_dir: str, *flags: str, timeout: float) -> dict:
+    """One ``fusegen run --json`` in a child; ``{"wall", "cpu", "status", "timings"}`` (``status`` ``timeout``
+    or ``exit N`` when it did not finish with a report)."""
+    env = dict(os.environ, FUSEGEN_KERNEL_DIR=kernel_dir)
+    env.pop("TRITON_CACHE_DIR", None)  # Triton's cache lives in the kernel directory
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run([sys.executable, "-m", "fusegen.cli", "run", str(path), "--json", *flags],
+                           capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"wall": time.perf_counter() - t0, "cpu": float("nan"), "status": "timeout", "timings": {}}
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    try:
+        doc = json.loads(p.stdout)
+    except ValueError:
+        return {"wall": wall, "cpu": cpu, "status": f"exit {p.returncode}", "timings": {}}
+    return {"wall": wall, "cpu": cpu, "status": doc.get("status", "?"), "timings": doc.get("timings", {})}
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:6.2f}" if b and b == b and a == a else "     -"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default=None, help="run only modules whose file name contains this")
+    ap.add_argument("--skip-cold", action="store_true", help="reuse --kernel-dir as it is (no cold row)")
+    ap.add_argument("--kernel-dir", default=None, help="kernel directory to warm (default: a temporary one)")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per fusegen run")
+    a = ap.parse_args()
+    files = sorted((SHARED / "corpus" / "jax").glob("*_opt.hlo"))
+    files = [f for f in files if a.only is None or a.only in f.name]
+    if not files:
+        sys.exit(f"no modules under {SHARED / 'corpus' / 'jax'}")
+    tmp = tempfile.TemporaryDirectory(prefix="fusegen-run-time-")
+    kdir = a.kernel_dir or tmp.name
+    print(f"cores usable: {len(os.sched_getaffinity(0))}; kernel dir {kdir}")
+    head = (f"{'module':40} {'no-compile':>10} {'cold j1':>8} {'warm j1':>8} {'warm j2':>8} | "
+            f"{'warm/nc':>7} {'cold/warm':>9} {'j1/j2':>6} | cpu s: {'nc':>6} {'w j1':>6} {'w j2':>6} | status")
+    print(head)
+    for f in files:
+        nc = run_once(f, kdir, "--no-compile", timeout=a.timeout)
+        cold = None if a.skip_cold else run_once(f, kdir, "--jobs", "1", timeout=a.timeout)
+        w1 = run_once(f, kdir, "--jobs", "1", timeout=a.timeout)
+        w2 = run_once(f, kdir, "--jobs", "2", timeout=a.timeout)
+        c = cold["wall"] if cold else float("nan")
+        statuses = {r["status"] for r in (nc, cold, w1, w2) if r}
+        print(f"{f.name[:40]:40} {nc['wall']:10.2f} {c:8.2f} {w1['wall']:8.2f} {w2['wall']:8.2f} | "
+              f"{ratio(w1['wall'], nc['wall']):>7} {ratio(c, w1['wall']):>9} {ratio(w1['wall'], w2['wall']):>6} | "
+              f"       {nc['cpu']:6.1f} {w1['cpu']:6.1f} {w2['cpu']:6.1f} | {','.join(sorted(statuses))}", flush=True)
+        t = nc["timings"]
+        if t:
+            print("    no-compile phases: " + ", ".join(f"{k} {v:.2f}" for k, v in t.items()), flush=True)
+        if w1["timings"]:
+            print(f"    warm j1 compile {w1['timings'].get('compile', 0):.2f} s; "
+                  f"cold j1 compile {cold['timings'].get('compile', 0) if cold and cold['timings'] else float('nan'):.2f} s",
+                  flush=True)
+    tmp.cleanup()
+
+
+if __name__ == "__main__":
+    main()
