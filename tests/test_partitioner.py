@@ -201,3 +201,25 @@ def test_rootless_computation_is_an_error():
 
     with pytest.raises(ValueError, match="has no root"):
         partition(Computation(name="empty"))
+
+
+def test_same_indices_compares_indexing_maps():
+    # n is read through two transposes that cancel: by the maps, l's users exp and negate read it at the root's
+    # own index, so l stays in the root function (without maps, the detour's fresh indexing id split it off).
+    comp = _comp("""
+  p = f32[8,16] parameter(0)
+  l = f32[8,16] log(p)
+  e = f32[8,16] exponential(l)
+  n = f32[8,16] negate(l)
+  t1 = f32[16,8] transpose(n), dimensions={1,0}
+  t2 = f32[8,16] transpose(t1), dimensions={1,0}
+  ROOT a = f32[8,16] add(e, t2)""")
+    pc = partition(comp)
+    _check_is_partition(pc)
+    assert len(pc.subgraphs) == 1
+    sg = pc.root_subgraph
+    ids = {n: sg.indexing_id(comp.instruction(n)) for n in ("a", "e", "n", "l", "t1", "t2")}
+    assert ids["n"] == ids["l"] == ids["e"] == ids["a"] == ids["t2"] and ids["t1"] != ids["a"]
+    # a real permutation still splits: log read at (i, j) and at (j, i)
+    comp2 = _comp(SEED_EXAMPLE)
+    assert len(partition(comp2).subgraphs) == 2

@@ -6,8 +6,13 @@ Mirrors ``PartitionedComputation`` (``xla/codegen/emitters/computation_partition
 
 Walking the instructions users-first, every instruction gets a ``(function id, indexing id)`` pair:
 
-* a non-root whose users all share one ``(function, indexing)`` pair and are all elementwise joins them
-  (it is read at exactly the index its users are read at);
+* a non-root whose users are all elementwise, in one function, and read it "through the same indices" joins
+  them. "The same indices" compares indexing maps: each instruction carries the map from its function's
+  root index to its own index (composed from ``compute_output_to_input_indexing`` of the ops between), a
+  user reads an operand through that map composed with its own output-to-operand map, and the reads must be
+  semantically equal maps (:func:`fusegen.indexing.semantically_equal`). Indexing ids name those maps: two
+  instructions of a function share an id exactly when their maps are equal. (Where a map is unknown, the
+  users' ids are compared, as before maps);
 * a root (no users, or ``is_subgraph_root``), an instruction with several users, or one that its single
   user reads at several indices (a ``gather`` reading a multi-column index operand, a ``concatenate``
   listing the operand twice) starts a new function;
@@ -26,6 +31,7 @@ from typing import Callable, Iterable
 import attrs
 
 from fusegen.hlo.ir import Computation, Instruction
+from fusegen.indexing import IndexingMap, semantically_equal
 
 #: ``HloInstruction::IsOpElementwise`` opcodes (``map`` is not in XLA's opcode-level list).
 ELEMENTWISE_OPCODES = frozenset({
@@ -138,6 +144,46 @@ def is_evaluated_more_than_once(inst: Instruction) -> bool:
     return False
 
 
+def _read_map(user_map: IndexingMap, user: Instruction, operand: Instruction) -> IndexingMap:
+    """The map from the user's function root index to ``operand``'s index as ``user`` reads it (its first
+    operand slot and first map); unknown where the analysis has no single map."""
+    from fusegen.indexing.analysis import compute_output_to_input_indexing
+
+    if user_map.is_undefined:
+        return user_map
+    try:
+        k = next(k for k, o in enumerate(user.operands) if o is operand)
+        maps = compute_output_to_input_indexing(user).maps(k)
+        if len(maps) != 1 or maps[0].is_undefined:
+            return IndexingMap.unknown()
+        return user_map.compose(maps[0]).simplify()
+    except Exception:  # an op the analysis does not cover (tuple shapes, custom calls): no map
+        return IndexingMap.unknown()
+
+
+def _same_map(a: IndexingMap, b: IndexingMap) -> bool:
+    return not a.is_undefined and not b.is_undefined and (a == b or semantically_equal(a, b))
+
+
+class _IndexingIds:
+    """Indexing ids per function, one per distinct (semantically equal) map; unknown maps get fresh ids."""
+
+    def __init__(self) -> None:
+        self.next = 0
+        self.known: dict[int, list[tuple[IndexingMap, int]]] = {}
+
+    def id_for(self, function: int, m: IndexingMap) -> int:
+        seen = self.known.setdefault(function, [])
+        if not m.is_undefined:
+            for other, i in seen:
+                if _same_map(m, other):
+                    return i
+        self.next += 1
+        if not m.is_undefined:
+            seen.append((m, self.next - 1))
+        return self.next - 1
+
+
 def _first_leaf_dims(inst: Instruction) -> tuple[int, ...]:
     s = inst.shape
     while s.is_tuple:
@@ -167,22 +213,29 @@ def partition(computation: Computation,
     pre_order = list(reversed(computation.post_order()))
     pos = {id(i): k for k, i in enumerate(pre_order)}
     ids: list[tuple[int, int]] = [(-1, -1)] * len(pre_order)
+    maps: list[IndexingMap] = [IndexingMap.unknown()] * len(pre_order)  # function root index -> own index
     next_function = 0
-    next_indexing = 0
+    indexing = _IndexingIds()
     for k, inst in enumerate(pre_order):
         users = [u for u in inst.users if id(u) in pos]
         is_root = not users or inst is computation.root or bool(forced(inst))
-        consistent = _all_identical(ids[pos[id(u)]] for u in users)
         all_elementwise = all(u.opcode in ELEMENTWISE_OPCODES for u in users)
-        if not is_root and consistent and all_elementwise:
-            ids[k] = ids[pos[id(users[0])]]
-        elif is_root or len(users) > 1 or is_evaluated_more_than_once(inst):
-            ids[k] = (next_function, next_indexing)
-            next_function += 1
-            next_indexing += 1
+        reads = [_read_map(maps[pos[id(u)]], u, inst) for u in users] if not is_root and all_elementwise else []
+        if any(r.is_undefined for r in reads):  # no maps to compare: the users' own ids decide
+            same = _all_identical(ids[pos[id(u)]] for u in users)
         else:
-            ids[k] = (ids[pos[id(users[0])]][0], next_indexing)
-            next_indexing += 1
+            same = _all_identical(ids[pos[id(u)]][0] for u in users) and all(_same_map(r, reads[0]) for r in reads[1:])
+        if not is_root and all_elementwise and same:
+            ids[k] = ids[pos[id(users[0])]]
+            maps[k] = reads[0] if not reads[0].is_undefined else maps[pos[id(users[0])]]
+        elif is_root or len(users) > 1 or is_evaluated_more_than_once(inst):
+            maps[k] = IndexingMap.identity(_first_leaf_dims(inst)) if inst.shape.is_array else IndexingMap.unknown()
+            ids[k] = (next_function, indexing.id_for(next_function, maps[k]))
+            next_function += 1
+        else:
+            fn = ids[pos[id(users[0])]][0]
+            maps[k] = _read_map(maps[pos[id(users[0])]], users[0], inst)
+            ids[k] = (fn, indexing.id_for(fn, maps[k]))
 
     functions: list[list[Instruction]] = [[] for _ in range(next_function)]
     for k in range(len(pre_order) - 1, -1, -1):  # post order inside each function
