@@ -90,7 +90,7 @@ def fusegen_codegen_backends():
         "first config" (level 0): backends are ordered by ascending ``CodegenBackend.rank`` (XLA's CUDA
         order, ``factory_cuda.cc``: cuDNN 100, Triton 200, cuBLASLt 300, fission 400, native 500,
         block-level 600; host 1000), then plugin order. A backend name registered by two plugins is an
-        error naming both (``fusegen.autotuning.autotuner.discover_backends``).
+        error naming both (``fusegen.autotuning.options.discover_backends``).
     """
 
 

@@ -5,7 +5,6 @@ float64 numpy and XLA:CPU (jaxlib) are the oracles."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from xla_oracle import JAX_ERROR, run_xla
 

@@ -24,8 +24,6 @@ result inserted into the cache (tuned results only, as XLA).
 from __future__ import annotations
 
 import collections
-import hashlib
-import json
 import logging
 import time
 import warnings
@@ -35,17 +33,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 import attrs
 
 from fusegen.autotuning import cost_model
-from fusegen.autotuning.compile_pool import (DEFAULT_TIMEOUT_S, CompileOutcome, CompilePool, CompilePoolUnavailable,
+from fusegen.autotuning.compile_pool import (CompileOutcome, CompilePool, CompilePoolUnavailable,
                                              CompileTask, instruction_to_text)
 from fusegen.autotuning.config_runner import Candidate, ConfigRunner
 from fusegen.autotuning.profiler import Profiler, default_profiler
-from fusegen.autotuning.redzone import DEFAULT_REDZONE_BYTES
-from fusegen.autotuning.supervised import DEFAULT_PROFILE_TIMEOUT_S, ProfileSupervisor
-from fusegen.autotuning.selection import (DEFAULT_SCRATCH_WINDOW_US, AutotuneError, Failure, FailureKind,
+from fusegen.autotuning.supervised import ProfileSupervisor
+from fusegen.autotuning.selection import (AutotuneError, Failure, FailureKind,
                                           ProfileResult, pick_best_config)
 from fusegen.cache.format import CacheEntry, TuneResult
 from fusegen.cache.key import CacheKey, make_key
-from fusegen.cache.tiers import TieredCache, normalize_mode
+from fusegen.cache.tiers import TieredCache
 from fusegen.codegen_backend import CodegenBackend, CompilationFailed, Config
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,306 +50,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("fusegen.autotuning")
 
-#: fusegen's CPU default of ``cost_model_top_k``: in Triton's interpreter one run of a small-tile config of a
-#: real GEMM takes minutes (``gpu_mlp_bf16``: 8192 programs for 16x8 tiles), so without a GPU only the
-#: roofline's best 4 configs (the host backend, always kept, and 3 Triton tilings) are compiled and timed.
-#: Override with ``--cost-model-top-k`` (0 tunes every config).
-CPU_DEFAULT_TOP_K = 4
-
-#: Options whose value changes which config wins (fingerprinted into every cache key).
-RESULT_CHANGING = ("xla_gpu_autotune_level", "xla_gpu_autotune_gemm_rtol", "xla_gpu_experimental_autotune_backends",
-                   "xla_gpu_deterministic_ops", "xla_gpu_exclude_nondeterministic_ops", "scratch_bytes_window_us",
-                   "cost_model_top_k")
-
-
-@attrs.define
-class AutotuneOptions:
-    """Autotuner options under XLA's flag names (defaults as ``debug_options_flags.cc``).
-
-    XLA flags: ``xla_gpu_autotune_level`` (4), ``xla_gpu_autotune_gemm_rtol`` (0.1),
-    ``xla_gpu_redzone_padding_bytes`` (8 MiB per side), ``xla_gpu_per_fusion_autotune_cache_dir`` (""),
-    ``xla_gpu_experimental_autotune_cache_mode`` ("UPDATE"), ``xla_gpu_require_complete_aot_autotune_results``
-    (False), ``xla_gpu_experimental_autotune_backends`` ("" = all; ``"+triton,-cublaslt"`` or
-    ``"triton,host"``), ``xla_gpu_crash_on_verification_failures`` (False).
-
-    fusegen's own: ``scratch_bytes_window_us`` (XLA's hard-coded 2 µs), ``cost_model_top_k`` (0 = off;
-    ``None`` = fusegen's default: :data:`CPU_DEFAULT_TOP_K` when the autotuner times on the CPU because no
-    GPU is usable and no profiler was given, else off; see :func:`default_top_k`),
-    ``compile_workers`` (None = CPU count, 0 = in process), ``compile_timeout_s`` (debug option
-    ``xla_gpu_autotune_compile_timeout``), ``profile_timeout_s`` (``xla_gpu_autotune_profile_timeout``),
-    ``profile_in_worker`` (``pickled``: candidates compiled in a worker are profiled in a supervised worker,
-    :mod:`fusegen.autotuning.supervised`; ``all``: every picklable one; ``none``), ``profile_runs`` (None:
-    5 with CUDA events, 0 = the timed warm-up run on the CPU),
-    ``seed`` (input data), ``tune_emitter_fusions`` (also tune emitter fusions' launch parameters),
-    ``retune_configured`` (also tune instructions that already carry a config).
-    """
-
-    xla_gpu_autotune_level: int = 4
-    xla_gpu_autotune_gemm_rtol: float = 0.1
-    xla_gpu_redzone_padding_bytes: int = DEFAULT_REDZONE_BYTES
-    xla_gpu_per_fusion_autotune_cache_dir: str = ""
-    xla_gpu_experimental_autotune_cache_mode: str = attrs.field(default="UPDATE", converter=normalize_mode)
-    xla_gpu_require_complete_aot_autotune_results: bool = False
-    xla_gpu_experimental_autotune_backends: str = ""
-    xla_gpu_crash_on_verification_failures: bool = False
-    xla_gpu_deterministic_ops: bool = False
-    xla_gpu_exclude_nondeterministic_ops: bool = False
-    scratch_bytes_window_us: float = DEFAULT_SCRATCH_WINDOW_US
-    cost_model_top_k: int | None = None
-    compile_workers: int | None = None
-    compile_timeout_s: float = DEFAULT_TIMEOUT_S
-    profile_timeout_s: float = DEFAULT_PROFILE_TIMEOUT_S
-    profile_in_worker: str = attrs.field(default="pickled", validator=attrs.validators.in_(("pickled", "all", "none")))
-    profile_runs: int | None = None
-    seed: int = 0
-    tune_emitter_fusions: bool = False
-    retune_configured: bool = False
-
-    @classmethod
-    def from_debug_options(cls, obj: Any, **overrides: Any) -> "AutotuneOptions":
-        """Read every field this class knows from ``obj`` (e.g. ``fusegen.config.options.DebugOptions``)."""
-        kw = {}
-        for f in attrs.fields(cls):
-            if hasattr(obj, f.name):
-                kw[f.name] = getattr(obj, f.name)
-        for flag, field in (("xla_gpu_autotune_compile_timeout", "compile_timeout_s"),
-                            ("xla_gpu_autotune_profile_timeout", "profile_timeout_s")):
-            if hasattr(obj, flag):
-                kw[field] = float(getattr(obj, flag))
-        kw.update(overrides)
-        return cls(**kw)
-
-    @property
-    def check_correctness(self) -> bool:
-        return self.xla_gpu_autotune_level >= 4
-
-    @property
-    def allow_autotuning(self) -> bool:
-        """False for level 0 or deterministic ops (``config_assigner_pass.cc:276-279``)."""
-        return (self.xla_gpu_autotune_level > 0 and not self.xla_gpu_deterministic_ops
-                and not self.xla_gpu_exclude_nondeterministic_ops)
-
-    def fingerprint(self, backends: Sequence[CodegenBackend] = ()) -> str:
-        """sha256 hex of the result-changing options and the selected backends' ``name:version``."""
-        d = {k: getattr(self, k) for k in RESULT_CHANGING}
-        d["xla_gpu_experimental_autotune_backends"] = None  # represented by the selected set below
-        d["backends"] = sorted(f"{b.name}:{b.version}" for b in backends)
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
-
-
-def default_top_k(profiler: Profiler | None, device: Any) -> int:
-    """``cost_model_top_k`` when the options leave it ``None``.
-
-    :data:`CPU_DEFAULT_TOP_K` when the autotuner will build its own profiler (``profiler is None``) and
-    that is CPU wall time (no CuPy/GPU), and ``device`` is a description the cost model can use; else 0.
-    A profiler passed in explicitly (tests, benchmarks) keeps every config.
-    """
-    if profiler is not None or not hasattr(device, "memory_bandwidth"):
-        return 0
-    from fusegen.autotuning.profiler import CudaEventsProfiler
-
-    ok, _ = CudaEventsProfiler.availability()
-    return 0 if ok else CPU_DEFAULT_TOP_K
-
-
-# --------------------------------------------------------------------------------------------
-# Backend selection and discovery
-# --------------------------------------------------------------------------------------------
-
-def select_backends(backends: Sequence[CodegenBackend], spec: str) -> list[CodegenBackend]:
-    """Backends enabled by ``xla_gpu_experimental_autotune_backends`` (case-insensitive names).
-
-    ``""`` keeps all; ``"a,b"`` keeps exactly those; ``"+a,-b"`` edits the full set (XLA's syntax).
-
-    Raises:
-        ValueError: an unknown name (listing the known ones), or plain names mixed with ``+``/``-``.
-    """
-    known = [b.name.lower() for b in backends]
-    items = [s.strip() for s in (spec or "").split(",") if s.strip()]
-    if not items:
-        return list(backends)
-    signed = [s[0] in "+-" for s in items]
-    if any(signed) and not all(signed):
-        raise ValueError(f"xla_gpu_experimental_autotune_backends={spec!r}: either list backends or edit the "
-                         f"default set with +name/-name, not both")
-    enabled = set(known) if all(signed) else set()
-    for s in items:
-        name = s[1:].strip().lower() if s[0] in "+-" else s.lower()
-        if name not in known:
-            raise ValueError(f"xla_gpu_experimental_autotune_backends: unknown backend {name!r}; "
-                             f"registered: {', '.join(known) or '(none)'}")
-        if s[0] == "-":
-            enabled.discard(name)
-        else:
-            enabled.add(name)
-    return [b for b in backends if b.name.lower() in enabled]
-
-
-def discover_backends(pm: Any = None) -> list[CodegenBackend]:
-    """Backends contributed through the ``fusegen_codegen_backends`` hook, sorted by ``rank`` (stable).
-
-    Same order as ``PluginManager.codegen_backends`` for equal ranks; a backend name registered by two
-    plugins is an error naming both.
-
-    Raises:
-        fusegen.plugin_manager.PluginError: a plugin raised or returned something that is not a
-            :class:`CodegenBackend`.
-    """
-    from fusegen.plugin_manager import PluginError, default_plugin_manager
-
-    pm = pm or default_plugin_manager()
-    hook = getattr(pm.pm.hook, "fusegen_codegen_backends", None)
-    if hook is None:
-        return []
-    out: list[CodegenBackend] = []
-    owner: dict[str, str] = {}
-    for impl in reversed(hook.get_hookimpls()):  # pluggy's call order, as PluginManager.codegen_backends
-        try:
-            res = impl.function()
-        except Exception as e:
-            raise PluginError(impl.plugin_name, "raised in fusegen_codegen_backends", e) from e
-        for b in res or []:
-            if not isinstance(b, CodegenBackend):
-                raise PluginError(impl.plugin_name, f"returned {type(b).__name__} from fusegen_codegen_backends, "
-                                                    f"expected CodegenBackend")
-            if b.name in owner:
-                raise PluginError(impl.plugin_name, f"registers codegen backend {b.name!r}, already registered by "
-                                                    f"{owner[b.name]!r}")
-            owner[b.name] = impl.plugin_name
-            out.append(b)
-    return sorted(out, key=lambda b: b.rank)
-
-
-# --------------------------------------------------------------------------------------------
-# Which instructions
-# --------------------------------------------------------------------------------------------
-
-def needs_config(instr: "Instruction", tune_emitter_fusions: bool = False, retune: bool = False) -> bool:
-    """Whether ``instr`` gets a config (``config_assigner_pass.cc:115-230``).
-
-    cuBLASLt custom calls without ``selected_algorithm``, cuDNN convolutions without an algorithm,
-    ``__triton_gemm`` fusions without ``triton_gemm_config``, ``__triton_nested_gemm_fusion`` without
-    ``block_level_fusion_config``, ``__cudnn$fusion`` without ``plan_id``, ``__custom_fusion`` without
-    ``custom_fusion_config``; with ``tune_emitter_fusions`` also other non-custom fusions without
-    scatter. ``retune`` (beyond XLA) also takes those kinds when they already carry a config, e.g.
-    an optimized module from XLA tuned on another machine.
-    """
-    bc = instr.backend_config
-    if instr.opcode == "custom-call":
-        target = str(instr.attrs.get("custom_call_target", "")).strip('"')
-        if target.startswith("__cublas$lt$matmul"):
-            gbc = bc.get("gemm_backend_config", {}) if isinstance(bc, dict) else {}
-            return retune or not (isinstance(gbc, dict) and "selected_algorithm" in gbc)
-        if target.startswith("__cudnn$conv"):
-            cbc = bc.get("cudnn_conv_backend_config", {}) if isinstance(bc, dict) else {}
-            return retune or not (isinstance(cbc, dict) and cbc.get("algorithm"))
-        return False
-    if instr.opcode != "fusion":
-        return False
-    kind = instr.fusion_backend_kind
-    fbc = bc.get("fusion_backend_config", {}) if isinstance(bc, dict) else {}
-    fbc = fbc if isinstance(fbc, dict) else {}
-    if kind == "__triton_gemm":
-        return retune or "triton_gemm_config" not in fbc
-    if kind == "__triton_nested_gemm_fusion":
-        return retune or "block_level_fusion_config" not in fbc
-    if kind == "__cudnn$fusion":
-        cfc = fbc.get("cudnn_fusion_config", {})
-        return retune or not (isinstance(cfc, dict) and "plan_id" in cfc)
-    if kind == "__custom_fusion":
-        return retune or "custom_fusion_config" not in fbc
-    if tune_emitter_fusions and instr.attrs.get("kind") != "kCustom" and kind is None:
-        return not any(i.opcode == "scatter" for i in instr.fused_computation.instructions)
-    return False
-
-
-def tunable_instructions(module: "Module", tune_emitter_fusions: bool = False,
-                         retune: bool = False) -> list["Instruction"]:
-    """Instructions of ``module``'s non-fused computations that need a config, in module order."""
-    fused: set[int] = set()
-    for c in module.computations:
-        for i in c.instructions:
-            if i.opcode == "fusion":
-                for sub in i.called_computations:
-                    fused.add(id(sub))
-    out = []
-    for c in module.computations:
-        if id(c) in fused:
-            continue
-        out.extend(i for i in c.instructions if needs_config(i, tune_emitter_fusions, retune))
-    return out
-
-
-def describe(instr: "Instruction") -> str:
-    """The instruction as HLO text (for XLA's messages that embed it)."""
-    try:
-        from fusegen.hlo.printer import print_instruction
-
-        return print_instruction(instr)
-    except Exception:  # printer missing or cannot print this instruction: fall back to a short form
-        return f"%{instr.name} = {instr.opcode}(...)"
-
-
-# --------------------------------------------------------------------------------------------
-# Reports
-# --------------------------------------------------------------------------------------------
-
-@attrs.define
-class InstructionReport:
-    """What happened to one instruction (one row of the summary table).
-
-    ``step``: ``cache`` | ``tuned`` | ``single-config`` | ``single-compiled`` | ``first-compilable`` |
-    ``default`` | ``kept`` (re-tuning, no supported config here: its own config stays) | ``error``; ``cache``: ``memory`` | ``directory`` | ``miss``. ``configs`` counts the
-    configs tried (after the cost model), ``supported`` every supported config before it.
-    """
-
-    name: str
-    key: str = ""
-    cache: str = "miss"
-    step: str = ""
-    configs: int = 0
-    supported: int = 0
-    compiled: int = 0
-    failures: dict[str, int] = attrs.field(factory=dict)
-    winner: str | None = None
-    duration_us: float | None = None
-    scratch_bytes: int = 0
-    tie_break: bool = False
-    error: str | None = None
-    compile_seconds: float = 0.0
-    seconds: float = 0.0
-    results: list[ProfileResult] = attrs.field(factory=list, repr=False)
-
-    @property
-    def cache_hit(self) -> bool:
-        return self.cache in ("memory", "directory")
-
-    def to_json(self) -> dict:
-        d = attrs.asdict(self, filter=lambda a, v: a.name != "results")
-        d["cache_hit"] = self.cache_hit
-        return d
-
-
-def summary_table(reports: Sequence[InstructionReport], title: str = "autotuning"):
-    """A ``rich`` table: configs tried, failures by kind, winner, time, scratch, tie-break, cache."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    t = Table(title=title)
-    for col in ("instruction", "cache", "step", "configs", "compiled", "failures", "winner", "time µs",
-                "scratch B", "tie-break"):
-        t.add_column(col, overflow="fold")
-    for r in reports:
-        fails = ", ".join(f"{k}×{v}" for k, v in sorted(r.failures.items())) or "-"
-        cache = f"hit ({r.cache})" if r.cache_hit else r.cache
-        err = r.error.splitlines()[0] if r.error else ""
-        err = err if len(err) <= 160 else err[:159] + "…"  # XLA's messages embed the whole instruction
-        t.add_row(r.name, cache, r.step if not r.error else f"[red]error[/]: {escape(err)}",
-                  str(r.configs) if r.supported <= r.configs else f"{r.configs} of {r.supported}",
-                  str(r.compiled), fails, r.winner or "-",
-                  "-" if r.duration_us is None else f"{r.duration_us:.2f}", str(r.scratch_bytes),
-                  "yes" if r.tie_break else "no")
-    return t
+from fusegen.autotuning.instructions import (InstructionReport, describe, needs_config,  # noqa: E402,F401
+                                            summary_table, tunable_instructions)
+from fusegen.autotuning.options import (CPU_DEFAULT_TOP_K, RESULT_CHANGING, AutotuneOptions,  # noqa: E402,F401
+                                       default_top_k, discover_backends, select_backends)
 
 
 # --------------------------------------------------------------------------------------------

@@ -33,7 +33,6 @@ import pickle
 import signal
 import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 import attrs

@@ -31,7 +31,6 @@ def explain(module_path, fusion_name, show_indexing, device_name, config_path, x
     device = get_device_or_fail(device_name, cfg)
     modules = load_modules(module_path)
     prepare_modules(modules, cfg, device)
-    module = modules[0]
     rows = []
     calls = []  # library calls (cuBLAS, cuDNN, ...): not fusions, but where a dot or conv went
     try:

@@ -83,7 +83,7 @@ def _run_modules(modules, device, seed, compile_kernels, module_path, limits, ve
 def report(module_path, output_path, json_path, autotune, record_dir, top_k, autotune_cache_dir, do_run, seed,
            no_compile, rtol, atol, max_memory, timeout, max_while_iterations, device_name, config_path, xla_flags):
     """Write an HTML report of MODULE.hlo: graph, a card per fusion, tuning charts, summary."""
-    from fusegen.plugin_manager import PluginError, default_plugin_manager
+    from fusegen.plugin_manager import default_plugin_manager
 
     if not autotune and (top_k is not None or autotune_cache_dir is not None):
         fail("--cost-model-top-k and --autotune-cache-dir need --autotune")

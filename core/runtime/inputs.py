@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from fusegen.hlo import dtypes
-from fusegen.hlo.ir import Computation, Instruction, Module, Shape
+from fusegen.hlo.ir import Instruction, Module, Shape
 
 _PASS_THROUGH = {"convert", "bitcast", "reshape", "copy", "broadcast", "slice", "concatenate", "get-tuple-element",
                  "transpose", "clamp", "bitcast-convert"}

@@ -40,7 +40,7 @@ from fusegen.codegen.launch import scatter_geometry
 from fusegen.codegen.thread_indexing import default_thread_id_indexing_map
 from fusegen.indexing import IndexingMap
 from fusegen.hlo import dtypes
-from fusegen.hlo.ir import Computation, Instruction, Shape
+from fusegen.hlo.ir import Computation, Shape
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
 
