@@ -288,6 +288,35 @@ def _patch_interpreter_reduce() -> None:
     _REDUCE_PATCHED = True
 
 
+_BOOL_PATCHED = False
+
+
+def _patch_interpreter_bool_logic() -> None:
+    """``&``, ``|`` and ``^`` of two ``int1`` tensors as numpy's boolean ops in Triton's interpreter
+    (idempotent).
+
+    Triton 3.9's interpreter widens every ``int1`` binary op to ``int8`` and back (three copies) so that
+    ``+``/``-`` wrap like a 1-bit integer; for the bitwise logic ops numpy's boolean result is already that
+    1-bit value, so they skip the round trip (the masks of sort networks are combined this way every step).
+    """
+    global _BOOL_PATCHED
+    if _BOOL_PATCHED:
+        return
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    for name, op in (("create_and", np.bitwise_and), ("create_or", np.bitwise_or), ("create_xor", np.bitwise_xor)):
+        original = getattr(builder, name)
+
+        def fast(self: Any, lhs: Any, rhs: Any, _op: Any = op, _orig: Any = original) -> Any:
+            if lhs.data.dtype == np.bool_ and rhs.data.dtype == np.bool_:
+                return interp.TensorHandle(_op(lhs.data, rhs.data), lhs.dtype.scalar)
+            return _orig(self, lhs, rhs)
+
+        setattr(builder, name, fast)
+    _BOOL_PATCHED = True
+
+
 # --------------------------------------------------------------------------------------------------
 # loading
 # --------------------------------------------------------------------------------------------------
@@ -387,6 +416,7 @@ def run_interpreted(ks: KernelSource, buffers: Sequence[np.ndarray], scalars: Se
 
     _patch_interpreter_float_casts()
     _patch_interpreter_reduce()
+    _patch_interpreter_bool_logic()
     if ks.interpret_variant is not None and ks.interpret_variant.params == ks.params:
         ks = ks.interpret_variant
     if len(buffers) != len(ks.params):
@@ -421,7 +451,7 @@ class CompileResult:
     seconds: float
 
 
-_COMPILED: dict[tuple[str, int, int, int], CompileResult] = {}
+_COMPILED: dict[tuple, CompileResult] = {}
 
 
 def signature_of(ks: KernelSource, scalar_types: Sequence[str] = ()) -> dict[str, str]:
@@ -449,7 +479,7 @@ def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | 
         ks: the kernel (its ``launch.num_warps`` and ``num_stages`` are used unless overridden).
         capability: SM version as an int (90 -> sm_90a PTX).
         num_warps: override of the warps per program.
-        scalar_types: Triton types of non-constexpr scalar arguments, if any.
+        scalar_types: Triton types of non-constexpr scalar arguments (default ``ks.scalar_types``).
         pointer_alignment: when > 0, every buffer argument is declared divisible by this many bytes, as
             Triton's JIT specialises 16-byte aligned pointers at launch (XLA's buffers are aligned), so the
             PTX shows the vectorised loads and stores the launched kernel gets.
@@ -462,7 +492,9 @@ def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | 
     import triton
 
     warps = int(num_warps or ks.launch.num_warps)
-    key = (source_hash(ks), capability, warps, ks.num_stages, pointer_alignment)
+    scalar_types = tuple(scalar_types) or tuple(ks.scalar_types)
+    key = (source_hash(ks), capability, warps, ks.num_stages, pointer_alignment, scalar_types,
+           tuple(sorted(ks.constexprs.items())))
     if key in _COMPILED:
         return attrs.evolve(_COMPILED[key], seconds=0.0)
     jitfn = load_kernel(ks)
@@ -582,6 +614,15 @@ def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: An
             phys_leaves[(i, k)] = to_storage(to_physical(np.asarray(vals[k]), ls), ls.element_type)
         return phys_leaves[(i, k)]
 
+    scratch: dict[int, np.ndarray] = {}
+
+    def scratch_buffer(p: KernelParam) -> np.ndarray:
+        """Scratch ``p.index``: one zeroed buffer per fusion, shared by all its kernels and launches."""
+        if p.index not in scratch:
+            z = np.zeros(p.shape.numel, dtype=dtypes.numpy_dtype(p.shape.element_type))
+            scratch[p.index] = to_storage(z, p.shape.element_type)
+        return scratch[p.index]
+
     outs: list[np.ndarray] = []
     for k, s in enumerate(leaves):
         if k in emitted.output_aliases:
@@ -603,10 +644,11 @@ def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: An
             elif p.kind == "constant":
                 bufs.append(to_storage(constant_buffer(np.asarray(p.value), p.shape), p.shape.element_type))
             elif p.kind == "scratch":
-                bufs.append(np.zeros(p.shape.numel, dtype=np.dtype(dtypes.numpy_dtype(p.shape.element_type))))
+                bufs.append(scratch_buffer(p))
             else:
                 raise ValueError(f"unknown kernel parameter kind {p.kind!r}")
-        run_interpreted(ks, bufs, max_programs=interpret_max_programs)
+        for args in ks.launch_args:
+            run_interpreted(ks, bufs, scalars=args, max_programs=interpret_max_programs)
     return [from_physical(from_storage(b, s.element_type), s) for b, s in zip(outs, leaves)]
 
 

@@ -17,8 +17,8 @@ compare-exchange steps.
   ``tl.join``) on integer bit patterns, so NaNs and -0.0 survive the exchange unchanged.
 
 Operands may be computed in the fusion (``iota``, converts...): they are produced by the elemental generator
-at each lane's index. Sorted dimensions longer than :data:`MAX_SORT_SIZE` raise :class:`EmitterUnsupported`
-(XLA sorts those with one kernel per global merge step; that needs an index buffer shared by the launches).
+at each lane's index. Sorted dimensions padding to more than :data:`MAX_SORT_SIZE` are sorted as XLA does, by
+several launches over the output buffers (:mod:`fusegen_plugins.emitters.sort_scale`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
 
 #: Largest padded sort dimension one program sorts in registers. 1024 compiles for sm_90 in about a second;
-#: Triton's compile time for the unrolled network grows to ~50 s at 2048 and ~110 s at 4096.
+#: Triton's compile time for the unrolled network grows to ~50 s at 2048 and ~110 s at 4096, so longer
+#: rows take the multi-launch sort of :mod:`fusegen_plugins.emitters.sort_scale`.
 MAX_SORT_SIZE = 1024
 #: Elements per program the row batching aims for.
 TARGET_BLOCK = 1024
@@ -151,9 +152,6 @@ class SortFusion(FusionEmitter):
         leaves = self.fusion.shape.leaves()
         if len(leaves) != len(self.leaf_operand):
             raise EmitterUnsupported("fusion", self.fusion.name, "output leaves do not match the sort results")
-        if self.npad > MAX_SORT_SIZE:
-            raise EmitterUnsupported("sort", sort.name,
-                                     f"sort dimension of {self.n} elements exceeds the single-program limit {MAX_SORT_SIZE}")
         for o in sort.operands:
             try:
                 ts.tl_dtype(o.shape.element_type)
@@ -161,6 +159,10 @@ class SortFusion(FusionEmitter):
                 raise EmitterUnsupported("sort", sort.name, f"element type {o.shape.element_type} has no Triton type") from None
         if self.rows == 0 or self.n == 0:
             return EmittedFusion(emitter=self.name)
+        if self.npad > MAX_SORT_SIZE:  # XLA's multi-launch sort over the output buffers
+            from fusegen_plugins.emitters.sort_scale import emit_at_scale
+
+            return emit_at_scale(self)
         r, block, programs = self.launch_plan()
         fusion = self.fusion
         op_shapes = [o.shape for o in fusion.operands]
