@@ -40,7 +40,7 @@ from fusegen.registry import EmitterFactory
 #: Largest padded sort dimension one program sorts in registers. 1024 compiles for sm_90 in about a second;
 #: Triton's compile time for the unrolled network grows to ~50 s at 2048 and ~110 s at 4096, so longer
 #: rows take the multi-launch sort of :mod:`fusegen_plugins.emitters.sort_scale`.
-MAX_SORT_SIZE = 1024
+MAX_SORT_SIZE = 32
 #: Elements per program the row batching aims for.
 TARGET_BLOCK = 1024
 
