@@ -50,7 +50,8 @@ def test_quick_run_prints_a_row_per_emitter_with_compile_numbers(tmp_path, corpu
     out = tmp_path / "emitters.json"
     no_gpu = E.gpu_unavailable_reason()
     cmd = [sys.executable, str(BENCH), "--quick", "--json", str(out)] + (["--gpu"] if no_gpu else [])
-    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "tc"))
+    # fusegen's built-ins plus the bundled example plugin (its kInputSlices row), whatever else is installed
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "tc"), FUSEGEN_LOAD_PLUGINS="input-slices")
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     report = json.loads(out.read_text())

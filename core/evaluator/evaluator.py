@@ -41,6 +41,7 @@ from fusegen.evaluator import (
     dot_conv,
     elementwise,
     gather_scatter_sort,
+    linalg,
     reduce,
     shape_ops,
 )
@@ -88,7 +89,8 @@ class UnsupportedOpError(Exception):
 
 
 HANDLERS: dict[str, Callable[[Instruction, list], Value]] = {}
-for _family in (elementwise, shape_ops, reduce, dot_conv, gather_scatter_sort, control_flow, custom_calls, batch_norm):
+for _family in (elementwise, shape_ops, reduce, dot_conv, gather_scatter_sort, control_flow, custom_calls, batch_norm,
+                linalg):
     HANDLERS.update(_family.HANDLERS)
 HANDLERS["copy"] = shape_ops.HANDLERS["copy"]
 
