@@ -6,7 +6,7 @@ row / multi-row / column / small-column, ``kTranspose`` tiled / packed, ``kConca
 distributed updates / indices, ``kSort``, ``kInputSlices``, ``kTriton`` GEMM / block-level) it picks
 representative fusions of the shared corpus (``jax/gpt12.h200_opt.hlo``, the ``lit_*`` cases, the other
 GPU-optimised modules, ``bugs/B07``/``B20`` after fusegen's pipeline, plus two scaled variants in
-:data:`DERIVED`: B20's sort at 1024 elements and a sorted-indices scatter that takes
+:data:`DERIVED`: B20's sort at 1024 and B38's at 2**20 elements, and a sorted-indices scatter that takes
 ``ScatterWithDistributedIndices``), spread over their byte sizes (at most ``--per-kind``, default 5, 2 with
 ``--quick``, which takes a derived variant only for a row the corpus does not reach), generates
 each fusion's kernels (:meth:`fusegen.runtime.executor.Executor.plan_fusion`) and compiles them cold with
@@ -87,8 +87,10 @@ ROWS: list[tuple[str, str]] = [
 #: Scaled variants of corpus files for rows the corpus only reaches with toy sizes or not at all:
 #: (label, corpus file, [(old, new) text substitutions]).
 DERIVED: list[tuple[str, str, list[tuple[str, str]]]] = [
-    # B20's argsort at 1024 elements (the sort emitter's single-program limit): the corpus sort has 10.
+    # B20's argsort at 1024 elements (one tile of XLA's sort): the corpus sort has 10.
     ("B20@1024", "bugs/B20.hlo", [("s64[10]", "s64[1024]")]),
+    # B38's stable key-value sort at 2**20 elements: 256 tiles, XLA's multi-launch sort (issue 10).
+    ("B38@1048576", "bugs/B38_stable_sort_ties_2048.hlo", [("s32[2000]", "s32[1048576]")]),
     # lit scatter add with sorted, non-unique indices and 4096 slices > 4 warps x 132 SMs: XLA's
     # ScatterWithDistributedIndices (scatter.cc), which no corpus case reaches.
     ("scatter_add_sorted@4096", "xla/cases/lit_gpu__scatter__add.hlo",

@@ -263,10 +263,12 @@ def test_jax_sort_and_argsort_fusions_match_numpy():
 def test_one_million_sort_and_argsort_within_budget():
     n = 1 << 20
     x = _input(n)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     srt, idx = run_jax_sort_argsort(n, x)
-    seconds = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     order = np.argsort(x.astype(np.float64), kind="stable")
     np.testing.assert_array_equal(idx, order.astype(np.int32))
     np.testing.assert_array_equal(srt.view(np.int32), x[order].view(np.int32))
-    assert seconds <= 30.0, seconds
+    # CPU seconds of this process: the 2 cores are shared, so wall time also counts other jobs (~17 s CPU,
+    # 22 s wall at a load average of 4)
+    assert cpu <= 30.0, (cpu, wall)

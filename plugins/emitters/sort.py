@@ -18,7 +18,7 @@ compare-exchange steps.
 
 Operands may be computed in the fusion (``iota``, converts...): they are produced by the elemental generator
 at each lane's index. Sorted dimensions padding to more than :data:`MAX_SORT_SIZE` are sorted as XLA does, by
-several launches over the output buffers (:mod:`fusegen_plugins.emitters.sort_scale`).
+several launches over the output buffers (:mod:`fusegen_plugins.emitters.sort_scale`), any length.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ from fusegen.hlo.ir import Computation, Instruction
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
 
-#: Largest padded sort dimension one program sorts in registers. 1024 compiles for sm_90 in about a second;
-#: Triton's compile time for the unrolled network grows to ~50 s at 2048 and ~110 s at 4096, so longer
-#: rows take the multi-launch sort of :mod:`fusegen_plugins.emitters.sort_scale`.
+#: Largest padded sort dimension one program sorts with the unrolled register network. Its sm_90 compile
+#: time grows with the network (JAX's comparator, 2 shared cores: ~4 s at 32, ~8 s at 64, ~17 s at 128,
+#: ~45 s at 1024), so longer rows take the multi-launch sort of :mod:`fusegen_plugins.emitters.sort_scale`,
+#: whose kernels loop over the steps and compile in about a second whatever the length.
 MAX_SORT_SIZE = 32
 #: Elements per program the row batching aims for.
 TARGET_BLOCK = 1024

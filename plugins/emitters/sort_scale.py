@@ -8,13 +8,19 @@ steps whose partner stays inside one tile of ``TILE`` elements (:func:`fusegen.c
 are one launch of the *tiled* kernel, every other step one launch of the *global* kernel; all launches update
 the same buffers in place:
 
-* launch 0 (preparation): the elemental generator produces every sorted operand into its buffer (the output
-  leaf, or a scratch buffer for operands the fusion does not output) and the original position into the
-  ``s32`` scratch buffer 0 (the stable tie-break);
+* launch 0 (preparation, XLA's operand copies): the elemental generator produces every sorted operand into
+  its buffer (the output leaf, or a scratch buffer for operands the fusion does not output) and the original
+  position into the ``s32`` scratch buffer 0 (the stable tie-break), unless an operand is an integer ``iota``
+  along the sorted dimension (JAX's argsort), which already holds it;
 * then :class:`~fusegen.codegen.kernel.KernelSource` s of one Triton source taking the runtime scalars
-  ``(S0, S1, MTOP, MBOT)``: for each stage ``s`` in ``[S0, S1]``, the steps ``m`` from ``min(s, MTOP)`` down
-  to ``MBOT``; the tiled instance (one program per tile, ``tl.debug_barrier`` between steps) is XLA's first
-  sort kernel, the global instance runs one step per launch.
+  ``(S0, S1, MTOP, MBOT)`` (several launches each, ``scalar_launches``): for each stage ``s`` in ``[S0, S1]``,
+  the steps ``m`` from ``min(s, MTOP)`` down to ``MBOT``; the tiled instance (one program per tile, XLA's
+  first sort kernel and launch) works on its tile in global memory with ``tl.debug_barrier`` between steps
+  (XLA stages the tile in shared memory), the global instance runs one step per launch.
+
+The network is a runtime loop, so the kernels compile in about a second for any length. In Triton's
+interpreter the tiled kernel runs as a variant holding whole tiles of many rows in one program (partners
+fetched with ``tl.gather``, one load and one store per launch) and the global one with wide programs.
 
 Positions ``>= NSORT`` are virtual padding that sorts last: a pair whose upper position is padding is left as
 it is. Ties (neither element before the other) are broken by the original position (the stable order).
@@ -216,6 +222,23 @@ def _cse(lines: list[str]) -> list[str]:
     return out
 
 
+def _hoist(lines: list[str], depth: int) -> list[str]:
+    """Move loop-invariant assignments (constants the comparator builds) out of ``depth`` nested loops
+    starting at ``lines[0]``: the interpreter would rebuild them every step."""
+    head, body = lines[:depth], lines[depth:]
+    variant = {"s", "t", "top"} | {m.group(2) for m in map(_ASSIGN.match, body) if m}
+    hoisted, kept = [], []
+    for line in body:
+        m = _ASSIGN.match(line)
+        if (m and "tl.load" not in line and "tl.store" not in line and "tl.gather" not in line
+                and not (set(_NAME.findall(m.group(3))) & variant)):
+            hoisted.append(m.group(1)[4 * depth:] + f"{m.group(2)} = {m.group(3)}")
+            variant.discard(m.group(2))
+        else:
+            kept.append(line)
+    return hoisted + head + kept
+
+
 def _register(ctx: KernelContext, bufs: list[tuple[str, int, Any]]) -> list[str]:
     names = []
     for b, (kind, index, shape) in enumerate(bufs):
@@ -276,6 +299,7 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
     """
     sort = em.sort
     shape0 = sort.operands[0].shape
+    padded = em.n != em.npad  # else no position reaches NSORT: every pair of a live row is real
     ctx = KernelContext(idx_t, [o.shape for o in em.fusion.operands])
     for nm in ("lane", "q", "row", "qr", "live", "row_c", "s", "t", "top", "m", "h", "xm", "i", "p", "act",
                "lower", "src", "swap", "mask", "zero", "BLOCK", "PR", "NSORT", "ROWS", "S0", "S1", "MTOP", "MBOT"):
@@ -305,6 +329,7 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
         ctx.body.line("valid = live & (qr < NSORT)")
         offs = [ctx.emit(_offset(base, "qr", sd), "off") for base, sd in zip(bases, sdim)]
         vals = [ctx.emit(f"tl.load({nm} + {o}, mask=valid, other=0)", "v") for nm, o in zip(names, offs)]
+    loop_at = len(b.lines)
     b.line("for s in range(S0, S1 + 1):")
     b.level += 1
     b.line("top = tl.minimum(s, MTOP)")
@@ -319,15 +344,15 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
         with deep_recursion():
             if registers:
                 # p: the partner's position, lane ^ xm its lane (blocks are whole tiles, xm < tile)
-                for line in ("p = qr ^ xm", "lower = qr < p", "act = live & (tl.where(lower, p, qr) < NSORT)",
-                             "src = lane ^ xm"):
+                act = "act = live & (tl.where(lower, p, qr) < NSORT)" if padded else "act = live"
+                for line in ("p = qr ^ xm", "lower = qr < p", act, "src = lane ^ xm"):
                     b.line(line)
                 part = [ctx.emit(f"tl.gather({v}, src, 0)", "w") for v in vals]
-                lo = [ctx.emit(f"tl.where(lower, {v}, {w})", "a") for v, w in zip(vals, part)]
-                hi = [ctx.emit(f"tl.where(lower, {w}, {v})", "b") for v, w in zip(vals, part)]
+                lo, hi = vals, part  # (self, partner): lower / upper sorted out by the swap below
             else:
                 # i: the pair's lower position (a zero bit inserted at m), p: its partner
-                for line in ("i = qr + (qr & (0 - h))", "p = i ^ xm", "act = live & (p < NSORT)"):
+                act = "act = live & (p < NSORT)" if padded else "act = live"
+                for line in ("i = qr + (qr & (0 - h))", "p = i ^ xm", act):
                     b.line(line)
                 lo, hi, offs = [], [], []
                 for nm, base, sd in zip(names, bases, sdim):
@@ -348,7 +373,12 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
             if isinstance(less_lh, (list, tuple)):
                 raise EmitterUnsupported("sort", sort.name, "comparator returns a tuple")
             # the upper element goes first: it is less, or neither is and it came first
-            b.line(f"swap = act & ({less_hl} | (({less_lh} ^ True) & ({hi[pos]} < {lo[pos]})))")
+            hi_first = f"{less_hl} | (({less_lh} ^ True) & ({hi[pos]} < {lo[pos]}))"
+            if registers:  # lo is this lane's element: swap if the upper one of the pair goes first
+                lo_first = f"{less_lh} | (({less_hl} ^ True) & ({lo[pos]} < {hi[pos]}))"
+                b.line(f"swap = act & tl.where(lower, {hi_first}, {lo_first})")
+            else:
+                b.line(f"swap = act & ({hi_first})")
             if registers:
                 for v, w in zip(vals, part):
                     b.line(f"{v} = tl.where(swap, {w}, {v})")
@@ -361,6 +391,7 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
     finally:
         gen.pop_scope()
     b.level -= 2
+    b.lines[loop_at:] = _hoist(b.lines[loop_at:], 2)
     if registers:
         for nm, o, v in zip(names, offs, vals):
             b.line(f"tl.store({nm} + {o}, {v}, mask=valid)")
