@@ -751,6 +751,7 @@ class FusegenOnDevice:
                 self.outs.append((xp.zeros(z.nbytes, dtype=np.uint8), z.dtype))
         self.copies = [(self.outs[leaf][0], operand(op)[0]) for op, leaf in emitted.copies]
         self.launches: list[tuple[Any, tuple[int, ...], list[_DevPtr], Any]] = []
+        scratch: dict[int, tuple[Any, np.dtype]] = {}  # one buffer per index, shared by all the kernels
         for ks in emitted.kernels:
             args = []
             for p in ks.params:
@@ -764,8 +765,11 @@ class FusegenOnDevice:
                     buf, dt = upload(tr.to_storage(constant_buffer(np.asarray(p.value), p.shape),
                                                    p.shape.element_type))
                 elif p.kind == "scratch":
-                    dt = np.dtype(dtypes.numpy_dtype(p.shape.element_type))
-                    buf = xp.zeros(p.shape.numel * dt.itemsize, dtype=np.uint8)
+                    if p.index not in scratch:
+                        dt = tr.to_storage(np.zeros(1, dtypes.numpy_dtype(p.shape.element_type)),
+                                           p.shape.element_type).dtype
+                        scratch[p.index] = (xp.zeros(p.shape.numel * dt.itemsize, dtype=np.uint8), dt)
+                    buf, dt = scratch[p.index]
                 else:
                     raise ValueError(f"kernel {ks.name}: unknown parameter kind {p.kind!r}")
                 args.append(_DevPtr(buf, dt))
@@ -783,10 +787,12 @@ class FusegenOnDevice:
                 rt = self.xp.cuda.runtime
                 rt.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes, rt.memcpyDeviceToDevice, 0)
         for fn, grid, args, ks in self.launches:
-            if self.interpret:
-                tr.run_interpreted(ks, [a.buf.view(a.dtype) for a in args], max_programs=16)
-            else:
-                fn[grid](*args, num_warps=ks.launch.num_warps, num_stages=ks.num_stages, **ks.constexprs)
+            for scalars in ks.launch_args:  # several launches of one kernel (multi-launch sorts)
+                if self.interpret:
+                    tr.run_interpreted(ks, [a.buf.view(a.dtype) for a in args], scalars=scalars, max_programs=16)
+                else:
+                    fn[grid](*args, *scalars, num_warps=ks.launch.num_warps, num_stages=ks.num_stages,
+                             **ks.constexprs)
 
     def outputs(self) -> list[np.ndarray]:
         """The output leaves as logical host arrays."""
