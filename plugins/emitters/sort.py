@@ -36,6 +36,7 @@ from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
+from fusegen_plugins.emitters.sort_scale import compare_both, emit_at_scale
 
 #: Largest padded sort dimension one program sorts with the unrolled register network. Its sm_90 compile
 #: time grows with the network (JAX's comparator, 2 shared cores: ~4 s at 32, ~8 s at 64, ~17 s at 128,
@@ -161,8 +162,6 @@ class SortFusion(FusionEmitter):
         if self.rows == 0 or self.n == 0:
             return EmittedFusion(emitter=self.name)
         if self.npad > MAX_SORT_SIZE:  # XLA's multi-launch sort over the output buffers
-            from fusegen_plugins.emitters.sort_scale import emit_at_scale
-
             return emit_at_scale(self)
         r, block, programs = self.launch_plan()
         fusion = self.fusion
@@ -251,14 +250,7 @@ class SortFusion(FusionEmitter):
             rvals.append(ctx.emit(f"tl.where(left, {b}, {a})", "rv"))
         lix = ctx.emit(f"tl.where(left, ix, {pix})", "lix")
         rix = ctx.emit(f"tl.where(left, {pix}, ix)", "rix")
-        args_lr, args_rl = [], []
-        for lv, rv in zip(lvals, rvals):
-            args_lr += [lv, rv]
-            args_rl += [rv, lv]
-        less_lr = gen.call_computation(self.comparator, args_lr)
-        less_rl = gen.call_computation(self.comparator, args_rl)
-        if isinstance(less_lr, list):
-            raise EmitterUnsupported("sort", self.sort.name, "comparator returns a tuple")
+        less_lr, less_rl = compare_both(gen, self.sort, self.comparator, lvals, rvals)
         pad = ctx.emit(f"({lix} >= NSORT) | ({rix} >= NSORT)", "pad")
         r_first = ctx.emit(f"tl.where({pad}, {rix} < {lix}, {less_rl} | (({less_lr} ^ True) & ({rix} < {lix})))", "rf")
         l_first = ctx.emit(f"tl.where({pad}, {lix} < {rix}, {less_lr} | (({less_rl} ^ True) & ({lix} < {rix})))", "lf")

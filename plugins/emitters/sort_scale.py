@@ -39,6 +39,7 @@ from fusegen.codegen.emitter import EmitterUnsupported, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.codegen.launch import sort_launches, sort_tile_size
 from fusegen.hlo import dtypes
+from fusegen.hlo.layout_util import physical_strides
 
 #: Elements per program of the preparation kernel.
 INIT_BLOCK = 1024
@@ -58,14 +59,22 @@ def _offset(base: str, pos: str, stride: int) -> str:
     return f"{base} + {term}" if base else term
 
 
-def _strides(shape: Any) -> list[int]:
-    """Element strides per dimension of ``shape``'s layout."""
-    st = [0] * shape.rank
-    acc = 1
-    for d in shape.minor_to_major():
-        st[d] = acc
-        acc *= shape.dimensions[d]
-    return st
+def compare_both(gen: ElementalGenerator, sort: Any, comparator: Any, xs: list[str], ys: list[str]) -> tuple[str, str]:
+    """The comparator on ``(x, y)`` and on ``(y, x)`` (parameters ``lhs0, rhs0, lhs1, rhs1, ...``), emitted
+    elementally on whole tensors: ``(x before y, y before x)``.
+
+    Raises:
+        EmitterUnsupported: the comparator returns a tuple.
+    """
+    args_xy, args_yx = [], []
+    for x, y in zip(xs, ys):
+        args_xy += [x, y]
+        args_yx += [y, x]
+    less_xy = gen.call_computation(comparator, args_xy)
+    less_yx = gen.call_computation(comparator, args_yx)
+    if isinstance(less_xy, (list, tuple)):
+        raise EmitterUnsupported("sort", sort.name, "comparator returns a tuple")
+    return less_xy, less_yx
 
 
 def launch_schedule(stages: int, tile: int) -> list[tuple[str, tuple[int, int, int, int]]]:
@@ -320,7 +329,7 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
             rem = ctx.emit(f"{rem} // {size}", "rq")
     bases, sdim = [], []
     for kind, index, shape in bufs:
-        st = _strides(shape)
+        st = physical_strides(shape)
         terms = [f"{digits[d]} * {st[d]}" for d in other if shape0.dimensions[d] > 1]
         bases.append(ctx.emit(" + ".join(terms), "base") if terms else "")
         sdim.append(st[em.dim] if shape0.rank else 0)
@@ -364,14 +373,7 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
             k = len(sort.operands)
             vl = [ctx.emit(f"{v} != 0", "pv") if et == "pred" else v for v, et in zip(lo[:k], ets)]
             vh = [ctx.emit(f"{v} != 0", "pv") if et == "pred" else v for v, et in zip(hi[:k], ets)]
-            args_lh, args_hl = [], []
-            for a, c in zip(vl, vh):
-                args_lh += [a, c]
-                args_hl += [c, a]
-            less_lh = gen.call_computation(em.comparator, args_lh)
-            less_hl = gen.call_computation(em.comparator, args_hl)
-            if isinstance(less_lh, (list, tuple)):
-                raise EmitterUnsupported("sort", sort.name, "comparator returns a tuple")
+            less_lh, less_hl = compare_both(gen, sort, em.comparator, vl, vh)
             # the upper element goes first: it is less, or neither is and it came first
             hi_first = f"{less_hl} | (({less_lh} ^ True) & ({hi[pos]} < {lo[pos]}))"
             if registers:  # lo is this lane's element: swap if the upper one of the pair goes first
