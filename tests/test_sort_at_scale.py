@@ -11,12 +11,10 @@ import pytest
 
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
-from fusegen.codegen.kernel import EmittedFusion, KernelParam, KernelSource, LaunchDimensions
 from fusegen.codegen.launch import sort_launches
 from fusegen.device import get_device
 from fusegen.dispatch import get_fusion_emitter
 from fusegen.evaluator.evaluator import evaluate_instruction
-from fusegen.hlo.ir import Shape
 from fusegen.hlo.parser import parse_module
 from fusegen.runtime.inputs import leaves
 from fusegen_plugins.emitters.sort import MAX_SORT_SIZE
@@ -218,36 +216,16 @@ def test_launches_follow_xla_schedule():
         assert steps == [(s, m) for s in range(stages) for m in range(s, -1, -1)]
 
 
-def test_scalar_launches_and_shared_scratch_in_run_fusion():
-    """The generic facility: one kernel launched with several scalar tuples over one scratch buffer."""
-    src = '''import triton
-import triton.language as tl
-
-@triton.jit
-def k(acc, out, A, B, BLOCK: tl.constexpr):
-    lane = tl.arange(0, BLOCK)
-    v = tl.load(acc + lane)
-    tl.store(acc + lane, v * A + B)
-    tl.store(out + lane, v * A + B)
-'''
-    s32 = Shape("s32", (8,))
-    ks = KernelSource(name="k", source=src, entry="k", params=(KernelParam("scratch", 0, s32), KernelParam("output", 0, s32)),
-                      constexprs={"BLOCK": 8}, launch=LaunchDimensions((1,)), scalar_types=("i32", "i32"),
-                      scalar_launches=((1, 1), (3, 0), (1, 2)))
-    # both kernels share scratch 0: ((0 + 1) * 3 + 2) then ((5 * 1 + 1) * 3 + 2)
-    out = triton_runtime.run_fusion(EmittedFusion("t", kernels=(ks, ks)), [], ([], s32))
-    np.testing.assert_array_equal(out[0], np.full(8, 20, np.int32))
-    r = triton_runtime.compile_for_target(ks)
-    assert ".target sm_90a" in r.ptx
-
-
 def test_kernels_compile_for_sm90_quickly():
     inst, em, emitted = _emit(_argsort_module([1 << 20], 0))
+    distinct = {triton_runtime.source_hash(k) + str(sorted(k.constexprs.items())): k for k in emitted.kernels}
+    assert len(distinct) == 3  # preparation, tiled and global kernels: all 46 launches use these
     t0 = time.perf_counter()
-    for ks in {triton_runtime.source_hash(k) + str(sorted(k.constexprs.items())): k for k in emitted.kernels}.values():
+    for ks in distinct.values():
         r = triton_runtime.compile_for_target(ks)
         assert ".target sm_90a" in r.ptx and r.cubin_bytes > 0
-    assert time.perf_counter() - t0 <= 30.0  # budget 10 s per fusion on a free CPU; 2 shared cores here
+        assert r.num_warps == ks.launch.num_warps
+    assert time.perf_counter() - t0 <= 10.0  # issue 10: any sort fusion compiles in <= 10 s (0.6 s cold here)
 
 
 def test_jax_sort_and_argsort_fusions_match_numpy():
