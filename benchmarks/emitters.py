@@ -87,9 +87,11 @@ ROWS: list[tuple[str, str]] = [
 #: Scaled variants of corpus files for rows the corpus only reaches with toy sizes or not at all:
 #: (label, corpus file, [(old, new) text substitutions]).
 DERIVED: list[tuple[str, str, list[tuple[str, str]]]] = [
-    # B20's argsort at 1024 elements (one tile of XLA's sort): the corpus sort has 10.
+    # B20's argsort at 1024 elements (one tile of XLA's sort): the corpus sort has 10. Cold sm_90 compile
+    # on 2 shared cores: 0.28-0.35 s (2 kernels); the unrolled 1024-element network it replaced took 12.6 s.
     ("B20@1024", "bugs/B20.hlo", [("s64[10]", "s64[1024]")]),
-    # B38's stable key-value sort at 2**20 elements: 256 tiles, XLA's multi-launch sort (issue 10).
+    # B38's stable key-value sort at 2**20 elements: 256 tiles, XLA's multi-launch sort (issue 10), 46
+    # launches of 3 distinct kernels; cold sm_90 compile 0.56 s (budget 10 s per sort fusion).
     ("B38@1048576", "bugs/B38_stable_sort_ties_2048.hlo", [("s32[2000]", "s32[1048576]")]),
     # lit scatter add with sorted, non-unique indices and 4096 slices > 4 warps x 132 SMs: XLA's
     # ScatterWithDistributedIndices (scatter.cc), which no corpus case reaches.
