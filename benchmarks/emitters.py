@@ -6,7 +6,7 @@ row / multi-row / column / small-column, ``kTranspose`` tiled / packed, ``kConca
 distributed updates / indices, ``kSort``, ``kInputSlices``, ``kTriton`` GEMM / block-level) it picks
 representative fusions of the shared corpus (``jax/gpt12.h200_opt.hlo``, the ``lit_*`` cases, the other
 GPU-optimised modules, ``bugs/B07``/``B20`` after fusegen's pipeline, plus two scaled variants in
-:data:`DERIVED`: B20's sort at 1024 elements and a sorted-indices scatter that takes
+:data:`DERIVED`: B20's sort at 1024 and B38's at 2**20 elements, and a sorted-indices scatter that takes
 ``ScatterWithDistributedIndices``), spread over their byte sizes (at most ``--per-kind``, default 5, 2 with
 ``--quick``, which takes a derived variant only for a row the corpus does not reach), generates
 each fusion's kernels (:meth:`fusegen.runtime.executor.Executor.plan_fusion`) and compiles them cold with
@@ -87,8 +87,12 @@ ROWS: list[tuple[str, str]] = [
 #: Scaled variants of corpus files for rows the corpus only reaches with toy sizes or not at all:
 #: (label, corpus file, [(old, new) text substitutions]).
 DERIVED: list[tuple[str, str, list[tuple[str, str]]]] = [
-    # B20's argsort at 1024 elements (the sort emitter's single-program limit): the corpus sort has 10.
+    # B20's argsort at 1024 elements (one tile of XLA's sort): the corpus sort has 10. Cold sm_90 compile
+    # on 2 shared cores: 0.28-0.35 s (2 kernels); the unrolled 1024-element network it replaced took 12.6 s.
     ("B20@1024", "bugs/B20.hlo", [("s64[10]", "s64[1024]")]),
+    # B38's stable key-value sort at 2**20 elements: 256 tiles, XLA's multi-launch sort (issue 10), 46
+    # launches of 3 distinct kernels; cold sm_90 compile 0.56 s (budget 10 s per sort fusion).
+    ("B38@1048576", "bugs/B38_stable_sort_ties_2048.hlo", [("s32[2000]", "s32[1048576]")]),
     # lit scatter add with sorted, non-unique indices and 4096 slices > 4 warps x 132 SMs: XLA's
     # ScatterWithDistributedIndices (scatter.cc), which no corpus case reaches.
     ("scatter_add_sorted@4096", "xla/cases/lit_gpu__scatter__add.hlo",
@@ -749,6 +753,7 @@ class FusegenOnDevice:
                 self.outs.append((xp.zeros(z.nbytes, dtype=np.uint8), z.dtype))
         self.copies = [(self.outs[leaf][0], operand(op)[0]) for op, leaf in emitted.copies]
         self.launches: list[tuple[Any, tuple[int, ...], list[_DevPtr], Any]] = []
+        scratch: dict[int, tuple[Any, np.dtype]] = {}  # one buffer per index, shared by all the kernels
         for ks in emitted.kernels:
             args = []
             for p in ks.params:
@@ -762,8 +767,11 @@ class FusegenOnDevice:
                     buf, dt = upload(tr.to_storage(constant_buffer(np.asarray(p.value), p.shape),
                                                    p.shape.element_type))
                 elif p.kind == "scratch":
-                    dt = np.dtype(dtypes.numpy_dtype(p.shape.element_type))
-                    buf = xp.zeros(p.shape.numel * dt.itemsize, dtype=np.uint8)
+                    if p.index not in scratch:
+                        dt = tr.to_storage(np.zeros(1, dtypes.numpy_dtype(p.shape.element_type)),
+                                           p.shape.element_type).dtype
+                        scratch[p.index] = (xp.zeros(p.shape.numel * dt.itemsize, dtype=np.uint8), dt)
+                    buf, dt = scratch[p.index]
                 else:
                     raise ValueError(f"kernel {ks.name}: unknown parameter kind {p.kind!r}")
                 args.append(_DevPtr(buf, dt))
@@ -781,10 +789,12 @@ class FusegenOnDevice:
                 rt = self.xp.cuda.runtime
                 rt.memcpyAsync(dst.data.ptr, src.data.ptr, src.nbytes, rt.memcpyDeviceToDevice, 0)
         for fn, grid, args, ks in self.launches:
-            if self.interpret:
-                tr.run_interpreted(ks, [a.buf.view(a.dtype) for a in args], max_programs=16)
-            else:
-                fn[grid](*args, num_warps=ks.launch.num_warps, num_stages=ks.num_stages, **ks.constexprs)
+            for scalars in ks.launch_args:  # several launches of one kernel (multi-launch sorts)
+                if self.interpret:
+                    tr.run_interpreted(ks, [a.buf.view(a.dtype) for a in args], scalars=scalars, max_programs=16)
+                else:
+                    fn[grid](*args, *scalars, num_warps=ks.launch.num_warps, num_stages=ks.num_stages,
+                             **ks.constexprs)
 
     def outputs(self) -> list[np.ndarray]:
         """The output leaves as logical host arrays."""

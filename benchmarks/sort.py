@@ -1,7 +1,9 @@
 """Sort at scale on the CPU: the reference evaluator's ``sort`` of 2**20 f32 (``jnp.sort`` and ``jnp.argsort`` as JAX
 emits them, NaN-canonicalizing total-order comparator) against XLA:CPU (jaxlib) on the same module in the same run,
-and against numpy's stable argsort (the floor). Budget (issue 10): the 1M-element sort + argsort in <= 30 s on the
-CPU. Prints one row per peer (and writes them with ``--json PATH``); exits 1 over the budget.
+and against numpy's stable argsort (the floor); and the sort emitter's kernels (XLA's multi-launch bitonic sort,
+the two kSort fusions XLA:GPU makes of the module) in Triton's interpreter, checked against numpy. Budget (issue
+10): the 1M-element sort + argsort in <= 30 s on the CPU, for the evaluator and for the emitter's kernels. Prints
+one row per peer (and writes them with ``--json PATH``); exits 1 over the budget.
 
     python benchmarks/sort.py [--n 1048576] [--repeat 3] [--json out.json]
 """
@@ -19,6 +21,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
+from test_sort_at_scale import run_jax_sort_argsort  # noqa: E402  (the same module as two kSort fusions)
 from test_sort_comparators import JAX_SORT, _input  # noqa: E402  (the module JAX emits, and its input)
 
 from fusegen.evaluator.evaluator import evaluate_module  # noqa: E402
@@ -48,6 +51,16 @@ def main() -> int:
     rows = {"fusegen evaluator": _best(lambda: evaluate_module(module, [x]), args.repeat),
             "numpy stable argsort x2": _best(lambda: (np.sort(x, kind="stable"), np.argsort(x, kind="stable")),
                                              args.repeat)}
+    order = np.argsort(x.astype(np.float64), kind="stable")  # JAX's order: NaN last, -0 == +0, stable
+
+    def emitter() -> None:
+        srt, idx = run_jax_sort_argsort(args.n, x)
+        if not (np.array_equal(idx, order) and np.array_equal(srt.view(np.int32), x[order].view(np.int32))):
+            raise SystemExit("the sort emitter's kernels disagree with numpy")
+
+    c0 = time.process_time()
+    rows["fusegen sort emitter (interpreter)"] = _best(emitter, 1)
+    cpu = {"fusegen sort emitter (interpreter)": time.process_time() - c0}
     try:
         from xla_oracle import JAX_ERROR, run_xla
 
@@ -57,14 +70,19 @@ def main() -> int:
     except Exception as e:  # the peer is optional
         print(f"XLA:CPU peer unavailable: {e}", file=sys.stderr)
     ours = rows["fusegen evaluator"]
-    print(f"sort + argsort of {args.n} f32 (best of {args.repeat}); budget {BUDGET_S:.0f} s")
+    print(f"sort + argsort of {args.n} f32 (best of {args.repeat}; the emitter's kernels once); "
+          f"budget {BUDGET_S:.0f} s")
     for name, t in rows.items():
-        print(f"  {name:34s} {t:8.3f} s   fusegen/peer {ours / t:6.2f}")
+        print(f"  {name:38s} {t:8.3f} s   fusegen evaluator/peer {ours / t:6.2f}")
+    print(f"  (the emitter's kernels: {cpu['fusegen sort emitter (interpreter)']:.3f} CPU s of this process; "
+          "the budget is read on CPU seconds for them, wall time on a shared machine counts other jobs)")
+    kernels = cpu["fusegen sort emitter (interpreter)"]
+    ok = ours <= BUDGET_S and kernels <= BUDGET_S
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"n": args.n, "seconds": rows, "budget_s": BUDGET_S,
-                                               "within_budget": ours <= BUDGET_S}, indent=2))
-    return 0 if ours <= BUDGET_S else 1
+        Path(args.json).write_text(json.dumps({"n": args.n, "seconds": rows, "cpu_seconds": cpu, "budget_s": BUDGET_S,
+                                               "within_budget": ok}, indent=2))
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

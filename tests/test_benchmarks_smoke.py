@@ -124,6 +124,7 @@ ENTRY e {
     ("xla/cases/lit_gpu__reduce_row__side_output.hlo", None),  # two output leaves
     ("xla/cases/lit_gpu__scatter__add.hlo", None),  # atomics into the aliased operand
     ("jax/gpt12.h200_opt.hlo", "input_transpose_fusion.1"),  # bf16 storage, shared-memory tiles
+    ("jax/launch/new_sort_small.h200_opt.hlo", "fusion.3"),  # multi-launch sort: scalar launches, scratch
 ])
 def test_device_buffer_binding_runs_in_the_interpreter(rel, name, corpus):
     from fusegen.evaluator.evaluator import evaluate_instruction

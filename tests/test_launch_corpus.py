@@ -25,8 +25,6 @@ KNOWN_MISSES = {
     ("new_scatter.h200_opt.hlo", "input_scatter_fusion.1"):
         "overwrite combiner with indices not hinted unique: fusegen runs the slices in order in one program "
         "(the reference's order); XLA launches 3 blocks of atomic exchanges",
-    ("new_sort_small.h200_opt.hlo", "fusion.3"):
-        "sort of 3000 elements (4096 padded) exceeds the single-program bitonic kernel (1024); runs on the host",
 }
 TRITON_KINDS = ("__triton", "__triton_nested_gemm_fusion", "__triton_gemm")
 

@@ -423,7 +423,7 @@ x = np.arange(4096, dtype=np.float32)
 y = np.zeros(1, np.float32)
 triton_runtime.run_interpreted(ks, [x, y])
 from triton.runtime import interpreter
-assert "_patch_interpreter_reduce" in interpreter.ReduceOps.generic_reduce.__qualname__, \
+assert "patch_reduce" in interpreter.ReduceOps.generic_reduce.__qualname__, \
     interpreter.ReduceOps.generic_reduce.__qualname__
 assert y[0] == x.sum(), y
 print("ok")

@@ -90,6 +90,52 @@ def round_kernel(x, y, BLOCK: tl.constexpr, N: tl.constexpr):
     np.testing.assert_array_equal(out.view(np.uint16), vals.astype(ml_dtypes.bfloat16).view(np.uint16))
 
 
+def test_scalar_launches_and_shared_scratch_in_run_fusion():
+    """The generic facility: one kernel launched with several scalar tuples over one scratch buffer."""
+    src = '''import triton
+import triton.language as tl
+
+@triton.jit
+def k(acc, out, A, B, BLOCK: tl.constexpr):
+    lane = tl.arange(0, BLOCK)
+    v = tl.load(acc + lane)
+    tl.store(acc + lane, v * A + B)
+    tl.store(out + lane, v * A + B)
+'''
+    s32 = Shape("s32", (8,))
+    ks = KernelSource(name="k", source=src, entry="k", params=(KernelParam("scratch", 0, s32), KernelParam("output", 0, s32)),
+                      constexprs={"BLOCK": 8}, launch=LaunchDimensions((1,)), scalar_types=("i32", "i32"),
+                      scalar_launches=((1, 1), (3, 0), (1, 2)))
+    # both kernels share scratch 0: ((0 + 1) * 3 + 2) then ((5 * 1 + 1) * 3 + 2)
+    out = triton_runtime.run_fusion(EmittedFusion("t", kernels=(ks, ks)), [], ([], s32))
+    np.testing.assert_array_equal(out[0], np.full(8, 20, np.int32))
+    r = triton_runtime.compile_for_target(ks)
+    assert ".target sm_90a" in r.ptx
+
+
+def test_interpreter_bool_logic_keeps_one_bit_semantics():
+    """``&``, ``|``, ``^`` of int1 tensors take numpy's boolean ops in the interpreter; ``+`` still wraps."""
+    src = '''import triton
+import triton.language as tl
+
+@triton.jit
+def k(a, b, o, BLOCK: tl.constexpr):
+    lane = tl.arange(0, BLOCK)
+    x = tl.load(a + lane) != 0
+    y = tl.load(b + lane) != 0
+    tl.store(o + lane, (x & y).to(tl.int8) + 2 * (x | y).to(tl.int8) + 4 * (x ^ y).to(tl.int8)
+             + 8 * (x + y).to(tl.int8))
+'''
+    u8 = Shape("u8", (4,))
+    ks = KernelSource(name="k", source=src, entry="k", params=(KernelParam("operand", 0, u8), KernelParam("operand", 1, u8),
+                      KernelParam("output", 0, Shape("s8", (4,)))), constexprs={"BLOCK": 4})
+    a, b = np.array([0, 0, 1, 1], np.uint8), np.array([0, 1, 0, 1], np.uint8)
+    out = triton_runtime.run_fusion(EmittedFusion("t", kernels=(ks,)), [a, b], ([u8, u8], Shape("s8", (4,))))
+    x, y = a != 0, b != 0
+    want = (x & y) + 2 * (x | y) + 4 * (x ^ y) + 8 * ((a + b) % 2)
+    np.testing.assert_array_equal(out[0], want.astype(np.int8))
+
+
 def test_compile_for_sm90_without_gpu():
     ks = _copy_kernel("f32", 1000, block=256, tag="compile")
     r = triton_runtime.compile_for_target(ks, capability=90)

@@ -70,7 +70,8 @@ class KernelParam:
 
     Attributes:
         kind: ``"operand"`` (fusion operand ``index``), ``"output"`` (output leaf ``index``),
-            ``"constant"`` (``value``, a logical numpy array laid out by ``shape``) or ``"scratch"``.
+            ``"constant"`` (``value``, a logical numpy array laid out by ``shape``) or ``"scratch"`` (a
+            zero-initialised buffer of ``shape`` shared, by ``index``, by every kernel of the fusion).
         index: operand / output-leaf number.
         shape: the buffer's HLO shape (element type and layout decide the physical buffer).
         value: the constant's logical array (``kind == "constant"`` only).
@@ -97,6 +98,12 @@ class KernelSource:
         interpret_variant: an equivalent kernel (same params, same results) with larger tiles, run
             instead of this one in Triton's interpreter, where the cost is per program and per tile
             rather than per element; compiled and reported launches always use this kernel.
+        scalar_types: Triton types (``"i32"``...) of runtime scalar arguments, passed after the pointers
+            and before the constexprs (one compiled kernel serves every value).
+        scalar_launches: the kernel is launched once per entry, in order, with that entry's scalar
+            arguments, over the same buffers (each launch sees the previous launches' writes: XLA's
+            multi-launch sorts). Empty: one launch without scalars. The interpreter variant runs the
+            same launches. ``launch`` is every launch's grid.
     """
 
     name: str
@@ -107,6 +114,13 @@ class KernelSource:
     launch: LaunchDimensions = LaunchDimensions((1,))
     num_stages: int = 1
     interpret_variant: "KernelSource | None" = attrs.field(default=None, eq=False, repr=False)
+    scalar_types: tuple[str, ...] = ()
+    scalar_launches: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def launch_args(self) -> tuple[tuple[int, ...], ...]:
+        """Scalar arguments of each launch, in order (``((),)`` for a kernel launched once without scalars)."""
+        return self.scalar_launches or ((),)
 
 
 @attrs.frozen

@@ -220,6 +220,18 @@ def analysis_loop_geometry(analysis: Any, shape: Shape | None = None) -> LoopGeo
 
 
 # ----------------------------------------------------------------------------------------------- sort
+def sort_tile_size(n: int, operand_bits: Sequence[int], device: "DeviceDescription") -> int:
+    """Elements of one row a tiled sort kernel sorts in shared memory (``EmitBitonicSortLLVMIR``'s
+    ``kTileSize``): ``min(4 * threads_per_block_limit, shared_memory_per_block / bytes per element of all
+    operands, 2**stages)`` floored to a power of two; ``n`` the sorted dimension's size (> 1)."""
+    stages = (n - 1).bit_length() if n > 1 else 0
+    total_bytes = sum(max(1, b // 8) for b in operand_bits)
+    smem = device.shared_memory_per_block or 49152
+    tpb_limit = device.threads_per_block_limit or 1024
+    tile = max(1, min(tpb_limit * SORT_UNROLL_FACTOR, smem // max(1, total_bytes), 1 << stages))
+    return 1 << (tile.bit_length() - 1)
+
+
 def sort_launches(keys_shape: Shape, sort_dim: int, operand_bits: Sequence[int],
                   device: "DeviceDescription") -> list[LaunchDimensions]:
     """``EmitBitonicSortLLVMIR``: the launch of every kernel XLA emits for a sort (in order).
@@ -234,11 +246,7 @@ def sort_launches(keys_shape: Shape, sort_dim: int, operand_bits: Sequence[int],
     stages = (n - 1).bit_length() if n > 1 else 0
     if stages == 0:
         return []
-    total_bytes = sum(max(1, b // 8) for b in operand_bits)
-    smem = device.shared_memory_per_block or 49152
-    tpb_limit = device.threads_per_block_limit or 1024
-    tile = min(tpb_limit * SORT_UNROLL_FACTOR, smem // total_bytes, 1 << stages)
-    tile = 1 << (tile.bit_length() - 1)
+    tile = sort_tile_size(n, operand_bits, device)
     rows = keys_shape.numel // n
     std_iters = _cdiv(1 << (stages - 1), SORT_UNROLL_FACTOR)
     std = calculate_launch_dimensions(rows * std_iters, device).launch()

@@ -139,10 +139,10 @@ def retarget_block(lines: list[str], start: int, block: str) -> None:
 
 def patch_interpreter_reduce() -> None:
     """Deprecated alias: :func:`fusegen.codegen.triton_runtime.run_interpreted` applies the vectorised
-    ``tl.reduce`` patch itself."""
-    from fusegen.codegen.triton_runtime import _patch_interpreter_reduce
+    ``tl.reduce`` patch itself (:func:`fusegen.codegen.interpreter_patches.patch_reduce`)."""
+    from fusegen.codegen.interpreter_patches import patch_reduce
 
-    _patch_interpreter_reduce()
+    patch_reduce()
 
 
 __all__ = ["COMBINE_PREFIX", "simple_reducer_op", "promoted_reducer", "combine_function", "retarget_block",

@@ -8,12 +8,14 @@
 * :func:`run_interpreted` runs a kernel with ``triton.runtime.interpreter.InterpretedFunction`` on 1-D
   numpy buffers (through :class:`NpPtr`, which gives numpy arrays the torch-like surface the interpreter
   wants). ``TRITON_INTERPRET`` stays unset so the same process can also compile. It patches the
-  interpreter first (once): float downcasts to bf16/fp8 round to nearest even like the GPU, and
-  ``tl.reduce`` with fusegen's combine functions (:data:`COMBINE_PREFIX`) folds vectorised.
+  interpreter first (once, :mod:`fusegen.codegen.interpreter_patches`): float downcasts to bf16/fp8 round
+  to nearest even like the GPU, ``tl.reduce`` with fusegen's combine functions (:data:`COMBINE_PREFIX`)
+  folds vectorised, boolean ``&``/``|``/``^`` stay boolean.
 * :func:`compile_for_target` compiles the same ``JITFunction`` for ``GPUTarget("cuda", 90, 32)`` and
   returns PTX and sizes.
 * :func:`run_fusion` runs an :class:`~fusegen.codegen.kernel.EmittedFusion` on logical operand values:
-  physical-order conversion, in-place output aliases, memcpy copies.
+  physical-order conversion, in-place output aliases, memcpy copies, every kernel's scalar launches in
+  order, scratch buffers shared by index.
 
 Environment:
     ``FUSEGEN_KERNEL_DIR``: where generated kernel modules are written (default:
@@ -38,6 +40,7 @@ import attrs
 import numpy as np
 
 from fusegen.codegen import triton_source
+from fusegen.codegen.interpreter_patches import COMBINE_PREFIX, patch_all
 from fusegen.codegen.kernel_dir import KernelDirError, kernel_dir, kernel_dir_path, private_dir, read_regular
 from fusegen.codegen.kernel import EmittedFusion, KernelParam, KernelSource, constant_buffer
 from fusegen.hlo import dtypes
@@ -168,126 +171,6 @@ class _NumpyLibdevice:
         return call
 
 
-_PATCHED = False
-
-
-def _patch_interpreter_float_casts() -> None:
-    """Make the interpreter round float downcasts to bf16/fp8 to nearest-even.
-
-    Triton 3.9's interpreter converts f32 -> bf16 by *truncating* the mantissa (``_convert_float`` with no
-    rounding mode) and its RTNE path rounds half up without carrying; the GPU's ``cvt.rn.bf16.f32`` (what
-    compiled kernels use) rounds to nearest even. Conversions whose source or destination is bf16/fp8 are
-    therefore done with ml_dtypes, which rounds like the hardware. Everything else is left to Triton.
-    """
-    global _PATCHED
-    if _PATCHED:
-        return
-    import ml_dtypes
-    import triton.language as tl
-    from triton.runtime import interpreter as interp
-
-    special = {tl.bfloat16: ml_dtypes.bfloat16, tl.float8e4nv: ml_dtypes.float8_e4m3fn,
-               tl.float8e5: ml_dtypes.float8_e5m2}
-    plain = {tl.float16: np.float16, tl.float32: np.float32, tl.float64: np.float64}
-    builder = interp.InterpreterBuilder
-    orig_cast, orig_fp_to_fp = builder.cast_impl, builder.create_fp_to_fp
-
-    def _ml(ty: Any) -> Any:
-        return special.get(ty) or plain.get(ty)
-
-    def _convert(src: Any, dst_type: Any) -> Any:
-        s, d = src.dtype.scalar, dst_type.scalar
-        if (s in special or d in special) and _ml(s) is not None and _ml(d) is not None and s != d:
-            data = src.data.view(_ml(s)) if s in special else src.data
-            out = np.asarray(data).astype(_ml(d))
-            if d in special:
-                out = out.view(interp._get_np_dtype(d))
-            return interp.TensorHandle(out, d)
-        return None
-
-    def cast_impl(self: Any, src: Any, dst_type: Any) -> Any:
-        r = _convert(src, dst_type)
-        return r if r is not None else orig_cast(self, src, dst_type)
-
-    def create_fp_to_fp(self: Any, src: Any, dst_type: Any, rounding_mode: Any) -> Any:
-        r = _convert(src, dst_type)
-        return r if r is not None else orig_fp_to_fp(self, src, dst_type, rounding_mode)
-
-    builder.cast_impl = cast_impl
-    for name in ("create_si_to_fp", "create_ui_to_fp", "create_fp_to_si", "create_fp_to_ui", "create_fp_ext",
-                 "create_fp_trunc"):
-        setattr(builder, name, lambda self, src, dst_type: self.cast_impl(src, dst_type))
-    builder.create_fp_to_fp = create_fp_to_fp
-    _PATCHED = True
-
-
-#: Name prefix of the ``@triton.jit`` combine functions fusegen generates for ``tl.reduce`` (reducer
-#: computations written elementwise); the interpreter folds reductions with them vectorised.
-COMBINE_PREFIX = "fg_combine_"
-
-_REDUCE_PATCHED = False
-
-
-def _patch_interpreter_reduce() -> None:
-    """Fold ``tl.reduce`` with a fusegen combine function as a vectorised pairwise tree in Triton's
-    interpreter (idempotent).
-
-    Triton 3.9's interpreter folds a generic ``tl.reduce`` one element at a time in Python. fusegen's
-    combine functions (name prefix :data:`COMBINE_PREFIX`) are elementwise, so the fold is done as a
-    pairwise tree over whole numpy arrays: the same values for an associative combiner, and the order of
-    a compiled ``tl.reduce`` is a tree as well. Other combine functions keep the interpreter's path.
-    """
-    global _REDUCE_PATCHED
-    if _REDUCE_PATCHED:
-        return
-    import triton.language as tl
-    from triton.runtime import interpreter as interp
-
-    ops = interp.ReduceOps
-    original = ops.generic_reduce
-
-    def generic_reduce(self: Any, input: Sequence[Any]) -> list[Any]:
-        fn = getattr(self.combine_fn, "fn", None)
-        if fn is None or not getattr(fn, "__name__", "").startswith(COMBINE_PREFIX):
-            return original(self, input)
-        original_axis = self.axis
-        tensors, axis = self.unravel(input, self.axis)
-        types = [t.dtype for t in tensors]
-        datas = [np.moveaxis(t.handle.data, axis, -1) for t in tensors]
-        n = datas[0].shape[-1]
-        while n > 1:
-            h = n // 2
-            lhs = [np.ascontiguousarray(d[..., 0:2 * h:2]) for d in datas]
-            rhs = [np.ascontiguousarray(d[..., 1:2 * h:2]) for d in datas]
-            args = [self.to_tensor(x, ty) for x, ty in zip(lhs, types)] + \
-                   [self.to_tensor(x, ty) for x, ty in zip(rhs, types)]
-            res = fn(*args)
-            res = res if isinstance(res, tuple) else (res,)
-            merged = []
-            for r, l in zip(res, lhs):
-                data = r.handle.data if isinstance(r, tl.core.tensor) else np.asarray(r)
-                merged.append(np.broadcast_to(np.asarray(data).astype(l.dtype, copy=False), l.shape))
-            if n % 2:
-                merged = [np.concatenate([m, d[..., -1:]], axis=-1) for m, d in zip(merged, datas)]
-            datas = merged
-            n = datas[0].shape[-1]
-        outs = []
-        for d, ty in zip(datas, types):
-            o = d[..., 0] if n == 1 else np.zeros(d.shape[:-1], d.dtype)
-            if self.keep_dims:
-                if original_axis is not None:
-                    o = np.expand_dims(o, axis)
-                else:
-                    o = o.reshape((1,) * len(tensors[0].handle.data.shape))
-            elif original_axis is None:
-                o = o.item()
-            outs.append(self.to_tensor(np.ascontiguousarray(o) if isinstance(o, np.ndarray) else o, ty))
-        return outs
-
-    ops.generic_reduce = generic_reduce
-    _REDUCE_PATCHED = True
-
-
 # --------------------------------------------------------------------------------------------------
 # loading
 # --------------------------------------------------------------------------------------------------
@@ -385,8 +268,7 @@ def run_interpreted(ks: KernelSource, buffers: Sequence[np.ndarray], scalars: Se
     """
     from triton.runtime.interpreter import InterpretedFunction
 
-    _patch_interpreter_float_casts()
-    _patch_interpreter_reduce()
+    patch_all()
     if ks.interpret_variant is not None and ks.interpret_variant.params == ks.params:
         ks = ks.interpret_variant
     if len(buffers) != len(ks.params):
@@ -421,7 +303,7 @@ class CompileResult:
     seconds: float
 
 
-_COMPILED: dict[tuple[str, int, int, int], CompileResult] = {}
+_COMPILED: dict[tuple, CompileResult] = {}
 
 
 def signature_of(ks: KernelSource, scalar_types: Sequence[str] = ()) -> dict[str, str]:
@@ -449,7 +331,7 @@ def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | 
         ks: the kernel (its ``launch.num_warps`` and ``num_stages`` are used unless overridden).
         capability: SM version as an int (90 -> sm_90a PTX).
         num_warps: override of the warps per program.
-        scalar_types: Triton types of non-constexpr scalar arguments, if any.
+        scalar_types: Triton types of non-constexpr scalar arguments (default ``ks.scalar_types``).
         pointer_alignment: when > 0, every buffer argument is declared divisible by this many bytes, as
             Triton's JIT specialises 16-byte aligned pointers at launch (XLA's buffers are aligned), so the
             PTX shows the vectorised loads and stores the launched kernel gets.
@@ -462,7 +344,9 @@ def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | 
     import triton
 
     warps = int(num_warps or ks.launch.num_warps)
-    key = (source_hash(ks), capability, warps, ks.num_stages, pointer_alignment)
+    scalar_types = tuple(scalar_types) or tuple(ks.scalar_types)
+    key = (source_hash(ks), capability, warps, ks.num_stages, pointer_alignment, scalar_types,
+           tuple(sorted(ks.constexprs.items())))
     if key in _COMPILED:
         return attrs.evolve(_COMPILED[key], seconds=0.0)
     jitfn = load_kernel(ks)
@@ -582,6 +466,15 @@ def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: An
             phys_leaves[(i, k)] = to_storage(to_physical(np.asarray(vals[k]), ls), ls.element_type)
         return phys_leaves[(i, k)]
 
+    scratch: dict[int, np.ndarray] = {}
+
+    def scratch_buffer(p: KernelParam) -> np.ndarray:
+        """Scratch ``p.index``: one zeroed buffer per fusion, shared by all its kernels and launches."""
+        if p.index not in scratch:
+            z = np.zeros(p.shape.numel, dtype=dtypes.numpy_dtype(p.shape.element_type))
+            scratch[p.index] = to_storage(z, p.shape.element_type)
+        return scratch[p.index]
+
     outs: list[np.ndarray] = []
     for k, s in enumerate(leaves):
         if k in emitted.output_aliases:
@@ -603,10 +496,11 @@ def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: An
             elif p.kind == "constant":
                 bufs.append(to_storage(constant_buffer(np.asarray(p.value), p.shape), p.shape.element_type))
             elif p.kind == "scratch":
-                bufs.append(np.zeros(p.shape.numel, dtype=np.dtype(dtypes.numpy_dtype(p.shape.element_type))))
+                bufs.append(scratch_buffer(p))
             else:
                 raise ValueError(f"unknown kernel parameter kind {p.kind!r}")
-        run_interpreted(ks, bufs, max_programs=interpret_max_programs)
+        for args in ks.launch_args:
+            run_interpreted(ks, bufs, scalars=args, max_programs=interpret_max_programs)
     return [from_physical(from_storage(b, s.element_type), s) for b, s in zip(outs, leaves)]
 
 

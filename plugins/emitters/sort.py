@@ -17,8 +17,8 @@ compare-exchange steps.
   ``tl.join``) on integer bit patterns, so NaNs and -0.0 survive the exchange unchanged.
 
 Operands may be computed in the fusion (``iota``, converts...): they are produced by the elemental generator
-at each lane's index. Sorted dimensions longer than :data:`MAX_SORT_SIZE` raise :class:`EmitterUnsupported`
-(XLA sorts those with one kernel per global merge step; that needs an index buffer shared by the launches).
+at each lane's index. Sorted dimensions padding to more than :data:`MAX_SORT_SIZE` are sorted as XLA does, by
+several launches over the output buffers (:mod:`fusegen_plugins.emitters.sort_scale`), any length.
 """
 
 from __future__ import annotations
@@ -36,10 +36,13 @@ from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
+from fusegen_plugins.emitters.sort_scale import compare_both, emit_at_scale
 
-#: Largest padded sort dimension one program sorts in registers. 1024 compiles for sm_90 in about a second;
-#: Triton's compile time for the unrolled network grows to ~50 s at 2048 and ~110 s at 4096.
-MAX_SORT_SIZE = 1024
+#: Largest padded sort dimension one program sorts with the unrolled register network. Its sm_90 compile
+#: time grows with the network (JAX's comparator, 2 shared cores: ~4 s at 32, ~8 s at 64, ~17 s at 128,
+#: ~45 s at 1024), so longer rows take the multi-launch sort of :mod:`fusegen_plugins.emitters.sort_scale`,
+#: whose kernels loop over the steps and compile in about a second whatever the length.
+MAX_SORT_SIZE = 32
 #: Elements per program the row batching aims for.
 TARGET_BLOCK = 1024
 
@@ -151,9 +154,6 @@ class SortFusion(FusionEmitter):
         leaves = self.fusion.shape.leaves()
         if len(leaves) != len(self.leaf_operand):
             raise EmitterUnsupported("fusion", self.fusion.name, "output leaves do not match the sort results")
-        if self.npad > MAX_SORT_SIZE:
-            raise EmitterUnsupported("sort", sort.name,
-                                     f"sort dimension of {self.n} elements exceeds the single-program limit {MAX_SORT_SIZE}")
         for o in sort.operands:
             try:
                 ts.tl_dtype(o.shape.element_type)
@@ -161,6 +161,8 @@ class SortFusion(FusionEmitter):
                 raise EmitterUnsupported("sort", sort.name, f"element type {o.shape.element_type} has no Triton type") from None
         if self.rows == 0 or self.n == 0:
             return EmittedFusion(emitter=self.name)
+        if self.npad > MAX_SORT_SIZE:  # XLA's multi-launch sort over the output buffers
+            return emit_at_scale(self)
         r, block, programs = self.launch_plan()
         fusion = self.fusion
         op_shapes = [o.shape for o in fusion.operands]
@@ -248,14 +250,7 @@ class SortFusion(FusionEmitter):
             rvals.append(ctx.emit(f"tl.where(left, {b}, {a})", "rv"))
         lix = ctx.emit(f"tl.where(left, ix, {pix})", "lix")
         rix = ctx.emit(f"tl.where(left, {pix}, ix)", "rix")
-        args_lr, args_rl = [], []
-        for lv, rv in zip(lvals, rvals):
-            args_lr += [lv, rv]
-            args_rl += [rv, lv]
-        less_lr = gen.call_computation(self.comparator, args_lr)
-        less_rl = gen.call_computation(self.comparator, args_rl)
-        if isinstance(less_lr, list):
-            raise EmitterUnsupported("sort", self.sort.name, "comparator returns a tuple")
+        less_lr, less_rl = compare_both(gen, self.sort, self.comparator, lvals, rvals)
         pad = ctx.emit(f"({lix} >= NSORT) | ({rix} >= NSORT)", "pad")
         r_first = ctx.emit(f"tl.where({pad}, {rix} < {lix}, {less_rl} | (({less_lr} ^ True) & ({rix} < {lix})))", "rf")
         l_first = ctx.emit(f"tl.where({pad}, {lix} < {rix}, {less_lr} | (({less_rl} ^ True) & ({lix} < {rix})))", "lf")

@@ -80,8 +80,10 @@ class KernelContext:
         k = sum(1 for p in self.params if p.kind == "constant")
         return self.param("constant", k, inst.shape, inst.name, value=value, key=key)
 
-    def render(self, entry: str, constexprs: Sequence[str], prologue: Sequence[str] = ()) -> str:
-        args = list(self.param_names) + [f"{c}: tl.constexpr" for c in constexprs]
+    def render(self, entry: str, constexprs: Sequence[str], prologue: Sequence[str] = (),
+               scalars: Sequence[str] = ()) -> str:
+        """The kernel module: pointers (:attr:`params`), then runtime ``scalars`` (names), then ``constexprs``."""
+        args = list(self.param_names) + list(scalars) + [f"{c}: tl.constexpr" for c in constexprs]
         out = ts.module_header()
         out.append("")
         out.append("@triton.jit")

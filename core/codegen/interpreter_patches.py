@@ -1,0 +1,167 @@
+"""Patches to Triton's interpreter (idempotent), applied by :func:`fusegen.codegen.triton_runtime.run_interpreted`.
+
+* :func:`patch_float_casts`: float downcasts to bf16/fp8 round to nearest even like the GPU;
+* :func:`patch_reduce`: ``tl.reduce`` with fusegen's combine functions (:data:`COMBINE_PREFIX`) folds vectorised;
+* :func:`patch_bool_logic`: ``&``, ``|``, ``^`` of ``int1`` tensors skip the interpreter's ``int8`` round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+_PATCHED = False
+
+
+def patch_float_casts() -> None:
+    """Make the interpreter round float downcasts to bf16/fp8 to nearest-even.
+
+    Triton 3.9's interpreter converts f32 -> bf16 by *truncating* the mantissa (``_convert_float`` with no
+    rounding mode) and its RTNE path rounds half up without carrying; the GPU's ``cvt.rn.bf16.f32`` (what
+    compiled kernels use) rounds to nearest even. Conversions whose source or destination is bf16/fp8 are
+    therefore done with ml_dtypes, which rounds like the hardware. Everything else is left to Triton.
+    """
+    global _PATCHED
+    if _PATCHED:
+        return
+    import ml_dtypes
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    special = {tl.bfloat16: ml_dtypes.bfloat16, tl.float8e4nv: ml_dtypes.float8_e4m3fn,
+               tl.float8e5: ml_dtypes.float8_e5m2}
+    plain = {tl.float16: np.float16, tl.float32: np.float32, tl.float64: np.float64}
+    builder = interp.InterpreterBuilder
+    orig_cast, orig_fp_to_fp = builder.cast_impl, builder.create_fp_to_fp
+
+    def _ml(ty: Any) -> Any:
+        return special.get(ty) or plain.get(ty)
+
+    def _convert(src: Any, dst_type: Any) -> Any:
+        s, d = src.dtype.scalar, dst_type.scalar
+        if (s in special or d in special) and _ml(s) is not None and _ml(d) is not None and s != d:
+            data = src.data.view(_ml(s)) if s in special else src.data
+            out = np.asarray(data).astype(_ml(d))
+            if d in special:
+                out = out.view(interp._get_np_dtype(d))
+            return interp.TensorHandle(out, d)
+        return None
+
+    def cast_impl(self: Any, src: Any, dst_type: Any) -> Any:
+        r = _convert(src, dst_type)
+        return r if r is not None else orig_cast(self, src, dst_type)
+
+    def create_fp_to_fp(self: Any, src: Any, dst_type: Any, rounding_mode: Any) -> Any:
+        r = _convert(src, dst_type)
+        return r if r is not None else orig_fp_to_fp(self, src, dst_type, rounding_mode)
+
+    builder.cast_impl = cast_impl
+    for name in ("create_si_to_fp", "create_ui_to_fp", "create_fp_to_si", "create_fp_to_ui", "create_fp_ext",
+                 "create_fp_trunc"):
+        setattr(builder, name, lambda self, src, dst_type: self.cast_impl(src, dst_type))
+    builder.create_fp_to_fp = create_fp_to_fp
+    _PATCHED = True
+
+
+#: Name prefix of the ``@triton.jit`` combine functions fusegen generates for ``tl.reduce`` (reducer
+#: computations written elementwise); the interpreter folds reductions with them vectorised.
+COMBINE_PREFIX = "fg_combine_"
+
+_REDUCE_PATCHED = False
+
+
+def patch_reduce() -> None:
+    """Fold ``tl.reduce`` with a fusegen combine function as a vectorised pairwise tree in Triton's
+    interpreter (idempotent).
+
+    Triton 3.9's interpreter folds a generic ``tl.reduce`` one element at a time in Python. fusegen's
+    combine functions (name prefix :data:`COMBINE_PREFIX`) are elementwise, so the fold is done as a
+    pairwise tree over whole numpy arrays: the same values for an associative combiner, and the order of
+    a compiled ``tl.reduce`` is a tree as well. Other combine functions keep the interpreter's path.
+    """
+    global _REDUCE_PATCHED
+    if _REDUCE_PATCHED:
+        return
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    ops = interp.ReduceOps
+    original = ops.generic_reduce
+
+    def generic_reduce(self: Any, input: Sequence[Any]) -> list[Any]:
+        fn = getattr(self.combine_fn, "fn", None)
+        if fn is None or not getattr(fn, "__name__", "").startswith(COMBINE_PREFIX):
+            return original(self, input)
+        original_axis = self.axis
+        tensors, axis = self.unravel(input, self.axis)
+        types = [t.dtype for t in tensors]
+        datas = [np.moveaxis(t.handle.data, axis, -1) for t in tensors]
+        n = datas[0].shape[-1]
+        while n > 1:
+            h = n // 2
+            lhs = [np.ascontiguousarray(d[..., 0:2 * h:2]) for d in datas]
+            rhs = [np.ascontiguousarray(d[..., 1:2 * h:2]) for d in datas]
+            args = [self.to_tensor(x, ty) for x, ty in zip(lhs, types)] + \
+                   [self.to_tensor(x, ty) for x, ty in zip(rhs, types)]
+            res = fn(*args)
+            res = res if isinstance(res, tuple) else (res,)
+            merged = []
+            for r, l in zip(res, lhs):
+                data = r.handle.data if isinstance(r, tl.core.tensor) else np.asarray(r)
+                merged.append(np.broadcast_to(np.asarray(data).astype(l.dtype, copy=False), l.shape))
+            if n % 2:
+                merged = [np.concatenate([m, d[..., -1:]], axis=-1) for m, d in zip(merged, datas)]
+            datas = merged
+            n = datas[0].shape[-1]
+        outs = []
+        for d, ty in zip(datas, types):
+            o = d[..., 0] if n == 1 else np.zeros(d.shape[:-1], d.dtype)
+            if self.keep_dims:
+                if original_axis is not None:
+                    o = np.expand_dims(o, axis)
+                else:
+                    o = o.reshape((1,) * len(tensors[0].handle.data.shape))
+            elif original_axis is None:
+                o = o.item()
+            outs.append(self.to_tensor(np.ascontiguousarray(o) if isinstance(o, np.ndarray) else o, ty))
+        return outs
+
+    ops.generic_reduce = generic_reduce
+    _REDUCE_PATCHED = True
+
+
+_BOOL_PATCHED = False
+
+
+def patch_bool_logic() -> None:
+    """``&``, ``|`` and ``^`` of two ``int1`` tensors as numpy's boolean ops in Triton's interpreter
+    (idempotent).
+
+    Triton 3.9's interpreter widens every ``int1`` binary op to ``int8`` and back (three copies) so that
+    ``+``/``-`` wrap like a 1-bit integer; for the bitwise logic ops numpy's boolean result is already that
+    1-bit value, so they skip the round trip (the masks of sort networks are combined this way every step).
+    """
+    global _BOOL_PATCHED
+    if _BOOL_PATCHED:
+        return
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    for name, op in (("create_and", np.bitwise_and), ("create_or", np.bitwise_or), ("create_xor", np.bitwise_xor)):
+        original = getattr(builder, name)
+
+        def fast(self: Any, lhs: Any, rhs: Any, _op: Any = op, _orig: Any = original) -> Any:
+            if lhs.data.dtype == np.bool_ and rhs.data.dtype == np.bool_:
+                return interp.TensorHandle(_op(lhs.data, rhs.data), lhs.dtype.scalar)
+            return _orig(self, lhs, rhs)
+
+        setattr(builder, name, fast)
+    _BOOL_PATCHED = True
+
+
+def patch_all() -> None:
+    """Every patch above (each applied once per process)."""
+    patch_float_casts()
+    patch_reduce()
+    patch_bool_logic()
