@@ -87,36 +87,21 @@ class ShapeOpsMixin:
     _broadcast = _transpose = _slice = _reverse = _through_map
 
     def _pad(self, inst: Instruction, idx: Index) -> Any:
+        """``pad`` from its output-to-operand map (``fusegen.indexing.analysis_shapes.pad_map``, XLA's
+        ``ComputePadIndexingMap``): the map's domain is the set of output points that read the operand (low /
+        high edges, negative padding, and the interior stride as ``(d - lo) mod (interior + 1) in [0, 0]``),
+        its results the operand index there; every other point is the padding value."""
         src, pv = inst.operands
-        pads = inst.attrs.get("padding") or []
-        conds: list[str] = []
-        src_idx: list[Any] = []
-        for d, (lo, _hi, interior) in enumerate(pads):
-            size = src.shape.dimensions[d]
-            t = self.isub(idx[d], int(lo))
-            step = int(interior) + 1
-            if isinstance(t, int):
-                ok = t >= 0 and t % step == 0 and t // step < size
-                if not ok:
-                    conds.append("False")
-                src_idx.append(min(max(t // step, 0), size - 1) if t >= 0 else 0)
-                continue
-            parts = [f"({t} >= 0)", f"({t} < {(size - 1) * step + 1})"]
-            if step > 1:
-                parts.append(f"(({t} % {step}) == 0)")
-            conds.append(self.ctx.emit(" & ".join(parts), "inpad"))
-            q = self.idiv(self.iclamp(t, 0, (size - 1) * step), step) if step > 1 else self.iclamp(t, 0, size - 1)
-            src_idx.append(q)
         if src.shape.numel == 0:
             return self.value(pv, ())
-        inner = self.value(src, tuple(src_idx))
-        padv = self.value(pv, ())
-        if not conds:
+        m = self.operand_map(inst, 0)
+        cond, cidx = self.domain_test(m, idx, inst)
+        if cond is False:
+            return self.value(pv, ())
+        inner = self.value(src, self.apply_map(m, cidx, inst))
+        if cond is True:
             return inner
-        if "False" in conds:
-            return padv
-        cond = conds[0] if len(conds) == 1 else self.ctx.emit(" & ".join(conds), "inpad")
-        return self.where(cond, inner, padv, inst.name)
+        return self.where(cond, inner, self.value(pv, ()), inst.name)
 
     def _concatenate(self, inst: Instruction, idx: Index) -> Any:
         k = int_list(inst.attrs.get("dimensions"))[0]
