@@ -89,3 +89,79 @@ def test_pad_everything_cut_is_the_padding_value():
     x = np.ones((3, 4), np.float32)
     (got,) = _run(text, [x, np.float32(2.0)])
     np.testing.assert_array_equal(got, np.full(out_shape, -2.0, np.float32))
+
+
+def _physical(x: np.ndarray, m2m: tuple[int, ...]) -> np.ndarray:
+    """The elements of logical array ``x`` in memory order for layout minor-to-major ``m2m``."""
+    return np.transpose(x, tuple(reversed(m2m))).reshape(-1)
+
+
+def _logical(flat: np.ndarray, dims: tuple[int, ...], m2m: tuple[int, ...]) -> np.ndarray:
+    order = tuple(reversed(m2m))
+    return np.transpose(flat.reshape([dims[d] for d in order]), np.argsort(order))
+
+
+@pytest.mark.parametrize("src_dims,src_m2m,dst_dims,dst_m2m", [
+    ((2, 3, 4), (0, 2, 1), (6, 4), (1, 0)),         # layout-changing bitcast: transpose-reshape-transpose
+    ((4, 6), (0, 1), (6, 4), (1, 0)),               # a transpose bitcast
+    ((3, 1, 8), (2, 1, 0), (4, 3, 2), (0, 1, 2)),   # unit dimension, reversed output layout
+    ((5, 6), (1, 0), (30,), (0,)),                  # a reshape bitcast
+])
+def test_bitcast_from_map_keeps_the_physical_order(src_dims, src_m2m, dst_dims, dst_m2m):
+    def lay(m2m):
+        return "{" + ",".join(map(str, m2m)) + "}"
+    s, d = ",".join(map(str, src_dims)), ",".join(map(str, dst_dims))
+    text = f"""
+HloModule t
+fused {{
+  p = f32[{s}]{lay(src_m2m)} parameter(0)
+  b = f32[{d}]{lay(dst_m2m)} bitcast(p)
+  ROOT n = f32[{d}]{lay(dst_m2m)} negate(b)
+}}
+ENTRY main {{
+  p = f32[{s}]{lay(src_m2m)} parameter(0)
+  ROOT f = f32[{d}]{lay(dst_m2m)} fusion(p), kind=kLoop, calls=fused
+}}
+"""
+    x = np.random.default_rng(6).standard_normal(src_dims).astype(np.float32)
+    (got,) = _run(text, [x])
+    np.testing.assert_array_equal(got, -_logical(_physical(x, src_m2m), dst_dims, dst_m2m))
+
+
+def test_reshape_chain_from_maps_matches_numpy_and_reads_contiguously():
+    text = """
+HloModule t
+fused {
+  p = f32[24]{0} parameter(0)
+  r = f32[4,6]{1,0} reshape(p)
+  r2 = f32[2,3,4]{2,1,0} reshape(r)
+  q = f32[2,3,4]{0,2,1} parameter(1)
+  b = f32[6,4]{1,0} bitcast(q)
+  b2 = f32[2,3,4]{2,1,0} reshape(b)
+  t = f32[4,3,2]{2,1,0} transpose(r2), dimensions={2,1,0}
+  r3 = f32[12,2]{1,0} reshape(t)
+  r4 = f32[2,3,4]{2,1,0} reshape(r3)
+  a = f32[2,3,4] add(r2, b2)
+  ROOT s = f32[2,3,4] add(a, r4)
+}
+ENTRY main {
+  p = f32[24]{0} parameter(0)
+  q = f32[2,3,4]{0,2,1} parameter(1)
+  ROOT f = f32[2,3,4] fusion(p, q), kind=kLoop, calls=fused
+}
+"""
+    rng = np.random.default_rng(7)
+    p = rng.standard_normal(24).astype(np.float32)
+    q = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    b2 = _physical(q, (0, 2, 1)).reshape(2, 3, 4)
+    r4 = p.reshape(2, 3, 4).transpose(2, 1, 0).reshape(2, 3, 4)
+    (got,) = _run(text, [p, q])
+    np.testing.assert_allclose(got, p.reshape(2, 3, 4) + b2 + r4, rtol=1e-6)
+    # the reshapes keep the linear index: both parameters are read at the kernel's own contiguous index
+    m = load(text)
+    (f,) = loop_fusions(m)
+    from fusion_harness import pick_emitter
+    from fusegen.analysis.fusion_analysis import FusionAnalysis
+
+    src = pick_emitter(FusionAnalysis.create(f)).emit().kernels[0].source
+    assert "tl.load(ope_p + lin_c," in src and "tl.load(ope_q + lin_c," in src, src

@@ -55,23 +55,37 @@ class ShapeOpsMixin:
         return self.value(inst.operands[0], self.apply_map(self.operand_map(inst, 0), idx, inst))
 
     def _reshape(self, inst: Instruction, idx: Index) -> Any:
+        """The operand at the index the reshape's map gives (:meth:`shape_map`); the linearize /
+        delinearize of the row-major linear index where the map is not one pure map."""
         src = inst.operands[0]
         if src.shape.element_type != inst.shape.element_type:
             raise EmitterUnsupported(inst.opcode, inst.name, "reshape changes the element type")
         out_rm = tuple(range(inst.shape.rank - 1, -1, -1))
         in_rm = tuple(range(src.shape.rank - 1, -1, -1))
+        m = self.shape_map(inst)
+        if m is not None:
+            return self.value(src, self.apply_shape_map(m, idx, inst, out_rm, in_rm))
         lin = self.linearize(idx, inst.shape.dimensions, out_rm)
         return self.value(src, self.delinearize(lin, src.shape.dimensions, in_rm))
 
     def _bitcast(self, inst: Instruction, idx: Index) -> Any:
+        """Like :meth:`_reshape`, on the physical (layout) order: a transpose bitcast is a permutation, a
+        layout-changing one transpose-reshape-transpose (``bitcast_map``); the element type may be
+        reinterpreted between types of one width."""
         src = inst.operands[0]
         if src.shape.numel != inst.shape.numel:
             raise EmitterUnsupported(inst.opcode, inst.name, "bitcast changes the element count")
         s_et, d_et = src.shape.element_type, inst.shape.element_type
         if dtypes.bit_width(s_et) != dtypes.bit_width(d_et):
             raise EmitterUnsupported(inst.opcode, inst.name, "bitcast between element types of different widths")
-        lin = self.linearize(idx, inst.shape.dimensions, inst.shape.minor_to_major())
-        v = self.value(src, self.delinearize(lin, src.shape.dimensions, src.shape.minor_to_major()))
+        m = self.shape_map(inst)
+        if m is not None:
+            src_idx = self.apply_shape_map(m, idx, inst, tuple(inst.shape.minor_to_major()),
+                                           tuple(src.shape.minor_to_major()))
+        else:
+            lin = self.linearize(idx, inst.shape.dimensions, inst.shape.minor_to_major())
+            src_idx = self.delinearize(lin, src.shape.dimensions, src.shape.minor_to_major())
+        v = self.value(src, src_idx)
         if s_et != d_et:
             return self._reinterpret(v, s_et, d_et, inst)
         return v
