@@ -181,6 +181,8 @@ class IndexMapMixin:
             if hit is not None:
                 return hit
         major = [k for k in out_m2m if dims[k] != 1]
+        if lin is None and len(major) == 1:  # one dimension of size > 1: its index is the linear index
+            lin = idx[major[0]]
         linears: dict[AffineExpr, int | str] = {}
         box = [lin]
 
