@@ -165,3 +165,25 @@ ENTRY main {
 
     src = pick_emitter(FusionAnalysis.create(f)).emit().kernels[0].source
     assert "tl.load(ope_p + lin_c," in src and "tl.load(ope_q + lin_c," in src, src
+
+
+@pytest.mark.parametrize("src,dst", [
+    ("f32[24]{0}", "f32[2,3,4]{2,1,0}"), ("f32[2,3,4]{2,1,0}", "f32[4,6]{1,0}"),
+    ("f32[6,4]{1,0}", "f32[2,3,1,4]{3,2,1,0}"), ("f32[2,3,4]{0,2,1}", "f32[6,4]{1,0}"),
+    ("f32[4,6]{0,1}", "f32[6,4]{1,0}"), ("f32[3,1,8]{2,1,0}", "f32[4,3,2]{0,1,2}"),
+    ("s32[512,1]{1,0}", "s32[4,128]{1,0}"),
+])
+def test_generator_shape_map_is_the_analysis_map(src, dst):
+    """The map codegen applies to reshape / bitcast is the relation ``compute_output_to_input_indexing``
+    gives (checked point by point on the domain), only written without simplification."""
+    from fusegen.codegen.elemental.index_maps import unsimplified_shape_map
+    from fusegen.indexing.analysis import compute_output_to_input_indexing
+
+    for op in ("reshape", "bitcast"):
+        if op == "reshape" and (src.endswith("{0,2,1}") or "{0,1" in src or "{0,1" in dst):
+            continue  # a reshape is logical (row-major) whatever the layouts; the bitcast case covers them
+        m = load(f"HloModule t\nENTRY e {{\n  p = {src} parameter(0)\n  ROOT r = {dst} {op}(p)\n}}\n")
+        inst = m.entry.root
+        (want,) = compute_output_to_input_indexing(inst).maps(0)
+        got = unsimplified_shape_map(inst)
+        assert got is not None and got.equivalent(want), (op, str(got), str(want))

@@ -143,20 +143,7 @@ class IndexMapMixin:
         key = (id(inst), "shape")
         hit = cache.get(key)
         if hit is None:
-            from fusegen.indexing.analysis_shapes import bitcast_map, reshape_exprs
-
-            src = inst.operands[0]
-            if inst.opcode == "bitcast":
-                m = bitcast_map(inst.shape, src.shape)
-            else:
-                m = IndexingMap.from_tensor_sizes(reshape_exprs(src.shape.dimensions, inst.shape.dimensions),
-                                                  inst.shape.dimensions)
-            if m.is_undefined or m.is_known_empty or m.num_symbols or m.num_rt_vars or m.constraints:
-                m = None
-            else:
-                bounds = m.bounds
-                m = m.replace(exprs=[_delinearize_form(e, bounds) for e in m.exprs])
-            hit = cache[key] = (inst, m)
+            hit = cache[key] = (inst, unsimplified_shape_map(inst))
         return hit[1]
 
     def apply_shape_map(self, m: IndexingMap, idx: Index, inst: Instruction, out_m2m: tuple[int, ...],
@@ -218,6 +205,27 @@ class IndexMapMixin:
             self._delin[-1][(lin,) + src_key] = res
             self._lin_of[-1][(res,) + src_key] = lin
         return res
+
+
+def unsimplified_shape_map(inst: Instruction) -> IndexingMap | None:
+    """The output-to-operand map of ``reshape`` / ``bitcast`` ``inst`` before simplification, its
+    delinearizations in the generator's form (:func:`_delinearize_form`); ``None`` unless one pure map
+    (a bitcast between element types of different widths or counts has none).
+
+    Mirrors ``ComputeReshapeIndexingMap`` / ``GetBitcastMap`` (``xla/hlo/analysis/indexing_analysis.cc``)
+    through :func:`fusegen.indexing.analysis_shapes.reshape_exprs` / ``bitcast_map``.
+    """
+    from fusegen.indexing.analysis_shapes import bitcast_map, reshape_exprs
+
+    src = inst.operands[0]
+    if inst.opcode == "bitcast":
+        m = bitcast_map(inst.shape, src.shape)
+    else:
+        m = IndexingMap.from_tensor_sizes(reshape_exprs(src.shape.dimensions, inst.shape.dimensions),
+                                          inst.shape.dimensions)
+    if m.is_undefined or m.is_known_empty or m.num_symbols or m.num_rt_vars or m.constraints:
+        return None
+    return m.replace(exprs=[_delinearize_form(e, m.bounds) for e in m.exprs])
 
 
 def _layout_run(e: AffineExpr, dims: tuple[int, ...]) -> list[int] | None:
