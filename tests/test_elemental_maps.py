@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fusion_harness import load, loop_fusions, operands_and_reference, run_and_compare
+from fusion_harness import load, loop_fusions, run_loop_text as _run
 
 
 def _np_pad(x: np.ndarray, cfg: list[tuple[int, int, int]], value: float) -> np.ndarray:
@@ -27,15 +27,6 @@ def _np_pad(x: np.ndarray, cfg: list[tuple[int, int, int]], value: float) -> np.
         sl[d] = slice(max(-lo, 0), y.shape[d] - max(-hi, 0))
         x = y[tuple(sl)]
     return x
-
-
-def _run(text: str, args: list) -> list:
-    m = load(text)
-    (f,) = loop_fusions(m)
-    ops, ref = operands_and_reference(m, f, args=args)
-    emitted, outs = run_and_compare(f, ops, ref)
-    assert emitted.emitter == "LoopFusion"
-    return outs
 
 
 def _pad_module(in_shape, cfg, layout: str = "") -> tuple[str, tuple[int, ...]]:
