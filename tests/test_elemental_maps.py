@@ -178,3 +178,46 @@ def test_generator_shape_map_is_the_analysis_map(src, dst):
         (want,) = compute_output_to_input_indexing(inst).maps(0)
         got = unsimplified_shape_map(inst)
         assert got is not None and got.equivalent(want), (op, str(got), str(want))
+
+
+def test_pad_and_layout_bitcast_inside_a_row_reduction():
+    """The reduction emitter reads its input through the same maps: a padded, bitcast operand summed per row."""
+    from fusegen import dispatch
+    from fusegen.analysis.fusion_analysis import FusionAnalysis
+    from fusegen.codegen import triton_runtime
+    from fusegen.plugin_manager import default_plugin_manager
+
+    text = """
+HloModule t
+add {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT s = f32[] add(a, b)
+}
+fused {
+  p = f32[300,8]{0,1} parameter(0)
+  b = f32[8,300]{1,0} bitcast(p)
+  v = f32[] parameter(1)
+  pad = f32[7,601] pad(b, v), padding=1_-2_0x-3_5_1
+  z = f32[] constant(0)
+  ROOT r = f32[7] reduce(pad, z), dimensions={1}, to_apply=add
+}
+ENTRY main {
+  p = f32[300,8]{0,1} parameter(0)
+  v = f32[] parameter(1)
+  ROOT f = f32[7] fusion(p, v), kind=kInput, calls=fused
+}
+"""
+    m = load(text)
+    fusion = m.entry.root
+    pm = default_plugin_manager()
+    analysis = FusionAnalysis.create(fusion)
+    kind = dispatch.get_emitter_fusion_kind(analysis, pm).kind
+    emitter, _ = dispatch.get_fusion_emitter(analysis, kind, pm)
+    assert "Reduction" in type(emitter).__name__
+    x = np.random.default_rng(8).standard_normal((300, 8)).astype(np.float32)
+    v = np.float32(0.25)
+    (got,) = triton_runtime.run_fusion(emitter.emit(), [x, v], fusion)
+    b = _logical(_physical(x, (0, 1)), (8, 300), (1, 0))  # the bitcast: f32[300,8]{0,1} is f32[8,300] row-major
+    want = _np_pad(b.astype(np.float64), [(1, -2, 0), (-3, 5, 1)], 0.25).sum(axis=1)
+    np.testing.assert_allclose(np.asarray(got).reshape(7), want, rtol=1e-5, atol=1e-4)
