@@ -15,8 +15,7 @@ from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.hlo.ir import Instruction
 from fusegen.indexing import AffineExpr, IndexingMap
 from fusegen.indexing.expr import ADD, CONST, DIM, FLOORDIV, MOD, MUL, binary, const
-from fusegen.indexing.interval import Interval
-from fusegen.indexing.linear import expr_range
+from fusegen.indexing.linear import expr_range, to_linear
 
 
 class IndexMapMixin:
@@ -121,10 +120,9 @@ class IndexMapMixin:
 
     @staticmethod
     def _check_divisions(m: IndexingMap, inst: Instruction) -> None:
-        bounds = lambda kind, i: m.bounds(kind, i)  # noqa: E731
         for e in (*m.exprs, *m.constraints):
             for node in e.walk():
-                if node.kind in (FLOORDIV, MOD) and expr_range(node.lhs, bounds).lower < 0:
+                if node.kind in (FLOORDIV, MOD) and expr_range(node.lhs, m.bounds).lower < 0:
                     raise EmitterUnsupported(inst.opcode, inst.name,
                                              f"{node} divides a value that may be negative inside the domain")
 
@@ -245,8 +243,6 @@ def _layout_run(e: AffineExpr, dims: tuple[int, ...]) -> list[int] | None:
 
 def _linear_terms(e: AffineExpr) -> tuple[dict[int, int] | None, int]:
     """``{dimension: coefficient}`` and constant of a sum of dimensions times constants (``None`` otherwise)."""
-    from fusegen.indexing.linear import to_linear
-
     terms, c0 = to_linear(e)
     out: dict[int, int] = {}
     for t, c in terms.items():
