@@ -122,11 +122,13 @@ def explain_with_indexing(a, clock, device, pm) -> None:
     fusion's thread-id indexing maps, on gpt12."""
     from fusegen.codegen.thread_indexing import fusion_thread_indexing
     from fusegen.hlo.parser import parse_modules
+    from fusegen.indexing import clear_caches
     from fusegen.runtime.executor import Executor
 
     text = GPT12.read_text()
 
     def explain(indexing: bool) -> None:
+        clear_caches()  # each repeat as a fresh `fusegen explain` process: no maps cached by an earlier one
         for m in parse_modules(text, str(GPT12)):
             ex = Executor(m, device, compile_kernels=False)
             for inst in m.fusion_instructions():

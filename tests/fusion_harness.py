@@ -77,3 +77,14 @@ def evaluate_fusion(fusion: Instruction, ops: list[Any]) -> Any:
 
 def as_np(x: Any) -> np.ndarray:
     return np.asarray(x)
+
+
+def run_loop_text(text: str, args: list) -> list:
+    """Run the one kLoop fusion of module ``text`` on ``args`` (entry parameters) with the loop emitter in
+    the interpreter; assert it matches the reference evaluator; return the kernel's outputs."""
+    m = load(text)
+    (f,) = loop_fusions(m)
+    ops, ref = operands_and_reference(m, f, args=args)
+    emitted, outs = run_and_compare(f, ops, ref)
+    assert emitted.emitter == "LoopFusion"
+    return outs

@@ -224,3 +224,30 @@ def test_undeclared_variable_is_rejected():
         IndexingMap([dim(1)], [Interval(0, 3)])
     with pytest.raises(ValueError, match="rt0"):
         IndexingMap([dim(0)], [Interval(0, 3)], constraints={dim(0) + rt(0): Interval(0, 1)})
+
+
+def test_simplify_and_compose_caches_keep_results_and_names():
+    import sys
+
+    from fusegen.indexing import clear_caches
+
+    simplify_mod = sys.modules["fusegen.indexing.simplify"]
+    text = "(d0, d1) -> ((d0 * 4 + d1) floordiv 4, (d0 * 4 + d1) mod 4), domain: d0 in [0, 5], d1 in [0, 3]"
+    clear_caches()
+    first = parse_indexing_map(text).simplify()
+    assert str(first) == "(d0, d1) -> (d0, d1), domain: d0 in [0, 5], d1 in [0, 3]"
+    again = parse_indexing_map(text).simplify()  # from the cache: the same map
+    assert again == first and str(again) == str(first)
+    named = parse_indexing_map(text).replace(names={"d": ("x", "y")})
+    assert str(named.simplify()) == "(x, y) -> (x, y), domain: x in [0, 5], y in [0, 3]"  # names are part of the key
+    assert len(simplify_mod._SIMPLIFIED) >= 2
+    # a permutation map is its own simplification
+    perm = IndexingMap.from_tensor_sizes([dim(1), dim(0)], [3, 4])
+    assert perm.simplify() is perm
+    a = IndexingMap.from_tensor_sizes([dim(0) * 2], [8])
+    b = IndexingMap.from_tensor_sizes([dim(0) + 1], [16])
+    c1, c2 = a.compose(b), a.compose(b)
+    assert c1 == c2 and all(c1.evaluate([i]) == (2 * i + 1,) for i in range(8))
+    clear_caches()
+    assert not simplify_mod._SIMPLIFIED
+    assert a.compose(b) == c1

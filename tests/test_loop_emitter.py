@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import CORPUS
-from fusion_harness import load, loop_fusions, operands_and_reference, pick_emitter, run_and_compare
+from fusion_harness import (load, loop_fusions, operands_and_reference, pick_emitter, run_and_compare,
+                            run_loop_text)
 
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
@@ -126,12 +127,7 @@ def test_gpt12_loop_fusions_match_evaluator():
 # XLA semantics on chosen inputs (reference evaluator = expected values)
 # ------------------------------------------------------------------------------------------------
 def _run_text(text: str, args: list) -> list:
-    m = load(text)
-    (f,) = loop_fusions(m)
-    ops, ref = operands_and_reference(m, f, args=args)
-    emitted, outs = run_and_compare(f, ops, ref)
-    assert emitted.emitter == "LoopFusion"
-    return outs
+    return run_loop_text(text, args)
 
 
 def _binary_module(op: str, et: str, n: int, extra: str = "") -> str:

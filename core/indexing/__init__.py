@@ -13,8 +13,17 @@ from fusegen.indexing.map import IndexingMap
 from fusegen.indexing.simplify import remove_unused_vars, rescale_symbols, simplify
 from fusegen.indexing.text import IndexingMapParseError, parse_expr, parse_indexing_map
 
+
+def clear_caches() -> None:
+    """Forget the cached results of ``simplify`` and ``compose`` (keyed by the maps' structure)."""
+    import sys
+
+    for name in ("fusegen.indexing.compose", "fusegen.indexing.simplify"):  # the modules, not the functions
+        sys.modules[name].clear_cache()
+
 __all__ = [
-    "AffineExpr", "IndexingMap", "IndexingMapParseError", "Interval", "compose_indexing_maps", "const", "dim",
+    "AffineExpr", "IndexingMap", "IndexingMapParseError", "Interval", "clear_caches", "compose_indexing_maps",
+    "const", "dim",
     "expr_max", "expr_min", "parse_expr", "parse_indexing_map", "remove_unused_vars", "rescale_symbols", "rt",
     "semantically_equal", "simplify", "sym",
 ]

@@ -22,6 +22,25 @@ def compose_indexing_maps(first: IndexingMap, second: IndexingMap) -> IndexingMa
                          f"the second {second.num_dims} dimensions")
     if first.is_known_empty or second.is_known_empty:
         return IndexingMap.known_empty(first.num_dims, second.num_results)
+    key = (first.cache_key(), second.cache_key())
+    hit = _COMPOSED.get(key)
+    if hit is None:
+        if len(_COMPOSED) >= 8192:
+            _COMPOSED.clear()
+        hit = _COMPOSED[key] = _compose(first, second)
+    return hit
+
+
+#: Composed maps by the structural keys of both (maps are immutable; models repeat the same pairs).
+_COMPOSED: dict = {}
+
+
+def clear_cache() -> None:
+    """Forget the composed maps (for benchmarks measuring a cold run)."""
+    _COMPOSED.clear()
+
+
+def _compose(first: IndexingMap, second: IndexingMap) -> IndexingMap:
     n2s, n2r = second.num_symbols, second.num_rt_vars
     # first's variables renumbered into the composed map
     first_subst = {sym(i): sym(n2s + i) for i in range(first.num_symbols)}

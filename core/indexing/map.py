@@ -14,6 +14,7 @@ known-empty maps (no point satisfies the domain; printed ``KNOWN EMPTY``).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
 from fusegen.indexing.expr import DIM, RT, SYM, AffineExpr, as_expr, const, dim, rt, sym, var
@@ -61,7 +62,7 @@ class IndexingMap:
         items = list(constraints.items() if isinstance(constraints, Mapping) else constraints)
         counts = {DIM: len(self.dims), SYM: len(self.syms), RT: len(self.rts)}
         for e in (*self.exprs, *(as_expr(c) for c, _ in items)):
-            for kind, index in e.variables():
+            for kind, index in _variables(e):
                 if index >= counts[kind]:
                     raise ValueError(f"{e} uses {kind}{'t' if kind == RT else ''}{index}, but the map has "
                                      f"{counts[kind]} such variables")
@@ -149,6 +150,14 @@ class IndexingMap:
         """A copy with some fields replaced (constraints re-added, so they re-narrow the domain)."""
         if self.is_undefined:
             return self
+        if exprs is None and dims is None and syms is None and rts is None and constraints is None:
+            out = object.__new__(IndexingMap)  # names only: nothing to validate or re-narrow
+            for slot in IndexingMap.__slots__:
+                object.__setattr__(out, slot, getattr(self, slot))
+            out.dims, out.syms, out.rts = list(self.dims), list(self.syms), list(self.rts)
+            out.constraints = dict(self.constraints)
+            out.names = IndexingMap((), (), names=self.names if names is None else names).names
+            return out
         return IndexingMap(self.exprs if exprs is None else exprs, self.dims if dims is None else dims,
                            self.syms if syms is None else syms, self.rts if rts is None else rts,
                            self.constraints if constraints is None else constraints,
@@ -231,6 +240,11 @@ class IndexingMap:
     def __repr__(self) -> str:
         return f"IndexingMap({str(self)!r})"
 
+    def cache_key(self) -> tuple:
+        """Structural key including the variable names: equal keys print and behave alike (the caches of
+        ``simplify`` / ``compose`` use it; ``==`` ignores names)."""
+        return (self._key(), tuple(sorted(self.names.items())))
+
     def _key(self):
         return (self.is_undefined, self.is_known_empty, self.exprs, tuple(self.dims), tuple(self.syms),
                 tuple(self.rts), frozenset(self.constraints.items()))
@@ -241,6 +255,12 @@ class IndexingMap:
 
     def __hash__(self) -> int:
         return hash(self._key())
+
+
+@lru_cache(maxsize=1 << 16)
+def _variables(e: AffineExpr) -> frozenset:
+    """``e.variables()``, remembered: maps are built from the same expressions over and over."""
+    return frozenset(e.variables())
 
 
 def _is_default(kind: str, i: int, name: str) -> bool:

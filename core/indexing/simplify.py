@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from math import gcd
 
-from fusegen.indexing.expr import DIM, MOD, MUL, FLOORDIV, RT, SYM, AffineExpr, const, var
+from fusegen.indexing.expr import CONST, DIM, MOD, MUL, FLOORDIV, RT, SYM, AffineExpr, const, var
 from fusegen.indexing.interval import Interval
 from fusegen.indexing.linear import expr_range, from_linear, to_linear
 from fusegen.indexing.map import IndexingMap
@@ -131,6 +131,29 @@ def simplify(m: IndexingMap, fold_point_vars: bool = True, affine_fit_points: in
     """
     if m.is_undefined or m.is_known_empty:
         return m, False
+    if not m.constraints and not m.syms and not m.rts and all(e.kind in (DIM, CONST) for e in m.exprs) and \
+            not (fold_point_vars and any(b.is_point for b in m.dims)):
+        return m, False  # a permutation / projection map: nothing to simplify
+    key = (m.cache_key(), fold_point_vars, affine_fit_points)
+    hit = _SIMPLIFIED.get(key)
+    if hit is None:
+        if len(_SIMPLIFIED) >= CACHE_LIMIT:
+            _SIMPLIFIED.clear()
+        hit = _SIMPLIFIED[key] = _simplify(m, fold_point_vars, affine_fit_points)
+    return hit
+
+
+#: Simplified maps by structural key (maps are immutable; models repeat the same maps layer after layer).
+_SIMPLIFIED: dict = {}
+CACHE_LIMIT = 8192
+
+
+def clear_cache() -> None:
+    """Forget the simplified maps (for benchmarks measuring a cold run)."""
+    _SIMPLIFIED.clear()
+
+
+def _simplify(m: IndexingMap, fold_point_vars: bool, affine_fit_points: int) -> tuple[IndexingMap, bool]:
     dims, syms, rts = list(m.dims), list(m.syms), list(m.rts)
     constraints = dict(m.constraints)
     bounds = _bounds_fn(dims, syms, rts)

@@ -55,23 +55,37 @@ class ShapeOpsMixin:
         return self.value(inst.operands[0], self.apply_map(self.operand_map(inst, 0), idx, inst))
 
     def _reshape(self, inst: Instruction, idx: Index) -> Any:
+        """The operand at the index the reshape's map gives (:meth:`shape_map`); the linearize /
+        delinearize of the row-major linear index where the map is not one pure map."""
         src = inst.operands[0]
         if src.shape.element_type != inst.shape.element_type:
             raise EmitterUnsupported(inst.opcode, inst.name, "reshape changes the element type")
         out_rm = tuple(range(inst.shape.rank - 1, -1, -1))
         in_rm = tuple(range(src.shape.rank - 1, -1, -1))
+        m = self.shape_map(inst)
+        if m is not None:
+            return self.value(src, self.apply_shape_map(m, idx, inst, out_rm, in_rm))
         lin = self.linearize(idx, inst.shape.dimensions, out_rm)
         return self.value(src, self.delinearize(lin, src.shape.dimensions, in_rm))
 
     def _bitcast(self, inst: Instruction, idx: Index) -> Any:
+        """Like :meth:`_reshape`, on the physical (layout) order: a transpose bitcast is a permutation, a
+        layout-changing one transpose-reshape-transpose (``bitcast_map``); the element type may be
+        reinterpreted between types of one width."""
         src = inst.operands[0]
         if src.shape.numel != inst.shape.numel:
             raise EmitterUnsupported(inst.opcode, inst.name, "bitcast changes the element count")
         s_et, d_et = src.shape.element_type, inst.shape.element_type
         if dtypes.bit_width(s_et) != dtypes.bit_width(d_et):
             raise EmitterUnsupported(inst.opcode, inst.name, "bitcast between element types of different widths")
-        lin = self.linearize(idx, inst.shape.dimensions, inst.shape.minor_to_major())
-        v = self.value(src, self.delinearize(lin, src.shape.dimensions, src.shape.minor_to_major()))
+        m = self.shape_map(inst)
+        if m is not None:
+            src_idx = self.apply_shape_map(m, idx, inst, tuple(inst.shape.minor_to_major()),
+                                           tuple(src.shape.minor_to_major()))
+        else:
+            lin = self.linearize(idx, inst.shape.dimensions, inst.shape.minor_to_major())
+            src_idx = self.delinearize(lin, src.shape.dimensions, src.shape.minor_to_major())
+        v = self.value(src, src_idx)
         if s_et != d_et:
             return self._reinterpret(v, s_et, d_et, inst)
         return v
@@ -87,36 +101,21 @@ class ShapeOpsMixin:
     _broadcast = _transpose = _slice = _reverse = _through_map
 
     def _pad(self, inst: Instruction, idx: Index) -> Any:
+        """``pad`` from its output-to-operand map (``fusegen.indexing.analysis_shapes.pad_map``, XLA's
+        ``ComputePadIndexingMap``): the map's domain is the set of output points that read the operand (low /
+        high edges, negative padding, and the interior stride as ``(d - lo) mod (interior + 1) in [0, 0]``),
+        its results the operand index there; every other point is the padding value."""
         src, pv = inst.operands
-        pads = inst.attrs.get("padding") or []
-        conds: list[str] = []
-        src_idx: list[Any] = []
-        for d, (lo, _hi, interior) in enumerate(pads):
-            size = src.shape.dimensions[d]
-            t = self.isub(idx[d], int(lo))
-            step = int(interior) + 1
-            if isinstance(t, int):
-                ok = t >= 0 and t % step == 0 and t // step < size
-                if not ok:
-                    conds.append("False")
-                src_idx.append(min(max(t // step, 0), size - 1) if t >= 0 else 0)
-                continue
-            parts = [f"({t} >= 0)", f"({t} < {(size - 1) * step + 1})"]
-            if step > 1:
-                parts.append(f"(({t} % {step}) == 0)")
-            conds.append(self.ctx.emit(" & ".join(parts), "inpad"))
-            q = self.idiv(self.iclamp(t, 0, (size - 1) * step), step) if step > 1 else self.iclamp(t, 0, size - 1)
-            src_idx.append(q)
         if src.shape.numel == 0:
             return self.value(pv, ())
-        inner = self.value(src, tuple(src_idx))
-        padv = self.value(pv, ())
-        if not conds:
+        m = self.operand_map(inst, 0)
+        cond, cidx = self.domain_test(m, idx, inst)
+        if cond is False:
+            return self.value(pv, ())
+        inner = self.value(src, self.apply_map(m, cidx, inst))
+        if cond is True:
             return inner
-        if "False" in conds:
-            return padv
-        cond = conds[0] if len(conds) == 1 else self.ctx.emit(" & ".join(conds), "inpad")
-        return self.where(cond, inner, padv, inst.name)
+        return self.where(cond, inner, self.value(pv, ()), inst.name)
 
     def _concatenate(self, inst: Instruction, idx: Index) -> Any:
         k = int_list(inst.attrs.get("dimensions"))[0]
