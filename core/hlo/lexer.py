@@ -108,7 +108,7 @@ def unescape_string(body: str) -> str:
 
     out = _ESCAPE.sub(repl, body)
     # Octal/hex escapes encode UTF-8 bytes; re-decode them when they form valid UTF-8.
-    if any(0x80 <= ord(ch) <= 0xFF for ch in out):
+    if not out.isascii() and any(0x80 <= ord(ch) <= 0xFF for ch in out):
         try:
             out = out.encode("latin-1").decode("utf-8")
         except (UnicodeEncodeError, UnicodeDecodeError):

@@ -515,7 +515,7 @@ def _split(text: str) -> list[str]:
     for m in list(_SPLIT_MARK.finditer(text)) + [None]:
         end = m.start() if m is not None else len(text)
         body = text[pos:end]
-        if _WS.sub("", body).strip():
+        if _WS.match(body).end() < len(body):  # anything but blanks and comments
             chunks.append("\n" * line + body)
         if m is None:
             break
