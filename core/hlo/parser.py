@@ -89,8 +89,9 @@ class _Parser(FastPaths, AttributeParser):
             stem = Path(self.filename).stem if self.filename and not self.filename.startswith("<") else ""
             stem = re.sub(r"[^\w.\-]", "_", stem)
             mod.name = stem or "module"
-        for m in _FUSEGEN_COMMENT.finditer(self.text):
-            mod.attrs[m.group(1)] = m.group(2)
+        if "fusegen." in self.text:  # the line-anchored search costs ~10 ns a character; a substring test 1
+            for m in _FUSEGEN_COMMENT.finditer(self.text):
+                mod.attrs[m.group(1)] = m.group(2)
         self.resolve_computations(names)
         self.check_call_graph()
         self.choose_entry(names)
