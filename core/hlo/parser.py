@@ -343,8 +343,21 @@ class _Parser(FastPaths, AttributeParser):
                 inst.shape = self.infer_shape(inst, ipos)
         if forward:
             self.check_acyclic(comp, {id(p[0]): p[3] for p in pendings})
-        for inst, _, _, ipos, _ in pendings:
-            self.verify(inst, ipos, comp)
+        valid_shapes = self.valid_shapes
+        valid_literals = self.valid_literals
+        instruction_error = verifier.instruction_error
+        for inst, _, _, ipos, _ in pendings:  # self.verify, inlined (one call per instruction less)
+            s = inst.shape
+            if inst.opcode == "constant":
+                lit = (inst.attrs.get("literal"), id(s))
+                msg = instruction_error(inst, id(s) not in valid_shapes, lit not in valid_literals)
+                if not msg:
+                    valid_literals.add(lit)
+            else:
+                msg = instruction_error(inst, id(s) not in valid_shapes, False)
+            if msg:
+                raise self.error(msg, ipos, inst.name)
+            valid_shapes[id(s)] = s
         bad = verifier.parameters_error(comp)
         if bad is not None:
             pos = next((p[3] for p in pendings if p[0] is bad[1]), None)
@@ -413,11 +426,13 @@ class _Parser(FastPaths, AttributeParser):
         """A computation may not call itself, directly or through others (XLA's call graph is a DAG)."""
         if not self.calls_go_back():
             self.check_call_cycle()
+        callers = verifier.CALLER_OPCODES
         for comp in self.module.computations:
             for inst in comp.instructions:
-                msg = verifier.called_error(inst)
-                if msg:
-                    raise self.error(msg, self.inst_pos.get(id(inst)), inst.name)
+                if inst.opcode in callers:
+                    msg = verifier.called_error(inst)
+                    if msg:
+                        raise self.error(msg, self.inst_pos.get(id(inst)), inst.name)
 
     def check_call_cycle(self) -> None:
         edges: dict[int, list[tuple[Computation, object]]] = {}

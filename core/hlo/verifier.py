@@ -41,6 +41,13 @@ _REQUIRED = {"transpose": "dimensions", "slice": "slice", "get-tuple-element": "
              "dynamic-slice": "dynamic_slice_sizes", "compare": "direction"}
 
 
+#: Operand count of the fixed-arity opcodes (``_UNARY`` first, as the checks go).
+_WANT = {**dict.fromkeys(_TERNARY, 3), **dict.fromkeys(_BINARY, 2), **dict.fromkeys(_UNARY, 1)}
+#: Opcodes with a check of their own in :func:`instruction_error` after the operand-count ones.
+_DETAIL_OPS = frozenset(["parameter", "transpose", "broadcast", "reduce", "reverse", "concatenate", "iota", "slice",
+                         "reshape", "constant"])
+
+
 def _byte_width(element_type: str) -> float:
     from fusegen.hlo import dtypes
 
@@ -98,10 +105,10 @@ def instruction_error(inst: Instruction, check_shape: bool = True,  # noqa: C901
         return f"%{inst.name}: {e}"
     if s is None:
         return None
-    want = 1 if op in _UNARY else 2 if op in _BINARY else 3 if op in _TERNARY else None
-    if want is not None and len(inst.operands) != want:
-        return f"{op} %{inst.name} takes {want} operand{'s' if want > 1 else ''}, has {len(inst.operands)}"
     n = len(inst.operands)
+    want = _WANT.get(op)
+    if want is not None and n != want:
+        return f"{op} %{inst.name} takes {want} operand{'s' if want > 1 else ''}, has {n}"
     if op in _EXACTLY and n != _EXACTLY[op]:
         return f"{op} %{inst.name} takes {_EXACTLY[op]} operand{'s' if _EXACTLY[op] != 1 else ''}, has {n}"
     if op in _AT_LEAST:
@@ -120,16 +127,18 @@ def instruction_error(inst: Instruction, check_shape: bool = True,  # noqa: C901
             if not 0 <= idx < len(t.tuple_shapes or ()):
                 return (f"get-tuple-element %{inst.name}: index {idx} is out of range for a tuple of "
                         f"{len(t.tuple_shapes or ())} elements")
-    if s.is_tuple:
+    if s.tuple_shapes is not None:
+        return None
+    if op in SAME_SHAPE_OPCODES and op not in ("select", "clamp"):
+        for o in inst.operands:
+            if o.shape is not s and o.shape is not None and not o.shape.is_tuple \
+                    and o.shape.dimensions != s.dimensions and o.shape.dimensions != ():
+                return (f"%{inst.name} ({op}) has shape {list(s.dimensions)} but operand %{o.name} has "
+                        f"{list(o.shape.dimensions)}")
+    if op not in _DETAIL_OPS:
         return None
     dims = inst.attrs.get("dimensions")
     dims = tuple(dims) if isinstance(dims, tuple) else None
-    if op in SAME_SHAPE_OPCODES and op not in ("select", "clamp"):
-        for o in inst.operands:
-            if o.shape is not None and not o.shape.is_tuple and o.shape.dimensions != s.dimensions \
-                    and o.shape.dimensions != ():
-                return (f"%{inst.name} ({op}) has shape {list(s.dimensions)} but operand %{o.name} has "
-                        f"{list(o.shape.dimensions)}")
     if op == "parameter":
         n = inst.attrs.get("parameter_number")
         if isinstance(n, int) and n < 0:
@@ -228,8 +237,11 @@ def _reshape_error(inst: Instruction) -> str | None:
 def parameters_error(comp: Computation) -> tuple[str, Instruction] | None:
     """Parameter numbers of ``comp`` must be ``0..N-1``, each once (``HloComputation::AddParameter``)."""
     nums = [i.attrs.get("parameter_number") for i in comp.instructions if i.opcode == "parameter"]
+    expected = list(range(len(nums)))
+    if nums == expected:
+        return None  # in text order (the usual case), without sorting
     try:
-        if sorted(nums) == list(range(len(nums))):
+        if sorted(nums) == expected:
             return None  # the usual case, without sorting the instructions
     except TypeError:  # a number missing (None): the full check below skips it
         pass
@@ -300,7 +312,7 @@ def _takes(inst: Instruction, comp: Computation, args: list[Shape | None], what:
     if len(params) != len(args):
         return (f"{inst.opcode} %{inst.name}: {what} {comp.name!r} takes {len(params)} parameter"
                 f"{'s' if len(params) != 1 else ''}, given {len(args)}")
-    for p, a in zip(sorted(params, key=lambda p: p.attrs.get("parameter_number", 0)), args):
+    for p, a in zip(params, args):  # Computation.parameters is in parameter-number order
         if not _same(p.shape, a):
             return (f"{inst.opcode} %{inst.name}: {what} {comp.name!r} parameter {p.attrs.get('parameter_number')} "
                     f"is {_text(p.shape)}, given {_text(a)}")
@@ -310,6 +322,10 @@ def _takes(inst: Instruction, comp: Computation, args: list[Shape | None], what:
 _CALLS = {"fusion": ("calls",), "call": ("to_apply",), "while": ("condition", "body"), "map": ("to_apply",),
           "reduce": ("to_apply",), "reduce-window": ("to_apply",), "sort": ("to_apply",), "scatter": ("to_apply",),
           "select-and-scatter": ("select", "scatter"), "all-reduce": ("to_apply",)}
+
+
+#: Opcodes :func:`called_error` checks (any other instruction has nothing to check).
+CALLER_OPCODES = frozenset(_CALLS) | {"conditional"}
 
 
 def called_error(inst: Instruction) -> str | None:
