@@ -25,6 +25,12 @@ _FAST_HEAD = re.compile(r"(ROOT[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*=[ \t]*(([a
                         r"(?:\{((?:\d+(?:,\d+)*)?)\})?)[ \t]+([a-z][a-z0-9\-]*)\(")
 # Plain operand names up to the closing parenthesis (`%a, %b)`); inline operand instructions don't match.
 _FAST_OPERANDS = re.compile(r"[ \t]*((?:%?[A-Za-z0-9_][\w.\-]*[ \t]*,[ \t]*)*%?[A-Za-z0-9_][\w.\-]*)?[ \t]*\)")
+# The blank lines and indent before an instruction, its head and (when they are plain names) its operands, in one
+# match: groups 1-7 as _FAST_HEAD's, 8 the operand list (None when empty), 9 the `)` (None: not plain names).
+_FAST_INSTRUCTION = re.compile(r"[ \t\n]*" + _FAST_HEAD.pattern + r"(?:" + _FAST_OPERANDS.pattern[:-2] + r"(\)))?")
+# `, key=` (group 1: the key), or with group 1 None the end of an instruction's attributes (nothing consumed): the
+# next line starts the next instruction or closes the body.
+_FAST_ATTR_OR_END = re.compile(r"[ \t]*(?:,[ \t]*([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*|(?=\n[ \t]*[%A-Za-z0-9_}]))")
 # A one-line computation header `[ENTRY] %name (p: f32[4]{0}, ...) -> f32[4]{0} {` with fast-path shapes only.
 _SIG_SHAPE = r"[a-z][a-z0-9]*\[(?:\d+(?:,\d+)*)?\](?:\{(?:\d+(?:,\d+)*)?\})?"
 _SIG_PARAM = r"[ \t]*%?[A-Za-z0-9_][\w.\-]*[ \t]*:[ \t]*" + _SIG_SHAPE + r"[ \t]*"
@@ -32,9 +38,6 @@ _FAST_COMP_HEAD = re.compile(r"(ENTRY[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*\(((?
                              + r")?)[ \t]*\)[ \t]*->[ \t]*(" + _SIG_SHAPE + r")[ \t]*\{")
 _FAST_LITERAL = re.compile(r"([^{}()\[\]\"/\n]*)\)")
 _FAST_PARAMETER = re.compile(r"[ \t]*(\d+)[ \t]*\)")
-_FAST_ATTR = re.compile(r"[ \t]*,[ \t]*([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*")
-# The end of an instruction's attributes: the next line starts the next instruction or closes the body.
-_ATTRS_END = re.compile(r"[ \t]*\n[ \t]*[%A-Za-z0-9_}]")
 # XLA's OpMetadata fields in the order it prints them (int-valued ones marked): metadata written that way is read
 # in one match; any other order, field or value form takes the item-by-item path.
 _XLA_METADATA_FIELDS = (("op_type", False), ("op_name", False), ("source_file", False), ("source_line", True),
@@ -109,16 +112,19 @@ class FastPaths:
     n: int
     pos: int
     fast_root: Instruction | None
+    fast_root_pos: int
 
-    def fast_instruction(self, name_pos: int, comp: Computation, defined: dict[str, Instruction],
+    def fast_instruction(self, pos: int, comp: Computation, defined: dict[str, Instruction],
                          pendings: list[Pending]) -> Instruction | None:
-        """A one-line ``[ROOT] name = shape opcode(%a, %b)`` head in two regex matches, or ``None`` (nothing
-        consumed) for anything the general grammar must read or report. A ROOT is also left in ``fast_root``."""
+        """A one-line ``[ROOT] name = shape opcode(%a, %b)`` head after blank lines and indent at ``pos``, in one
+        regex match, or ``None`` (nothing consumed) for anything the general grammar must read or report. A ROOT
+        is also left in ``fast_root`` with, in ``fast_root_pos``, where the general grammar stands after the
+        ROOT keyword."""
         t = self.text
-        m = _FAST_HEAD.match(t, name_pos)
+        m = _FAST_INSTRUCTION.match(t, pos)
         if m is None:
             return None
-        root, name, shape_text, etype, dims_s, mtm_s, opcode = m.groups()
+        root, name, shape_text, etype, dims_s, mtm_s, opcode, names, close = m.groups()
         name_pos = m.start(2) - (t[m.start(2) - 1] == "%")
         if (root is None and name == "ROOT") or name in defined or (
                 opcode not in KNOWN_OPCODES and not is_known_opcode(opcode)):
@@ -129,30 +135,39 @@ class FastPaths:
         attrs: dict[str, Any] = {}
         operand_names: list[str] = []
         span = None
+        end = m.end()
         if opcode == "constant":
-            a = _FAST_LITERAL.match(t, m.end())  # a one-line literal without brackets or strings: `-inf`, `1.5`
-            if a is None:
-                return None
-            attrs["literal"] = a.group(1).strip()
+            if close is not None:  # `(1.5)`: _FAST_LITERAL would read the same text
+                attrs["literal"] = names or ""
+            else:
+                a = _FAST_LITERAL.match(t, m.end(7) + 1)  # a one-line literal without brackets or strings: `-inf`
+                if a is None:
+                    return None
+                attrs["literal"] = a.group(1).strip()
+                end = a.end()
         elif opcode == "parameter":
-            a = _FAST_PARAMETER.match(t, m.end())
-            if a is None:
-                return None
+            if close is not None and names is not None and names.isdecimal():  # str.isdecimal is re's \d
+                number = names
+            else:
+                a = _FAST_PARAMETER.match(t, m.end(7) + 1)
+                if a is None:
+                    return None
+                number = a.group(1)
+                end = a.end()
             try:
-                attrs["parameter_number"] = _int(a.group(1))
+                attrs["parameter_number"] = _int(number)
             except _LexError:
                 return None
-        else:
-            a = _FAST_OPERANDS.match(t, m.end())
-            if a is None:
-                return None
-            if a.group(1) is not None:
-                span = a.span(1)
-                operand_names = _NAME.findall(t, *span)
-        self.pos = a.end()
+        elif close is None:
+            return None
+        elif names is not None:
+            span = m.span(8)
+            operand_names = _NAME.findall(t, *span)
+        self.pos = end
         inst = Instruction(name, opcode, shape, [], attrs, comp, self.line_of(name_pos))  # type: ignore
         if root is not None:
             self.fast_root = inst
+            self.fast_root_pos = m.start(1) + 4
         preds = self.attributes(inst)  # type: ignore[attr-defined]
         defined[name] = inst
         self.inst_pos[id(inst)] = name_pos  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fusegen.hlo.fast_paths import _ATTRS_END, _FAST_ATTR, xla_metadata
+from fusegen.hlo.fast_paths import _FAST_ATTR_OR_END, xla_metadata
 from fusegen.hlo.ir import COMPUTATION_ATTRIBUTES, Instruction
 from fusegen.hlo.lexer import (
     _ATTR_KEY, _BARE, _BOOL, _BOOL_KEYS, _CLOSE_BRACE, _INT, _INT_KEYS, _INT_LIST, _INT_LIST_KEYS, _JSON,
@@ -26,13 +26,13 @@ class AttributeParser(Lexer):
         preds = None
         t = self.text
         while True:
-            fast = _FAST_ATTR.match(t, self.pos)
+            fast = _FAST_ATTR_OR_END.match(t, self.pos)
             if fast is not None:
                 key = fast.group(1)
+                if key is None:
+                    return preds  # the line ends here
                 kpos = fast.start(1)
                 self.pos = fast.end()
-            elif _ATTRS_END.match(t, self.pos):
-                return preds
             else:
                 p = _WS.match(t, self.pos).end()
                 if p >= self.n or t[p] != ",":

@@ -48,6 +48,7 @@ class _Parser(FastPaths, AttributeParser):
         self.inline_count = 0
         self.inst_pos: dict[int, int] = {}  # id(instruction) -> text position, for module-level checks
         self.fast_root: Instruction | None = None  # the last ROOT instruction the fast path read
+        self.fast_root_pos = 0  # where the general grammar would stand after that ROOT keyword
         # Shapes the verifier already found valid (by id; the dict keeps them alive).
         self.valid_shapes: dict[int, Shape] = {}
         self.valid_literals: set[tuple[Any, int]] = set()
@@ -167,18 +168,18 @@ class _Parser(FastPaths, AttributeParser):
         pendings: list[_Pending] = []
         root: Instruction | None = None
         while True:
-            self.ws()
-            if self.pos >= self.n:
-                raise self.error(f"unexpected end of file inside computation {name!r} (missing '}}')")
-            if self.text[self.pos] == "}":
-                self.pos += 1
-                break
-            ipos = self.pos
-            inst = self.fast_instruction(ipos, comp, defined, pendings)
+            inst = self.fast_instruction(self.pos, comp, defined, pendings)  # blank lines and all
+            if inst is None:
+                self.ws()
+                if self.pos >= self.n:
+                    raise self.error(f"unexpected end of file inside computation {name!r} (missing '}}')")
+                if self.text[self.pos] == "}":
+                    self.pos += 1
+                    break
+                inst = self.fast_instruction(self.pos, comp, defined, pendings)  # after a comment
             if inst is not None:
                 is_root = inst is self.fast_root
-                if is_root:
-                    ipos += 4  # where the general grammar stands after the ROOT keyword
+                ipos = self.fast_root_pos  # where the general grammar stands after the ROOT keyword
             else:
                 is_root = self.keyword("ROOT")
                 ipos = self.pos
