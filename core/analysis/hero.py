@@ -151,9 +151,17 @@ def find_non_trivial_hero(inst: Instruction, memo: dict | None = None) -> Instru
     hero = inst
     while is_intermediate(hero, 1) and in_fusion(hero.operands[0]):
         hero = hero.operands[0]
+    opcodes = None
     for tag, predicate in (("transpose", _is_tiled_transpose), ("concatenate", _is_concatenate)):
-        if shared and not _any_match(memo, tag, predicate, hero):
-            continue
+        if shared:
+            if not _any_match(memo, tag, predicate, hero):
+                continue
+        elif hero.parent is not None:
+            # each predicate holds only for its own opcode (the tag): without one the search can only fail
+            if opcodes is None:
+                opcodes = {n.opcode for n in hero.parent.instructions}
+            if tag not in opcodes:
+                continue
         found = find_hero(hero, predicate, memo.setdefault(tag, {}))
         if found is not None:
             return found
