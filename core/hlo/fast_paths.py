@@ -113,6 +113,7 @@ class FastPaths:
     pos: int
     fast_root: Instruction | None
     fast_root_pos: int
+    valid_signatures: set[str]
 
     def fast_instruction(self, pos: int, comp: Computation, defined: dict[str, Instruction],
                          pendings: list[Pending]) -> Instruction | None:
@@ -154,17 +155,26 @@ class FastPaths:
                     return None
                 number = a.group(1)
                 end = a.end()
-            try:
-                attrs["parameter_number"] = _int(number)
-            except _LexError:
-                return None
+            if len(number) < 19:  # fits int64: int() is what _int would give
+                attrs["parameter_number"] = int(number)
+            else:
+                try:
+                    attrs["parameter_number"] = _int(number)
+                except _LexError:
+                    return None
         elif close is None:
             return None
         elif names is not None:
             span = m.span(8)
             operand_names = _NAME.findall(t, *span)
         self.pos = end
-        inst = Instruction(name, opcode, shape, [], attrs, comp, self.line_of(name_pos))  # type: ignore
+        last_pos, last_line = self._line_at  # type: ignore[attr-defined]  # self.line_of, inlined
+        if name_pos >= last_pos:
+            line = last_line + t.count("\n", last_pos, name_pos)
+            self._line_at = (name_pos, line)
+        else:
+            line = self.line_of(name_pos)  # type: ignore[attr-defined]
+        inst = Instruction(name, opcode, shape, [], attrs, comp, line)
         if root is not None:
             self.fast_root = inst
             self.fast_root_pos = m.start(1) + 4
@@ -182,9 +192,12 @@ class FastPaths:
         m = _FAST_COMP_HEAD.match(t, pos)
         if m is None or (m.group(1) is None and m.group(2) == "ENTRY"):
             return None
-        for sm in _FAST_SHAPE.finditer(t, m.start(3), m.end(4)):
-            if sm.group(0) not in self.shapes and self.new_shape(sm.group(0), *sm.groups()) is None:  # type: ignore
-                return None
+        sig = t[m.start(3):m.end(4)]
+        if sig not in self.valid_signatures:  # modules repeat signatures: each one's shapes checked once
+            for sm in _FAST_SHAPE.finditer(sig):
+                if sm.group(0) not in self.shapes and self.new_shape(sm.group(0), *sm.groups()) is None:  # type: ignore
+                    return None
+            self.valid_signatures.add(sig)
         if "{" not in m.group(4):
             # `-> f32[4] {1}`: the full grammar decides whether that brace is a layout
             q = _WS.match(t, m.end()).end()

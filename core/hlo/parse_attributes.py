@@ -43,16 +43,25 @@ class AttributeParser(Lexer):
                 self.expect("=", f" after attribute {key!r}")
             if key in attrs:
                 raise self.error(f"duplicate attribute {key!r} on %{inst.name}", kpos, key)
-            self.ws()
+            p = self.pos
+            if p >= self.n or not " " < t[p] < "\x7f" or t[p] == "/":  # self.ws() only where it has work
+                self.ws()
             if key == "metadata":
-                attrs[key] = self.metadata()
+                fast_md = xla_metadata(t, self.pos)
+                if fast_md is not None:
+                    attrs[key], self.pos = fast_md
+                else:
+                    attrs[key] = self.metadata()
             elif key in _INT_LIST_KEYS:
                 m = _INT_LIST.match(t, self.pos)
                 if m is None:
                     raise self.error(f"attribute {key!r} expects {{int,...}}")
                 self.pos = m.end()
                 body = m.group(1)
-                attrs[key] = tuple(_int(x.strip()) for x in body.split(",")) if body.strip() else ()
+                if len(body) < 19:  # no int64 overflow possible: int() of each item as _int would give it
+                    attrs[key] = tuple(map(int, body.split(","))) if body and not body.isspace() else ()
+                else:
+                    attrs[key] = tuple(_int(x.strip()) for x in body.split(",")) if body.strip() else ()
             elif key in _INT_KEYS:
                 attrs[key] = self.integer(_INT, f"an integer for attribute {key!r}")
             elif key in _WORD_KEYS:

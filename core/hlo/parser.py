@@ -49,6 +49,7 @@ class _Parser(FastPaths, AttributeParser):
         self.inst_pos: dict[int, int] = {}  # id(instruction) -> text position, for module-level checks
         self.fast_root: Instruction | None = None  # the last ROOT instruction the fast path read
         self.fast_root_pos = 0  # where the general grammar would stand after that ROOT keyword
+        self.valid_signatures: set[str] = set()  # computation signatures whose shapes the fast path checked
         # Shapes the verifier already found valid (by id; the dict keeps them alive).
         self.valid_shapes: dict[int, Shape] = {}
         self.valid_literals: set[tuple[Any, int]] = set()
@@ -321,7 +322,17 @@ class _Parser(FastPaths, AttributeParser):
     def resolve_operands(self, comp: Computation, defined: dict[str, Instruction], pendings: list[_Pending]) -> None:
         done: set[str] = set()  # names defined before the current instruction
         forward = False  # an operand defined after its user: only then can there be a cycle
+        get = defined.__getitem__
         for inst, names, preds, ipos, span in pendings:
+            if (span is not None or not names) and not preds and inst.shape is not None:  # plain names only
+                try:
+                    inst.operands = list(map(get, names))
+                    if not forward and not done.issuperset(names):
+                        forward = True
+                    done.add(inst.name)
+                    continue
+                except KeyError:
+                    pass  # the loop below reports it
             ops = []
             for nm in names:
                 if span is None:

@@ -47,6 +47,10 @@ _WANT = {**dict.fromkeys(_TERNARY, 3), **dict.fromkeys(_BINARY, 2), **dict.fromk
 _DETAIL_OPS = frozenset(["parameter", "transpose", "broadcast", "reduce", "reverse", "concatenate", "iota", "slice",
                          "reshape", "constant"])
 
+#: Every opcode :func:`instruction_error` checks beyond the result shape (the rest have nothing to check).
+_CHECKED = (frozenset(_WANT) | frozenset(_EXACTLY) | frozenset(_AT_LEAST) | frozenset(_REQUIRED) | SAME_SHAPE_OPCODES
+            | _DETAIL_OPS | {"get-tuple-element"})
+
 
 def _byte_width(element_type: str) -> float:
     from fusegen.hlo import dtypes
@@ -103,7 +107,7 @@ def instruction_error(inst: Instruction, check_shape: bool = True,  # noqa: C901
     e = shape_error(s) if check_shape else None
     if e:
         return f"%{inst.name}: {e}"
-    if s is None:
+    if s is None or op not in _CHECKED:
         return None
     n = len(inst.operands)
     want = _WANT.get(op)
@@ -291,7 +295,7 @@ def call_cycle(edges: dict[int, list[tuple[Computation, object]]], roots: list[C
 
 def _same(a: Shape | None, b: Shape | None) -> bool:
     """Equal shapes ignoring layouts (``ShapeUtil::Compatible``)."""
-    if a is None or b is None:
+    if a is b or a is None or b is None:  # the parser interns shapes: equal texts are one object
         return True
     if a.is_tuple or b.is_tuple:
         ta, tb = a.tuple_shapes or (), b.tuple_shapes or ()
@@ -308,7 +312,9 @@ def _text(s: Shape | None) -> str:
 
 
 def _takes(inst: Instruction, comp: Computation, args: list[Shape | None], what: str) -> str | None:
-    params = comp.parameters
+    params = [i for i in comp.instructions if i.opcode == "parameter"]
+    if len(params) > 1:
+        params.sort(key=lambda p: p.attrs.get("parameter_number", 0))  # Computation.parameters' order
     if len(params) != len(args):
         return (f"{inst.opcode} %{inst.name}: {what} {comp.name!r} takes {len(params)} parameter"
                 f"{'s' if len(params) != 1 else ''}, given {len(args)}")
