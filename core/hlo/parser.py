@@ -168,7 +168,11 @@ class _Parser(FastPaths, AttributeParser):
         defined: dict[str, Instruction] = {}
         pendings: list[_Pending] = []
         root: Instruction | None = None
+        t = self.text
         while True:
+            if t.startswith("\n}", self.pos):  # the usual end of a body, right after its last instruction
+                self.pos += 2
+                break
             inst = self.fast_instruction(self.pos, comp, defined, pendings)  # blank lines and all
             if inst is None:
                 self.ws()
