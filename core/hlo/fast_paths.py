@@ -178,7 +178,11 @@ class FastPaths:
         if root is not None:
             self.fast_root = inst
             self.fast_root_pos = m.start(1) + 4
-        preds = self.attributes(inst)  # type: ignore[attr-defined]
+        first = _FAST_ATTR_OR_END.match(t, end)
+        if first is not None and first.group(1) is None:
+            preds = None  # no attributes
+        else:
+            preds = self.attributes(inst, first)  # type: ignore[attr-defined]
         defined[name] = inst
         self.inst_pos[id(inst)] = name_pos  # type: ignore[attr-defined]
         comp.instructions.append(inst)  # Computation.add without its (still empty) use-list reset

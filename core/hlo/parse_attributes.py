@@ -7,6 +7,7 @@ predecessors, ``frontend_attributes``, ``slice``, ``padding`` and ``window``; an
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fusegen.hlo.fast_paths import _FAST_ATTR_OR_END, xla_metadata
@@ -21,12 +22,17 @@ from fusegen.hlo.lexer import Lexer
 class AttributeParser(Lexer):
     """The attribute grammar; :class:`fusegen.hlo.parser._Parser` adds modules, computations and instructions."""
 
-    def attributes(self, inst: Instruction) -> list[tuple[str, int]] | None:
+    def attributes(self, inst: Instruction, first: re.Match | None = None) -> list[tuple[str, int]] | None:
+        """The attributes after an instruction's operands into ``inst.attrs``; its control predecessors (name,
+        position) when it has some. ``first``: the caller's ``_FAST_ATTR_OR_END`` match at ``self.pos``."""
         attrs = inst.attrs
         preds = None
         t = self.text
         while True:
-            fast = _FAST_ATTR_OR_END.match(t, self.pos)
+            if first is not None:
+                fast, first = first, None
+            else:
+                fast = _FAST_ATTR_OR_END.match(t, self.pos)
             if fast is not None:
                 key = fast.group(1)
                 if key is None:

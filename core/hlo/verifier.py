@@ -52,13 +52,21 @@ _CHECKED = (frozenset(_WANT) | frozenset(_EXACTLY) | frozenset(_AT_LEAST) | froz
             | _DETAIL_OPS | {"get-tuple-element"})
 
 
-def _byte_width(element_type: str) -> float:
-    from fusegen.hlo import dtypes
+_BYTE_WIDTHS: dict[str, float] = {}
 
-    try:
-        return max(dtypes.bit_width(element_type), 1) / 8
-    except (KeyError, ValueError):
-        return 1
+
+def _byte_width(element_type: str) -> float:
+    w = _BYTE_WIDTHS.get(element_type)
+    if w is None:
+        from fusegen.hlo import dtypes  # here, not at the top: dtypes imports numpy and ml_dtypes
+
+        try:
+            w = max(dtypes.bit_width(element_type), 1) / 8
+        except (KeyError, ValueError):
+            w = 1
+        if len(_BYTE_WIDTHS) < 256:  # element types are a few dozen words
+            _BYTE_WIDTHS[element_type] = w
+    return w
 
 
 def shape_error(shape: Shape | None) -> str | None:
