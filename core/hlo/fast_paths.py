@@ -53,14 +53,27 @@ _XLA_METADATA = re.compile(r"\{" + "".join(
 Pending = tuple[Instruction, list, "list[tuple[str, int]] | None", int, "tuple[int, int] | None"]
 
 
+# The forms XLA:GPU dumps print most (`{op_name="..." scheduling_name="..." stack_frame_id=6}`, any of the
+# first and last left out), without escapes: a few groups instead of ten.
+_XLA_METADATA_COMMON = re.compile(r'\{(?:op_name="([^"\\]*)" )?scheduling_name="([^"\\]*)"(?: stack_frame_id=(\d+))?\}')
+
+
 def xla_metadata(text: str, pos: int) -> tuple[dict[str, Any], int] | None:
     """``(fields, end)`` of metadata at ``pos`` written in XLA's field order, else ``None``."""
+    m = _XLA_METADATA_COMMON.match(text, pos)
+    if m is not None:
+        op_name, sched, frame = m.groups()
+        out: dict[str, Any] = {} if op_name is None else {"op_name": op_name}
+        out["scheduling_name"] = sched
+        if frame is not None:
+            out["stack_frame_id"] = int(frame) if len(frame) < 19 else _int(frame)
+        return out, m.end()
     m = _XLA_METADATA.match(text, pos)
     if m is None:
         return None
     # one test per field, unrolled (a loop over the ten fields cost twice the match)
     op_type, op_name, source_file, line, end_line, column, end_column, dedup, sched, frame = m.groups()
-    out: dict[str, Any] = {}
+    out = {}
     if op_type is not None:
         out["op_type"] = op_type
     if op_name is not None:
