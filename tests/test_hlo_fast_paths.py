@@ -9,7 +9,7 @@ import re
 import pytest
 
 from fusegen.hlo import parser as hlo_parser
-from fusegen.hlo.parser import parse_modules
+from fusegen.hlo.parser import parse_module, parse_modules
 from fusegen.hlo.printer import print_module
 
 from conftest import corpus_path
@@ -73,3 +73,15 @@ def test_fast_paths_match_general_grammar(parts, monkeypatch):
     assert fast_hits(monkeypatch, text, path.name) > 0
     assert fast_hits(monkeypatch, slow, path.name) == 0  # the variant really takes the general grammar
     assert snapshot(slow, path.name) == snapshot(text, path.name)
+
+
+def test_fusegen_comment_attributes_read_only_when_present():
+    """``// fusegen.key=value`` lines (what the printer writes for module attributes) come back as module attributes;
+    a text without any leaves none (the search for them is skipped)."""
+    body = "HloModule m\n\nENTRY e {\n  p = f32[4]{0} parameter(0)\n  ROOT n = f32[4]{0} negate(p)\n}\n"
+    with_comments = "// fusegen.synthesized_entry=true\n//   fusegen.origin.file=a.hlo\n" + body
+    m = parse_module(with_comments)
+    assert m.attrs["fusegen.synthesized_entry"] == "true" and m.attrs["fusegen.origin.file"] == "a.hlo"
+    assert not any(k.startswith("fusegen.") for k in parse_module(body).attrs)
+    assert print_module(m).count("fusegen.origin.file=a.hlo") == 1  # printed back, read back the same
+    assert parse_module(print_module(m)).attrs == m.attrs
