@@ -1,6 +1,7 @@
-"""The parser's one-match fast paths (instruction heads, attribute keys, computation headers, metadata) read
-exactly what its general grammar reads: each corpus module is parsed as written and again with ``/**/``
-comments spliced in where only the general grammar accepts them, and both give the same module."""
+"""The parser's one-match fast paths (instruction heads, attribute keys, computation headers with or without
+signature, metadata) read exactly what its general grammar reads: each corpus module is parsed as written and
+again with ``/**/`` comments spliced in where only the general grammar accepts them, and both give the same
+module."""
 
 from __future__ import annotations
 
@@ -20,17 +21,20 @@ MODULES = [
     ("jax", "launch", "new_sort_small.h200_opt.hlo"),
     ("xla", "cases", "lit_shared__loop__mof_reshapes.hlo"),
     ("hostile", "deepcall.hlo"),
+    ("xla", "modules", "backends__gpu__tests__kernel_reuse.hlo"),
 ]
 
 _INSTR_LINE = re.compile(r"^([ \t]+(?:ROOT[ \t]+)?%?[\w.\-]+) = ", re.M)
 _ATTR = re.compile(r"(?<=[)}\w\"]), ([A-Za-z_][\w.\-]*)=(?=[^\"]*$)", re.M)
 _ARROW = re.compile(r"^([^ \t\n][^\n]*\)) -> ", re.M)
+_BARE_HEADER = re.compile(r"^((?:ENTRY[ \t]+)?%?[\w.\-]+)[ \t]*\{$", re.M)
 
 
 def general_grammar_only(text: str) -> str:
     """The same module with comments where the fast paths' patterns stop matching (no line moves)."""
     text = _INSTR_LINE.sub(r"\1 =/**/ ", text)
     text = _ARROW.sub(r"\1 /**/-> ", text)
+    text = _BARE_HEADER.sub(r"\1 /**/{", text)
     text = text.replace("metadata={", "metadata={/**/")
     return _ATTR.sub(r",/**/ \1=", text)
 

@@ -36,6 +36,8 @@ _SIG_SHAPE = r"[a-z][a-z0-9]*\[(?:\d+(?:,\d+)*)?\](?:\{(?:\d+(?:,\d+)*)?\})?"
 _SIG_PARAM = r"[ \t]*%?[A-Za-z0-9_][\w.\-]*[ \t]*:[ \t]*" + _SIG_SHAPE + r"[ \t]*"
 _FAST_COMP_HEAD = re.compile(r"(ENTRY[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*\(((?:" + _SIG_PARAM + r",)*(?:" + _SIG_PARAM
                              + r")?)[ \t]*\)[ \t]*->[ \t]*(" + _SIG_SHAPE + r")[ \t]*\{")
+# A header without signature, as XLA's tests write them: `[ENTRY] name {`.
+_FAST_BARE_HEAD = re.compile(r"(ENTRY[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*\{")
 _FAST_LITERAL = re.compile(r"([^{}()\[\]\"/\n]*)\)")
 _FAST_PARAMETER = re.compile(r"[ \t]*(\d+)[ \t]*\)")
 # XLA's OpMetadata fields in the order it prints them (int-valued ones marked): metadata written that way is read
@@ -207,7 +209,13 @@ class FastPaths:
         (nothing consumed) for anything the general grammar must read or report."""
         t = self.text
         m = _FAST_COMP_HEAD.match(t, pos)
-        if m is None or (m.group(1) is None and m.group(2) == "ENTRY"):
+        if m is None:
+            m = _FAST_BARE_HEAD.match(t, pos)
+            if m is None or (m.group(1) is None and m.group(2) == "ENTRY"):
+                return None
+            self.pos = m.end()
+            return m.group(1) is not None, m.group(2)
+        if m.group(1) is None and m.group(2) == "ENTRY":
             return None
         sig = t[m.start(3):m.end(4)]
         if sig not in self.valid_signatures:  # modules repeat signatures: each one's shapes checked once
