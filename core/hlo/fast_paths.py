@@ -73,35 +73,11 @@ def xla_metadata(text: str, pos: int) -> tuple[dict[str, Any], int] | None:
     m = _XLA_METADATA.match(text, pos)
     if m is None:
         return None
-    # one test per field, unrolled (a loop over the ten fields cost twice the match)
-    op_type, op_name, source_file, line, end_line, column, end_column, dedup, sched, frame = m.groups()
     out = {}
-    if op_type is not None:
-        out["op_type"] = op_type
-    if op_name is not None:
-        out["op_name"] = op_name
-    if source_file is not None:
-        out["source_file"] = source_file
-    if line is not None:
-        out["source_line"] = _int(line)
-    if end_line is not None:
-        out["source_end_line"] = _int(end_line)
-    if column is not None:
-        out["source_column"] = _int(column)
-    if end_column is not None:
-        out["source_end_column"] = _int(end_column)
-    if dedup is not None:
-        out["deduplicated_name"] = dedup
-    if sched is not None:
-        out["scheduling_name"] = sched
-    if frame is not None:
-        out["stack_frame_id"] = _int(frame)
-    end = m.end()
-    if text.find("\\", pos, end) >= 0:
-        for key, v in out.items():
-            if type(v) is str and "\\" in v:
-                out[key] = unescape_string(v)
-    return out, end
+    for (key, is_int), v in zip(_XLA_METADATA_FIELDS, m.groups()):
+        if v is not None:
+            out[key] = _int(v) if is_int else unescape_string(v) if "\\" in v else v
+    return out, m.end()
 
 
 @contextlib.contextmanager
