@@ -35,7 +35,8 @@ _FAST_ATTR_OR_END = re.compile(r"[ \t]*(?:,[ \t]*([A-Za-z_][\w.\-]*)[ \t]*=[ \t]
 _SIG_SHAPE = r"[a-z][a-z0-9]*\[(?:\d+(?:,\d+)*)?\](?:\{(?:\d+(?:,\d+)*)?\})?"
 _SIG_PARAM = r"[ \t]*%?[A-Za-z0-9_][\w.\-]*[ \t]*:[ \t]*" + _SIG_SHAPE + r"[ \t]*"
 _FAST_COMP_HEAD = re.compile(r"(ENTRY[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*\(((?:" + _SIG_PARAM + r",)*(?:" + _SIG_PARAM
-                             + r")?)[ \t]*\)[ \t]*->[ \t]*(" + _SIG_SHAPE + r")[ \t]*\{")
+                             + r")?)[ \t]*\)[ \t]*->[ \t]*(" + _SIG_SHAPE + r")[ \t]*\{"
+                             r"((?=[ \t]*\n[ \t]*[%A-Za-z_]))?")  # group 5 "": the body starts on the next line
 # A header without signature, as XLA's tests write them: `[ENTRY] name {`.
 _FAST_BARE_HEAD = re.compile(r"(ENTRY[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*\{")
 _FAST_LITERAL = re.compile(r"([^{}()\[\]\"/\n]*)\)")
@@ -199,7 +200,7 @@ class FastPaths:
                 if sm.group(0) not in self.shapes and self.new_shape(sm.group(0), *sm.groups()) is None:  # type: ignore
                     return None
             self.valid_signatures.add(sig)
-        if "{" not in m.group(4):
+        if "{" not in m.group(4) and m.group(5) is None:
             # `-> f32[4] {1}`: the full grammar decides whether that brace is a layout
             q = _WS.match(t, m.end()).end()
             if q < self.n and (t[q].isdigit() or t[q] in ":}"):

@@ -362,8 +362,11 @@ class _Parser(FastPaths, AttributeParser):
         valid_shapes = self.valid_shapes
         valid_literals = self.valid_literals
         instruction_error = verifier.instruction_error
+        numbers = []  # parameter numbers in text order
         for inst, _, _, ipos, _ in pendings:  # self.verify, inlined (one call per instruction less)
             s = inst.shape
+            if inst.opcode == "parameter":
+                numbers.append(inst.attrs.get("parameter_number"))
             if inst.opcode == "constant":
                 lit = (inst.attrs.get("literal"), id(s))
                 msg = instruction_error(inst, id(s) not in valid_shapes, lit not in valid_literals)
@@ -374,7 +377,7 @@ class _Parser(FastPaths, AttributeParser):
             if msg:
                 raise self.error(msg, ipos, inst.name)
             valid_shapes[id(s)] = s
-        bad = verifier.parameters_error(comp)
+        bad = verifier.parameters_error(comp) if numbers != list(range(len(numbers))) else None
         if bad is not None:
             pos = next((p[3] for p in pendings if p[0] is bad[1]), None)
             raise self.error(bad[0], pos, bad[1].name)
