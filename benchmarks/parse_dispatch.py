@@ -2,8 +2,9 @@
 
 Prints, per module, fusegen's parse time, parse+dispatch time (every fusion analysed and given a
 kind), jaxlib's ``hlo_module_from_text`` time on the same text in the same run, and the ratio
-fusegen/jaxlib (lower is better; goal: <= 3x on gpt12). A last row sums the ``--total`` largest corpus
-files taken together (identical texts once; files either parser rejects, e.g. the hostile ones, left out).
+fusegen/jaxlib (lower is better; goal: <= 3x on gpt12 and on the last row). A last row sums the ``--total``
+largest corpus files taken together (identical texts once; files either parser rejects, e.g. the hostile ones,
+left out).
 ``--indexing`` adds the cost of ``fusegen explain`` with indexing maps against plain explain on gpt12
 (every fusion planned; plus every fusion's thread-id indexing maps; goal: <= 2x).
 

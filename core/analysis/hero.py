@@ -74,21 +74,27 @@ def find_hero(root: Instruction, predicate: Callable[[Instruction], bool],
     reachable from its users. ``None`` when there is none, several, or a non-trivial user path.
 
     ``memo`` (one dict per predicate and unchanged computation) keeps each visited instruction's
-    ``(matches, operands to visit)`` so the searches from the many roots of a multi-output fusion
-    don't recompute them.
+    ``(matches, operands to visit)`` and the candidates reachable from it (:func:`_memo_candidate`), so the
+    searches from the many roots of a multi-output fusion don't walk the graph again.
     """
-    if memo is None:
-        memo = {}
     hero: Instruction | None = None
+    if memo is not None:
+        found = _memo_candidate(root, predicate, memo)
+        if found is not _CYCLE:
+            if found is None or found is _SEVERAL:
+                return None
+            hero = found
+            ok = memo.get(("users_ok", id(hero)))
+            if ok is None:
+                ok = memo[("users_ok", id(hero))] = _users_trivial(hero)
+            return hero if ok else None
+    else:
+        memo = {}
     seen = {id(root)}
     queue = deque([root])
     while queue:
         node = queue.popleft()
-        facts = memo.get(id(node))
-        if facts is None:
-            matches = predicate(node)
-            facts = memo[id(node)] = (matches, () if matches or not is_intermediate(node, 3)
-                                      else fusion_operands(node))
+        facts = _facts(node, predicate, memo)
         if facts[0]:
             if hero is not None:
                 return None  # several candidates
@@ -100,6 +106,67 @@ def find_hero(root: Instruction, predicate: Callable[[Instruction], bool],
                 queue.append(op)
     if hero is None:
         return None
+    return hero if _users_trivial(hero) else None
+
+
+_SEVERAL = object()  # more than one candidate
+_CYCLE = object()  # the operand graph has a cycle: take the breadth-first search
+
+
+def _facts(node: Instruction, predicate: Callable[[Instruction], bool], memo: dict) -> tuple:
+    """``(matches, operands to visit)`` of ``node`` in :func:`find_hero`'s search, memoized by id."""
+    facts = memo.get(id(node))
+    if facts is None:
+        matches = predicate(node)
+        facts = memo[id(node)] = (matches, () if matches or not is_intermediate(node, 3) else fusion_operands(node))
+    return facts
+
+
+def _memo_candidate(root: Instruction, predicate: Callable[[Instruction], bool], memo: dict):
+    """What :func:`find_hero`'s breadth-first search from ``root`` collects, for many roots sharing ``memo``: each
+    node's set of matching instructions reachable through intermediate ops (``None``: none, the one instruction,
+    or ``_SEVERAL``) is computed once, children first, so a multi-output fusion's roots don't each walk the whole
+    graph. ``_CYCLE`` when the operands form a cycle (malformed HLO)."""
+    key = ("reach", id(root))
+    if key in memo:
+        return memo[key]
+    stack = [root]
+    expanded: set[int] = set()
+    while stack:
+        node = stack[-1]
+        k = ("reach", id(node))
+        if k in memo:
+            stack.pop()
+            continue
+        matches, ops = _facts(node, predicate, memo)
+        if matches:
+            memo[k] = node
+            stack.pop()
+            continue
+        if id(node) not in expanded:
+            expanded.add(id(node))
+            for op in ops:
+                if ("reach", id(op)) not in memo:
+                    if id(op) in expanded:
+                        return _CYCLE  # an operand still being expanded: only a cycle leads back to it
+                    stack.append(op)
+            continue
+        r = None
+        for op in ops:
+            x = memo[("reach", id(op))]
+            if x is None or x is r:
+                continue
+            if x is _SEVERAL or r is not None:
+                r = _SEVERAL
+                break
+            r = x
+        memo[k] = r
+        stack.pop()
+    return memo[key]
+
+
+def _users_trivial(hero: Instruction) -> bool:
+    """No non-trivial op is reachable from ``hero``'s users (the second half of ``FindHero``)."""
 
     def nontrivial(n: Instruction) -> bool:
         return n.opcode not in ("tuple", "parameter") and not is_intermediate(n, 3)
@@ -110,12 +177,12 @@ def find_hero(root: Instruction, predicate: Callable[[Instruction], bool],
     while queue:
         node = queue.popleft()
         if nontrivial(node):
-            return None
+            return False
         for u in fusion_users(node):
             if id(u) not in seen:
                 seen.add(id(u))
                 queue.append(u)
-    return hero
+    return True
 
 
 def _is_tiled_transpose(n: Instruction) -> bool:
@@ -151,9 +218,17 @@ def find_non_trivial_hero(inst: Instruction, memo: dict | None = None) -> Instru
     hero = inst
     while is_intermediate(hero, 1) and in_fusion(hero.operands[0]):
         hero = hero.operands[0]
+    opcodes = None
     for tag, predicate in (("transpose", _is_tiled_transpose), ("concatenate", _is_concatenate)):
-        if shared and not _any_match(memo, tag, predicate, hero):
-            continue
+        if shared:
+            if not _any_match(memo, tag, predicate, hero):
+                continue
+        elif hero.parent is not None:
+            # each predicate holds only for its own opcode (the tag): without one the search can only fail
+            if opcodes is None:
+                opcodes = {n.opcode for n in hero.parent.instructions}
+            if tag not in opcodes:
+                continue
         found = find_hero(hero, predicate, memo.setdefault(tag, {}))
         if found is not None:
             return found

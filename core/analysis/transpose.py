@@ -208,25 +208,47 @@ def get_description_for_tiled_transpose_emitter(hero: Instruction) -> TransposeD
     """
     if hero.opcode != "transpose" or not hero.operands:
         return None
-    norm = get_normalized_logical_transpose_shape(hero.operands[0].shape, hero.shape, hero.attrs.get("dimensions", ()))
+    key = (hero.operands[0].shape, hero.shape, tuple(hero.attrs.get("dimensions", ())))
+    try:
+        found = _DESCRIPTIONS.get(key, _UNSEEN)
+    except TypeError:  # an unhashable shape built in memory: no caching
+        found = _describe(*key)
+    else:
+        if found is _UNSEEN:
+            if len(_DESCRIPTIONS) >= 4096:
+                _DESCRIPTIONS.clear()
+            found = _DESCRIPTIONS[key] = _describe(*key)
+    return None if found is None else TransposeDescription(hero, *found)
+
+
+#: (operand shape, result shape, dimensions) -> what :func:`_describe` answers: the rules depend on nothing else,
+#: and a module repeats a few transposes many times (each costs ~20 us).
+_DESCRIPTIONS: dict[tuple, tuple | None] = {}
+_UNSEEN = object()
+
+
+def _describe(operand_shape: Shape, shape: Shape, dimensions: tuple[int, ...]) -> tuple | None:
+    """``(dimensions, permutation, shmem_usage)`` of :func:`get_description_for_tiled_transpose_emitter`'s
+    description of a transpose from ``operand_shape`` to ``shape``, or ``None``."""
+    norm = get_normalized_logical_transpose_shape(operand_shape, shape, dimensions)
     if norm is None:
         return None
     dims, perm = norm
     if len(perm) < 2:
         return None
-    et = hero.shape.element_type
+    et = shape.element_type
     bits = get_bitwidth(et)
     operand_dims = permute(dims, inverse_permutation(perm))
     operand_minor = operand_dims[-1]
     if get_packed_transpose_tile_sizes(PackedTransposeDescription.from_description(et, dims, perm)) is not None:
         vector_size = BANK_BITWIDTH // bits
         shmem = NUM_SHMEM_BANKS * (BANK_BITWIDTH // 8) * NUM_SHMEM_BANKS * vector_size
-        return TransposeDescription(hero, dims, perm, shmem)
+        return dims, perm, shmem
     if perm[-1] == len(dims) - 1:
         operand_minor = operand_dims[-2]
         if bits * dims[-1] <= MAX_BITS_IN_MOST_MINOR_DIMENSION and bits * dims[-1] * min(operand_minor, dims[-2]) >= 8 * MIN_DIMENSION_TO_TRANSPOSE_TILED:
             shmem = -(-(NUM_SHMEM_BANKS * (NUM_SHMEM_BANKS + 1) * bits * dims[-1]) // 8)
-            return TransposeDescription(hero, dims, perm, shmem)
+            return dims, perm, shmem
     elif (operand_minor >= MIN_DIMENSION_TO_TRANSPOSE_TILED and dims[-1] >= MIN_DIMENSION_TO_TRANSPOSE_TILED) or (
         operand_minor >= MIN_DIMENSION_TO_TRANSPOSE_TILED2
         and dims[-1] >= MIN_DIMENSION_TO_TRANSPOSE_TILED2
@@ -235,7 +257,7 @@ def get_description_for_tiled_transpose_emitter(hero: Instruction) -> TransposeD
         if bits == 4:
             return None
         shmem = -(-(NUM_SHMEM_BANKS * (NUM_SHMEM_BANKS + 1) * bits) // 8)
-        return TransposeDescription(hero, dims, perm, shmem)
+        return dims, perm, shmem
     return None
 
 

@@ -25,16 +25,22 @@ _FAST_HEAD = re.compile(r"(ROOT[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*=[ \t]*(([a
                         r"(?:\{((?:\d+(?:,\d+)*)?)\})?)[ \t]+([a-z][a-z0-9\-]*)\(")
 # Plain operand names up to the closing parenthesis (`%a, %b)`); inline operand instructions don't match.
 _FAST_OPERANDS = re.compile(r"[ \t]*((?:%?[A-Za-z0-9_][\w.\-]*[ \t]*,[ \t]*)*%?[A-Za-z0-9_][\w.\-]*)?[ \t]*\)")
+# The blank lines and indent before an instruction, its head and (when they are plain names) its operands, in one
+# match: groups 1-7 as _FAST_HEAD's, 8 the operand list (None when empty), 9 the `)` (None: not plain names).
+_FAST_INSTRUCTION = re.compile(r"[ \t\n]*" + _FAST_HEAD.pattern + r"(?:" + _FAST_OPERANDS.pattern[:-2] + r"(\)))?")
+# `, key=` (group 1: the key), or with group 1 None the end of an instruction's attributes (nothing consumed): the
+# next line starts the next instruction or closes the body.
+_FAST_ATTR_OR_END = re.compile(r"[ \t]*(?:,[ \t]*([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*|(?=\n[ \t]*[%A-Za-z0-9_}]))")
 # A one-line computation header `[ENTRY] %name (p: f32[4]{0}, ...) -> f32[4]{0} {` with fast-path shapes only.
 _SIG_SHAPE = r"[a-z][a-z0-9]*\[(?:\d+(?:,\d+)*)?\](?:\{(?:\d+(?:,\d+)*)?\})?"
 _SIG_PARAM = r"[ \t]*%?[A-Za-z0-9_][\w.\-]*[ \t]*:[ \t]*" + _SIG_SHAPE + r"[ \t]*"
 _FAST_COMP_HEAD = re.compile(r"(ENTRY[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*\(((?:" + _SIG_PARAM + r",)*(?:" + _SIG_PARAM
-                             + r")?)[ \t]*\)[ \t]*->[ \t]*(" + _SIG_SHAPE + r")[ \t]*\{")
+                             + r")?)[ \t]*\)[ \t]*->[ \t]*(" + _SIG_SHAPE + r")[ \t]*\{"
+                             r"((?=[ \t]*\n[ \t]*[%A-Za-z_]))?")  # group 5 "": the body starts on the next line
+# A header without signature, as XLA's tests write them: `[ENTRY] name {`.
+_FAST_BARE_HEAD = re.compile(r"(ENTRY[ \t]+)?%?([A-Za-z0-9_][\w.\-]*)[ \t]*\{")
 _FAST_LITERAL = re.compile(r"([^{}()\[\]\"/\n]*)\)")
 _FAST_PARAMETER = re.compile(r"[ \t]*(\d+)[ \t]*\)")
-_FAST_ATTR = re.compile(r"[ \t]*,[ \t]*([A-Za-z_][\w.\-]*)[ \t]*=[ \t]*")
-# The end of an instruction's attributes: the next line starts the next instruction or closes the body.
-_ATTRS_END = re.compile(r"[ \t]*\n[ \t]*[%A-Za-z0-9_}]")
 # XLA's OpMetadata fields in the order it prints them (int-valued ones marked): metadata written that way is read
 # in one match; any other order, field or value form takes the item-by-item path.
 _XLA_METADATA_FIELDS = (("op_type", False), ("op_name", False), ("source_file", False), ("source_line", True),
@@ -50,12 +56,25 @@ _XLA_METADATA = re.compile(r"\{" + "".join(
 Pending = tuple[Instruction, list, "list[tuple[str, int]] | None", int, "tuple[int, int] | None"]
 
 
+# The forms XLA:GPU dumps print most (`{op_name="..." scheduling_name="..." stack_frame_id=6}`, any of the
+# first and last left out), without escapes: a few groups instead of ten.
+_XLA_METADATA_COMMON = re.compile(r'\{(?:op_name="([^"\\]*)" )?scheduling_name="([^"\\]*)"(?: stack_frame_id=(\d+))?\}')
+
+
 def xla_metadata(text: str, pos: int) -> tuple[dict[str, Any], int] | None:
     """``(fields, end)`` of metadata at ``pos`` written in XLA's field order, else ``None``."""
+    m = _XLA_METADATA_COMMON.match(text, pos)
+    if m is not None:
+        op_name, sched, frame = m.groups()
+        out: dict[str, Any] = {} if op_name is None else {"op_name": op_name}
+        out["scheduling_name"] = sched
+        if frame is not None:
+            out["stack_frame_id"] = int(frame) if len(frame) < 19 else _int(frame)
+        return out, m.end()
     m = _XLA_METADATA.match(text, pos)
     if m is None:
         return None
-    out: dict[str, Any] = {}
+    out = {}
     for (key, is_int), v in zip(_XLA_METADATA_FIELDS, m.groups()):
         if v is not None:
             out[key] = _int(v) if is_int else unescape_string(v) if "\\" in v else v
@@ -85,16 +104,20 @@ class FastPaths:
     n: int
     pos: int
     fast_root: Instruction | None
+    fast_root_pos: int
+    valid_signatures: set[str]
 
-    def fast_instruction(self, name_pos: int, comp: Computation, defined: dict[str, Instruction],
+    def fast_instruction(self, pos: int, comp: Computation, defined: dict[str, Instruction],
                          pendings: list[Pending]) -> Instruction | None:
-        """A one-line ``[ROOT] name = shape opcode(%a, %b)`` head in two regex matches, or ``None`` (nothing
-        consumed) for anything the general grammar must read or report. A ROOT is also left in ``fast_root``."""
+        """A one-line ``[ROOT] name = shape opcode(%a, %b)`` head after blank lines and indent at ``pos``, in one
+        regex match, or ``None`` (nothing consumed) for anything the general grammar must read or report. A ROOT
+        is also left in ``fast_root`` with, in ``fast_root_pos``, where the general grammar stands after the
+        ROOT keyword."""
         t = self.text
-        m = _FAST_HEAD.match(t, name_pos)
+        m = _FAST_INSTRUCTION.match(t, pos)
         if m is None:
             return None
-        root, name, shape_text, etype, dims_s, mtm_s, opcode = m.groups()
+        root, name, shape_text, etype, dims_s, mtm_s, opcode, names, close = m.groups()
         name_pos = m.start(2) - (t[m.start(2) - 1] == "%")
         if (root is None and name == "ROOT") or name in defined or (
                 opcode not in KNOWN_OPCODES and not is_known_opcode(opcode)):
@@ -105,31 +128,53 @@ class FastPaths:
         attrs: dict[str, Any] = {}
         operand_names: list[str] = []
         span = None
+        end = m.end()
         if opcode == "constant":
-            a = _FAST_LITERAL.match(t, m.end())  # a one-line literal without brackets or strings: `-inf`, `1.5`
-            if a is None:
-                return None
-            attrs["literal"] = a.group(1).strip()
+            if close is not None:  # `(1.5)`: _FAST_LITERAL would read the same text
+                attrs["literal"] = names or ""
+            else:
+                a = _FAST_LITERAL.match(t, m.end(7) + 1)  # a one-line literal without brackets or strings: `-inf`
+                if a is None:
+                    return None
+                attrs["literal"] = a.group(1).strip()
+                end = a.end()
         elif opcode == "parameter":
-            a = _FAST_PARAMETER.match(t, m.end())
-            if a is None:
-                return None
-            try:
-                attrs["parameter_number"] = _int(a.group(1))
-            except _LexError:
-                return None
+            if close is not None and names is not None and names.isdecimal():  # str.isdecimal is re's \d
+                number = names
+            else:
+                a = _FAST_PARAMETER.match(t, m.end(7) + 1)
+                if a is None:
+                    return None
+                number = a.group(1)
+                end = a.end()
+            if len(number) < 19:  # fits int64: int() is what _int would give
+                attrs["parameter_number"] = int(number)
+            else:
+                try:
+                    attrs["parameter_number"] = _int(number)
+                except _LexError:
+                    return None
+        elif close is None:
+            return None
+        elif names is not None:
+            span = m.span(8)
+            operand_names = _NAME.findall(t, *span)
+        self.pos = end
+        last_pos, last_line = self._line_at  # type: ignore[attr-defined]  # self.line_of, inlined
+        if name_pos >= last_pos:
+            line = last_line + t.count("\n", last_pos, name_pos)
+            self._line_at = (name_pos, line)
         else:
-            a = _FAST_OPERANDS.match(t, m.end())
-            if a is None:
-                return None
-            if a.group(1) is not None:
-                span = a.span(1)
-                operand_names = _NAME.findall(t, *span)
-        self.pos = a.end()
-        inst = Instruction(name, opcode, shape, [], attrs, comp, self.line_of(name_pos))  # type: ignore
+            line = self.line_of(name_pos)  # type: ignore[attr-defined]
+        inst = Instruction(name, opcode, shape, [], attrs, comp, line)
         if root is not None:
             self.fast_root = inst
-        preds = self.attributes(inst)  # type: ignore[attr-defined]
+            self.fast_root_pos = m.start(1) + 4
+        first = _FAST_ATTR_OR_END.match(t, end)
+        if first is not None and first.group(1) is None:
+            preds = None  # no attributes
+        else:
+            preds = self.attributes(inst, first)  # type: ignore[attr-defined]
         defined[name] = inst
         self.inst_pos[id(inst)] = name_pos  # type: ignore[attr-defined]
         comp.instructions.append(inst)  # Computation.add without its (still empty) use-list reset
@@ -141,12 +186,21 @@ class FastPaths:
         (nothing consumed) for anything the general grammar must read or report."""
         t = self.text
         m = _FAST_COMP_HEAD.match(t, pos)
-        if m is None or (m.group(1) is None and m.group(2) == "ENTRY"):
-            return None
-        for sm in _FAST_SHAPE.finditer(t, m.start(3), m.end(4)):
-            if sm.group(0) not in self.shapes and self.new_shape(sm.group(0), *sm.groups()) is None:  # type: ignore
+        if m is None:
+            m = _FAST_BARE_HEAD.match(t, pos)
+            if m is None or (m.group(1) is None and m.group(2) == "ENTRY"):
                 return None
-        if "{" not in m.group(4):
+            self.pos = m.end()
+            return m.group(1) is not None, m.group(2)
+        if m.group(1) is None and m.group(2) == "ENTRY":
+            return None
+        sig = t[m.start(3):m.end(4)]
+        if sig not in self.valid_signatures:  # modules repeat signatures: each one's shapes checked once
+            for sm in _FAST_SHAPE.finditer(sig):
+                if sm.group(0) not in self.shapes and self.new_shape(sm.group(0), *sm.groups()) is None:  # type: ignore
+                    return None
+            self.valid_signatures.add(sig)
+        if "{" not in m.group(4) and m.group(5) is None:
             # `-> f32[4] {1}`: the full grammar decides whether that brace is a layout
             q = _WS.match(t, m.end()).end()
             if q < self.n and (t[q].isdigit() or t[q] in ":}"):

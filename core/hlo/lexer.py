@@ -106,9 +106,13 @@ def unescape_string(body: str) -> str:
             return chr(int(e, 8))
         return _SIMPLE_ESCAPES.get(e, "\\" + e)
 
-    out = _ESCAPE.sub(repl, body)
+    quotes_only = body.replace('\\"', "")
+    if "\\" not in quotes_only:  # only \" escapes (JSON backend configs): no per-escape callback
+        out = body.replace('\\"', '"')
+    else:
+        out = _ESCAPE.sub(repl, body)
     # Octal/hex escapes encode UTF-8 bytes; re-decode them when they form valid UTF-8.
-    if any(0x80 <= ord(ch) <= 0xFF for ch in out):
+    if not out.isascii() and any(0x80 <= ord(ch) <= 0xFF for ch in out):
         try:
             out = out.encode("latin-1").decode("utf-8")
         except (UnicodeEncodeError, UnicodeDecodeError):

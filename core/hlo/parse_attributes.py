@@ -7,9 +7,10 @@ predecessors, ``frontend_attributes``, ``slice``, ``padding`` and ``window``; an
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from fusegen.hlo.fast_paths import _ATTRS_END, _FAST_ATTR, xla_metadata
+from fusegen.hlo.fast_paths import _FAST_ATTR_OR_END, xla_metadata
 from fusegen.hlo.ir import COMPUTATION_ATTRIBUTES, Instruction
 from fusegen.hlo.lexer import (
     _ATTR_KEY, _BARE, _BOOL, _BOOL_KEYS, _CLOSE_BRACE, _INT, _INT_KEYS, _INT_LIST, _INT_LIST_KEYS, _JSON,
@@ -21,18 +22,23 @@ from fusegen.hlo.lexer import Lexer
 class AttributeParser(Lexer):
     """The attribute grammar; :class:`fusegen.hlo.parser._Parser` adds modules, computations and instructions."""
 
-    def attributes(self, inst: Instruction) -> list[tuple[str, int]] | None:
+    def attributes(self, inst: Instruction, first: re.Match | None = None) -> list[tuple[str, int]] | None:
+        """The attributes after an instruction's operands into ``inst.attrs``; its control predecessors (name,
+        position) when it has some. ``first``: the caller's ``_FAST_ATTR_OR_END`` match at ``self.pos``."""
         attrs = inst.attrs
         preds = None
         t = self.text
         while True:
-            fast = _FAST_ATTR.match(t, self.pos)
+            if first is not None:
+                fast, first = first, None
+            else:
+                fast = _FAST_ATTR_OR_END.match(t, self.pos)
             if fast is not None:
                 key = fast.group(1)
+                if key is None:
+                    return preds  # the line ends here
                 kpos = fast.start(1)
                 self.pos = fast.end()
-            elif _ATTRS_END.match(t, self.pos):
-                return preds
             else:
                 p = _WS.match(t, self.pos).end()
                 if p >= self.n or t[p] != ",":
@@ -43,16 +49,25 @@ class AttributeParser(Lexer):
                 self.expect("=", f" after attribute {key!r}")
             if key in attrs:
                 raise self.error(f"duplicate attribute {key!r} on %{inst.name}", kpos, key)
-            self.ws()
+            p = self.pos
+            if p >= self.n or not " " < t[p] < "\x7f" or t[p] == "/":  # self.ws() only where it has work
+                self.ws()
             if key == "metadata":
-                attrs[key] = self.metadata()
+                fast_md = xla_metadata(t, self.pos)
+                if fast_md is not None:
+                    attrs[key], self.pos = fast_md
+                else:
+                    attrs[key] = self.metadata()
             elif key in _INT_LIST_KEYS:
                 m = _INT_LIST.match(t, self.pos)
                 if m is None:
                     raise self.error(f"attribute {key!r} expects {{int,...}}")
                 self.pos = m.end()
                 body = m.group(1)
-                attrs[key] = tuple(_int(x.strip()) for x in body.split(",")) if body.strip() else ()
+                if len(body) < 19:  # no int64 overflow possible: int() of each item as _int would give it
+                    attrs[key] = tuple(map(int, body.split(","))) if body and not body.isspace() else ()
+                else:
+                    attrs[key] = tuple(_int(x.strip()) for x in body.split(",")) if body.strip() else ()
             elif key in _INT_KEYS:
                 attrs[key] = self.integer(_INT, f"an integer for attribute {key!r}")
             elif key in _WORD_KEYS:

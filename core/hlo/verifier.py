@@ -41,13 +41,32 @@ _REQUIRED = {"transpose": "dimensions", "slice": "slice", "get-tuple-element": "
              "dynamic-slice": "dynamic_slice_sizes", "compare": "direction"}
 
 
-def _byte_width(element_type: str) -> float:
-    from fusegen.hlo import dtypes
+#: Operand count of the fixed-arity opcodes (``_UNARY`` first, as the checks go).
+_WANT = {**dict.fromkeys(_TERNARY, 3), **dict.fromkeys(_BINARY, 2), **dict.fromkeys(_UNARY, 1)}
+#: Opcodes with a check of their own in :func:`instruction_error` after the operand-count ones.
+_DETAIL_OPS = frozenset(["parameter", "transpose", "broadcast", "reduce", "reverse", "concatenate", "iota", "slice",
+                         "reshape", "constant"])
 
-    try:
-        return max(dtypes.bit_width(element_type), 1) / 8
-    except (KeyError, ValueError):
-        return 1
+#: Every opcode :func:`instruction_error` checks beyond the result shape (the rest have nothing to check).
+_CHECKED = (frozenset(_WANT) | frozenset(_EXACTLY) | frozenset(_AT_LEAST) | frozenset(_REQUIRED) | SAME_SHAPE_OPCODES
+            | _DETAIL_OPS | {"get-tuple-element"})
+
+
+_BYTE_WIDTHS: dict[str, float] = {}
+
+
+def _byte_width(element_type: str) -> float:
+    w = _BYTE_WIDTHS.get(element_type)
+    if w is None:
+        from fusegen.hlo import dtypes  # here, not at the top: dtypes imports numpy and ml_dtypes
+
+        try:
+            w = max(dtypes.bit_width(element_type), 1) / 8
+        except (KeyError, ValueError):
+            w = 1
+        if len(_BYTE_WIDTHS) < 256:  # element types are a few dozen words
+            _BYTE_WIDTHS[element_type] = w
+    return w
 
 
 def shape_error(shape: Shape | None) -> str | None:
@@ -96,12 +115,12 @@ def instruction_error(inst: Instruction, check_shape: bool = True,  # noqa: C901
     e = shape_error(s) if check_shape else None
     if e:
         return f"%{inst.name}: {e}"
-    if s is None:
+    if s is None or op not in _CHECKED:
         return None
-    want = 1 if op in _UNARY else 2 if op in _BINARY else 3 if op in _TERNARY else None
-    if want is not None and len(inst.operands) != want:
-        return f"{op} %{inst.name} takes {want} operand{'s' if want > 1 else ''}, has {len(inst.operands)}"
     n = len(inst.operands)
+    want = _WANT.get(op)
+    if want is not None and n != want:
+        return f"{op} %{inst.name} takes {want} operand{'s' if want > 1 else ''}, has {n}"
     if op in _EXACTLY and n != _EXACTLY[op]:
         return f"{op} %{inst.name} takes {_EXACTLY[op]} operand{'s' if _EXACTLY[op] != 1 else ''}, has {n}"
     if op in _AT_LEAST:
@@ -120,16 +139,18 @@ def instruction_error(inst: Instruction, check_shape: bool = True,  # noqa: C901
             if not 0 <= idx < len(t.tuple_shapes or ()):
                 return (f"get-tuple-element %{inst.name}: index {idx} is out of range for a tuple of "
                         f"{len(t.tuple_shapes or ())} elements")
-    if s.is_tuple:
+    if s.tuple_shapes is not None:
+        return None
+    if op in SAME_SHAPE_OPCODES and op not in ("select", "clamp"):
+        for o in inst.operands:
+            if o.shape is not s and o.shape is not None and not o.shape.is_tuple \
+                    and o.shape.dimensions != s.dimensions and o.shape.dimensions != ():
+                return (f"%{inst.name} ({op}) has shape {list(s.dimensions)} but operand %{o.name} has "
+                        f"{list(o.shape.dimensions)}")
+    if op not in _DETAIL_OPS:
         return None
     dims = inst.attrs.get("dimensions")
     dims = tuple(dims) if isinstance(dims, tuple) else None
-    if op in SAME_SHAPE_OPCODES and op not in ("select", "clamp"):
-        for o in inst.operands:
-            if o.shape is not None and not o.shape.is_tuple and o.shape.dimensions != s.dimensions \
-                    and o.shape.dimensions != ():
-                return (f"%{inst.name} ({op}) has shape {list(s.dimensions)} but operand %{o.name} has "
-                        f"{list(o.shape.dimensions)}")
     if op == "parameter":
         n = inst.attrs.get("parameter_number")
         if isinstance(n, int) and n < 0:
@@ -228,8 +249,11 @@ def _reshape_error(inst: Instruction) -> str | None:
 def parameters_error(comp: Computation) -> tuple[str, Instruction] | None:
     """Parameter numbers of ``comp`` must be ``0..N-1``, each once (``HloComputation::AddParameter``)."""
     nums = [i.attrs.get("parameter_number") for i in comp.instructions if i.opcode == "parameter"]
+    expected = list(range(len(nums)))
+    if nums == expected:
+        return None  # in text order (the usual case), without sorting
     try:
-        if sorted(nums) == list(range(len(nums))):
+        if sorted(nums) == expected:
             return None  # the usual case, without sorting the instructions
     except TypeError:  # a number missing (None): the full check below skips it
         pass
@@ -279,7 +303,7 @@ def call_cycle(edges: dict[int, list[tuple[Computation, object]]], roots: list[C
 
 def _same(a: Shape | None, b: Shape | None) -> bool:
     """Equal shapes ignoring layouts (``ShapeUtil::Compatible``)."""
-    if a is None or b is None:
+    if a is b or a is None or b is None:  # the parser interns shapes: equal texts are one object
         return True
     if a.is_tuple or b.is_tuple:
         ta, tb = a.tuple_shapes or (), b.tuple_shapes or ()
@@ -296,11 +320,13 @@ def _text(s: Shape | None) -> str:
 
 
 def _takes(inst: Instruction, comp: Computation, args: list[Shape | None], what: str) -> str | None:
-    params = comp.parameters
+    params = [i for i in comp.instructions if i.opcode == "parameter"]
+    if len(params) > 1:
+        params.sort(key=lambda p: p.attrs.get("parameter_number", 0))  # Computation.parameters' order
     if len(params) != len(args):
         return (f"{inst.opcode} %{inst.name}: {what} {comp.name!r} takes {len(params)} parameter"
                 f"{'s' if len(params) != 1 else ''}, given {len(args)}")
-    for p, a in zip(sorted(params, key=lambda p: p.attrs.get("parameter_number", 0)), args):
+    for p, a in zip(params, args):  # Computation.parameters is in parameter-number order
         if not _same(p.shape, a):
             return (f"{inst.opcode} %{inst.name}: {what} {comp.name!r} parameter {p.attrs.get('parameter_number')} "
                     f"is {_text(p.shape)}, given {_text(a)}")
@@ -310,6 +336,10 @@ def _takes(inst: Instruction, comp: Computation, args: list[Shape | None], what:
 _CALLS = {"fusion": ("calls",), "call": ("to_apply",), "while": ("condition", "body"), "map": ("to_apply",),
           "reduce": ("to_apply",), "reduce-window": ("to_apply",), "sort": ("to_apply",), "scatter": ("to_apply",),
           "select-and-scatter": ("select", "scatter"), "all-reduce": ("to_apply",)}
+
+
+#: Opcodes :func:`called_error` checks (any other instruction has nothing to check).
+CALLER_OPCODES = frozenset(_CALLS) | {"conditional"}
 
 
 def called_error(inst: Instruction) -> str | None:
