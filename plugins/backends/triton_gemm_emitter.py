@@ -419,15 +419,20 @@ class TritonGemmFusion(FusionEmitter):
             f"{I}i_n_b = tl.reshape(tl.broadcast_to(rn_c[None, :], [{bk}, {bn}]), [{bk * bn}])",
             f"{I}for k0 in range(0, {K}, {bk}):",
             f"{I}    rk = k0 + tl.arange(0, {bk})",
-            f"{I}    kin = rk < {K}",
             f"{I}    rk_c = tl.minimum(rk, {K - 1}).to({idx_t})",
             f"{I}    i_k_a = tl.reshape(tl.broadcast_to(rk_c[None, :], [{bm}, {bk}]), [{bm * bk}])",
             f"{I}    i_k_b = tl.reshape(tl.broadcast_to(rk_c[:, None], [{bk}, {bn}]), [{bk * bn}])",
             f"{I}    a = tl.reshape(lhs_tile({', '.join(params)}, {bargs}i_m_a, i_k_a, {bm * bk}), [{bm}, {bk}])",
             f"{I}    b = tl.reshape(rhs_tile({', '.join(params)}, {bargs}i_k_b, i_n_b, {bk * bn}), [{bk}, {bn}])",
-            f"{I}    a = tl.where(kin[None, :], a, tl.full([{bm}, {bk}], 0, a.dtype))",
-            f"{I}    b = tl.where(kin[:, None], b, tl.full([{bk}, {bn}], 0, b.dtype))",
         ]
+        if K % bk:
+            # zero the K tail; when bk divides K every rk < K and the where would be an identity (the
+            # interpreter pays for it at every step)
+            kernel += [
+                f"{I}    kin = rk < {K}",
+                f"{I}    a = tl.where(kin[None, :], a, tl.full([{bm}, {bk}], 0, a.dtype))",
+                f"{I}    b = tl.where(kin[:, None], b, tl.full([{bk}, {bn}], 0, b.dtype))",
+            ]
         if common is not None:
             kernel += [f"{I}    a = a.to({common})", f"{I}    b = b.to({common})"]
         if min(bm, bn, bk) >= 16:
