@@ -174,13 +174,15 @@ def judge(out: Any, ref: Any, budget: Budget, options: VerifyOptions) -> Judged:
 
 
 def judge_fusion(inst: Instruction, ops: list[Any] | None, out: list, ref: Any,
-                 options: VerifyOptions) -> tuple[Judged, Budget] | None:
+                 options: VerifyOptions, judged: list[Judged] | None = None) -> tuple[Judged, Budget] | None:
     """The worst output leaf of one fusion execution against its budget, ``(Judged, Budget)`` (None: no leaf).
 
     An output over its budget gets a second look with the fusion's own f64 evaluation on ``ops``: when the
     kernel is no further from it than ``rtol`` x the reference's distance plus the floor (the fusion's
     conditioning: a sum that cancels to almost nothing, say), the ratio becomes kernel error / that
     allowance, so it is within budget. Without ``ops`` (or an f64 evaluation) the plain budget stands.
+    ``judged``, when given, receives every leaf's :class:`Judged` in order (its errors are
+    :func:`fusegen.runtime.compare.compare`'s for a floating leaf, so callers need not widen the arrays again).
     """
     from fusegen.runtime.inputs import leaves
     from fusegen.verify.promote import OracleUnavailable, evaluate_fusion_promoted
@@ -201,6 +203,8 @@ def judge_fusion(inst: Instruction, ops: list[Any] | None, out: list, ref: Any,
                 allow = options.rtol * er + options.floor(b.path_type) * b.growth * (float(finite.max()) if finite.size else 0.0)
                 if allow > 0 and ek / allow < j.ratio:
                     j = attrs.evolve(j, ratio=ek / allow)
+        if judged is not None:
+            judged.append(j)
         if worst is None or j.ratio > worst[0].ratio:
             worst = (j, b)
     return worst
