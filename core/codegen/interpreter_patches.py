@@ -3,7 +3,8 @@
 * :func:`patch_float_casts`: float downcasts to bf16/fp8 round to nearest even like the GPU;
 * :func:`patch_reduce`: ``tl.reduce`` with fusegen's combine functions (:data:`COMBINE_PREFIX`) folds vectorised;
 * :func:`patch_bool_logic`: ``&``, ``|``, ``^`` of ``int1`` tensors skip the interpreter's ``int8`` round trip;
-* :func:`patch_overflow_check`: no dead integer-overflow checks while the interpreter's asserts are off.
+* :func:`patch_overflow_check`: no dead integer-overflow checks while the interpreter's asserts are off;
+* :func:`patch_np_dtype`: the interpreter's Triton -> numpy dtype lookup memoised.
 """
 
 from __future__ import annotations
@@ -179,9 +180,42 @@ def patch_overflow_check() -> None:
         b.options = dataclasses.replace(b.options, sanitize_overflow=False)
 
 
+_NP_DTYPE_PATCHED = False
+
+
+def patch_np_dtype() -> None:
+    """Memoise the interpreter's ``_get_np_dtype`` (Triton 3.9 builds a 19-entry dict on every call, several
+    times per interpreted op); unknown types still go to the original (idempotent)."""
+    global _NP_DTYPE_PATCHED
+    if _NP_DTYPE_PATCHED:
+        return
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    original = interp._get_np_dtype
+    u64 = np.dtype(np.uint64)
+    memo: dict[Any, np.dtype] = {}
+
+    def get_np_dtype(tt_dtype: Any) -> np.dtype:
+        if isinstance(tt_dtype, tl.pointer_type):
+            return u64
+        if isinstance(tt_dtype, tl.block_type):
+            tt_dtype = tt_dtype.element_ty
+            if isinstance(tt_dtype, tl.pointer_type):
+                return u64
+        hit = memo.get(tt_dtype)
+        if hit is None:
+            hit = memo[tt_dtype] = original(tt_dtype)
+        return hit
+
+    interp._get_np_dtype = get_np_dtype
+    _NP_DTYPE_PATCHED = True
+
+
 def patch_all() -> None:
     """Every patch above (each applied once per process)."""
     patch_float_casts()
     patch_reduce()
     patch_bool_logic()
     patch_overflow_check()
+    patch_np_dtype()
