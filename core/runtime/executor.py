@@ -263,6 +263,8 @@ class Executor:
         self.timings = Timings()  # module-level phases outside fusions (fusegen.runtime.timings)
         self.compiles = CompileJobs(jobs)
         self._pending: list[tuple[FusionReport, tuple, bool]] = []
+        # id(fusion) -> (operands, reference value) of its latest execution, for run_module's reference run
+        self.fusion_references: dict[int, tuple[list[Any], Any]] = {}
 
     # -- planning (no execution): used by `fusegen explain` too ---------------------------------------
     def plan_fusion(self, inst: Instruction) -> tuple[Any, FusionReport]:
@@ -380,6 +382,7 @@ class Executor:
         tm = rep.timings
         with tm.phase("reference"):
             ref = evaluate_instruction(inst, ops)
+        self.fusion_references[id(inst)] = (ops, ref)
         if emitted is None:
             backend = self._backend_for(inst)
             with tm.phase("interpret"):
@@ -440,6 +443,33 @@ class Executor:
             rep.reason = f"sm_90 compile {rep.compiled}"
 
 
+def _same_bits(a: Any, b: Any) -> bool:
+    """Whether two values (arrays or nested tuples of them) have the same dtypes, shapes and bytes."""
+    if a is b:
+        return True
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+                and all(_same_bits(x, y) for x, y in zip(a, b)))
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape or a.dtype.hasobject:
+        return False
+    return bool(np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
+                               np.ascontiguousarray(b).reshape(-1).view(np.uint8)))
+
+
+def _reusing_reference(cache: dict[int, tuple[list[Any], Any]]) -> Callable[[Instruction, list[Any]], Any]:
+    """``evaluate_instruction`` for the module's reference run, answering a fusion whose operands are bitwise
+    the ones the executor evaluated it on with that (deterministic) reference value instead of a second
+    evaluation (the kernel path and the reference share operands up to the first fusion that differs)."""
+    def apply(inst: Instruction, ops: list[Any]) -> Any:
+        hit = cache.pop(id(inst), None) if inst.opcode == "fusion" else None
+        if hit is not None and len(hit[0]) == len(ops) and all(_same_bits(x, y) for x, y in zip(hit[0], ops)):
+            return hit[1]
+        return evaluate_instruction(inst, ops)
+
+    return apply
+
+
 def run_module(module: Module, args: list[Any], device: DeviceDescription | None = None,
                pm: PluginManager | None = None, compile_kernels: bool = True,
                on_fusion: Callable[[FusionReport], None] | None = None,
@@ -477,7 +507,8 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
         ref = evaluate_module(module, args)  # raises the evaluator's one-line error
     with ex.timings.phase("reference"):  # the module's reference run and the verdict's f64 oracle
         ref = interpret(module.entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)],
-                        evaluate_instruction, ex.budget)
+                        _reusing_reference(ex.fusion_references), ex.budget)
+        ex.fusion_references.clear()
         verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected)
     ok = verdict.status != "mismatch"
     worst = max((o.max_abs_error for o in verdict.outputs), default=0.0)
