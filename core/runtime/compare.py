@@ -43,6 +43,8 @@ def abs_error(out: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     reference reads 0); any other NaN or infinity in the difference counts ``inf``."""
     wide = np.complex128 if (out.dtype.kind == "c" or ref.dtype.kind == "c") else np.float64
     a, b = out.astype(wide), ref.astype(wide)
+    if np.isfinite(a).all() and np.isfinite(b).all():  # nothing to agree on: the same figures in 2 passes, not 8
+        return np.abs(a - b), b
     agree = (np.isnan(a) & np.isnan(b)) | (np.isinf(a) & np.isinf(b) & (a == b))
     with np.errstate(invalid="ignore"):
         diff = np.where(agree, 0.0, np.abs(a - b))
