@@ -160,15 +160,21 @@ def judge(out: Any, ref: Any, budget: Budget, options: VerifyOptions) -> Judged:
     diff, b = abs_error(out, ref)
     rtol, _ = tolerance(budget.path_type)
     floor = options.floor(budget.path_type)
-    finite = np.abs(b[np.isfinite(b)])
+    diff, b = np.asarray(diff).reshape(-1), np.asarray(b).reshape(-1)  # 1-D: a 0-d result would be a scalar
+    abs_b = np.abs(b)  # once: the scale, the allowance and the relative error all read it
+    fin = np.isfinite(b)
+    finite = abs_b if fin.all() else abs_b[fin]
     scale = max(float(finite.max()) if finite.size else 0.0, _TINY)
-    allowed = floor * budget.growth * scale + rtol * np.abs(b)
+    # in place on fresh buffers (these arrays are the size of the output, in f64); x + c is c + x in IEEE
+    allowed = rtol * abs_b
+    allowed += floor * budget.growth * scale
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = np.where(diff == 0, 0.0, diff / allowed)
-    ratios = np.where(np.isnan(ratios), np.inf, ratios)
+        ratios = np.divide(diff, allowed, out=allowed)
+    ratios[diff == 0] = 0.0
+    ratios[np.isnan(ratios)] = np.inf
     i = int(np.argmax(ratios))
     idx = np.unravel_index(i, out.shape)
-    rel = float((diff / np.maximum(np.abs(b), 1e-30)).max())
+    rel = float(np.divide(diff, np.maximum(abs_b, 1e-30, out=abs_b), out=abs_b).max())
     return Judged(float(diff.max()), rel, float(ratios.flat[i]), tuple(int(x) for x in idx),
                   out[idx].item(), ref[idx].item())
 
