@@ -25,6 +25,7 @@ rounded up) and out-of-range lanes are masked.
 
 from __future__ import annotations
 
+import copy
 from typing import Any, ClassVar, Sequence
 
 from fusegen.analysis.shape_util import inverse_permutation
@@ -150,9 +151,14 @@ class TransposeFusion(FusionEmitter):
 
     name: ClassVar[str] = "TransposeFusion"
 
+    #: Lanes per program of the interpreter variant: Triton's interpreter pays per program and op, numpy per
+    #: element, and a transpose tile of any size moves the same elements to the same places.
+    INTERPRET_LANES: ClassVar[int] = 1 << 16
+
     def __init__(self, analysis: Any, description: TransposeDescription | None = None):
         super().__init__(analysis)
         self.description = description if description is not None else getattr(analysis, "tiled_transpose", None)
+        self._tiles: tuple[int, ...] | None = None  # the interpreter variant's tile sizes
 
     # ------------------------------------------------------------------------------------ tiling
     @property
@@ -235,6 +241,8 @@ class TransposeFusion(FusionEmitter):
     def tile_sizes(self) -> tuple[int, ...]:
         """Block extent per normalized output dim: the XLA tile rounded up to a power of two, no larger
         than the dimension rounded up (1 for dims walked by the grid)."""
+        if self._tiles is not None:
+            return self._tiles
         return tuple(1 if t <= 1 else min(next_pow2(t), next_pow2(n)) for t, n in zip(self.xla_tile_sizes(), self.dims))
 
     def launch_grid(self) -> tuple[int, ...]:
@@ -411,8 +419,29 @@ class TransposeFusion(FusionEmitter):
                           constexprs={"BLOCK": block},
                           launch=launch((n_programs,), (NUM_ROWS * TILE_SIZE,), num_warps=self.num_warps(block),
                                         shared_memory_bytes=shmem),
-                          num_stages=1)
+                          num_stages=1, interpret_variant=self._interpret_variant(tiles))
         return EmittedFusion(emitter=self.name, kernels=(ks,))
+
+    def _interpret_variant(self, tiles: tuple[int, ...]) -> KernelSource | None:
+        """The same kernel over tiles grown (innermost output dimension first, by powers of two, at most to the
+        dimension rounded up) to :attr:`INTERPRET_LANES` lanes, for Triton's interpreter; ``None`` when the
+        tiles cannot grow or this is the variant itself."""
+        if self._tiles is not None:
+            return None
+        wide = list(tiles)
+        lanes = 1
+        for t in wide:
+            lanes *= t
+        for d in reversed(range(len(wide))):
+            while wide[d] < next_pow2(self.dims[d]) and lanes * 2 <= self.INTERPRET_LANES:
+                wide[d] *= 2
+                lanes *= 2
+        if tuple(wide) == tuple(tiles):
+            return None
+        other = copy.copy(self)
+        other._tiles = tuple(wide)
+        emitted = other.emit()
+        return emitted.kernels[0] if emitted.kernels else None
 
 
 class PackedTranspose(TransposeFusion):
