@@ -9,13 +9,12 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 import numpy as np
 
-_PATCHED = False
-
-
+@functools.cache  # once per process
 def patch_float_casts() -> None:
     """Make the interpreter round float downcasts to bf16/fp8 to nearest-even.
 
@@ -24,9 +23,6 @@ def patch_float_casts() -> None:
     compiled kernels use) rounds to nearest even. Conversions whose source or destination is bf16/fp8 are
     therefore done with ml_dtypes, which rounds like the hardware. Everything else is left to Triton.
     """
-    global _PATCHED
-    if _PATCHED:
-        return
     import ml_dtypes
     import triton.language as tl
     from triton.runtime import interpreter as interp
@@ -63,16 +59,13 @@ def patch_float_casts() -> None:
                  "create_fp_trunc"):
         setattr(builder, name, lambda self, src, dst_type: self.cast_impl(src, dst_type))
     builder.create_fp_to_fp = create_fp_to_fp
-    _PATCHED = True
 
 
 #: Name prefix of the ``@triton.jit`` combine functions fusegen generates for ``tl.reduce`` (reducer
 #: computations written elementwise); the interpreter folds reductions with them vectorised.
 COMBINE_PREFIX = "fg_combine_"
 
-_REDUCE_PATCHED = False
-
-
+@functools.cache  # once per process
 def patch_reduce() -> None:
     """Fold ``tl.reduce`` with a fusegen combine function as a vectorised pairwise tree in Triton's
     interpreter (idempotent).
@@ -82,9 +75,6 @@ def patch_reduce() -> None:
     pairwise tree over whole numpy arrays: the same values for an associative combiner, and the order of
     a compiled ``tl.reduce`` is a tree as well. Other combine functions keep the interpreter's path.
     """
-    global _REDUCE_PATCHED
-    if _REDUCE_PATCHED:
-        return
     import triton.language as tl
     from triton.runtime import interpreter as interp
 
@@ -130,12 +120,9 @@ def patch_reduce() -> None:
         return outs
 
     ops.generic_reduce = generic_reduce
-    _REDUCE_PATCHED = True
 
 
-_BOOL_PATCHED = False
-
-
+@functools.cache  # once per process
 def patch_bool_logic() -> None:
     """``&``, ``|`` and ``^`` of two ``int1`` tensors as numpy's boolean ops in Triton's interpreter
     (idempotent).
@@ -144,9 +131,6 @@ def patch_bool_logic() -> None:
     ``+``/``-`` wrap like a 1-bit integer; for the bitwise logic ops numpy's boolean result is already that
     1-bit value, so they skip the round trip (the masks of sort networks are combined this way every step).
     """
-    global _BOOL_PATCHED
-    if _BOOL_PATCHED:
-        return
     from triton.runtime import interpreter as interp
 
     builder = interp.InterpreterBuilder
@@ -159,7 +143,6 @@ def patch_bool_logic() -> None:
             return _orig(self, lhs, rhs)
 
         setattr(builder, name, fast)
-    _BOOL_PATCHED = True
 
 
 def patch_overflow_check() -> None:
@@ -180,15 +163,10 @@ def patch_overflow_check() -> None:
         b.options = dataclasses.replace(b.options, sanitize_overflow=False)
 
 
-_NP_DTYPE_PATCHED = False
-
-
+@functools.cache  # once per process
 def patch_np_dtype() -> None:
     """Memoise the interpreter's ``_get_np_dtype`` (Triton 3.9 builds a 19-entry dict on every call, several
     times per interpreted op); unknown types still go to the original (idempotent)."""
-    global _NP_DTYPE_PATCHED
-    if _NP_DTYPE_PATCHED:
-        return
     import triton.language as tl
     from triton.runtime import interpreter as interp
 
@@ -209,7 +187,6 @@ def patch_np_dtype() -> None:
         return hit
 
     interp._get_np_dtype = get_np_dtype
-    _NP_DTYPE_PATCHED = True
 
 
 def patch_all() -> None:
