@@ -17,7 +17,8 @@ from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.parser import parse_module
 from fusegen.runtime.timings import FUSION_PHASES, MODULE_PHASES
 from fusegen_plugins.backends.triton import _Analysis
-from fusegen_plugins.backends.triton_block_level import TritonBlockLevelFusion, interpret_tile_sizes
+from fusegen.codegen.kernel import interpret_tile_sizes
+from fusegen_plugins.backends.triton_block_level import TritonBlockLevelFusion
 
 from test_block_level import _SOFTMAX_T
 

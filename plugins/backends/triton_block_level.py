@@ -21,7 +21,8 @@ from typing import Any
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, fusion_roots, store_line
-from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
+from fusegen.codegen.kernel import (INTERPRET_TILE_LANES, EmittedFusion, KernelSource, LaunchDimensions,
+                                    interpret_tile_sizes)
 from fusegen.hlo.ir import Computation, Instruction
 
 #: reducer root -> combine function of ``tl.reduce`` (the interpreter maps these to numpy reductions; Triton's
@@ -211,16 +212,12 @@ class TritonBlockLevelFusion(FusionEmitter):
 
     #: Lanes of the interpreter variant's tile: XLA's tiles are often a few elements ([1,1,8]), and the interpreter
     #: pays per program, so the variant covers more of the output per tile (same values per element).
-    INTERPRET_LANES = 1 << 17  # interpreter cost is per tile, numpy's per element
+    INTERPRET_LANES = INTERPRET_TILE_LANES
 
     def __init__(self, analysis: Any, sizes: list[int] | None = None, interpret_variant: bool = True):
         super().__init__(analysis)
         self.sizes_override = sizes
         self.build_interpret_variant = interpret_variant
-
-    def _interpret_sizes(self, sizes: list[int], dims: tuple[int, ...]) -> list[int]:
-        """``sizes`` grown for the interpreter variant (see :func:`interpret_tile_sizes`)."""
-        return interpret_tile_sizes(dims, sizes, self.INTERPRET_LANES)
 
     def _config(self) -> tuple[list[int], int, int]:
         fbc = self.fusion.backend_config.get("fusion_backend_config") or {}
@@ -317,7 +314,7 @@ class TritonBlockLevelFusion(FusionEmitter):
         name = ts.sanitize_identifier(f"block_{fusion.name}", "k")
         variant = None
         if self.build_interpret_variant and len(sizes) == len(dims):
-            big = self._interpret_sizes(sizes, dims)
+            big = interpret_tile_sizes(dims, sizes, self.INTERPRET_LANES)
             if big != sizes:
                 emitted = TritonBlockLevelFusion(self.analysis, big, interpret_variant=False).emit()
                 variant = emitted.kernels[0] if emitted.kernels else None
@@ -326,25 +323,6 @@ class TritonBlockLevelFusion(FusionEmitter):
                           launch=LaunchDimensions(grid=(ntiles,), num_warps=warps), num_stages=stages,
                           interpret_variant=variant)
         return EmittedFusion(emitter=self.name, kernels=(ks,))
-
-
-def interpret_tile_sizes(dims: tuple[int, ...], sizes: list[int], max_lanes: int = 1 << 17) -> list[int]:
-    """Output tile sizes of the interpreter variant: ``sizes`` grown innermost dimension first (doubling,
-    at most to the dimension) while the power-of-two tile stays within ``max_lanes`` lanes; ``sizes``
-    unchanged when it already exceeds ``max_lanes``. The interpreter's cost is per tile, numpy's per
-    element, and a larger tile computes the same values (each reduction folds every kept position on its
-    own, the elementwise part is per lane)."""
-    out = [max(1, s) for s in sizes]
-    for d in reversed(range(len(dims))):
-        while out[d] < dims[d]:
-            cand = out[:d] + [min(dims[d], out[d] * 2)] + out[d + 1:]
-            lanes = 1
-            for c in cand:
-                lanes *= _pow2(c)
-            if lanes > max_lanes:
-                return out
-            out = cand
-    return out
 
 
 def create(analysis: Any, context: Any = None) -> TritonBlockLevelFusion | None:

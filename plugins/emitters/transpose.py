@@ -40,7 +40,7 @@ from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import (ELEMENTWISE, ElementalGenerator, KernelContext, choose_index_dtype,
                                       deep_recursion, int_list)
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
-from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
+from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions, interpret_tile_sizes
 from fusegen.codegen.launch import launch, transpose_vector_size
 from fusegen.codegen.thread_indexing import compose_with_operand, transpose_indexing
 from fusegen.indexing import IndexingMap
@@ -428,14 +428,7 @@ class TransposeFusion(FusionEmitter):
         tiles cannot grow or this is the variant itself."""
         if self._tiles is not None:
             return None
-        wide = list(tiles)
-        lanes = 1
-        for t in wide:
-            lanes *= t
-        for d in reversed(range(len(wide))):
-            while wide[d] < next_pow2(self.dims[d]) and lanes * 2 <= self.INTERPRET_LANES:
-                wide[d] *= 2
-                lanes *= 2
+        wide = [next_pow2(t) for t in interpret_tile_sizes(self.dims, list(tiles), self.INTERPRET_LANES)]
         if tuple(wide) == tuple(tiles):
             return None
         other = copy.copy(self)
