@@ -278,18 +278,30 @@ def _create_dynamic_slice_emitter(analysis: Any, context: Any = None) -> Any:
     the data. A DUS root whose operand buffer can be reused is written in place over the update's elements (the
     address-computation fusion's memcpy into the aliased buffer); anything else runs as a loop over the output.
     Library-call heroes are left to the execution backend (:func:`_run_dynamic_slice_cpu`)."""
-    from fusegen_plugins.emitters.in_place_dus import InPlaceDynamicUpdateSliceFusion, can_emit_in_place, output_dus
-    from fusegen_plugins.emitters.loop import LoopFusion
+    from fusegen_plugins.emitters.in_place_dus import can_emit_in_place, output_dus
 
     if not _device_side_dynamic_slice(analysis.fusion):
         return None
+    in_place, loop = _dynamic_slice_emitters()
     if output_dus(analysis) is not None and can_emit_in_place(analysis):
-        return type("DynamicSliceFusion", (InPlaceDynamicUpdateSliceFusion,), {"name": "DynamicSliceFusion"})(analysis)
-    return type("DynamicSliceFusion", (LoopFusion,), {"name": "DynamicSliceFusion"})(analysis)
+        return in_place(analysis)
+    return loop(analysis)
+
+
+@functools.cache
+def _dynamic_slice_emitters() -> tuple[type, type]:
+    """The in-place DUS and loop emitters renamed ``DynamicSliceFusion`` (made once, on first use: the emitter
+    plugins are imported only when a dynamic_slice_fusion is met)."""
+    from fusegen_plugins.emitters.in_place_dus import InPlaceDynamicUpdateSliceFusion
+    from fusegen_plugins.emitters.loop import LoopFusion
+
+    return tuple(type("DynamicSliceFusion", (base,), {"name": "DynamicSliceFusion"})
+                 for base in (InPlaceDynamicUpdateSliceFusion, LoopFusion))
 
 
 @hookimpl
 def fusegen_emitter_factories():
+    """The ``dynamic_slice_fusion`` emitter factory (kind ``kCustomFusion``, rank 100)."""
     return [EmitterFactory(name="dynamic_slice_fusion", kind="kCustomFusion", rank=100,
                            create=_create_dynamic_slice_emitter)]
 
