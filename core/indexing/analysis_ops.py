@@ -63,6 +63,8 @@ def elementwise(inst: Instruction) -> InstructionIndexing:
 
 
 def broadcast(inst: Instruction) -> InstructionIndexing:
+    """``broadcast``: the output dims listed in ``dimensions`` index the operand; XLA
+    ``ComputeOutputToInputBroadcastOpIndexing``."""
     return InstructionIndexing.from_maps([IndexingMap.from_tensor_sizes(
         [dim(d) for d in int_list(inst.attrs.get("dimensions"))], inst.shape.dimensions)])
 
@@ -83,17 +85,23 @@ def concatenate(inst: Instruction) -> InstructionIndexing:
 
 
 def transpose(inst: Instruction) -> InstructionIndexing:
+    """``transpose``: the inverse permutation of the output index; XLA ``ComputeOutputToInputTransposeOpIndexing``.
+    ``transpose``: the inverse permutation of the output index; XLA ``ComputeOutputToInputTransposeOpIndexing``."""
     perm = inverse_permutation(int_list(inst.attrs.get("dimensions")))
     return InstructionIndexing.from_maps([IndexingMap.from_tensor_sizes(transpose_exprs(perm), inst.shape.dimensions)])
 
 
 def reshape(inst: Instruction) -> InstructionIndexing:
+    """``reshape``: the row-major linear index re-split into the operand's dims; XLA
+    ``ComputeOutputToInputReshapeOpIndexing``."""
     src, dst = inst.operands[0].shape, inst.shape
     m = IndexingMap.from_tensor_sizes(reshape_exprs(src.dimensions, dst.dimensions), dst.dimensions)
     return InstructionIndexing.from_maps([simplify_preserving_point_dims(m)])
 
 
 def bitcast(inst: Instruction) -> InstructionIndexing:
+    """``bitcast`` (transpose, reshape or transpose-reshape-transpose by the layouts); XLA
+    ``ComputeOutputToInputBitcastOpIndexing``."""
     m = bitcast_map(inst.shape, inst.operands[0].shape)
     return InstructionIndexing.from_maps([simplify_preserving_point_dims(m)])
 
@@ -113,16 +121,20 @@ def reverse_map(dims_sizes: Sequence[int], reversed_dims: Sequence[int]) -> Inde
 
 
 def reverse(inst: Instruction) -> InstructionIndexing:
+    """``reverse``: ``size - 1 - d`` on the reversed dims; XLA ``ComputeReverseOpIndexing``."""
     return InstructionIndexing.from_maps([reverse_map(inst.shape.dimensions, int_list(inst.attrs.get("dimensions")))])
 
 
 def slice_(inst: Instruction) -> InstructionIndexing:
+    """``slice``: ``start + d * stride`` per dim; XLA ``ComputeOutputToInputSliceOpIndexing``."""
     spec = inst.attrs.get("slice") or []
     exprs = [dim(i) * stride + start for i, (start, _limit, stride) in enumerate(spec)]
     return InstructionIndexing.from_maps([IndexingMap.from_tensor_sizes(exprs, inst.shape.dimensions)])
 
 
 def pad(inst: Instruction) -> InstructionIndexing:
+    """``pad``: the operand map on the non-padding points (interior points by a ``mod`` constraint) and the padding
+    value as a scalar; XLA ``ComputeOutputToInputPadOpIndexing``."""
     cfg = inst.attrs.get("padding") or []
     m = pad_map(inst.shape.dimensions, [c[0] for c in cfg], [c[1] for c in cfg], [c[2] for c in cfg])
     return InstructionIndexing.from_maps([m, scalar_map(inst.shape)])
@@ -144,6 +156,8 @@ def reduce_input_map(input_dims: Sequence[int], output_dims: Sequence[int], redu
 
 
 def reduce(inst: Instruction) -> InstructionIndexing:
+    """``reduce`` (and variadic): each input read over the reduced dims as symbols, each init value as a scalar; XLA
+    ``ComputeOutputToInputReduceOpIndexing``."""
     n_inputs = len(inst.operands) // 2
     out = output_shape(inst)
     m = reduce_input_map(inst.operands[0].shape.dimensions, out.dimensions, int_list(inst.attrs.get("dimensions")))
@@ -151,6 +165,8 @@ def reduce(inst: Instruction) -> InstructionIndexing:
 
 
 def reduce_window(inst: Instruction) -> InstructionIndexing:
+    """``reduce-window``: window, stride, padding and dilations as symbols and constraints; XLA
+    ``ComputeOutputToInputReduceWindowOpIndexing``."""
     n_inputs = len(inst.operands) // 2
     out = output_shape(inst)
     m = window_map(inst.operands[0].shape.dimensions, out.dimensions, inst.attrs.get("window") or {})
@@ -198,6 +214,8 @@ def _dot_maps(inst: Instruction) -> tuple[IndexingMap, IndexingMap]:
 
 
 def dot(inst: Instruction) -> InstructionIndexing:
+    """``dot``: batch and free dims from the output, contracting dims as symbols; XLA
+    ``ComputeOutputToInputDotOpIndexing``."""
     return InstructionIndexing.from_maps(list(_dot_maps(inst)))
 
 
@@ -230,6 +248,8 @@ def _rescale(m: IndexingMap, operand: Sequence[int], scale: Sequence[int]) -> In
 
 
 def scaled_dot(inst: Instruction) -> InstructionIndexing:
+    """``scaled-dot``: the dot maps, scale operands rescaled by their block sizes; XLA
+    ``ComputeOutputToInputScaledDotOpIndexing``."""
     lhs, rhs = _dot_maps(inst)
     shapes = [o.shape.dimensions for o in inst.operands]
     return InstructionIndexing.from_maps([lhs, rhs, _rescale(lhs, shapes[0], shapes[2]), _rescale(rhs, shapes[1], shapes[3])])
@@ -337,6 +357,8 @@ def with_rt_vars(exprs: list[AffineExpr], dims: list[Interval],
 
 
 def dynamic_slice(inst: Instruction) -> InstructionIndexing:
+    """``dynamic-slice``: offsets as runtime variables clamped into range (constants and iotas folded); XLA
+    ``ComputeOutputToInputDynamicSliceOpIndexing``."""
     out = inst.shape
     src = inst.operands[0].shape
     sizes = int_list(inst.attrs.get("dynamic_slice_sizes"))
@@ -358,6 +380,8 @@ def dynamic_slice(inst: Instruction) -> InstructionIndexing:
 
 
 def dynamic_update_slice(inst: Instruction) -> InstructionIndexing:
+    """``dynamic-update-slice``: identity to the operand, the update at runtime offsets; XLA
+    ``ComputeOutputToInputDynamicUpdateSliceOpIndexing``."""
     out = inst.shape
     update = inst.operands[1].shape
     start_map = scalar_map(out)
@@ -381,6 +405,8 @@ def _is_simplified_gather(inst: Instruction) -> bool:
 
 
 def gather(inst: Instruction) -> InstructionIndexing:
+    """``gather`` in XLA's simplified form (runtime variables for the start indices; otherwise unknown); XLA
+    ``ComputeOutputToInputGatherOpIndexing``."""
     if not _is_simplified_gather(inst):
         return InstructionIndexing.unknown(len(inst.operands))
     operand, indices, out = inst.operands[0].shape, inst.operands[1].shape, inst.shape
@@ -414,4 +440,5 @@ def all_gather(inst: Instruction) -> InstructionIndexing:
 
 
 def get_tuple_element(inst: Instruction) -> InstructionIndexing:
+    """``get-tuple-element``: the identity to the tuple operand's element."""
     return InstructionIndexing.from_maps([identity_map(inst.shape)])

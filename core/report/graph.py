@@ -29,6 +29,7 @@ MAX_DRAWN_PARAMETERS = 8
 
 
 def kind_color(kind: str) -> str:
+    """The report's fill colour (``#rrggbb``) for an emitter kind (one colour for every other kind)."""
     return KIND_COLORS.get(kind, OTHER_KIND_COLOR)
 
 

@@ -68,6 +68,7 @@ def fmt_us(x: Any) -> str:
 
 
 def fmt_bytes(x: Any) -> str:
+    """Bytes as ``"N B"``, KiB, MiB or GiB (3 significant digits); ``"-"`` for ``None``."""
     if x is None:
         return "-"
     x = int(x)
@@ -78,6 +79,7 @@ def fmt_bytes(x: Any) -> str:
 
 
 def fmt_err(x: Any) -> str:
+    """An error figure with 3 significant digits (``"0"``, ``"nan"``, ``"inf"`` as such); ``"-"`` for ``None``."""
     if x is None:
         return "-"
     x = float(x)
@@ -89,6 +91,7 @@ def fmt_err(x: Any) -> str:
 
 
 def fmt_s(x: Any) -> str:
+    """Seconds as ``"N ms"`` below 1 s, else ``"N.NN s"``; ``"-"`` for ``None``."""
     if x is None:
         return "-"
     x = float(x)

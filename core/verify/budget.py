@@ -38,6 +38,7 @@ _TINY = 2.0 ** -126  # smallest normal f32: the scale of an all-zero reference
 
 
 def mantissa_bits(element_type: str) -> int:
+    """Explicit mantissa bits of a floating ``element_type`` (3 for f8/f4 types; 64 for non-float types)."""
     if element_type.startswith(("f8", "f4")):
         return 3
     return MANTISSA.get(element_type, 64)

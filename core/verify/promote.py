@@ -30,12 +30,14 @@ class OracleUnavailable(Exception):
 
 
 def promoted_type(element_type: str) -> str:
+    """The f64 oracle's type for ``element_type``: floats to ``f64``, complex to ``c128``, the rest unchanged."""
     if element_type.startswith(("f8", "f4")):
         return "f64"
     return PROMOTE.get(element_type, element_type)
 
 
 def promote_shape(shape: Shape) -> Shape:
+    """``shape`` with every leaf promoted by :func:`promoted_type` (tuples recursively)."""
     if shape.is_tuple:
         return attrs.evolve(shape, tuple_shapes=tuple(promote_shape(s) for s in shape.tuple_shapes))
     return attrs.evolve(shape, element_type=promoted_type(shape.element_type))
@@ -118,4 +120,5 @@ def evaluate_promoted(module: Module, args: Sequence[Any]) -> Any:
 
 
 def is_float_type(element_type: str) -> bool:
+    """Whether ``element_type`` is a floating or complex HLO type."""
     return dtypes.is_floating(element_type) or dtypes.is_complex(element_type)
