@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import numpy as np
 import pytest
 
@@ -185,3 +186,54 @@ ENTRY %e (a: bf16[32,4,16], b: bf16[4,16,24]) -> f32[4,32,24] {{
   ROOT %gemm_fusion_dot = f32[4,32,24]{{2,1,0}} fusion(%a, %b), kind=kCustom, calls=%c, backend_config={f.attrs['backend_config'] if isinstance(f.attrs['backend_config'], str) else __import__('json').dumps(f.attrs['backend_config'])}
 }}""")
     _check(small.entry.root)
+
+
+BATCHED = """HloModule m
+ENTRY e {
+  p0 = bf16[3,3,40,24] parameter(0)
+  s = bf16[3,3] parameter(2)
+  sb = bf16[3,3,40,24] broadcast(s), dimensions={0,1}
+  a = bf16[3,3,40,24] multiply(p0, sb)
+  p1 = bf16[3,3,24,20] parameter(1)
+  d = f32[3,3,40,20] dot(a, p1), lhs_batch_dims={0,1}, rhs_batch_dims={0,1},
+    lhs_contracting_dims={3}, rhs_contracting_dims={2}
+  ROOT r = f32[3,3,40,20] negate(d)
+}"""
+
+
+@pytest.mark.parametrize("cfg", [TritonGemmConfig(16, 16, 16), TritonGemmConfig(16, 8, 16), TritonGemmConfig(32, 16, 32)])
+def test_batched_interpret_variant_is_bitwise_the_per_batch_one(cfg):
+    # 9 batch indices (the dot decomposer folds the two batch dims into one) and a prologue that reads a
+    # per-batch scale: 16 per program would pad 7, so the interpreter variant takes 2 (one padded, masked)
+    m = parse_module(BATCHED)
+    optimize_if_needed(m, pm=plugin_manager(), device=device())
+    f = m.entry.root
+    assert f.fusion_backend_kind == "__triton_gemm"
+    em = TritonGemmFusion(_Analysis(f), cfg).emit()
+    (k,) = em.kernels
+    v = k.interpret_variant
+    assert k.launch.grid == (9 * -(-40 // cfg.block_m) * -(-20 // cfg.block_n),)  # XLA's launch stays
+    assert v.constexprs["N"] == 5 and "acc = tl.full([2, 64, 32], 0, tl.float32)" in v.source
+    per_batch = attrs.evolve(cfg, block_m=64, block_n=32)
+    plain = TritonGemmFusion(_Analysis(f), per_batch, interpret_variant=False).emit()
+    assert plain.kernels[0].constexprs["N"] == 9
+    ops = _operands(f, seed=3)
+    batched = triton_runtime.run_fusion(em, ops, f)[0]
+    one_by_one = triton_runtime.run_fusion(plain, ops, f)[0]
+    assert np.array_equal(batched.view(np.uint32), one_by_one.view(np.uint32))
+    c = compare(batched, np.asarray(evaluate_instruction(f, ops)), "f32")
+    assert c.ok, c
+
+
+def test_a_prologue_operand_indexed_by_the_batch_alone_runs_and_compiles():
+    # the per-batch scale's offset depends on the batch index only: as a scalar it made a scalar pointer
+    # under a tile mask, which Triton refuses (in the interpreter and in the sm_90 compile alike)
+    m = parse_module(BATCHED)
+    optimize_if_needed(m, pm=plugin_manager(), device=device())
+    f = m.entry.root
+    em = TritonGemmFusion(_Analysis(f), TritonGemmConfig(16, 16, 16), interpret_variant=False).emit()
+    ops = _operands(f, seed=4)
+    out = triton_runtime.run_fusion(em, ops, f)[0]
+    c = compare(out, np.asarray(evaluate_instruction(f, ops)), "f32")
+    assert c.ok, c
+    assert triton_runtime.compile_for_target(em.kernels[0]).ptx.count(".entry") == 1

@@ -16,6 +16,12 @@ constexpr ``N`` and handles ``BLOCK`` consecutive tiles per program (``BLOCK = 1
 convention of :func:`fusegen.codegen.triton_runtime.run_interpreted`, so the interpreter may run it with fewer,
 wider programs.
 
+Interpreter variant (:attr:`~fusegen.codegen.kernel.KernelSource.interpret_variant`): the same kernel with
+``block_m``/``block_n`` grown towards the whole output (``block_k``, the accumulation order, kept); when one tile
+then covers a batch index's whole ``M x N``, several batch indices share a program (a power of two, padding past
+the batch count at most 1/8, every tensor within Triton's 2**20 elements) as one 3-D ``tl.dot`` per K step,
+each batch index's product the 2-D one's (attention's per-head GEMMs: 48 programs become 3).
+
 Configs: the fusion's ``triton_gemm_config`` (``block_m``, ``block_n``, ``block_k``, ``num_stages``,
 ``num_warps``, ``num_ctas``), else its ``block_level_fusion_config`` (output tile -> block_m/block_n), else a size
 heuristic. ``split_k > 1`` and ``num_ctas > 1`` are refused.
@@ -37,6 +43,8 @@ from fusegen.hlo.ir import Computation, Instruction
 from fusegen_plugins.backends.triton_configs import ConfigError, TritonGemmConfig, from_values
 
 GEMM_KINDS = ("__triton_gemm", "__triton_nested_gemm_fusion")
+#: Triton's largest tensor (elements, ``triton.language.TRITON_MAX_TENSOR_NUMEL``): a batched tile's bound.
+TRITON_MAX_NUMEL = 1 << 20
 
 
 def _pow2_at_least(n: int, lo: int = 16, hi: int = 128) -> int:
@@ -267,10 +275,14 @@ class TritonGemmFusion(FusionEmitter):
     INTERPRET_TILE = 2048
     INTERPRET_TILE_ELEMENTS = 1 << 21
 
-    def __init__(self, analysis: Any, config: TritonGemmConfig | None = None, interpret_variant: bool = True):
+    def __init__(self, analysis: Any, config: TritonGemmConfig | None = None, interpret_variant: bool = True,
+                 block_batch: int = 1):
         super().__init__(analysis)
         self.config_override = config
         self.build_interpret_variant = interpret_variant
+        # batch indices per program (a power of two), interpreter variant only: one 3-D tl.dot over
+        # block_batch whole M x N tiles instead of block_batch programs (attention's per-head GEMMs)
+        self.block_batch = block_batch
 
     def _find_dot(self, comp: Computation) -> Instruction:
         dots = [i for i in comp.instructions if i.opcode == "dot"]
@@ -302,7 +314,8 @@ class TritonGemmFusion(FusionEmitter):
             return EmittedFusion(emitter=self.name)
         bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
         mt, nt = -(-M // bm), -(-N // bn)
-        tiles = B * mt * nt
+        bb = self.block_batch if B > 1 and mt == nt == 1 and min(bm, bn, bk) >= 16 else 1
+        tiles = B * mt * nt if bb == 1 else -(-B // bb)
         et_l, et_r, et_o = lhs.shape.element_type, rhs.shape.element_type, dot.shape.element_type
         for et in (et_l, et_r, et_o):
             ts.tl_dtype(et)  # raises for types Triton lacks
@@ -317,10 +330,11 @@ class TritonGemmFusion(FusionEmitter):
             common = "tl.float32"
 
         op_shapes = [o.shape for o in fusion.operands]
-        idx_t = choose_index_dtype(op_shapes + [fusion.shape], max(bm * bk, bk * bn, bm * bn))
+        idx_t = choose_index_dtype(op_shapes + [fusion.shape], bb * max(bm * bk, bk * bn, bm * bn))
         ctx = KernelContext(idx_t, op_shapes)
         bnames = [f"ib{j}" for j in range(len(bsizes))]
-        for n in bnames + ["i_m", "i_n", "i_k", "acc", "smask", "tile", "BLOCK", "N"]:
+        for n in bnames + [f"{b}_{t}" for b in bnames for t in "abo"] + ["i_m", "i_n", "i_k", "acc", "smask",
+                                                                         "tile", "BLOCK", "N"]:
             ctx.names.reserve(n)
 
         def gen_body(operand: Instruction, batch: tuple[int, ...], rows: tuple[str, list[int]] | None,
@@ -381,6 +395,8 @@ class TritonGemmFusion(FusionEmitter):
             src.append("@device_jit")
             src.append(f"def {name}({', '.join(params + extra + ['BLOCK: tl.constexpr'])}):")
             src.extend("    " + z for z in zero_lines)
+            # batch indices as lanes: an operand indexed by them alone (a per-batch scale) still loads a tile
+            src.extend(f"    {b} = {b} + zero" for b, size in zip(bnames, bsizes) if size > 1)
             src.extend(lines)
             if ret is not None:
                 src.append(f"    return {ret}")
@@ -399,6 +415,11 @@ class TritonGemmFusion(FusionEmitter):
             "        if tile < N:",
         ]
         I = " " * 12
+        if bb > 1:
+            kernel += self._batched_tile(I, params, bnames, bsizes, B, M, N, K, bm, bn, bk, bb, idx_t, acc_t,
+                                         common, integer, widen, dot_tl)
+            src.extend(kernel)
+            return self._finish(fusion, src, ctx, tiles, cfg, None)
         kernel += [
             f"{I}n_t = tile % {nt}",
             f"{I}rest = tile // {nt}",
@@ -436,9 +457,7 @@ class TritonGemmFusion(FusionEmitter):
         if common is not None:
             kernel += [f"{I}    a = a.to({common})", f"{I}    b = b.to({common})"]
         if min(bm, bn, bk) >= 16:
-            prec = "" if integer or acc_t == "tl.float64" else \
-                (', input_precision="tf32"' if widen else ', input_precision="ieee"')
-            kernel.append(f"{I}    acc = tl.dot(a, b, acc, out_dtype={acc_t}{prec})")
+            kernel.append(f"{I}    acc = tl.dot(a, b, acc, out_dtype={acc_t}{_dot_precision(integer, acc_t, widen)})")
         else:
             kernel.append(f"{I}    acc += tl.reduce(a[:, :, None].to({acc_t}) * b[None, :, :].to({acc_t}), 1, "
                           "tl.standard._sum_combine)")
@@ -450,8 +469,6 @@ class TritonGemmFusion(FusionEmitter):
             f"{I}epilogue({', '.join(params)}, {bargs}i_m_o, i_n_o, acc_o, smask, {bm * bn})",
         ]
         src.extend(kernel)
-        source = "\n".join(src) + "\n"
-        name = ts.sanitize_identifier(f"gemm_{fusion.name}", "k")
         variant = None
         if self.build_interpret_variant:
             # Same math on bigger tiles: the interpreter pays per tile, so XLA's small configs (16x8 tiles,
@@ -463,15 +480,80 @@ class TritonGemmFusion(FusionEmitter):
                     bm_i //= 2
                 else:
                     bn_i //= 2
-            if (bm_i, bn_i) != (bm, bn):
+            # whole M x N tiles: several batch indices per program (one 3-D dot per K step), doubled while
+            # the padding past B stays within 1/8 of the work
+            bb_i = 1
+            while (B > 1 and bm_i >= M and bn_i >= N and bb_i < B and -(-B // (2 * bb_i)) * 2 * bb_i * 8 <= B * 9
+                   and 2 * bb_i * max(bm_i * bn_i, bm_i * bk, bk * bn_i) <= TRITON_MAX_NUMEL):
+                bb_i *= 2
+            if (bm_i, bn_i, bb_i) != (bm, bn, 1):
                 big = attrs.evolve(cfg, block_m=bm_i, block_n=bn_i)
-                emitted = TritonGemmFusion(self.analysis, config=big, interpret_variant=False).emit()
+                emitted = TritonGemmFusion(self.analysis, config=big, interpret_variant=False,
+                                           block_batch=bb_i).emit()
                 variant = emitted.kernels[0] if emitted.kernels else None
-        ks = KernelSource(name=name, source=source, entry="gemm", params=tuple(ctx.params),
-                          constexprs={"BLOCK": 1, "N": tiles},
+        return self._finish(fusion, src, ctx, tiles, cfg, variant)
+
+    def _finish(self, fusion: Instruction, src: list[str], ctx: Any, tiles: int, cfg: TritonGemmConfig,
+                variant: KernelSource | None) -> EmittedFusion:
+        ks = KernelSource(name=ts.sanitize_identifier(f"gemm_{fusion.name}", "k"), source="\n".join(src) + "\n",
+                          entry="gemm", params=tuple(ctx.params), constexprs={"BLOCK": 1, "N": tiles},
                           launch=LaunchDimensions(grid=(tiles,), num_warps=cfg.num_warps),
                           num_stages=cfg.num_stages, interpret_variant=variant)
         return EmittedFusion(emitter=self.name, kernels=(ks,))
+
+    @staticmethod
+    def _batched_tile(I: str, params: list[str], bnames: list[str], bsizes: list[int], B: int, M: int, N: int,
+                      K: int, bm: int, bn: int, bk: int, bb: int, idx_t: str, acc_t: str, common: str | None,
+                      integer: bool, widen: bool, dot_tl: str) -> list[str]:
+        """Kernel lines for one tile of ``bb`` batch indices x the whole ``M x N`` (``bm >= M``, ``bn >= N``):
+        per K step a ``[bb, bm, bk] x [bb, bk, bn]`` ``tl.dot``, each batch index's product the 2-D one's. The
+        device functions get the batch indices as lanes (``ib<j>_a/_b/_o``) beside ``i_m``/``i_k``/``i_n``."""
+        P = ", ".join(params)
+        la, lb, lo = [bb, bm, bk], [bb, bk, bn], [bb, bm, bn]
+
+        def flat(expr: str, shape: list[int]) -> str:
+            return f"tl.reshape(tl.broadcast_to({expr}, {shape}), [{_prod(shape)}])"
+
+        lines = [f"{I}rb = tile * {bb} + tl.arange(0, {bb})", f"{I}rb_c = tl.minimum(rb, {B - 1}).to({idx_t})",
+                 f"{I}rm_c = tl.minimum(tl.arange(0, {bm}), {M - 1}).to({idx_t})",
+                 f"{I}rn_c = tl.minimum(tl.arange(0, {bn}), {N - 1}).to({idx_t})"]
+        stride = 1
+        for j in reversed(range(len(bsizes))):
+            lines.append(f"{I}{bnames[j]} = (rb_c // {stride}) % {bsizes[j]}")
+            stride *= bsizes[j]
+        for j, name in enumerate(bnames):
+            lines += [f"{I}{name}_a = {flat(f'{name}[:, None, None]', la)}",
+                      f"{I}{name}_b = {flat(f'{name}[:, None, None]', lb)}",
+                      f"{I}{name}_o = {flat(f'{name}[:, None, None]', lo)}"]
+        args = {t: "".join(f"{n}_{t}, " for n in bnames) for t in "abo"}
+        lines += [
+            f"{I}acc = tl.full({lo}, 0, {acc_t})",
+            f"{I}i_m_a = {flat('rm_c[None, :, None]', la)}",
+            f"{I}i_n_b = {flat('rn_c[None, None, :]', lb)}",
+            f"{I}for k0 in range(0, {K}, {bk}):",
+            f"{I}    rk = k0 + tl.arange(0, {bk})",
+            f"{I}    rk_c = tl.minimum(rk, {K - 1}).to({idx_t})",
+            f"{I}    i_k_a = {flat('rk_c[None, None, :]', la)}",
+            f"{I}    i_k_b = {flat('rk_c[None, :, None]', lb)}",
+            f"{I}    a = tl.reshape(lhs_tile({P}, {args['a']}i_m_a, i_k_a, {_prod(la)}), {la})",
+            f"{I}    b = tl.reshape(rhs_tile({P}, {args['b']}i_k_b, i_n_b, {_prod(lb)}), {lb})",
+        ]
+        if K % bk:
+            lines += [f"{I}    kin = rk < {K}",
+                      f"{I}    a = tl.where(kin[None, None, :], a, tl.full({la}, 0, a.dtype))",
+                      f"{I}    b = tl.where(kin[None, :, None], b, tl.full({lb}, 0, b.dtype))"]
+        if common is not None:
+            lines += [f"{I}    a = a.to({common})", f"{I}    b = b.to({common})"]
+        lines += [
+            f"{I}    acc = tl.dot(a, b, acc, out_dtype={acc_t}{_dot_precision(integer, acc_t, widen)})",
+            f"{I}smask = tl.reshape((rb < {B})[:, None, None] & (tl.arange(0, {bm}) < {M})[None, :, None] & "
+            f"(tl.arange(0, {bn}) < {N})[None, None, :], [{_prod(lo)}])",
+            f"{I}i_m_o = {flat('rm_c[None, :, None]', lo)}",
+            f"{I}i_n_o = {flat('rn_c[None, None, :]', lo)}",
+            f"{I}acc_o = tl.reshape(acc.to({dot_tl}), [{_prod(lo)}])",
+            f"{I}epilogue({P}, {args['o']}i_m_o, i_n_o, acc_o, smask, {_prod(lo)})",
+        ]
+        return lines
 
     @staticmethod
     def _common_type(a: str, b: str) -> str | None:
@@ -483,6 +565,13 @@ class TritonGemmFusion(FusionEmitter):
         wa = order.index(a) if a in order else len(order)
         wb = order.index(b) if b in order else len(order)
         return ts.tl_dtype(a if wa >= wb else b)
+
+
+def _dot_precision(integer: bool, acc_t: str, widen: bool) -> str:
+    """``tl.dot``'s ``input_precision`` argument: tf32 for widened bf16/fp8 tiles, ieee for f16/f32."""
+    if integer or acc_t == "tl.float64":
+        return ""
+    return ', input_precision="tf32"' if widen else ', input_precision="ieee"'
 
 
 def _prod(xs: list[int]) -> int:
