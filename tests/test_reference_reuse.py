@@ -7,8 +7,9 @@ import numpy as np
 from fusegen.codegen import triton_runtime
 from fusegen.evaluator.evaluator import evaluate_module
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime import executor
-from fusegen.runtime.executor import _same_bits, run_module
+from fusegen.runtime import executor, oracles
+from fusegen.runtime.executor import run_module
+from fusegen.runtime.oracles import same_bits as _same_bits
 
 CHAIN = """HloModule chain
 
@@ -57,6 +58,7 @@ def _counting(monkeypatch):
         return real(inst, ops)
 
     monkeypatch.setattr(executor, "evaluate_instruction", counted)
+    monkeypatch.setattr(oracles, "evaluate_instruction", counted)
     return calls
 
 

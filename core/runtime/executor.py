@@ -35,6 +35,7 @@ from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_ma
 from fusegen.verify.options import VerifyOptions
 from fusegen.verify.verdict import judge_module, record_fusion
 from fusegen.runtime.compile_jobs import CompileJobs
+from fusegen.runtime.kernel_reuse import KernelReuse
 from fusegen.runtime.limits import Budget, RunLimits
 from fusegen.runtime.timings import MODULE_PHASES, Timings, module_timings
 
@@ -262,9 +263,12 @@ class Executor:
         self.events: list = []  # fusegen.verify.verdict.FusionEvent per compared execution, in order
         self.timings = Timings()  # module-level phases outside fusions (fusegen.runtime.timings)
         self.compiles = CompileJobs(jobs)
+        self.kernel_reuse = KernelReuse()  # identical fusions run the first one's kernels
         self._pending: list[tuple[FusionReport, tuple, bool]] = []
         # id(fusion) -> (operands, reference value) of its latest execution, for run_module's reference run
+        # in sequence (off when that run happens beside the kernels: fusegen.runtime.oracles)
         self.fusion_references: dict[int, tuple[list[Any], Any]] = {}
+        self.keep_references = True
 
     # -- planning (no execution): used by `fusegen explain` too ---------------------------------------
     def plan_fusion(self, inst: Instruction) -> tuple[Any, FusionReport]:
@@ -382,7 +386,8 @@ class Executor:
         tm = rep.timings
         with tm.phase("reference"):
             ref = evaluate_instruction(inst, ops)
-        self.fusion_references[id(inst)] = (ops, ref)
+        if self.keep_references:
+            self.fusion_references[id(inst)] = (ops, ref)
         if emitted is None:
             backend = self._backend_for(inst)
             with tm.phase("interpret"):
@@ -390,7 +395,7 @@ class Executor:
         else:
             t0 = time.perf_counter()
             try:
-                flat = triton_runtime.run_fusion(emitted, ops, inst)
+                flat = triton_runtime.run_fusion(self.kernel_reuse.runner(inst, emitted), ops, inst)
             except KernelDirError:  # no kernel can be loaded safely: the whole run is refused
                 raise
             except Exception as e:  # a kernel that fails to run is a failed fusion, not a crash
@@ -443,33 +448,6 @@ class Executor:
             rep.reason = f"sm_90 compile {rep.compiled}"
 
 
-def _same_bits(a: Any, b: Any) -> bool:
-    """Whether two values (arrays or nested tuples of them) have the same dtypes, shapes and bytes."""
-    if a is b:
-        return True
-    if isinstance(a, tuple) or isinstance(b, tuple):
-        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
-                and all(_same_bits(x, y) for x, y in zip(a, b)))
-    a, b = np.asarray(a), np.asarray(b)
-    if a.dtype != b.dtype or a.shape != b.shape or a.dtype.hasobject:
-        return False
-    return bool(np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
-                               np.ascontiguousarray(b).reshape(-1).view(np.uint8)))
-
-
-def _reusing_reference(cache: dict[int, tuple[list[Any], Any]]) -> Callable[[Instruction, list[Any]], Any]:
-    """``evaluate_instruction`` for the module's reference run, answering a fusion whose operands are bitwise
-    the ones the executor evaluated it on with that (deterministic) reference value instead of a second
-    evaluation (the kernel path and the reference share operands up to the first fusion that differs)."""
-    def apply(inst: Instruction, ops: list[Any]) -> Any:
-        hit = cache.pop(id(inst), None) if inst.opcode == "fusion" else None
-        if hit is not None and len(hit[0]) == len(ops) and all(_same_bits(x, y) for x, y in zip(hit[0], ops)):
-            return hit[1]
-        return evaluate_instruction(inst, ops)
-
-    return apply
-
-
 def run_module(module: Module, args: list[Any], device: DeviceDescription | None = None,
                pm: PluginManager | None = None, compile_kernels: bool = True,
                on_fusion: Callable[[FusionReport], None] | None = None,
@@ -481,7 +459,9 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
         limits: deadline and while iteration budget, applied to both runs.
         verify: budgets, conditioning factor and floors (default :class:`VerifyOptions`).
         expected: a known answer per output leaf (``--expected``), the third oracle.
-        jobs: worker processes for the sm_90 compiles (see :class:`Executor`).
+        jobs: worker processes for the sm_90 compiles (see :class:`Executor`); with ``jobs > 1`` the
+            module's reference run and the f64 oracle also run on a background thread while the kernels run
+            (:class:`~fusegen.runtime.oracles.ModuleOracles`; same values, less wall time on two cores).
 
     The reference runs on the same explicit-stack interpreter (:func:`interpret`) with
     :func:`~fusegen.evaluator.evaluator.evaluate_instruction` for every instruction, so deep ``call`` chains
@@ -494,22 +474,28 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
     Raises:
         ResourceLimitError: a limit of ``limits`` was passed (deadline, while iterations).
     """
-    from fusegen.evaluator.evaluator import _coerce_arg, evaluate_module
+    from fusegen.evaluator.evaluator import evaluate_module
+    from fusegen.runtime.oracles import ModuleOracles, fits_beside
 
     t0 = time.perf_counter()
     ex = Executor(module, device, pm, compile_kernels, on_fusion, limits, verify, jobs)
+    background = jobs > 1 and module.entry is not None and len(args) == len(module.entry.parameters) \
+        and fits_beside(module, limits)
+    ex.keep_references = not background
+    oracles = ModuleOracles(module, args, limits, background).start()
     try:
-        out = ex.run(args)
+        try:
+            out = ex.run(args)
+        finally:
+            ex.finish_compiles()
+        if len(args) != len(module.entry.parameters):
+            evaluate_module(module, args)  # raises the evaluator's one-line error
+        with ex.timings.phase("reference"):  # the module's reference run and the verdict's f64 oracle
+            ref = oracles.reference(ex.fusion_references, ex.budget)
+            ex.fusion_references.clear()
+            verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected, f64=oracles.f64())
     finally:
-        ex.finish_compiles()
-    params = module.entry.parameters
-    if len(args) != len(params):
-        ref = evaluate_module(module, args)  # raises the evaluator's one-line error
-    with ex.timings.phase("reference"):  # the module's reference run and the verdict's f64 oracle
-        ref = interpret(module.entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)],
-                        _reusing_reference(ex.fusion_references), ex.budget)
-        ex.fusion_references.clear()
-        verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected)
+        oracles.close()
     ok = verdict.status != "mismatch"
     worst = max((o.max_abs_error for o in verdict.outputs), default=0.0)
     fusions = list(ex.reports.values())

@@ -99,17 +99,21 @@ class RunLimits:
     max_while_iterations: int = DEFAULT_MAX_WHILE_ITERATIONS
 
 
-def _bytes(shape: Shape | None) -> int:
+def _bytes(shape: Shape | None, promoted: bool = False) -> int:
     from fusegen.hlo import dtypes
 
     if shape is None:
         return 0
     if shape.is_tuple:
-        return sum(_bytes(s) for s in shape.tuple_shapes or ())
+        return sum(_bytes(s, promoted) for s in shape.tuple_shapes or ())
     if shape.element_type in ("token", "opaque"):
         return 0
     try:
         width = max(dtypes.bit_width(shape.element_type), 8) // 8
+        if promoted and dtypes.is_complex(shape.element_type):
+            width = 16
+        elif promoted and dtypes.is_floating(shape.element_type):
+            width = 8
     except (KeyError, ValueError):
         width = 8
     return width * math.prod(max(d, 1) for d in shape.dimensions)
@@ -119,11 +123,12 @@ def _called(inst: Instruction) -> list[Computation]:
     return [c for c in inst.called_computations if isinstance(c, Computation)]
 
 
-def estimate_peak_bytes(module: Module) -> int:
+def estimate_peak_bytes(module: Module, promoted: bool = False) -> int:
     """An upper estimate of the bytes ``run_module`` keeps alive at once (see module doc).
 
     Values are counted as ``array`` bytes in their element type (sub-byte types as a byte). A value the
-    executor produces is not an alias, so a tuple counts its elements again.
+    executor produces is not an alias, so a tuple counts its elements again. ``promoted``: every floating
+    value at 8 bytes and complex at 16, as the f64 oracle (:mod:`fusegen.verify.promote`) holds them.
     """
     entry = module.entry
     if entry is None:
@@ -142,13 +147,13 @@ def estimate_peak_bytes(module: Module) -> int:
             stack.append((comp, True))
             stack.extend((c, False) for c in callees if id(c) not in act)
             continue
-        own = sum(_bytes(i.shape) for i in comp.instructions)
+        own = sum(_bytes(i.shape, promoted) for i in comp.instructions)
         act[id(comp)] = own + max((act.get(id(c), 0) for c in callees), default=0)
         for i in comp.instructions:
             if i.opcode == "fusion":
                 for c in _called(i):
-                    fusion_peak = max(fusion_peak, sum(_bytes(x.shape) for x in c.instructions))
-    inputs = sum(_bytes(p.shape) for p in entry.parameters)
+                    fusion_peak = max(fusion_peak, sum(_bytes(x.shape, promoted) for x in c.instructions))
+    inputs = sum(_bytes(p.shape, promoted) for p in entry.parameters)
     return inputs + 2 * act.get(id(entry), 0) + fusion_peak
 
 

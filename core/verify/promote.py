@@ -13,7 +13,7 @@ element-size annotations. A module holding a ``bitcast-convert`` of a float gets
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import attrs
 import numpy as np
@@ -104,17 +104,24 @@ def promote_value(v: Any) -> Any:
     return a
 
 
-def evaluate_promoted(module: Module, args: Sequence[Any]) -> Any:
+def evaluate_promoted(module: Module, args: Sequence[Any],
+                      run: Callable[[Module, list[Any]], Any] | None = None) -> Any:
     """The module's outputs evaluated in f64/c128 on ``args`` (promoted exactly; same tree as the module's).
 
+    Args:
+        run: evaluates the promoted module on the promoted arguments (default
+            :func:`~fusegen.evaluator.evaluator.evaluate_module`; :mod:`fusegen.runtime.oracles` passes one
+            that can be cancelled and watches the run's deadline).
+
     Raises:
-        OracleUnavailable: see :func:`promote_module`; also when the promoted evaluation itself fails.
+        OracleUnavailable: see :func:`promote_module`; also when the promoted evaluation itself fails (an
+            ``Exception``; a ``BaseException`` from ``run`` passes through).
     """
     from fusegen.evaluator.evaluator import evaluate_module
 
     promoted = promote_module(module)
     try:
-        return evaluate_module(promoted, [promote_value(a) for a in args])
+        return (run or evaluate_module)(promoted, [promote_value(a) for a in args])
     except Exception as e:  # a program the f64 evaluation cannot run must not break the verdict
         raise OracleUnavailable(f"f64 evaluation failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 

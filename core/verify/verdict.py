@@ -294,21 +294,25 @@ class ModuleVerdict:
 
 
 def judge_module(module: Module, args: list[Any], out: Any, ref: Any, events: list[FusionEvent],
-                 options: VerifyOptions, expected: list[np.ndarray] | None = None) -> ModuleVerdict:
+                 options: VerifyOptions, expected: list[np.ndarray] | None = None,
+                 f64: list[np.ndarray] | OracleUnavailable | None = None) -> ModuleVerdict:
     """Judge every module output of a run (see the module docstring).
 
-    The f64 oracle is always evaluated, so every output carries its figures.
+    The f64 oracle is always evaluated, so every output carries its figures: ``f64`` gives it already
+    evaluated (one array per output leaf, or the :class:`OracleUnavailable` saying why there is none, as
+    :class:`fusegen.runtime.oracles.ModuleOracles` computes it beside the kernels); ``None`` evaluates it here.
     """
     from fusegen.runtime.inputs import leaves
 
     shapes = module.entry.root.shape.leaves()
     ks, rs = [np.asarray(x) for x in leaves(out)], [np.asarray(x) for x in leaves(ref)]
     first = next((e for e in events if e.ratio > 1.0), None)
-    oracle, os_ = "f64", None
-    try:
-        os_ = [np.asarray(x) for x in leaves(evaluate_promoted(module, args))]
-    except OracleUnavailable as e:
-        oracle = f"unavailable: {e}"
+    if f64 is None:
+        try:
+            f64 = [np.asarray(x) for x in leaves(evaluate_promoted(module, args))]
+        except OracleUnavailable as e:
+            f64 = e
+    oracle, os_ = ("f64", f64) if not isinstance(f64, OracleUnavailable) else (f"unavailable: {f64}", None)
     outs = [_judge_output(i, s.element_type, k, r, os_[i] if os_ else None,
                           expected[i] if expected is not None else None, options, first is None)
             for i, (s, k, r) in enumerate(zip(shapes, ks, rs))]

@@ -1,0 +1,225 @@
+"""The module-level answers a run is judged against, evaluated beside the kernels.
+
+``run_module`` judges each module output against two values that do not depend on any kernel: the
+reference evaluator's run of the whole module at the program's precision (``R``) and the f64 oracle
+(``O``, :mod:`fusegen.verify.promote`). :class:`ModuleOracles` evaluates both:
+
+* **in the background** (``run_module(jobs > 1)``, the CLI's default on a machine of two or more cores): in
+  a process forked before the first kernel runs, ``R`` then ``O``, each on its own
+  :class:`~fusegen.runtime.limits.Budget` of the run's limits (deadline, while iterations). The kernels run
+  in Triton's interpreter in the calling process; the answers come back through a pipe when the verdict
+  needs them, so only what is left of their time then shows on the wall clock (``gpt12.h200_opt.hlo``:
+  about 6 s of the 30 the run took in sequence). A process, not a thread: the evaluator's per-instruction
+  Python would hold the GIL against the interpreter's. A run that stops early (an error, a limit, Ctrl-C)
+  kills it.
+* **in sequence** (``jobs == 1``; a platform without ``fork``; or when the kernel path's values and the f64
+  oracle's together would pass the run's memory limit): after the kernels, where ``R`` reuses each
+  fusion's reference value whose operands are bitwise the kernel path's (:func:`reusing_reference`).
+
+Both ways give the same values: the evaluator is deterministic and the reuse only skips a recomputation.
+
+No XLA counterpart: XLA's ``HloRunner`` comparisons (``xla/tests/hlo_test_base.cc``, ``RunAndCompare``)
+evaluate the reference after the test run, in sequence.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+
+from fusegen.evaluator.common import EvaluationError
+from fusegen.evaluator.evaluator import _coerce_arg, evaluate_instruction
+from fusegen.hlo.ir import Instruction, Module
+from fusegen.runtime.limits import Budget, ResourceLimitError, RunLimits, estimate_peak_bytes
+from fusegen.verify.promote import OracleUnavailable, evaluate_promoted
+
+__all__ = ["ModuleOracles", "reusing_reference", "same_bits"]
+
+
+class _Carried(BaseException):
+    """Carries an error of the f64 run past :func:`evaluate_promoted`'s ``except Exception`` (a passed
+    deadline must stay a :class:`ResourceLimitError`, not read as an unavailable oracle)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(error)
+        self.error = error
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """Whether two values (arrays or nested tuples of them) have the same dtypes, shapes and bytes."""
+    if a is b:
+        return True
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+                and all(same_bits(x, y) for x, y in zip(a, b)))
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape or a.dtype.hasobject:
+        return False
+    return bool(np.array_equal(np.ascontiguousarray(a).reshape(-1).view(np.uint8),
+                               np.ascontiguousarray(b).reshape(-1).view(np.uint8)))
+
+
+def reusing_reference(cache: dict[int, tuple[list[Any], Any]]) -> Callable[[Instruction, list[Any]], Any]:
+    """``evaluate_instruction`` for the module's reference run, answering a fusion whose operands are bitwise
+    the ones the executor evaluated it on with that (deterministic) reference value instead of a second
+    evaluation (the kernel path and the reference share operands up to the first fusion that differs).
+
+    ``cache``: ``id(fusion) -> (operands, reference value)`` of its latest execution; entries are consumed.
+    """
+    def apply(inst: Instruction, ops: list[Any]) -> Any:
+        hit = cache.pop(id(inst), None) if inst.opcode == "fusion" else None
+        if hit is not None and len(hit[0]) == len(ops) and all(same_bits(x, y) for x, y in zip(hit[0], ops)):
+            return hit[1]
+        return evaluate_instruction(inst, ops)
+
+    return apply
+
+
+def fits_beside(module: Module, limits: RunLimits | None) -> bool:
+    """Whether the f64 oracle's values fit the memory limit while the kernel path's are alive too
+    (:func:`~fusegen.runtime.limits.estimate_peak_bytes` of both, in bytes)."""
+    if limits is None:
+        return True
+    return estimate_peak_bytes(module) + estimate_peak_bytes(module, promoted=True) <= limits.max_memory
+
+
+class ModuleOracles:
+    """``R`` and ``O`` of one module run (see the module docstring).
+
+    Args:
+        module: the module being run; ``args`` its entry arguments (checked for count by the caller).
+        limits: the run's limits; the background process keeps its own :class:`Budget` of them.
+        background: evaluate in a forked process from :meth:`start` on; otherwise in :meth:`reference` /
+            :meth:`f64` (also where this platform cannot fork).
+
+    Use :meth:`start` before the kernels run, then :meth:`reference` (``R``, needs the executor's fusion
+    references in sequence) and :meth:`f64` (``O``: one array per output leaf, or the
+    :class:`OracleUnavailable` saying why there is none); :meth:`close` in the end, also when the run stops
+    early (it kills a background process still working).
+    """
+
+    def __init__(self, module: Module, args: list[Any], limits: RunLimits | None, background: bool):
+        self.module, self.args, self.limits = module, args, limits
+        self.background = background and "fork" in multiprocessing.get_all_start_methods()
+        self._proc: Any = None
+        self._conn: Any = None
+        self._answer: tuple[Any, Any] | None = None
+        self._f64: list[np.ndarray] | OracleUnavailable | None = None
+
+    # -- the work ------------------------------------------------------------------------------------
+    def _interpret(self, module: Module, args: list[Any], apply: Callable, budget: Budget) -> Any:
+        from fusegen.runtime.executor import interpret
+
+        params = module.entry.parameters
+        return interpret(module.entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)],
+                         apply, budget)
+
+    def _evaluate_f64(self, run: Callable[[Module, list[Any]], Any] | None = None) -> list[np.ndarray] | OracleUnavailable:
+        from fusegen.runtime.inputs import leaves
+
+        try:
+            return [np.asarray(x) for x in leaves(evaluate_promoted(self.module, self.args, run=run))]
+        except OracleUnavailable as e:
+            return e
+
+    def _child(self, conn: Any) -> None:
+        """The forked process: ``R`` then ``O``, each on its own budget; sends ``("ok", (R, O))`` or
+        ``("error", exception)`` and leaves without running the parent's exit handlers or flushing its
+        buffers."""
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills us
+
+        def run_promoted(promoted: Module, promoted_args: list[Any]) -> Any:
+            try:
+                return self._interpret(promoted, promoted_args, evaluate_instruction, Budget(self.limits))
+            except ResourceLimitError as e:  # a passed deadline stays one (not "oracle unavailable")
+                raise _Carried(e) from None
+
+        try:
+            try:
+                ref = self._interpret(self.module, self.args, evaluate_instruction, Budget(self.limits))
+                answer: tuple[str, Any] = ("ok", (ref, self._evaluate_f64(run_promoted)))
+            except _Carried as c:
+                answer = ("error", c.error)
+            except BaseException as e:
+                answer = ("error", e)
+            try:
+                conn.send(answer)
+            except Exception as e:  # an exception that does not pickle: its type and message do
+                conn.send(("error", EvaluationError(f"{type(answer[1]).__name__}: {answer[1]}"
+                                                    if answer[0] == "error" else f"sending the answers failed: {e}")))
+        finally:
+            os._exit(0)
+
+    # -- the interface -------------------------------------------------------------------------------
+    def start(self) -> "ModuleOracles":
+        """Fork the background process (nothing in sequence); returns ``self``."""
+        if self.background and self._proc is None:
+            ctx = multiprocessing.get_context("fork")
+            self._conn, child_end = ctx.Pipe(duplex=False)
+            for stream in (sys.stdout, sys.stderr):  # a buffer copied into the child must not print twice
+                try:
+                    stream.flush()
+                except (AttributeError, OSError, ValueError):
+                    pass
+            self._proc = ctx.Process(target=self._child, args=(child_end,), name="fusegen-oracles", daemon=True)
+            with warnings.catch_warnings():
+                # JAX (where a caller imported it) and Python 3.12+ warn whenever a threaded
+                # process forks; the child runs only numpy and the evaluator, never their threads' code
+                warnings.filterwarnings("ignore", message=r".*(os\.fork|multi-threaded).*", category=RuntimeWarning)
+                warnings.filterwarnings("ignore", message=r".*multi-threaded.*", category=DeprecationWarning)
+                self._proc.start()
+            child_end.close()
+        return self
+
+    def _receive(self) -> tuple[Any, Any]:
+        if self._answer is None:
+            try:
+                kind, payload = self._conn.recv()
+            except (EOFError, OSError):
+                self._proc.join()
+                raise EvaluationError(f"the process evaluating the reference and the f64 oracle of module "
+                                      f"{self.module.name} died (exit code {self._proc.exitcode}); "
+                                      "run with --jobs 1 to evaluate them in this process") from None
+            if kind == "error":
+                raise payload
+            self._answer = payload
+        return self._answer
+
+    def reference(self, fusion_references: dict[int, tuple[list[Any], Any]], budget: Budget) -> Any:
+        """``R``: the module's entry value from the reference evaluator.
+
+        In sequence it runs now, on ``budget`` (the executor's), reusing ``fusion_references``.
+
+        Raises:
+            ResourceLimitError, EvaluationError, UnsupportedOpError: as the reference run raised them
+            (``EvaluationError`` too when the background process died).
+        """
+        if self._proc is None:
+            return self._interpret(self.module, self.args, reusing_reference(fusion_references), budget)
+        return self._receive()[0]
+
+    def f64(self) -> list[np.ndarray] | OracleUnavailable:
+        """``O``: the f64 oracle's output leaves, or the :class:`OracleUnavailable` saying why there is none.
+
+        Raises:
+            ResourceLimitError: the background f64 run passed the run's deadline or while budget.
+        """
+        if self._proc is None:
+            if self._f64 is None:
+                self._f64 = self._evaluate_f64()
+            return self._f64
+        return self._receive()[1]
+
+    def close(self) -> None:
+        """End the background process: killed if it is still working (the run stopped early), reaped."""
+        if self._proc is not None:
+            if self._proc.is_alive() and self._answer is None:
+                self._proc.kill()
+            self._proc.join()
+            self._conn.close()

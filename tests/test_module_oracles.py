@@ -1,0 +1,201 @@
+"""The module's reference run and f64 oracle beside the kernels (``run_module(jobs > 1)``): the same verdict as
+in sequence, a process that never outlives the run, errors that surface as before."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import corpus_path
+from fusegen.evaluator.common import EvaluationError
+from fusegen.hlo.parser import parse_module
+from fusegen.runtime import executor, oracles
+from fusegen.runtime.executor import run_module
+from fusegen.runtime.inputs import load_inputs
+from fusegen.runtime.limits import ResourceLimitError, RunLimits, estimate_peak_bytes
+from fusegen.verify.verdict import load_expected
+
+REAL = Path(__file__).parent / "data" / "real_models"
+
+WHILE = """HloModule loop
+
+%body (s: (s32[], f32[64])) -> (s32[], f32[64]) {
+  %s = (s32[], f32[64]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %one = s32[] constant(1)
+  %n = s32[] add(%i, %one)
+  %x = f32[64] get-tuple-element(%s), index=1
+  %y = f32[64] fusion(%x), kind=kLoop, calls=%step
+  ROOT %t = (s32[], f32[64]) tuple(%n, %y)
+}
+
+%step (a: f32[64]) -> f32[64] {
+  %a = f32[64] parameter(0)
+  %t = f32[64] tanh(%a)
+  %k = f32[] constant(2.5)
+  %kb = f32[64] broadcast(%k), dimensions={}
+  ROOT %m = f32[64] multiply(%t, %kb)
+}
+
+%cond (s: (s32[], f32[64])) -> pred[] {
+  %s = (s32[], f32[64]) parameter(0)
+  %i = s32[] get-tuple-element(%s), index=0
+  %lim = s32[] constant(TRIPS)
+  ROOT %lt = pred[] compare(%i, %lim), direction=LT
+}
+
+ENTRY %main (x: f32[64]) -> f32[64] {
+  %x = f32[64] parameter(0)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[64]) tuple(%zero, %x)
+  %w = (s32[], f32[64]) while(%init), condition=%cond, body=%body
+  ROOT %r = f32[64] get-tuple-element(%w), index=1
+}
+"""
+
+BITCAST_CONVERT = """HloModule bc
+
+%fused (p: f32[16]) -> s32[16] {
+  %p = f32[16] parameter(0)
+  %n = f32[16] negate(%p)
+  ROOT %b = s32[16] bitcast-convert(%n)
+}
+
+ENTRY %main (x: f32[16]) -> s32[16] {
+  %x = f32[16] parameter(0)
+  ROOT %f = s32[16] fusion(%x), kind=kLoop, calls=%fused
+}
+"""
+
+
+def _oracle_children() -> list:
+    return [p for p in multiprocessing.active_children() if p.name == "fusegen-oracles"]
+
+
+@pytest.fixture
+def forked(monkeypatch) -> list[bool]:
+    """Whether each ``ModuleOracles`` of the test forked its background process."""
+    seen: list[bool] = []
+    real = oracles.ModuleOracles.start
+
+    def start(self):
+        r = real(self)
+        seen.append(self._proc is not None)
+        return r
+
+    monkeypatch.setattr(oracles.ModuleOracles, "start", start)
+    return seen
+
+
+def _same_report(a, b) -> None:
+    ja, jb = a.verdict.to_json(), b.verdict.to_json()
+    assert ja == jb
+    assert [(f.name, f.status, f.max_abs_error, f.error_budget_ratio) for f in a.fusions] == \
+        [(f.name, f.status, f.max_abs_error, f.error_budget_ratio) for f in b.fusions]
+    assert a.output_max_abs_error == b.output_max_abs_error and a.status == b.status
+
+
+@pytest.mark.parametrize("name", ["equinox_rnn_chaotic", "flax_batchnorm_offset"])
+def test_background_oracles_give_the_verdict_in_sequence(name, forked):
+    # two of the real programs whose verdict is drift: it rests on the f64 figures, so they must be the same
+    path = REAL / f"{name}.h200_opt.hlo"
+    m = parse_module(path.read_text(), str(path))
+    args = load_inputs(m, str(REAL / f"{name}.inputs.npz"))
+    expected = load_expected(REAL / f"{name}.expected.npz", len(m.entry.root.shape.leaves()))
+    out1, seq = run_module(m, args, compile_kernels=False, expected=expected, jobs=1)
+    out2, bg = run_module(m, args, compile_kernels=False, expected=expected, jobs=2)
+    assert forked == [False, True]
+    assert bg.verdict.oracle == "f64" and bg.status == "drift"
+    _same_report(seq, bg)
+    np.testing.assert_array_equal(np.asarray(out1), np.asarray(out2))
+    assert not _oracle_children()
+
+
+def test_background_oracle_unavailable_reads_as_in_sequence(forked):
+    m = parse_module(BITCAST_CONVERT)
+    x = np.linspace(-2, 2, 16, dtype=np.float32)
+    _, seq = run_module(m, [x], compile_kernels=False, jobs=1)
+    _, bg = run_module(m, [x], compile_kernels=False, jobs=2)
+    assert forked == [False, True]
+    assert bg.verdict.oracle.startswith("unavailable: ") and "bitcast-converts" in bg.verdict.oracle
+    _same_report(seq, bg)
+
+
+def test_a_while_loop_runs_its_iterations_in_both_processes(forked):
+    m = parse_module(WHILE.replace("TRIPS", "40"))
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    _, seq = run_module(m, [x], compile_kernels=False, jobs=1)
+    # each process keeps its own while budget: 40 iterations each fit a budget of 40
+    _, bg = run_module(m, [x], compile_kernels=False, jobs=2,
+                       limits=RunLimits(max_memory=1 << 40, max_while_iterations=40))
+    assert forked[:2] == [False, True]
+    _same_report(seq, bg)
+    with pytest.raises(ResourceLimitError, match="passed the budget of 39 loop iterations"):
+        run_module(m, [x], compile_kernels=False, jobs=2, limits=RunLimits(max_memory=1 << 40, max_while_iterations=39))
+    assert not _oracle_children()
+
+
+def test_a_run_that_stops_kills_the_background_process(monkeypatch, forked):
+    m = parse_module(WHILE.replace("TRIPS", "1000000"))
+    with pytest.raises(ResourceLimitError, match="took longer than --timeout 0.5 s"):
+        run_module(m, [np.ones(64, np.float32)], compile_kernels=False, jobs=2,
+                   limits=RunLimits(max_memory=1 << 40, timeout=0.5, max_while_iterations=10**7))
+    assert forked == [True] and not _oracle_children()
+
+    # a kernel path that fails at once, while the background would loop for a minute: killed, not awaited
+    def fail(self, args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(executor.Executor, "run", fail)
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run_module(m, [np.ones(64, np.float32)], compile_kernels=False, jobs=2,
+                   limits=RunLimits(max_memory=1 << 40, max_while_iterations=10**7))
+    assert time.perf_counter() - t0 < 5 and forked == [True, True] and not _oracle_children()
+
+
+def test_a_background_process_that_dies_is_a_one_line_error(monkeypatch):
+    monkeypatch.setattr(oracles.ModuleOracles, "_child", lambda self, conn: os._exit(3))
+    m = parse_module(WHILE.replace("TRIPS", "3"))
+    with pytest.raises(EvaluationError, match=r"died \(exit code 3\); run with --jobs 1"):
+        run_module(m, [np.ones(64, np.float32)], compile_kernels=False, jobs=2)
+    assert not _oracle_children()
+
+
+def test_no_background_process_when_both_runs_would_pass_the_memory_limit(forked):
+    m = parse_module(WHILE.replace("TRIPS", "3"))
+    need, wide = estimate_peak_bytes(m), estimate_peak_bytes(m, promoted=True)
+    assert need < wide < 2 * need  # f32 values at 8 bytes, the s32 loop counters as they are
+    both = need + wide
+    assert oracles.fits_beside(m, RunLimits(max_memory=both))
+    assert not oracles.fits_beside(m, RunLimits(max_memory=both - 1))
+    _, rep = run_module(m, [np.ones(64, np.float32)], compile_kernels=False, jobs=2,
+                        limits=RunLimits(max_memory=both - 1))
+    _, rep2 = run_module(m, [np.ones(64, np.float32)], compile_kernels=False, jobs=2,
+                         limits=RunLimits(max_memory=both))
+    assert forked == [False, True] and rep.verdict.oracle == "f64"
+    _same_report(rep, rep2)
+
+
+def test_cli_jobs_1_and_2_print_the_same_report():
+    path = corpus_path("jax", "gpu_softmax.default.h100_opt.hlo")
+
+    def run(jobs: str) -> dict:
+        p = subprocess.run([sys.executable, "-m", "fusegen.cli", "run", str(path), "--no-compile", "--json",
+                            "--jobs", jobs], capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        doc = json.loads(p.stdout)
+        for d in [doc, *doc["fusions"]]:
+            d.pop("timings", None)
+            d.pop("seconds", None)
+        return doc
+
+    assert run("1") == run("2")
