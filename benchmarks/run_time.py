@@ -3,15 +3,18 @@
 Each row runs ``fusegen run MODULE --json`` in a fresh process (as a user does) and reads the run's own
 ``"timings"`` (:mod:`fusegen.runtime.timings`):
 
-* ``no-compile``: ``run --no-compile`` (the interpreter and the reference only);
+* ``no-compile``: ``run --no-compile`` (the interpreter and the reference only), with the default jobs (the
+  usable cores: the module's reference run and f64 oracle beside the kernels, :mod:`fusegen.runtime.oracles`)
+  and ``nc j1`` with ``--jobs 1`` (everything in sequence);
 * ``cold``: ``run`` with an empty kernel directory and Triton cache (``FUSEGEN_KERNEL_DIR`` in a temporary
   directory), ``--jobs 1``;
 * ``warm j1`` / ``warm j2``: ``run`` again on that now-warm cache with ``--jobs 1`` / ``--jobs 2``.
 
 Printed beside the absolute wall times (seconds, the child's whole life: start-up, parse, run, verdict) and
-the CPU seconds the child and its workers used, as ratios in the same run: ``warm/no-compile`` (the
-issue's goal: <= 2 once warm), ``cold/warm`` and ``j1/j2``. On a busy machine wall times grow and CPU
-seconds do not: read both. Run: ``python benchmarks/run_time.py [--only gpt12] [--skip-cold]``.
+the CPU seconds the child and its workers used, as ratios in the same run: ``warm/nc`` (warm ``--jobs 2``
+over no-compile, both beside their oracles; the issue's goal: <= 2 once warm), ``cold/warm`` (``--jobs 1``
+both), ``j1/j2`` (warm) and ``nc j1/nc``. On a busy machine wall times grow and CPU seconds do not: read both.
+Run: ``python benchmarks/run_time.py [--only gpt12] [--skip-cold]``.
 """
 
 from __future__ import annotations
@@ -69,19 +72,23 @@ def main() -> None:
     tmp = tempfile.TemporaryDirectory(prefix="fusegen-run-time-")
     kdir = a.kernel_dir or tmp.name
     print(f"cores usable: {len(os.sched_getaffinity(0))}; kernel dir {kdir}")
-    head = (f"{'module':40} {'no-compile':>10} {'cold j1':>8} {'warm j1':>8} {'warm j2':>8} | "
-            f"{'warm/nc':>7} {'cold/warm':>9} {'j1/j2':>6} | cpu s: {'nc':>6} {'w j1':>6} {'w j2':>6} | status")
+    head = (f"{'module':40} {'no-compile':>10} {'nc j1':>7} {'cold j1':>8} {'warm j1':>8} {'warm j2':>8} | "
+            f"{'warm/nc':>7} {'cold/warm':>9} {'j1/j2':>6} {'nc j1/nc':>8} | cpu s: {'nc':>6} {'nc j1':>6} "
+            f"{'w j1':>6} {'w j2':>6} | status")
     print(head)
     for f in files:
         nc = run_once(f, kdir, "--no-compile", timeout=a.timeout)
+        nc1 = run_once(f, kdir, "--no-compile", "--jobs", "1", timeout=a.timeout)
         cold = None if a.skip_cold else run_once(f, kdir, "--jobs", "1", timeout=a.timeout)
         w1 = run_once(f, kdir, "--jobs", "1", timeout=a.timeout)
         w2 = run_once(f, kdir, "--jobs", "2", timeout=a.timeout)
         c = cold["wall"] if cold else float("nan")
-        statuses = {r["status"] for r in (nc, cold, w1, w2) if r}
-        print(f"{f.name[:40]:40} {nc['wall']:10.2f} {c:8.2f} {w1['wall']:8.2f} {w2['wall']:8.2f} | "
-              f"{ratio(w1['wall'], nc['wall']):>7} {ratio(c, w1['wall']):>9} {ratio(w1['wall'], w2['wall']):>6} | "
-              f"       {nc['cpu']:6.1f} {w1['cpu']:6.1f} {w2['cpu']:6.1f} | {','.join(sorted(statuses))}", flush=True)
+        statuses = {r["status"] for r in (nc, nc1, cold, w1, w2) if r}
+        print(f"{f.name[:40]:40} {nc['wall']:10.2f} {nc1['wall']:7.2f} {c:8.2f} {w1['wall']:8.2f} {w2['wall']:8.2f} | "
+              f"{ratio(w2['wall'], nc['wall']):>7} {ratio(c, w1['wall']):>9} {ratio(w1['wall'], w2['wall']):>6} "
+              f"{ratio(nc1['wall'], nc['wall']):>8} | "
+              f"       {nc['cpu']:6.1f} {nc1['cpu']:6.1f} {w1['cpu']:6.1f} {w2['cpu']:6.1f} | "
+              f"{','.join(sorted(statuses))}", flush=True)
         t = nc["timings"]
         if t:
             print("    no-compile phases: " + ", ".join(f"{k} {v:.2f}" for k, v in t.items()), flush=True)

@@ -204,7 +204,8 @@ def profile_table(report, n: int = 10):
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of tables.")
 @click.option("--no-compile", is_flag=True, help="Skip compiling each kernel for sm_90.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,
-              help="Worker processes for the sm_90 compiles (default: the number of usable cores).")
+              help="Worker processes for the sm_90 compiles; above 1 the module's reference run and f64 oracle "
+                   "also run in a process beside the kernels (default: the number of usable cores).")
 @click.option("--profile", is_flag=True,
               help="Also print the ten slowest fusions with their phase times (to stderr with --json).")
 @click.option("--autotune", is_flag=True,

@@ -11,7 +11,8 @@ Phases (keys of ``--json``'s ``"timings"``, all in seconds):
   in-process cache of an identical kernel);
 * ``interpret``: running the fusion: its kernels in Triton's interpreter, or its execution backend;
 * ``reference``: the reference evaluator on the fusion's operands (at module level also the module's own
-  reference run and the f64 oracle of the verdict);
+  reference run and the f64 oracle of the verdict; with ``--jobs`` above 1 those two run in a process beside
+  the kernels, :mod:`fusegen.runtime.oracles`, and only the wait for their answers counts);
 * ``compare``: comparing the kernel's result with the reference and judging the error budget;
 * ``other`` (module level): non-fusion instructions on their execution backends;
 * ``seconds``: the whole (a fusion's: the sum of its phases; a module's: wall time from parse to verdict).
