@@ -460,12 +460,13 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
         verify: budgets, conditioning factor and floors (default :class:`VerifyOptions`).
         expected: a known answer per output leaf (``--expected``), the third oracle.
         jobs: worker processes for the sm_90 compiles (see :class:`Executor`); with ``jobs > 1`` the
-            module's reference run and the f64 oracle also run on a background thread while the kernels run
+            module's reference run and the f64 oracle also run in a forked process while the kernels run
             (:class:`~fusegen.runtime.oracles.ModuleOracles`; same values, less wall time on two cores).
 
     The reference runs on the same explicit-stack interpreter (:func:`interpret`) with
     :func:`~fusegen.evaluator.evaluator.evaluate_instruction` for every instruction, so deep ``call`` chains
-    need no recursion there either; ``limits`` apply to both runs.
+    need no recursion there either; ``limits`` apply to each run (the same deadline; each its own while
+    iterations).
 
     Returns:
         ``(outputs, RunReport)``; fusions in the report are in entry post order (first execution);
@@ -482,7 +483,7 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
     background = jobs > 1 and module.entry is not None and len(args) == len(module.entry.parameters) \
         and fits_beside(module, limits)
     ex.keep_references = not background
-    oracles = ModuleOracles(module, args, limits, background).start()
+    oracles = ModuleOracles(module, args, ex.budget, background).start()
     try:
         try:
             out = ex.run(args)
@@ -491,7 +492,7 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
         if len(args) != len(module.entry.parameters):
             evaluate_module(module, args)  # raises the evaluator's one-line error
         with ex.timings.phase("reference"):  # the module's reference run and the verdict's f64 oracle
-            ref = oracles.reference(ex.fusion_references, ex.budget)
+            ref = oracles.reference(ex.fusion_references)
             ex.fusion_references.clear()
             verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected, f64=oracles.f64())
     finally:

@@ -299,6 +299,13 @@ class Budget:
             where = f" (at %{what.name})" if isinstance(what, Instruction) else ""
             raise ResourceLimitError(f"the run took longer than --timeout {self.limits.timeout:g} s{where}")
 
+    def another_run(self) -> "Budget":
+        """A budget for another run of the same module (the reference beside the kernels): the same deadline,
+        its own count of while iterations (``max_while_iterations`` is per run)."""
+        b = Budget(self.limits)
+        b.deadline = self.deadline
+        return b
+
     def iteration(self, inst: Instruction) -> None:
         """One more iteration of while ``inst``."""
         self.iterations += 1

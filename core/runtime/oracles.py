@@ -94,7 +94,8 @@ class ModuleOracles:
 
     Args:
         module: the module being run; ``args`` its entry arguments (checked for count by the caller).
-        limits: the run's limits; the background process keeps its own :class:`Budget` of them.
+        budget: the kernel run's :class:`Budget`; the reference and f64 runs each get
+            :meth:`Budget.another_run` of it (the same deadline, their own while iterations).
         background: evaluate in a forked process from :meth:`start` on; otherwise in :meth:`reference` /
             :meth:`f64` (also where this platform cannot fork).
 
@@ -104,8 +105,8 @@ class ModuleOracles:
     early (it kills a background process still working).
     """
 
-    def __init__(self, module: Module, args: list[Any], limits: RunLimits | None, background: bool):
-        self.module, self.args, self.limits = module, args, limits
+    def __init__(self, module: Module, args: list[Any], budget: Budget, background: bool):
+        self.module, self.args, self.budget = module, args, budget
         self.background = background and "fork" in multiprocessing.get_all_start_methods()
         self._proc: Any = None
         self._conn: Any = None
@@ -136,13 +137,13 @@ class ModuleOracles:
 
         def run_promoted(promoted: Module, promoted_args: list[Any]) -> Any:
             try:
-                return self._interpret(promoted, promoted_args, evaluate_instruction, Budget(self.limits))
+                return self._interpret(promoted, promoted_args, evaluate_instruction, self.budget.another_run())
             except ResourceLimitError as e:  # a passed deadline stays one (not "oracle unavailable")
                 raise _Carried(e) from None
 
         try:
             try:
-                ref = self._interpret(self.module, self.args, evaluate_instruction, Budget(self.limits))
+                ref = self._interpret(self.module, self.args, evaluate_instruction, self.budget.another_run())
                 answer: tuple[str, Any] = ("ok", (ref, self._evaluate_f64(run_promoted)))
             except _Carried as c:
                 answer = ("error", c.error)
@@ -191,17 +192,18 @@ class ModuleOracles:
             self._answer = payload
         return self._answer
 
-    def reference(self, fusion_references: dict[int, tuple[list[Any], Any]], budget: Budget) -> Any:
+    def reference(self, fusion_references: dict[int, tuple[list[Any], Any]]) -> Any:
         """``R``: the module's entry value from the reference evaluator.
 
-        In sequence it runs now, on ``budget`` (the executor's), reusing ``fusion_references``.
+        In sequence it runs now, reusing ``fusion_references`` (``id(fusion) -> (operands, value)``).
 
         Raises:
             ResourceLimitError, EvaluationError, UnsupportedOpError: as the reference run raised them
             (``EvaluationError`` too when the background process died).
         """
         if self._proc is None:
-            return self._interpret(self.module, self.args, reusing_reference(fusion_references), budget)
+            return self._interpret(self.module, self.args, reusing_reference(fusion_references),
+                                   self.budget.another_run())
         return self._receive()[0]
 
     def f64(self) -> list[np.ndarray] | OracleUnavailable:
