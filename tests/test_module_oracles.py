@@ -167,7 +167,7 @@ def test_a_run_that_stops_kills_the_background_process(monkeypatch, forked):
 
 
 def test_a_background_process_that_dies_is_a_one_line_error(monkeypatch):
-    monkeypatch.setattr(oracles.ModuleOracles, "_child", lambda self, conn: os._exit(3))
+    monkeypatch.setattr(oracles.ModuleOracles, "_child", lambda self, conn, parent: os._exit(3))
     m = parse_module(WHILE.replace("TRIPS", "3"))
     with pytest.raises(EvaluationError, match=r"died \(exit code 3\); run with --jobs 1"):
         run_module(m, [np.ones(64, np.float32)], compile_kernels=False, jobs=2)
@@ -203,3 +203,38 @@ def test_cli_jobs_1_and_2_print_the_same_report():
         return doc
 
     assert run("1") == run("2")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc for the child's pid")
+def test_the_background_process_dies_with_a_killed_parent(tmp_path):
+    # SIGTERM ends the parent without a finally: the child must not be left running (nor blocked on a pipe
+    # nobody reads)
+    path = tmp_path / "long.hlo"
+    path.write_text(WHILE.replace("TRIPS", "1000000"))
+    p = subprocess.Popen([sys.executable, "-m", "fusegen.cli", "run", str(path), "--no-compile", "--jobs", "2",
+                          "--max-while-iterations", "10000000"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children: list[int] = []
+    deadline = time.monotonic() + 60
+    while not children and time.monotonic() < deadline and p.poll() is None:
+        time.sleep(0.2)
+        try:
+            children = [int(c) for c in Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()]
+        except OSError:
+            pass
+    assert children, "no background process appeared"
+    p.terminate()
+    assert p.wait(timeout=30) != 0
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{c}").exists() and "Z" not in _state(c) for c in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = [c for c in children if Path(f"/proc/{c}").exists() and "Z" not in _state(c)]
+    for c in alive:
+        os.kill(c, 9)
+    assert not alive
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

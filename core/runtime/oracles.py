@@ -81,6 +81,19 @@ def reusing_reference(cache: dict[int, tuple[list[Any], Any]]) -> Callable[[Inst
     return apply
 
 
+def _die_with_parent(parent: int) -> None:
+    """Ask Linux to SIGKILL this process when the process that forked it ends; exit now if it already has."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os._exit(0)
+
+
 def fits_beside(module: Module, limits: RunLimits | None) -> bool:
     """Whether the f64 oracle's values fit the memory limit while the kernel path's are alive too
     (:func:`~fusegen.runtime.limits.estimate_peak_bytes` of both, in bytes)."""
@@ -129,11 +142,14 @@ class ModuleOracles:
         except OracleUnavailable as e:
             return e
 
-    def _child(self, conn: Any) -> None:
+    def _child(self, conn: Any, parent: int) -> None:
         """The forked process: ``R`` then ``O``, each on its own budget; sends ``("ok", (R, O))`` or
         ``("error", exception)`` and leaves without running the parent's exit handlers or flushing its
-        buffers."""
+        buffers. It dies with the parent (``PR_SET_PDEATHSIG`` on Linux; a parent killed outright runs no
+        ``finally``), and holds no read end of the pipe, so a send to a parent that is gone fails at once."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills us
+        self._conn.close()
+        _die_with_parent(parent)
 
         def run_promoted(promoted: Module, promoted_args: list[Any]) -> Any:
             try:
@@ -168,7 +184,8 @@ class ModuleOracles:
                     stream.flush()
                 except (AttributeError, OSError, ValueError):
                     pass
-            self._proc = ctx.Process(target=self._child, args=(child_end,), name="fusegen-oracles", daemon=True)
+            self._proc = ctx.Process(target=self._child, args=(child_end, os.getpid()), name="fusegen-oracles",
+                                     daemon=True)
             with warnings.catch_warnings():
                 # JAX (where a caller imported it) and Python 3.12+ warn whenever a threaded
                 # process forks; the child runs only numpy and the evaluator, never their threads' code
