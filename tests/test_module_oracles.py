@@ -238,3 +238,90 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "Z"
+
+
+HALVE = """HloModule halve
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%cond (s: f32[4]) -> pred[] {
+  %s = f32[4]{0} parameter(0)
+  %z = f32[] constant(0)
+  %r = f32[] reduce(%s, %z), dimensions={0}, to_apply=%add
+  ROOT %c = pred[] compare(%r, %z), direction=GT
+}
+
+%body (s: f32[4]) -> f32[4] {
+  %s = f32[4]{0} parameter(0)
+  %h = f32[] constant(0.5)
+  %hb = f32[4]{0} broadcast(%h), dimensions={}
+  ROOT %m = f32[4]{0} multiply(%s, %hb)
+}
+
+ENTRY %e (a: f32[4]) -> f32[4] {
+  %a = f32[4]{0} parameter(0)
+  ROOT %w = f32[4]{0} while(%a), condition=%cond, body=%body
+}
+"""
+
+
+def test_the_f64_oracle_runs_alike_in_both_modes(corpus):
+    # deep call chains: the oracle runs on the explicit stack in sequence too (it used to hit Python's
+    # recursion limit there and be "unavailable" only with --jobs 1)
+    deep = parse_module((corpus / "hostile" / "deepcall.hlo").read_text(), "deepcall.hlo")
+    x = [np.ones([int(d) for d in p.shape.dimensions], np.float32) for p in deep.entry.parameters]
+    _, seq = run_module(deep, x, compile_kernels=False, jobs=1)
+    _, bg = run_module(deep, x, compile_kernels=False, jobs=2)
+    assert seq.verdict.oracle == "f64"
+    _same_report(seq, bg)
+    # halving 1.0 to 0 takes 150 iterations in f32 and 1075 in f64: the f64 run's own loop passing the while
+    # budget leaves the oracle unavailable, it does not fail the run (in either mode)
+    m = parse_module(HALVE)
+    limits = RunLimits(max_memory=1 << 40, max_while_iterations=1000)
+    one = [np.ones(4, np.float32)]
+    _, seq = run_module(m, one, compile_kernels=False, jobs=1, limits=limits)
+    _, bg = run_module(m, one, compile_kernels=False, jobs=2, limits=limits)
+    assert seq.verdict.oracle.startswith("unavailable: f64 evaluation failed: ResourceLimitError: while %w passed")
+    _same_report(seq, bg)
+    assert seq.status == "ok"
+
+
+def test_no_fork_means_in_sequence(monkeypatch, forked):
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    m = parse_module(WHILE.replace("TRIPS", "3"))
+    _, seq = run_module(m, [np.ones(64, np.float32)], compile_kernels=False, jobs=1)
+    monkeypatch.setattr(os, "fork", no_fork)
+    _, bg = run_module(m, [np.ones(64, np.float32)], compile_kernels=False, jobs=2)
+    assert forked == [False, False]
+    _same_report(seq, bg)
+
+
+def test_the_background_process_warnings_show_once_as_in_sequence(tmp_path):
+    path = tmp_path / "elided.hlo"
+    path.write_text("""HloModule elided
+
+%fused (p0: f32[16], p1: f32[16]) -> f32[16] {
+  %p0 = f32[16]{0} parameter(0)
+  %p1 = f32[16]{0} parameter(1)
+  ROOT %a = f32[16]{0} add(%p0, %p1)
+}
+
+ENTRY %main (a: f32[16]) -> f32[16] {
+  %a = f32[16]{0} parameter(0)
+  %c = f32[16]{0} constant({...})
+  ROOT %f = f32[16]{0} fusion(%a, %c), kind=kLoop, calls=%fused
+}
+""")
+    err = {}
+    for jobs in ("1", "2"):
+        p = subprocess.run([sys.executable, "-m", "fusegen.cli", "run", str(path), "--no-compile", "--jobs", jobs],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        err[jobs] = [ln for ln in p.stderr.splitlines() if "ElidedConstantWarning" in ln]
+    assert len(err["1"]) == 1 and err["1"] == err["2"]

@@ -53,7 +53,7 @@ def _counting(monkeypatch):
     real = executor.evaluate_instruction
 
     def counted(inst, ops):
-        if inst.opcode == "fusion":
+        if inst.opcode == "fusion" and inst.shape.element_type != "f64":  # not the f64 oracle's promoted copy
             calls.append(inst.name)
         return real(inst, ops)
 

@@ -25,8 +25,8 @@ import attrs
 
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 
-__all__ = ["ResourceLimitError", "RunLimits", "default_max_memory", "parse_size", "estimate_peak_bytes",
-           "static_trip_count", "check_module", "Budget"]
+__all__ = ["ResourceLimitError", "DeadlineError", "RunLimits", "default_max_memory", "parse_size",
+           "estimate_peak_bytes", "static_trip_count", "check_module", "Budget"]
 
 #: Share of the machine's memory a run may plan to use when ``--max-memory`` is not given.
 DEFAULT_MEMORY_FRACTION = 0.5
@@ -36,6 +36,11 @@ DEFAULT_MAX_WHILE_ITERATIONS = 1_000_000
 
 class ResourceLimitError(ValueError):
     """A run would exceed a limit (memory, time, while iterations); the message is one line and says which."""
+
+
+class DeadlineError(ResourceLimitError):
+    """The run passed its ``--timeout`` (a :class:`ResourceLimitError`; the f64 oracle tells it from a while
+    budget its own loops passed)."""
 
 
 def _fmt_bytes(n: float) -> str:
@@ -297,7 +302,7 @@ class Budget:
         self._steps += 1
         if self.deadline is not None and time.monotonic() > self.deadline:
             where = f" (at %{what.name})" if isinstance(what, Instruction) else ""
-            raise ResourceLimitError(f"the run took longer than --timeout {self.limits.timeout:g} s{where}")
+            raise DeadlineError(f"the run took longer than --timeout {self.limits.timeout:g} s{where}")
 
     def another_run(self) -> "Budget":
         """A budget for another run of the same module (the reference beside the kernels): the same deadline,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import warnings
@@ -36,7 +37,7 @@ import numpy as np
 from fusegen.evaluator.common import EvaluationError
 from fusegen.evaluator.evaluator import _coerce_arg, evaluate_instruction
 from fusegen.hlo.ir import Instruction, Module
-from fusegen.runtime.limits import Budget, ResourceLimitError, RunLimits, estimate_peak_bytes
+from fusegen.runtime.limits import Budget, DeadlineError, RunLimits, estimate_peak_bytes
 from fusegen.verify.promote import OracleUnavailable, evaluate_promoted
 
 __all__ = ["ModuleOracles", "reusing_reference", "same_bits"]
@@ -44,7 +45,7 @@ __all__ = ["ModuleOracles", "reusing_reference", "same_bits"]
 
 class _Carried(BaseException):
     """Carries an error of the f64 run past :func:`evaluate_promoted`'s ``except Exception`` (a passed
-    deadline must stay a :class:`ResourceLimitError`, not read as an unavailable oracle)."""
+    deadline must stay a :class:`DeadlineError`, not read as an unavailable oracle)."""
 
     def __init__(self, error: BaseException):
         super().__init__(error)
@@ -79,6 +80,26 @@ def reusing_reference(cache: dict[int, tuple[list[Any], Any]]) -> Callable[[Inst
         return evaluate_instruction(inst, ops)
 
     return apply
+
+
+def _picklable(category: type) -> type:
+    """``category`` when it travels through a pipe (a class importable by name), else ``UserWarning``."""
+    try:
+        pickle.dumps(category)
+    except Exception:
+        return UserWarning
+    return category
+
+
+def _reissue(seen: list[tuple[str, type, str, int]]) -> None:
+    """Issue the background process's warnings here, in the registry of the module that raised each, so a
+    warning this process already showed is not shown again (as when both runs share one process)."""
+    files = {getattr(m, "__file__", None): m for m in list(sys.modules.values())}
+    for text, category, filename, lineno in seen:
+        mod = files.get(filename)
+        registry = mod.__dict__.setdefault("__warningregistry__", {}) if mod is not None else None
+        warnings.warn_explicit(text, category, filename, lineno,
+                               module=mod.__name__ if mod is not None else None, registry=registry)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -134,42 +155,49 @@ class ModuleOracles:
         return interpret(module.entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)],
                          apply, budget)
 
-    def _evaluate_f64(self, run: Callable[[Module, list[Any]], Any] | None = None) -> list[np.ndarray] | OracleUnavailable:
+    def _evaluate_f64(self) -> list[np.ndarray] | OracleUnavailable:
+        """``O`` on the explicit-stack interpreter (no recursion limit for deep ``call`` chains) under
+        :meth:`Budget.another_run`: a passed deadline is the run's error; loops that pass the while budget
+        in f64 (whose control flow may differ from the program's) leave the oracle unavailable."""
         from fusegen.runtime.inputs import leaves
+
+        def run(promoted: Module, promoted_args: list[Any]) -> Any:
+            try:
+                return self._interpret(promoted, promoted_args, evaluate_instruction, self.budget.another_run())
+            except DeadlineError as e:
+                raise _Carried(e) from None
 
         try:
             return [np.asarray(x) for x in leaves(evaluate_promoted(self.module, self.args, run=run))]
         except OracleUnavailable as e:
             return e
+        except _Carried as c:
+            raise c.error from None
 
     def _child(self, conn: Any, parent: int) -> None:
-        """The forked process: ``R`` then ``O``, each on its own budget; sends ``("ok", (R, O))`` or
-        ``("error", exception)`` and leaves without running the parent's exit handlers or flushing its
-        buffers. It dies with the parent (``PR_SET_PDEATHSIG`` on Linux; a parent killed outright runs no
-        ``finally``), and holds no read end of the pipe, so a send to a parent that is gone fails at once."""
+        """The forked process: ``R`` then ``O``, each on its own budget; sends ``("ok", (R, O), warnings)`` or
+        ``("error", exception, warnings)`` and leaves without running the parent's exit handlers or flushing
+        its buffers. It dies with the parent (``PR_SET_PDEATHSIG`` on Linux; a parent killed outright runs no
+        ``finally``), and holds no read end of the pipe, so a send to a parent that is gone fails at once.
+        Its warnings go back with the answer, for the parent to issue (once, as in sequence)."""
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it kills us
         self._conn.close()
         _die_with_parent(parent)
-
-        def run_promoted(promoted: Module, promoted_args: list[Any]) -> Any:
-            try:
-                return self._interpret(promoted, promoted_args, evaluate_instruction, self.budget.another_run())
-            except ResourceLimitError as e:  # a passed deadline stays one (not "oracle unavailable")
-                raise _Carried(e) from None
-
         try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                try:
+                    ref = self._interpret(self.module, self.args, evaluate_instruction, self.budget.another_run())
+                    kind, payload = "ok", (ref, self._evaluate_f64())
+                except BaseException as e:
+                    kind, payload = "error", e
+            seen = list(dict.fromkeys((str(w.message), _picklable(w.category), w.filename, w.lineno)
+                                      for w in caught))
             try:
-                ref = self._interpret(self.module, self.args, evaluate_instruction, self.budget.another_run())
-                answer: tuple[str, Any] = ("ok", (ref, self._evaluate_f64(run_promoted)))
-            except _Carried as c:
-                answer = ("error", c.error)
-            except BaseException as e:
-                answer = ("error", e)
-            try:
-                conn.send(answer)
+                conn.send((kind, payload, seen))
             except Exception as e:  # an exception that does not pickle: its type and message do
-                conn.send(("error", EvaluationError(f"{type(answer[1]).__name__}: {answer[1]}"
-                                                    if answer[0] == "error" else f"sending the answers failed: {e}")))
+                conn.send(("error", EvaluationError(f"{type(payload).__name__}: {payload}" if kind == "error"
+                                                    else f"sending the answers failed: {e}"), seen))
         finally:
             os._exit(0)
 
@@ -186,24 +214,30 @@ class ModuleOracles:
                     pass
             self._proc = ctx.Process(target=self._child, args=(child_end, os.getpid()), name="fusegen-oracles",
                                      daemon=True)
-            with warnings.catch_warnings():
-                # JAX (where a caller imported it) and Python 3.12+ warn whenever a threaded
-                # process forks; the child runs only numpy and the evaluator, never their threads' code
-                warnings.filterwarnings("ignore", message=r".*(os\.fork|multi-threaded).*", category=RuntimeWarning)
-                warnings.filterwarnings("ignore", message=r".*multi-threaded.*", category=DeprecationWarning)
-                self._proc.start()
+            try:
+                with warnings.catch_warnings():
+                    # JAX (where a caller imported it) and Python 3.12+ warn whenever a threaded
+                    # process forks; the child runs only numpy and the evaluator, never their threads' code
+                    warnings.filterwarnings("ignore", message=r".*(os\.fork|multi-threaded).*", category=RuntimeWarning)
+                    warnings.filterwarnings("ignore", message=r".*multi-threaded.*", category=DeprecationWarning)
+                    self._proc.start()
+            except OSError:  # no fork to be had (a process limit, strict overcommit): in sequence, then
+                self._proc = None
+                self._conn.close()
+                self.background = False
             child_end.close()
         return self
 
     def _receive(self) -> tuple[Any, Any]:
         if self._answer is None:
             try:
-                kind, payload = self._conn.recv()
+                kind, payload, seen = self._conn.recv()
             except (EOFError, OSError):
                 self._proc.join()
                 raise EvaluationError(f"the process evaluating the reference and the f64 oracle of module "
                                       f"{self.module.name} died (exit code {self._proc.exitcode}); "
                                       "run with --jobs 1 to evaluate them in this process") from None
+            _reissue(seen)
             if kind == "error":
                 raise payload
             self._answer = payload
