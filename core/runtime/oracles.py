@@ -12,11 +12,16 @@ reference evaluator's run of the whole module at the program's precision (``R``)
   about 6 s of the 30 the run took in sequence). A process, not a thread: the evaluator's per-instruction
   Python would hold the GIL against the interpreter's. A run that stops early (an error, a limit, Ctrl-C)
   kills it.
-* **in sequence** (``jobs == 1``; a platform without ``fork``; or when the kernel path's values and the f64
-  oracle's together would pass the run's memory limit): after the kernels, where ``R`` reuses each
-  fusion's reference value whose operands are bitwise the kernel path's (:func:`reusing_reference`).
+* **in sequence** (``jobs == 1``; a platform without ``fork`` or a ``fork`` that fails; or when the kernel
+  path's values and the f64 oracle's together would pass the run's memory limit): after the kernels, where
+  ``R`` reuses each fusion's reference value whose operands are bitwise the kernel path's
+  (:func:`reusing_reference`).
 
-Both ways give the same values: the evaluator is deterministic and the reuse only skips a recomputation.
+Both ways give the same values and the same report: the evaluator is deterministic, the reuse only skips a
+recomputation, both run ``R`` and ``O`` on the explicit-stack interpreter under
+:meth:`~fusegen.runtime.limits.Budget.another_run` (an f64 run whose own loops pass the while budget leaves
+the oracle unavailable; a passed deadline fails the run), and the background process's warnings are issued
+by the parent, once, as in sequence. The process dies with its parent, however that ends.
 
 No XLA counterpart: XLA's ``HloRunner`` comparisons (``xla/tests/hlo_test_base.cc``, ``RunAndCompare``)
 evaluate the reference after the test run, in sequence.
@@ -261,7 +266,8 @@ class ModuleOracles:
         """``O``: the f64 oracle's output leaves, or the :class:`OracleUnavailable` saying why there is none.
 
         Raises:
-            ResourceLimitError: the background f64 run passed the run's deadline or while budget.
+            DeadlineError: the f64 run passed the run's deadline (its own loops passing the while budget make
+                the oracle unavailable instead); in the background, also what :meth:`reference` raises.
         """
         if self._proc is None:
             if self._f64 is None:
