@@ -99,6 +99,32 @@ def test_f64_oracle_refuses_a_float_bitcast_convert():
 
 # -- part 2: error budgets --------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("et", ["bf16", "f8e4m3fn", "f32"])
+def test_an_output_over_budget_gets_the_f64_second_look_in_every_float_type(et):
+    # a kernel exactly at the f64 answer, beside a reference 0.5 off: far over the plain budget, and as
+    # accurate as the program allows, so the second look clears it (bf16 and f8, numpy kind "V", included)
+    from fusegen.hlo import dtypes
+    from fusegen.verify.budget import judge_fusion
+
+    m = parse_module(f"""HloModule n
+%fused (p: {et}[8]) -> {et}[8] {{
+  %p = {et}[8]{{0}} parameter(0)
+  ROOT %n = {et}[8]{{0}} negate(%p)
+}}
+ENTRY %e (x: {et}[8]) -> {et}[8] {{
+  %x = {et}[8]{{0}} parameter(0)
+  ROOT %f = {et}[8]{{0}} fusion(%x), kind=kLoop, calls=%fused
+}}
+""")
+    dt = dtypes.numpy_dtype(et)
+    x = np.array([1, 2, 3, 4, -1, -2, -3, -4], np.float64).astype(dt)
+    out = (-x.astype(np.float64)).astype(dt)
+    ref = (-x.astype(np.float64) + 0.5).astype(dt)
+    plain, _ = judge_fusion(m.entry.root, None, [out], ref, VerifyOptions())
+    looked, _ = judge_fusion(m.entry.root, [x], [out], ref, VerifyOptions())
+    assert plain.ratio > 1 and looked.ratio == 0.0
+
+
 @pytest.mark.parametrize("et", ["bf16", "f8e4m3fn", "f16", "f32", "c64"])
 def test_record_fusion_reports_the_budget_pass_figures_for_every_float_type(et, monkeypatch):
     # bf16 and f8 arrays are numpy kind "V": their max abs / rel errors must come from judge()'s pass too,

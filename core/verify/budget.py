@@ -192,12 +192,12 @@ def judge_fusion(inst: Instruction, ops: list[Any] | None, out: list, ref: Any,
     :func:`fusegen.runtime.compare.compare`'s for a floating leaf, so callers need not widen the arrays again).
     """
     from fusegen.runtime.inputs import leaves
-    from fusegen.verify.promote import OracleUnavailable, evaluate_fusion_promoted
+    from fusegen.verify.promote import OracleUnavailable, evaluate_fusion_promoted, is_float_type
 
     worst, exact = None, None
     for i, (b, a, r) in enumerate(zip(output_budgets(inst), out, leaves(ref))):
         j = judge(a, r, b, options)
-        if j.ratio > 1.0 and ops is not None and math.isfinite(j.ratio) and np.asarray(a).dtype.kind in "fc":
+        if j.ratio > 1.0 and ops is not None and math.isfinite(j.ratio) and is_float_type(b.element_type):
             try:
                 exact = leaves(evaluate_fusion_promoted(inst, ops)) if exact is None else exact
             except OracleUnavailable:
