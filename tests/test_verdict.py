@@ -99,6 +99,20 @@ def test_f64_oracle_refuses_a_float_bitcast_convert():
 
 # -- part 2: error budgets --------------------------------------------------------------------------------
 
+def _negate_module(et: str, n: int):
+    """A module of one kLoop fusion negating an ``et[n]`` parameter."""
+    return parse_module(f"""HloModule neg
+%fused (p: {et}[{n}]) -> {et}[{n}] {{
+  %p = {et}[{n}]{{0}} parameter(0)
+  ROOT %n = {et}[{n}]{{0}} negate(%p)
+}}
+ENTRY %e (x: {et}[{n}]) -> {et}[{n}] {{
+  %x = {et}[{n}]{{0}} parameter(0)
+  ROOT %f = {et}[{n}]{{0}} fusion(%x), kind=kLoop, calls=%fused
+}}
+""")
+
+
 @pytest.mark.parametrize("et", ["bf16", "f8e4m3fn", "f32"])
 def test_an_output_over_budget_gets_the_f64_second_look_in_every_float_type(et):
     # a kernel exactly at the f64 answer, beside a reference 0.5 off: far over the plain budget, and as
@@ -106,16 +120,7 @@ def test_an_output_over_budget_gets_the_f64_second_look_in_every_float_type(et):
     from fusegen.hlo import dtypes
     from fusegen.verify.budget import judge_fusion
 
-    m = parse_module(f"""HloModule n
-%fused (p: {et}[8]) -> {et}[8] {{
-  %p = {et}[8]{{0}} parameter(0)
-  ROOT %n = {et}[8]{{0}} negate(%p)
-}}
-ENTRY %e (x: {et}[8]) -> {et}[8] {{
-  %x = {et}[8]{{0}} parameter(0)
-  ROOT %f = {et}[8]{{0}} fusion(%x), kind=kLoop, calls=%fused
-}}
-""")
+    m = _negate_module(et, 8)
     dt = dtypes.numpy_dtype(et)
     x = np.array([1, 2, 3, 4, -1, -2, -3, -4], np.float64).astype(dt)
     out = (-x.astype(np.float64)).astype(dt)
@@ -134,16 +139,7 @@ def test_record_fusion_reports_the_budget_pass_figures_for_every_float_type(et, 
     from fusegen.runtime.executor import FusionReport
     from fusegen.verify import verdict
 
-    m = parse_module(f"""HloModule r
-%fused (p: {et}[64]) -> {et}[64] {{
-  %p = {et}[64]{{0}} parameter(0)
-  ROOT %n = {et}[64]{{0}} negate(%p)
-}}
-ENTRY %e (x: {et}[64]) -> {et}[64] {{
-  %x = {et}[64]{{0}} parameter(0)
-  ROOT %f = {et}[64]{{0}} fusion(%x), kind=kLoop, calls=%fused
-}}
-""")
+    m = _negate_module(et, 64)
     f = m.entry.root
     dt = dtypes.numpy_dtype(et)
     x = np.linspace(-3, 3, 64)
