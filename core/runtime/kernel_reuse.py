@@ -93,4 +93,5 @@ class KernelReuse:
 
     @property
     def distinct(self) -> int:
+        """How many distinct kernel sets ran so far (fusions that ran their own kernels)."""
         return len(self._first)
