@@ -20,7 +20,8 @@ $(STAMP): pyproject.toml examples/input-slices-plugin/pyproject.toml
 demo: $(STAMP)
 	$(BIN)/fusegen run examples/gpu_multi_output.h100_opt.hlo
 
-# graphviz (fusegen report's graph) and Chromium (its browser test), via apt-get when root; never fails.
+# Chromium (fusegen report's browser test; the report itself needs no system package), via apt-get when
+# root; never fails.
 system-deps:
 	@scripts/install-system-deps
 

@@ -4,14 +4,17 @@ The page itself, opened in headless Chromium, is checked by ``test_report_browse
 section replays XLA's own clustering case (``config_runner__UntrustedVotesForTrustedCluster.json``) and must
 list the same WRONG_RESULTS as XLA; the tie-break sentence appears exactly when PickBestConfig moved the
 choice; every fusion of a while-loop module is a graph node inside the body cluster; the fusions and
-their kinds are those ``fusegen explain`` gives; the sm_90 compile reports the registers ptxas reports.
+their kinds are those ``fusegen explain`` gives; the sm_90 compile reports the registers ptxas reports;
+with no Graphviz on ``PATH`` the page still holds every fusion in its graph (DOT text the page's vendored
+Graphviz-in-WebAssembly lays out; ``test_report_browser.py`` checks that it draws), edges sized in bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import shutil
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,16 +24,34 @@ import pytest
 from conftest import CORPUS, corpus_path
 
 pytest.importorskip("jinja2", reason="fusegen report needs jinja2 (a base dependency; reinstall fusegen)")
-NO_DOT = shutil.which("dot") is None
-needs_dot = pytest.mark.skipif(NO_DOT, reason="graphviz's `dot` is not installed (Debian: apt-get install graphviz; "
-                                              "make test installs it when run as root)")
 
 
-def _fusegen(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def _fusegen(*args: str, cwd: Path | None = None, path: str | None = None) -> subprocess.CompletedProcess:
+    """``fusegen ARGS`` in a subprocess; ``path``: its whole ``PATH`` (a folder without Graphviz's ``dot``)."""
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
+    if path is not None:
+        env["PATH"] = path
     return subprocess.run([sys.executable, "-m", "fusegen.cli", *args], capture_output=True, text=True, env=env,
                           timeout=600, cwd=cwd)
+
+
+def page_graphs(html: str) -> list[dict]:
+    """The module graphs a report page embeds: ``[{"dot": DOT text, "search": {html id: text}}]``."""
+    m = re.search(r"^  var graphs = (.*);$", html, re.M)
+    assert m, "the page embeds no graphs"
+    return json.loads(m.group(1))
+
+
+def dot_nodes(dot: str) -> dict[str, dict[str, str]]:
+    """Node statements of DOT text as the ``graphviz`` package writes them: ``{node id: {attribute: value}}``."""
+    out = {}
+    for line in dot.splitlines():
+        m = re.match(r'\t("(?:[^"\\]|\\.)*"|[\w.]+) \[(.*)\]$', line)
+        if m and " -> " not in line and m.group(1) not in ("graph", "node", "edge"):  # not the defaults
+            out[m.group(1).strip('"')] = dict((k, v.strip('"')) for k, v in
+                                              re.findall(r'(\w+)=("(?:[^"\\]|\\.)*"|<.*?>(?= \w+=|$)|[^ ]+)', m.group(2)))
+    return out
 
 
 # -- tuning: replayed records ---------------------------------------------------------------------
@@ -92,7 +113,6 @@ def test_record_dir_errors_name_the_file(tmp_path):
         from_record_dir(tmp_path)
 
 
-@needs_dot
 def test_a_tuning_served_from_the_cache_says_so_instead_of_an_empty_chart():
     from fusegen.report.data import build_report
     from fusegen.report.render import render_html
@@ -105,7 +125,8 @@ def test_a_tuning_served_from_the_cache_says_so_instead_of_an_empty_chart():
                                 "fastest": True, "in_window": True}]}
     cached = {**measured, "instruction": "a", "step": "cache", "cache": "directory", "candidates": []}
     doc = build_report("m.hlo", "h200", [{"name": "m", "fusions": [], "library_calls": [],
-                                          "graph": {"nodes": [], "edges": [], "clusters": [], "hidden_parameters": 0}}],
+                                          "graph": {"nodes": [], "edges": [], "edge_bytes": [], "clusters": [],
+                                                    "hidden_parameters": 0}}],
                        [cached, measured], {"parse": 0.1}, {})
     html = render_html(doc, plotly_js="/* plotly */")
     assert "Nothing measured: the winner came from the autotune cache." in html
@@ -203,25 +224,130 @@ def test_while_body_fusion_is_a_node_in_its_cluster_and_a_host_fallback():
     assert all(a in ids and b in ids for a, b in g["edges"])
 
 
-@needs_dot
 def test_graph_outlines_mismatches_and_marks_host_fallbacks():
-    from fusegen.report.graph import HOST_COLOR, STATUS_COLORS, render_svg
+    from fusegen.report.graph import HOST_COLOR, STATUS_COLORS, render_dot
 
     def node(name, status, host=False):
         return {"id": f"n_{name}", "name": name, "type": "fusion", "label": "kLoop · LoopFusion", "kind": "kLoop",
                 "host": host, "cluster": None, "card": f"card-{name}", "status": status, "tooltip": f"%{name}: {status}"}
 
     graph = {"nodes": [node("good", "ok"), node("bad", "mismatch"), node("cpu", "ok", host=True)],
-             "edges": [["n_good", "n_bad"], ["n_bad", "n_cpu"]], "clusters": [], "hidden_parameters": 0}
-    svg = render_svg(graph)
-    groups = {g.split("<title>")[1].split("</title>")[0]: g for g in svg.split('<g id="node')[1:]}
-    assert STATUS_COLORS["mismatch"] in groups["n_bad"] and 'stroke-width="4"' in groups["n_bad"]
-    assert HOST_COLOR in groups["n_cpu"] and "stroke-dasharray" in groups["n_cpu"]
-    assert STATUS_COLORS["mismatch"] not in groups["n_good"] and HOST_COLOR not in groups["n_good"]
-    assert 'xlink:title="%bad: mismatch"' in groups["n_bad"] and 'href="#card-bad"' in groups["n_bad"]
+             "edges": [["n_good", "n_bad"], ["n_bad", "n_cpu"]], "edge_bytes": [4096, 1 << 22], "clusters": [],
+             "hidden_parameters": 0}
+    dot = render_dot(graph)
+    nodes = dot_nodes(dot)
+    assert (nodes["n_bad"]["color"], nodes["n_bad"]["penwidth"]) == (STATUS_COLORS["mismatch"], "4")
+    assert nodes["n_cpu"]["color"] == HOST_COLOR and "dashed" in nodes["n_cpu"]["style"]
+    assert "color" not in nodes["n_good"] and "penwidth" not in nodes["n_good"]  # the default outline
+    assert (nodes["n_bad"]["tooltip"], nodes["n_bad"]["href"], nodes["n_bad"]["id"]) == \
+        ("%bad: mismatch", "#card-bad", "gn-card-bad")
+    # edges: the module's smallest one thinnest, its largest thickest, each tooltip with its size
+    edges = re.findall(r'\t(\S+) -> (\S+) \[.*?color="(#\w+)" penwidth=([\d.]+) tooltip="([^"]*)"', dot)
+    assert edges == [("n_good", "n_bad", "#b0b0b6", "0.70", "%good -> %bad: 4 KiB"),
+                     ("n_bad", "n_cpu", "#38383e", "5.00", "%bad -> %cpu: 4 MiB")]
 
 
-@needs_dot
+def test_edges_carry_the_bytes_of_what_the_consumer_reads():
+    """Through a multi-output fusion's get-tuple-elements, a bitcast and the ROOT tuple: each edge the bytes of
+    the value it stands for (the shape's element count times its type's size), summed where one consumer
+    reads two outputs of the same producer."""
+    import ml_dtypes
+    import numpy as np
+
+    from fusegen.device import get_device
+    from fusegen.hlo.parser import parse_module
+    from fusegen.plugin_manager import default_plugin_manager
+    from fusegen.report.data import module_entry
+
+    text = """HloModule m
+
+fused_two {
+  p = f32[64,32] parameter(0)
+  n = f32[64,32] negate(p)
+  c = bf16[64,32] convert(p)
+  ROOT t = (f32[64,32], bf16[64,32]) tuple(n, c)
+}
+
+fused_add {
+  a = f32[64,32] parameter(0)
+  b = bf16[2048] parameter(1)
+  bb = bf16[64,32] bitcast(b)
+  cb = f32[64,32] convert(bb)
+  ROOT s = f32[64,32] add(a, cb)
+}
+
+ENTRY e {
+  x = f32[64,32] parameter(0)
+  two = (f32[64,32], bf16[64,32]) fusion(x), kind=kLoop, calls=fused_two
+  g0 = f32[64,32] get-tuple-element(two), index=0
+  g1 = bf16[64,32] get-tuple-element(two), index=1
+  flat = bf16[2048] bitcast(g1)
+  sum = f32[64,32] fusion(g0, flat), kind=kLoop, calls=fused_add
+  ROOT out = (f32[64,32], bf16[64,32]) tuple(sum, g1)
+}
+"""
+    d = module_entry(parse_module(text), get_device("h200"), default_plugin_manager(), compile_kernels=False)
+    g = d["graph"]
+    sizes = {tuple(e): b for e, b in zip(g["edges"], g["edge_bytes"])}
+    f32, bf16 = np.dtype(np.float32).itemsize, np.dtype(ml_dtypes.bfloat16).itemsize
+    assert sizes == {("n0_x", "n0_two"): 64 * 32 * f32,
+                     ("n0_two", "n0_sum"): 64 * 32 * (f32 + bf16),  # g0 and the bitcast of g1
+                     ("n0_sum", "n_ROOT"): 64 * 32 * f32,
+                     ("n0_two", "n_ROOT"): 64 * 32 * bf16}  # g1 only: the tuple's element, not all of %two
+
+
+def test_vendored_viz_js_is_the_recorded_npm_file():
+    """``core/report/vendor`` (``scripts/update-viz-js`` writes it): the file's sha256 and size are those recorded,
+    its header names the recorded version, and the licences it carries are listed."""
+    from fusegen.report.graph import viz_js
+
+    vendor = Path(__file__).resolve().parents[1] / "core" / "report" / "vendor"
+    meta = json.loads((vendor / "viz-js.json").read_text())
+    data = (vendor / "viz-global.js").read_bytes()
+    assert hashlib.sha256(data).hexdigest() == meta["sha256"] and len(data) == meta["bytes"]
+    assert data[:200].decode().splitlines()[1] == f"Viz.js {meta['version']}"
+    assert f'graphvizVersion="{meta["graphviz"]}"' in data.decode()
+    text, loaded = viz_js()
+    assert loaded == meta and text.encode() == data
+    licences = (vendor / "LICENSES.txt").read_text()
+    assert all(x in licences for x in ("Michael Daines", "Eclipse Public License - v 1.0", "Expat"))
+
+
+@pytest.mark.parametrize("module, flags", [("gpt12.h200_opt.hlo", ["--no-compile"]),
+                                           ("gpu_mlp_bf16.default.h100_opt.hlo", ["--autotune", "--no-compile"])],
+                         ids=["gpt12", "tuned-mlp"])
+def test_report_without_graphviz_on_path_holds_every_fusion_in_its_graph(tmp_path, module, flags):
+    """``PATH`` is an empty folder: no ``dot`` (nor anything else) to run; the page must still carry the graph."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    out = tmp_path / "r.html"
+    p = _fusegen("report", str(corpus_path("jax", module)), "-o", str(out), "--json-data", str(tmp_path / "r.json"),
+                 *flags, path=str(empty))
+    assert p.returncode == 0, p.stderr[-3000:]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    html = out.read_text()
+    (m,) = doc["modules"]
+    (g,) = page_graphs(html)
+    nodes = dot_nodes(g["dot"])
+    fusions = m["fusions"]
+    assert len(fusions) == doc["summary"]["fusions"] > 0
+    for f in fusions:  # every fusion a node that links to its card, findable by name
+        node = nodes[f"n0_{f['name']}"]
+        assert (node["href"], node["id"]) == (f"#{f['card']}", f"gn-{f['card']}")
+        assert g["search"][f"gn-{f['card']}"].startswith(f["name"].lower() + " ")
+        assert 'class="card' in html.split(f'id="{f["card"]}"')[0][-60:]
+    assert len(nodes) == len(m["graph"]["nodes"])
+    assert len(re.findall(r"^\t\S+ -> \S+ \[", g["dot"], re.M)) == len(m["graph"]["edges"])
+    assert all(b > 0 for b in m["graph"]["edge_bytes"])
+    if "--autotune" in flags:
+        (t,) = doc["tuning"]
+        assert t["instruction"] == "gemm_fusion_dot" and len(t["candidates"]) == 4 and t["winner"]
+        assert 'id="chart-tuning-0"' in html
+    else:
+        assert len(fusions) == 183
+    assert "https://" not in html.split("<script>")[0]  # nothing to fetch
+
+
 def test_json_data_matches_explain_and_reports_the_compile(tmp_path):
     mlp = corpus_path("jax", "gpu_mlp_bf16.default.h100_opt.hlo")
     p = _fusegen("report", str(mlp), "-o", str(tmp_path / "r.html"), "--json-data", str(tmp_path / "r.json"))
@@ -243,18 +369,8 @@ def test_json_data_matches_explain_and_reports_the_compile(tmp_path):
         assert k["launch_dimensions"]["grid"] and f"grid={'x'.join(map(str, k['launch_dimensions']['grid']))}" in f["launch"]
         assert "ROOT" in f["hlo"] and "ENTRY" not in f["hlo"]
     html = (tmp_path / "r.html").read_text()
-    assert "<svg" in html and "gemm_fusion_dot" in html and "https://" not in html.split("<script>")[0]
-
-
-@needs_dot
-def test_without_dot_the_error_says_what_to_install(tmp_path):
-    mlp = corpus_path("jax", "gpu_mlp_bf16.default.h100_opt.hlo")
-    env = dict(os.environ, PATH=str(tmp_path))  # no `dot` on this PATH
-    p = subprocess.run([sys.executable, "-m", "fusegen.cli", "report", str(mlp), "--no-compile", "-o",
-                        str(tmp_path / "r.html")], capture_output=True, text=True, env=env, timeout=600)
-    assert p.returncode == 2 and p.stderr.strip() == (
-        "fusegen: error: graphviz's `dot` is not installed (Debian: apt-get install graphviz)")
-    assert not (tmp_path / "r.html").exists()
+    (g,) = page_graphs(html)
+    assert set(dot_nodes(g["dot"])) == {n["id"] for n in m["graph"]["nodes"]} and "https://" not in html.split("<script>")[0]
 
 
 def test_bad_input_is_one_line_exit_2(tmp_path):

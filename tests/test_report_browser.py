@@ -2,10 +2,12 @@
 
 Renders ``gpt12.h200_opt.hlo`` (183 fusions; without ``--run``: the interpreter would take many minutes, and
 without the sm_90 compile to keep the test short) and ``gpu_mlp_bf16.default.h100_opt.hlo`` tuned (the CPU's
-cost-model top 4: three Triton tilings and the host backend) and run. Each page must log no console
-error, request nothing from the network, draw the graph (one SVG node per graph node, each fusion node
-linking to its card) and its plotly charts (SVG), and hold one card per fusion. Screenshots go to the
-test's tmp dir; ``FUSEGEN_UPDATE_SCREENSHOTS=1`` also writes them to ``docs/`` (the README's pictures).
+cost-model top 4: three Triton tilings and the host backend) and run, each with an empty ``PATH`` (no
+Graphviz: the page lays its graph out with the Graphviz-in-WebAssembly it embeds). Each page must log no
+console error, request nothing from the network, draw the graph (one SVG node per graph node, each fusion
+node linking to its card, every label inside its box) and its plotly charts (SVG), and hold one card per
+fusion; on gpt12 the graph's search finds nodes by name and a card's link finds its node. Screenshots go
+to the test's tmp dir; ``FUSEGEN_UPDATE_SCREENSHOTS=1`` also writes them to ``docs/`` (the README's pictures).
 
 Needs Debian's ``chromium`` (``make test`` installs it as root) and the ``playwright`` package (test extra),
 which drives that browser; no browser is downloaded.
@@ -26,17 +28,17 @@ from conftest import REPO, corpus_path
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright (test extra) is not installed")
 CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None)
-pytestmark = [
-    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (Debian: apt-get install chromium; make test installs "
-                                                "it when run as root)"),
-    pytest.mark.skipif(shutil.which("dot") is None, reason="graphviz's `dot` is not installed (apt-get install graphviz)"),
-]
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (Debian: apt-get install chromium; make test "
+                                                          "installs it when run as root)")
 DOCS = REPO / "docs"
 
 
 def _report(module: Path, out: Path, *flags: str) -> dict:
+    """``fusegen report`` with an empty ``PATH`` (no Graphviz, nothing else either); its ``--json-data``."""
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
+    env["PATH"] = str(out.parent / "empty-path")
+    os.makedirs(env["PATH"], exist_ok=True)
     data = out.with_suffix(".json")
     p = subprocess.run([sys.executable, "-m", "fusegen.cli", "report", str(module), "-o", str(out),
                         "--json-data", str(data), *flags], capture_output=True, text=True, env=env, timeout=900,
@@ -71,6 +73,7 @@ def _open(browser, html: Path, height: int = 1000):
     page.route("**/*", route)
     page.goto(html.as_uri())
     page.wait_for_function("document.querySelectorAll('#chart-kinds .main-svg').length > 0", timeout=60_000)
+    page.wait_for_function("document.body.dataset.graphs === 'drawn'", timeout=60_000)  # Graphviz laid them out
     return page, errors, requests
 
 
@@ -85,6 +88,33 @@ def _check_page(page, doc: dict) -> None:
     assert {"#" + f["card"] for f in fusions} <= links
     assert page.locator(".graph-wrap svg g.edge").count() == sum(len(m["graph"]["edges"]) for m in doc["modules"]) + \
         sum(len(m["graph"]["clusters"]) for m in doc["modules"])
+    assert page.locator(".graph-wrap p.bad, .graph-wrap .graph-wait").count() == 0  # no layout error, none left
+    # readable: every label inside its box (the page squeezes a label where the font is wider than Graphviz's
+    # estimate), and the boxes do not overlap
+    spill = page.evaluate("""() => {
+      const out = [];
+      document.querySelectorAll('.graph-wrap svg g.node').forEach(n => {
+        const box = n.querySelector('path, polygon, ellipse').getBBox();
+        n.querySelectorAll('text').forEach(t => {
+          const b = t.getBBox();
+          if (b.x < box.x - 1 || b.x + b.width > box.x + box.width + 1) { out.push(t.textContent); }
+        });
+      });
+      document.querySelectorAll('.graph-wrap svg g.cluster').forEach(c => {
+        const box = c.querySelector('path, polygon').getBBox(), b = c.querySelector('text').getBBox();
+        if (b.x < box.x - 1 || b.x + b.width > box.x + box.width + 1) { out.push(c.querySelector('text').textContent); }
+      });
+      return out; }""")
+    assert spill == []
+    overlaps = page.evaluate("""() => {
+      const boxes = [...document.querySelectorAll('.graph-wrap svg g.node')].map(n => n.getBoundingClientRect());
+      let k = 0;
+      for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+        const a = boxes[i], b = boxes[j];
+        if (a.left < b.right - 1 && b.left < a.right - 1 && a.top < b.bottom - 1 && b.top < a.bottom - 1) { k++; }
+      }
+      return k; }""")
+    assert overlaps == 0
     # plotly drew the summary chart: one bar segment per kind and backend
     table = doc["summary"]["by_kind_backend"]
     bars = len(table) * len({b for row in table.values() for b in row})
@@ -115,8 +145,33 @@ def test_gpt12_report_in_chromium(browser, tmp_path):
     shown = page.eval_on_selector_all("article.card", "els => els.filter(e => e.style.display !== 'none').length")
     assert shown == doc["summary"]["by_kind"]["kTranspose"]
     page.fill("#filter", "")
-    page.evaluate("window.scrollTo(0, 0)")
+    # the graph's search outlines the nodes whose name or kind matches and dims the others
+    (m,) = doc["modules"]
+    softmax = [f["card"] for f in m["fusions"] if "softmax" in f["name"]]
+    page.fill("#graph-search", "softmax")
+    hits = page.eval_on_selector_all(".graph-wrap svg g.node.hit", "els => els.map(e => e.id)")
+    assert sorted(hits) == sorted("gn-" + c for c in softmax) and len(hits) > 1
+    assert page.locator(".graph-wrap svg g.node.dim").count() == len(m["graph"]["nodes"]) - 1 - len(hits)  # not ROOT
+    assert page.inner_text("#graph-hits") == f"{len(hits)} nodes · Enter: next"
+    assert page.locator(".graph-wrap svg g.node.focus").evaluate("e => e.id") == hits[0]
+    page.press("#graph-search", "Enter")
+    assert page.locator(".graph-wrap svg g.node.focus").evaluate("e => e.id") == hits[1]
+    page.fill("#graph-search", "")
+    assert page.locator(".graph-wrap svg g.node.hit, .graph-wrap svg g.node.dim").count() == 0
+    # edges are as wide as the bytes they carry: the module's largest edge thickest
+    widths = page.eval_on_selector_all(".graph-wrap svg g.edge path", "els => els.map(e => +e.getAttribute('stroke-width') || 1)")
+    assert max(widths) == 5 and min(widths) < 1
+    # a card's "in the graph" link centres and outlines its node
+    last = m["fusions"][-1]["card"]
+    page.locator(f"[id='{last}'] a.ingraph").click()
+    assert page.locator(".graph-wrap svg g.node.focus").evaluate("e => e.id") == f"gn-{last}"
+    assert page.evaluate("location.hash") == f"#gn-{last}"
+    page.evaluate("window.scrollTo(0, 0); document.querySelector('.graph-wrap').scrollTo(0, 0)")
     _shot(page, tmp_path, "report-gpt12.png", full_page=False)
+    # the graph with a search: two matches outlined (the first centred in red), the rest dimmed
+    page.evaluate("document.querySelector('header.top').style.position = 'static'")  # not over the section
+    page.fill("#graph-search", "gemm_fusion_dot.5")
+    _shot(page.locator("#graph"), tmp_path, "report-gpt12-graph.png")
 
 
 def test_tuned_mlp_report_in_chromium(browser, tmp_path):

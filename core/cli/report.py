@@ -1,7 +1,7 @@
 """``fusegen report MODULE.hlo``: the module as a page (graph, fusion cards, tuning charts, summary).
 
-Writes one self-contained HTML file (graphviz SVG inline, plotly.js and styles embedded: it opens
-without network access). ``--autotune`` tunes first, as ``fusegen run --autotune`` does, and charts every
+Writes one self-contained HTML file (the graph as DOT text with Graphviz compiled to WebAssembly to lay it
+out, plotly.js and styles embedded: it opens without network access and needs no Graphviz install). ``--autotune`` tunes first, as ``fusegen run --autotune`` does, and charts every
 measured candidate; ``--record DIR`` writes replay records there (with ``--autotune``) or, without it,
 charts the records a previous ``fusegen run --autotune --record DIR`` wrote. ``--run`` also runs every
 fusion and compares it with the reference evaluator. ``--json-data FILE`` writes the page's data.
@@ -130,13 +130,14 @@ def report(module_path, output_path, json_path, autotune, record_dir, top_k, aut
     doc = _collect(module_path, modules, device, default_plugin_manager(), run_reports, not no_compile, phases,
                    tuning, {"autotune": autotune, "run": do_run, "record": record_dir, "compile": not no_compile,
                             "seed": seed if do_run else None})
-    try:
-        from fusegen.report.render import render_html
+    from fusegen.report.graph import VendorError
+    from fusegen.report.render import render_html
 
+    try:
         html = render_html(doc)
+    except VendorError as e:  # a broken install: say which file, not a traceback
+        fail(str(e))
     except Exception as e:
-        if type(e).__name__ == "ExecutableNotFound":
-            fail("graphviz's `dot` is not installed (Debian: apt-get install graphviz)")
         internal_error(f"{module_path}: rendering the report", e)
     try:
         Path(output_path).write_text(html, encoding="utf-8")

@@ -1,12 +1,14 @@
 """Rendering the report document (:mod:`fusegen.report.data`) to one self-contained HTML page.
 
-jinja2 template ``templates/report.html.j2`` (package data), the module graph as inline SVG (graphviz
-``dot``), charts drawn by plotly.js embedded in a ``<script>`` (no network access needed to open the
-page), Triton source and HLO highlighted by pygments.
+jinja2 template ``templates/report.html.j2`` (package data); the module graph as DOT text laid out and drawn
+in the page by the vendored Viz.js (Graphviz compiled to WebAssembly, :func:`fusegen.report.graph.viz_js`)
+and the charts by plotly.js, both embedded in ``<script>`` elements (the page needs nothing but a browser:
+no network, no Graphviz install); Triton source and HLO highlighted by pygments.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -102,7 +104,7 @@ def environment():
     """The jinja2 environment (autoescaping on) with the report's filters and globals."""
     import jinja2
 
-    from fusegen.report.graph import KIND_COLORS, card_id, kind_color
+    from fusegen.report.graph import KIND_COLORS, card_id, edge_bytes_range, kind_color, viz_js
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("fusegen.report", "templates"),
                              autoescape=jinja2.select_autoescape(default=True, default_for_string=True),
@@ -110,31 +112,44 @@ def environment():
     hl, css = _highlighter()
     env.filters.update(highlight=hl, us=fmt_us, bytes=fmt_bytes, err=fmt_err, secs=fmt_s, card_id=card_id,
                        kind_color=kind_color)
-    env.globals.update(pygments_css=css, kind_colors=KIND_COLORS)
+    env.globals.update(pygments_css=css, kind_colors=KIND_COLORS, viz=viz_js()[1], edge_bytes_range=edge_bytes_range)
     return env
 
 
-def render_html(doc: dict, *, plotly_js: str | None = None) -> str:
+def render_html(doc: dict, *, plotly_js: str | None = None, viz_js: str | None = None) -> str:
     """The HTML page of report document ``doc``.
 
-    ``plotly_js`` defaults to the plotly.js bundled with the ``plotly`` package (embedded, ~4.8 MB).
+    ``plotly_js`` defaults to the plotly.js bundled with the ``plotly`` package (embedded, ~4.8 MB);
+    ``viz_js`` to the vendored Viz.js (embedded, ~1.3 MB), which lays each module's graph out when the page
+    opens. Each module's graph goes in as ``{"dot": DOT text, "search": {node html id: text}}`` JSON.
 
     Raises:
-        graphviz.ExecutableNotFound: ``dot`` is not installed (Debian package ``graphviz``).
+        fusegen.report.graph.VendorError: the vendored Viz.js is missing or damaged.
     """
+    from fusegen.report import graph as graph_mod
     from fusegen.report.charts import kinds_figure, tuning_figure
-    from fusegen.report.graph import render_svg
 
     if plotly_js is None:
         from plotly.offline import get_plotlyjs
 
         plotly_js = get_plotlyjs()
-    graphs = [render_svg(m["graph"], m["name"]) for m in doc["modules"]]
+    viz = viz_js if viz_js is not None else graph_mod.viz_js()[0]
+    several = len(doc["modules"]) > 1
+    graphs = []
+    for k, m in enumerate(doc["modules"]):
+        prefix = f"m{k}-" if several else ""  # as module_entry's card_prefix
+        graphs.append({"dot": graph_mod.render_dot(m["graph"], m["name"], prefix),
+                       "search": graph_mod.search_index(m["graph"], prefix)})
     charts = {"kinds": kinds_figure(doc["summary"]),
               # no chart where nothing was measured (served from the cache, a single config, an error)
               "tuning": [tuning_figure(t) if any(c["duration_us"] is not None for c in t["candidates"]) else None
                          for t in doc["tuning"]]}
     phase_total = sum(doc["phases"].values()) or 1.0
     return environment().get_template("report.html.j2").render(
-        doc=doc, graphs=graphs, charts=charts, plotly_js=plotly_js.replace("</script", "<\\/script"),
-        phase_total=phase_total)
+        doc=doc, graphs_json=json.dumps(graphs, separators=(",", ":")).replace("<", "\\u003c"),  # no </script, <!--
+        charts=charts, plotly_js=_in_script(plotly_js), viz_js=_in_script(viz), phase_total=phase_total)
+
+
+def _in_script(js: str) -> str:
+    """``js`` safe inside ``<script>``: a ``</script`` in it would end the element."""
+    return js.replace("</script", "<\\/script")
