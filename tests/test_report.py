@@ -313,6 +313,48 @@ def test_vendored_viz_js_is_the_recorded_npm_file():
     assert all(x in licences for x in ("Michael Daines", "Eclipse Public License - v 1.0", "Expat"))
 
 
+def test_a_damaged_vendored_viz_js_is_named(tmp_path, monkeypatch):
+    from fusegen.report import graph
+
+    vendor = Path(graph.__file__).parent / "vendor"
+    (tmp_path / "vendor").mkdir()
+    (tmp_path / "vendor" / "viz-js.json").write_text((vendor / "viz-js.json").read_text())
+    (tmp_path / "vendor" / "viz-global.js").write_bytes((vendor / "viz-global.js").read_bytes()[:-10])
+    monkeypatch.setattr(graph.resources, "files", lambda package: tmp_path)
+    graph.viz_js.cache_clear()
+    try:
+        with pytest.raises(graph.VendorError, match="viz-global.js: sha256 differs from viz-js.json"):
+            graph.viz_js()
+        (tmp_path / "vendor" / "viz-global.js").unlink()
+        with pytest.raises(graph.VendorError, match="cannot read the vendored Viz.js"):
+            graph.viz_js()
+    finally:
+        graph.viz_js.cache_clear()
+
+
+def test_the_page_of_a_while_loop_needs_no_graphviz(monkeypatch):
+    """In-process with ``PATH`` empty: a while loop's body and condition are clusters in the page's DOT, the
+    fusion inside the body a node in its cluster with its card link (the browser tests lay such pages out)."""
+    from fusegen.device import get_device
+    from fusegen.hlo.parser import parse_file
+    from fusegen.plugin_manager import default_plugin_manager
+    from fusegen.report.data import build_report, module_entry
+    from fusegen.report.render import render_html
+
+    monkeypatch.setenv("PATH", "")
+    m = parse_file(corpus_path("xla", "cases", "custom__TupleOutputTwoDUS.hlo"))
+    entry = module_entry(m, get_device("h200"), default_plugin_manager(), compile_kernels=False)
+    html = render_html(build_report("w.hlo", "h200", [entry], [], {"parse": 0.1}, {}), plotly_js="/* plotly */")
+    (g,) = page_graphs(html)
+    clusters = {re.search(r'label="([^"]*)"', text).group(1): text
+                for text in re.findall(r"\n\tsubgraph cluster_\d+ \{(.*?)\n\t\}", g["dot"], re.S)}
+    assert sorted(clusters) == sorted(c["label"] for c in entry["graph"]["clusters"]) == \
+        ["while %while: body %body", "while %while: condition %cond"]
+    assert re.search(r'\n\t\tn\d+_fused \[.*href="#card-fused".*id="gn-card-fused"', clusters["while %while: body %body"])
+    meta = json.loads((Path(__file__).resolve().parents[1] / "core" / "report" / "vendor" / "viz-js.json").read_text())
+    assert 'id="card-fused"' in html and f"Graphviz {meta['graphviz']} (compiled to WebAssembly" in html
+
+
 @pytest.mark.parametrize("module, flags", [("gpt12.h200_opt.hlo", ["--no-compile"]),
                                            ("gpu_mlp_bf16.default.h100_opt.hlo", ["--autotune", "--no-compile"])],
                          ids=["gpt12", "tuned-mlp"])
