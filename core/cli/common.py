@@ -10,6 +10,7 @@ import click
 
 EXIT_MISMATCH = 1
 EXIT_BAD_INPUT = 2
+EXIT_UNSUPPORTED = 4  # a valid module fusegen cannot run as it is meant to run (e.g. not as all its N devices)
 
 
 def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:

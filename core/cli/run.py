@@ -21,6 +21,7 @@ import click
 from fusegen.cli.common import (EXIT_MISMATCH, device_option, fail, get_device_or_fail, internal_error,
                                 limit_options, load_modules, prepare_modules, check_writable, resolve_limits)
 from fusegen.cli.config import config_options, resolve_config
+from fusegen.cli.run_spmd import is_multi_device, run_partitioned
 from fusegen.cli.verify_options import budget_cell, expected_for, verdict_lines, verify_options
 
 
@@ -163,6 +164,7 @@ def report_json(reports) -> dict:
             "status": r.status,
             **(r.verdict.to_json() if r.verdict is not None else {}),
             "timings": r.timings_json(),
+            **(r.spmd_json() if hasattr(r, "spmd_json") else {}),  # num_partitions, collectives (SPMD runs)
         }
     # A file of several modules (XLA tests separate them with `// -----`): one list, each row names its module.
     return {
@@ -261,7 +263,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
         fail(f"{module_path}: holds {len(modules)} modules; --inputs/--save-outputs/--expected need a single-module "
              "file")
     verify = cfg.verify.with_overrides(rtol, atol)
-    expected = expected_for(modules[0], expected_path) if expected_path else None
+    expected = expected_for(modules[0], expected_path) if expected_path and not is_multi_device(modules[0]) else None
     tuner, tuned = None, []
     if autotune:
         tuner, tuned = _autotune(modules, cfg, device, module_path, record_dir, autotune_cache_dir, top_k,
@@ -284,6 +286,15 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
         task = progress.add_task("running fusions", total=n_fusions)
     try:
         for module, passes_s in zip(modules, t_passes):
+            if is_multi_device(module):  # every partition x replica, global arrays (fusegen.cli.run_spmd)
+                out, report = run_partitioned(module, module_path, inputs_path, expected_path, seed, device, limits,
+                                              verify, not no_compile, (lambda r: progress.advance(task))
+                                              if progress is not None else None, jobs or len(os.sched_getaffinity(0)))
+                report.timings.add("parse", t_parse)
+                report.timings.add("passes", passes_s)
+                reports.append(report)
+                outputs.append(out)
+                continue
             try:
                 check_module(module, limits)
                 args = load_inputs(module, inputs_path) if inputs_path else make_inputs(module, seed)
@@ -346,6 +357,8 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                 if f.reason:
                     console.print(f"  {f.name}: {f.reason}", markup=False)
             console.print(f"non-fusion instructions: {_others_line(report)}", markup=False)
+            for line in (report.collective_lines() if hasattr(report, "collective_lines") else []):
+                console.print(line, markup=False)
             for line in verdict_lines(report):
                 console.print(line, markup=False)
             said = {"ok": "match", "drift": "drift (as accurate as the reference vs f64)"}.get(report.status, "MISMATCH")

@@ -13,9 +13,10 @@ from fusegen.cli.common import fail
 
 def verify_options(f):
     """Add ``--rtol``, ``--atol`` and ``--expected`` (parameters ``rtol``, ``atol``, ``expected_path``)."""
-    f = click.option("--expected", "expected_path", type=click.Path(dir_okay=False), default=None,
+    f = click.option("--expected", "expected_path", type=click.Path(), default=None,
                      help="A known answer (.npz with o0, o1, ... or output names, e.g. JAX's own outputs): a third "
-                          "oracle for the module outputs.")(f)
+                          "oracle for the module outputs. A module of N devices: the global outputs, or a folder "
+                          "of part{K}.expected.npz.")(f)
     f = click.option("--atol", type=click.FloatRange(min=0), default=None,
                      help="Floor of every element type, a fraction of max(1, max|value|) (default per dtype: "
                           "f32 1e-5, f16 1e-3, bf16 1e-2; [verify] atol).")(f)

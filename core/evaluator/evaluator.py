@@ -36,6 +36,7 @@ import numpy as np
 
 from fusegen.evaluator import (
     batch_norm,
+    collectives,
     control_flow,
     custom_calls,
     dot_conv,
@@ -89,8 +90,8 @@ class UnsupportedOpError(Exception):
 
 
 HANDLERS: dict[str, Callable[[Instruction, list], Value]] = {}
-for _family in (elementwise, shape_ops, reduce, dot_conv, gather_scatter_sort, control_flow, custom_calls, batch_norm,
-                linalg):
+for _family in (elementwise, shape_ops, collectives, reduce, dot_conv, gather_scatter_sort, control_flow, custom_calls,
+                batch_norm, linalg):
     HANDLERS.update(_family.HANDLERS)
 HANDLERS["copy"] = shape_ops.HANDLERS["copy"]
 
@@ -286,6 +287,7 @@ def evaluate_module(module: Module, args: Sequence[Value]) -> Value:
     entry = module.entry
     if entry is None:
         raise EvaluationError(f"{module.filename}: module {module.name} has no entry computation")
+    collectives.refuse_multi_device(module, "evaluate_module")  # N copies run in fusegen.runtime.spmd
     params = entry.parameters
     if len(args) != len(params):
         raise EvaluationError(f"{module.filename}: entry %{entry.name} takes {len(params)} arguments, "

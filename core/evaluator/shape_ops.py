@@ -1,5 +1,5 @@
 """Data-movement HLO ops: broadcast, reshape, bitcast, transpose, slice, dynamic-(update-)slice, concatenate, pad,
-iota, constant, reverse, copy, tuple plumbing and single-device collectives.
+iota, constant, reverse, copy and tuple plumbing (collectives: :mod:`.collectives`).
 
 Semantics follow XLA's operation semantics and the HLO evaluator (``xla/hlo/evaluator/hlo_evaluator.cc``):
 dynamic-slice / dynamic-update-slice start indices are clamped to ``[0, dim - size]``; ``pad`` accepts negative
@@ -259,24 +259,6 @@ def _get_dimension_size(inst: Instruction, ops: list) -> np.ndarray:
     return np.asarray(np.asarray(ops[0]).shape[d], dtype=shape_dtype(inst.shape))
 
 
-def _all_gather(inst: Instruction, ops: list):
-    # one device / one replica per group: every participant holds the same data; tile to the output shape
-    d = attr_ints(inst, "dimensions")[0]
-    outs = []
-    shapes = inst.shape.leaves() if inst.shape.is_tuple else [inst.shape]
-    for o, s in zip(ops, shapes):
-        o = np.asarray(o)
-        reps = [1] * o.ndim
-        reps[d] = s.dimensions[d] // max(o.shape[d], 1)
-        outs.append(np.tile(o, reps))
-    return tuple(outs) if inst.shape.is_tuple else outs[0]
-
-
-def _all_reduce(inst: Instruction, ops: list):
-    # one participant per replica group: the reduction over a group of one is the identity
-    return tuple(ops) if inst.shape.is_tuple else ops[0]
-
-
 HANDLERS: dict[str, Callable] = {
     "broadcast": _broadcast,
     "reshape": _reshape,
@@ -302,10 +284,4 @@ HANDLERS: dict[str, Callable] = {
     "after-all": _token,
     "create-token": _token,
     "get-dimension-size": _get_dimension_size,
-    "all-gather": _all_gather,
-    "all-reduce": _all_reduce,
-    "all-gather-start": _all_gather,
-    "all-gather-done": _identity,
-    "all-reduce-start": _all_reduce,
-    "all-reduce-done": _identity,
 }

@@ -474,10 +474,13 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
 
     Raises:
         ResourceLimitError: a limit of ``limits`` was passed (deadline, while iterations).
+        MultiDeviceUnsupported: a module of more than one device (``num_partitions * replica_count > 1``).
     """
+    from fusegen.evaluator.collectives import refuse_multi_device
     from fusegen.evaluator.evaluator import evaluate_module
     from fusegen.runtime.oracles import ModuleOracles, fits_beside
 
+    refuse_multi_device(module, "run_module")  # N devices: fusegen.runtime.spmd.run_spmd_module
     t0 = time.perf_counter()
     ex = Executor(module, device, pm, compile_kernels, on_fusion, limits, verify, jobs)
     background = jobs > 1 and module.entry is not None and len(args) == len(module.entry.parameters) \

@@ -1,0 +1,224 @@
+"""Global arrays in and out of an SPMD module: split inputs by each parameter's sharding, reassemble outputs.
+
+* Inputs: ``--inputs GLOBAL.npz`` holds the arrays the program saw (``p0``, ``p1``, ... or parameter names);
+  each parameter's ``sharding={...}`` gives every device its shard (:meth:`Sharding.shard`; a parameter
+  without one must be given at its per-partition shape and is replicated). ``--inputs DIR`` is a folder of
+  per-partition ``part{K}.inputs.npz`` (partition ``K``'s shards at the module's parameter shapes).
+* Outputs: each output leaf's sharding is the root's ``sharding={...}`` where the module prints one (XLA's
+  optimized modules often drop it); else it is read from the global expected array's shape (tiles =
+  global / per-partition dims, devices in row-major order as jit assigns them, any remaining partitions
+  replicating); else a leaf whose partitions agree bitwise is replicated and the rest is tiled like the
+  first sharded parameter of the same per-partition shape, or along dimension 0.
+
+Partition ``K`` of a tile assignment is device ``K``'s tile; with replicas, replica 0's partitions are the ones
+reassembled and every replica gets the same input shards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fusegen.hlo import dtypes
+from fusegen.hlo.ir import Module
+from fusegen.hlo.sharding import Sharding, ShardingError, iota_devices, parse_sharding
+from fusegen.runtime.inputs import InputError, _read_npz_member, from_npz_dtype, load_inputs
+from fusegen.runtime.spmd_plan import SpmdPlan
+
+__all__ = ["param_shardings", "split_inputs", "load_spmd_inputs", "load_expected_parts", "output_shardings",
+           "assemble_leaves", "split_leaves", "seeded_inputs"]
+
+
+def param_shardings(module: Module) -> list[Sharding]:
+    """Each entry parameter's sharding (``replicated`` where none is printed).
+
+    Raises:
+        InputError: a sharding that does not parse (names the parameter).
+    """
+    out = []
+    for p in module.entry.parameters:
+        text = p.attrs.get("sharding")
+        try:
+            out.append(parse_sharding(text) if text else Sharding("replicated", "{replicated}"))
+        except ShardingError as e:
+            raise InputError(f"{module.filename}: parameter {p.parameter_number} (%{p.name}): {e}") from None
+    return out
+
+
+def split_inputs(module: Module, plan: SpmdPlan, arrays: list[np.ndarray], where: str) -> list[list[Any]]:
+    """Per device, its shard of every global entry argument.
+
+    Raises:
+        InputError: a global array whose shape does not shard to the parameter's per-partition shape.
+    """
+    shardings = param_shardings(module)
+    per_device: list[list[Any]] = [[] for _ in range(plan.devices)]
+    for p, s, a in zip(module.entry.parameters, shardings, arrays):
+        if p.shape.is_tuple:
+            raise InputError(f"{where}: parameter {p.parameter_number} (%{p.name}) is a tuple; global tuple "
+                             "inputs are not split (pass a folder of part{K}.inputs.npz)")
+        local = tuple(p.shape.dimensions)
+        try:
+            got = s.local_shape(tuple(a.shape))
+        except ShardingError as e:
+            raise InputError(f"{where}: parameter {p.parameter_number} (%{p.name}): {e}") from None
+        if got != local:
+            raise InputError(f"{where}: array for parameter {p.parameter_number} (%{p.name}) has the global shape "
+                             f"{list(a.shape)}, which sharding {s.text} cuts into shards of {list(got)}, not the "
+                             f"module's {list(local)}" + (" (it looks like one partition's shard: pass a folder of "
+                                                          "part{K}.inputs.npz)" if tuple(a.shape) == local else ""))
+        for d in range(plan.devices):
+            per_device[d].append(s.shard(a, plan.partition(d)))
+    return per_device
+
+
+def _read_global(module: Module, path: Path) -> list[np.ndarray]:
+    try:
+        data = np.load(path, allow_pickle=False)
+    except Exception as e:
+        raise InputError(f"{path}: cannot read inputs: {e}") from None
+    out = []
+    with data:
+        for p in module.entry.parameters:
+            n = p.parameter_number
+            key = f"p{n}" if f"p{n}" in data.files else p.name
+            if key not in data.files:
+                raise InputError(f"{path}: no array 'p{n}' (or '{p.name}') for parameter {n} (has: "
+                                 f"{', '.join(sorted(data.files)) or 'none'})")
+            want = dtypes.numpy_dtype(p.shape.element_type)
+            try:
+                arr = from_npz_dtype(_read_npz_member(data, key), want)
+            except (ValueError, OSError, EOFError) as e:
+                raise InputError(f"{path}: array '{key}' cannot be read: {e}") from None
+            if arr.dtype != want:
+                raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) is {arr.dtype}, the parameter "
+                                 f"{p.shape.element_type}")
+            out.append(arr)
+    return out
+
+
+def load_spmd_inputs(module: Module, plan: SpmdPlan, path: str | Path) -> list[list[Any]]:
+    """Per device, its entry arguments from ``--inputs``: a global ``.npz`` or a folder of per-partition ones.
+
+    Raises:
+        InputError: unreadable, missing or mis-shaped arrays (names the file and parameter).
+    """
+    path = Path(path)
+    if path.is_dir():
+        parts = []
+        for k in range(plan.num_partitions):
+            f = path / f"part{k}.inputs.npz"
+            if not f.exists():
+                raise InputError(f"{path}: no {f.name} for partition {k} of {plan.num_partitions}")
+            parts.append(load_inputs(module, f))
+        return [list(parts[plan.partition(d)]) for d in range(plan.devices)]
+    return split_inputs(module, plan, _read_global(module, path), str(path))
+
+
+def seeded_inputs(module: Module, plan: SpmdPlan, seed: int) -> list[list[Any]]:
+    """Seeded random shards: every device its own draw (seed + partition) of sharded parameters, the same
+    arrays for replicated ones (as a global array split would give)."""
+    from fusegen.runtime.inputs import make_inputs
+
+    shardings = param_shardings(module)
+    draws = [make_inputs(module, seed + k) for k in range(plan.num_partitions)]
+    return [[draws[plan.partition(d) if s.kind == "tiled" else 0][i] for i, s in enumerate(shardings)]
+            for d in range(plan.devices)]
+
+
+def load_expected_parts(module: Module, plan: SpmdPlan, path: str | Path) -> list[list[np.ndarray]]:
+    """Per partition, its shard of every output leaf from ``DIR/part{K}.expected.npz``.
+
+    Raises:
+        ValueError: a missing or unreadable file or array.
+    """
+    from fusegen.verify.verdict import load_expected
+
+    n = len(module.entry.root.shape.leaves())
+    out = []
+    for k in range(plan.num_partitions):
+        f = Path(path) / f"part{k}.expected.npz"
+        if not f.exists():
+            raise ValueError(f"--expected {path}: no {f.name} for partition {k} of {plan.num_partitions}")
+        out.append(load_expected(f, n))
+    return out
+
+
+def _from_shapes(local: tuple[int, ...], glob: tuple[int, ...], p: int) -> Sharding:
+    if len(local) != len(glob):
+        raise ShardingError(f"per-partition shape {list(local)} and global {list(glob)} differ in rank")
+    tiles = []
+    for lo, g in zip(local, glob):
+        t = -(-g // lo) if lo else 1
+        if (lo == 0 and g != 0) or (lo and -(-g // t) != lo):
+            raise ShardingError(f"global shape {list(glob)} is not a tiling of {list(local)}")
+        tiles.append(t)
+    t = int(np.prod(tiles, dtype=np.int64))
+    if t == 1:
+        return Sharding("replicated", "{replicated}")
+    if p % t:
+        raise ShardingError(f"global shape {list(glob)} needs {t} tiles of {list(local)}, not a divisor of {p} "
+                            "partitions")
+    dims = tiles + ([p // t] if p // t > 1 else [])
+    text = "{devices=[" + ",".join(map(str, dims)) + f"]<=[{p}]" + (" last_tile_dim_replicate}" if p // t > 1 else "}")
+    return Sharding("tiled", text, tiles=iota_devices(dims), data_rank=len(tiles))
+
+
+def output_shardings(module: Module, plan: SpmdPlan, per_device: list[list[np.ndarray]],
+                     expected: list[np.ndarray] | None) -> list[Sharding]:
+    """Each output leaf's sharding (see the module docstring for the order of the sources).
+
+    Raises:
+        ShardingError: a root sharding that does not parse, or an expected array that is no tiling of the
+            per-partition output.
+    """
+    p = plan.num_partitions
+    root = module.entry.root
+    n = len(per_device[0])
+    text = root.attrs.get("sharding")
+    if text:
+        s = parse_sharding(text)
+        return [s.leaf(i) if s.kind == "tuple" else s for i in range(n)]
+    params = [(tuple(q.shape.dimensions), s) for q, s in zip(module.entry.parameters, param_shardings(module))
+              if not q.shape.is_tuple and s.kind == "tiled"]
+    out = []
+    for i in range(n):
+        local = tuple(np.asarray(per_device[0][i]).shape)
+        if expected is not None:
+            try:
+                out.append(_from_shapes(local, tuple(np.asarray(expected[i]).shape), p))
+            except ShardingError as e:
+                raise ShardingError(f"output o{i}: {e}") from None
+            continue
+        first = np.asarray(per_device[0][i])
+        if all(np.array_equal(np.asarray(per_device[d][i]), first, equal_nan=first.dtype.kind in "fc")
+               for d in range(p)):
+            out.append(Sharding("replicated", "{replicated}"))
+            continue
+        like = next((s for dims, s in params if dims == local), None)
+        if like is None:
+            dims = [p] + [1] * (len(local) - 1) if local else [1]
+            like = _from_shapes(local, tuple(a * b for a, b in zip(local, dims)), p) if local else \
+                Sharding("replicated", "{replicated}")
+        out.append(like)
+    return out
+
+
+def assemble_leaves(shardings: list[Sharding], plan: SpmdPlan, per_device: list[list[np.ndarray]],
+                    expected: list[np.ndarray] | None) -> list[np.ndarray]:
+    """The global output leaves from every device's (replica 0's partitions'), cropped to ``expected``'s
+    shapes where given."""
+    out = []
+    for i, s in enumerate(shardings):
+        shards = [np.asarray(per_device[k][i]) for k in range(plan.num_partitions)]
+        dims = tuple(np.asarray(expected[i]).shape) if expected is not None else None
+        out.append(s.assemble(shards, dims if s.kind == "tiled" else None))
+    return out
+
+
+def split_leaves(shardings: list[Sharding], plan: SpmdPlan, arrays: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """Per device, its shard of every global output leaf (the expected answer per device)."""
+    return [[s.shard(np.asarray(a), plan.partition(d)) for s, a in zip(shardings, arrays)]
+            for d in range(plan.devices)]
