@@ -72,3 +72,25 @@ def test_global_inputs_of_the_wrong_shape_are_bad_input(tmp_path):
     res, _ = _run([SPMD / "ring_ppermute.h200x2_opt.hlo", "--inputs", bad])
     assert res.exit_code == 2
     assert "one partition's shard" in res.output and "%param.1" in res.output
+
+
+def test_explain_lists_partitions_and_collectives():
+    res = CliRunner().invoke(cli, ["explain", str(SPMD / "tp_mlp_seqpar.h200x2_opt.hlo"), "--json"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["num_partitions"] == 2
+    rows = {c["opcode"]: c for c in doc["collectives"]}
+    # x[32,128] f32 shard gathered; the [64,128] f32 partial product scattered
+    assert rows["all-gather-start"]["bytes_per_partition"] == 32 * 128 * 4
+    assert rows["reduce-scatter-start"]["bytes_per_partition"] == 64 * 128 * 4
+    assert rows["all-gather-start"]["groups"] == [[0, 1]] and rows["all-gather-start"]["channel_id"] == 1
+    text = CliRunner().invoke(cli, ["explain", str(SPMD / "tp_mlp_seqpar.h200x2_opt.hlo")]).output
+    assert "num_partitions=2" in text and "%reduce-scatter-start reduce-scatter-start" in text
+
+
+def test_report_run_runs_both_partitions(tmp_path):
+    res = CliRunner().invoke(cli, ["report", str(SPMD / "sum_reduce_scatter.h200x2_opt.hlo"), "--run", "--no-compile",
+                                   "-o", str(tmp_path / "r.html"), "--json-data", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["modules"][0]["status"] == "ok"

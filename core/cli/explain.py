@@ -9,6 +9,7 @@ import click
 
 from fusegen.cli.common import device_option, fail, get_device_or_fail, internal_error, load_modules, prepare_modules
 from fusegen.cli.config import config_options, resolve_config
+from fusegen.cli.run_spmd import explain_devices
 
 
 @click.command()
@@ -74,6 +75,7 @@ def explain(module_path, fusion_name, show_indexing, device_name, config_path, x
                     d["indexing"] = indexing
             out["fusions"].append(d)
         out["library_calls"] = calls
+        out.update(explain_devices(modules[0])[0])  # num_partitions, replica_count, collectives
         click.echo(json.dumps(out, indent=2))
         return
     from rich.console import Console
@@ -88,6 +90,9 @@ def explain(module_path, fusion_name, show_indexing, device_name, config_path, x
     console.print(t)
     for c in calls:
         console.print(f"library call %{c['name']}: custom-call {c['target']} on backend {c['backend']}", markup=False)
+    for m in modules:
+        for line in explain_devices(m)[1]:
+            console.print(line, markup=False)
     if fusion_name:
         for inst, (emitted, rep) in rows:
             if inst.name == fusion_name.lstrip("%"):

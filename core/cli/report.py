@@ -23,6 +23,7 @@ import click
 from fusegen.cli.common import (EXIT_MISMATCH, check_writable, device_option, fail, get_device_or_fail,
                                 internal_error, limit_options, load_modules, prepare_modules, resolve_limits)
 from fusegen.cli.config import config_options, resolve_config
+from fusegen.cli.run_spmd import is_multi_device, run_partitioned
 
 
 def _run_modules(modules, device, seed, compile_kernels, module_path, limits, verify):
@@ -39,6 +40,10 @@ def _run_modules(modules, device, seed, compile_kernels, module_path, limits, ve
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     reports = []
     for module in modules:
+        if is_multi_device(module):  # every partition x replica, as `fusegen run` does
+            reports.append(run_partitioned(module, module_path, None, None, seed, device, limits, verify,
+                                           compile_kernels, None, 1)[1])
+            continue
         try:
             check_module(module, limits)
             _, rep = run_module(module, make_inputs(module, seed), device, compile_kernels=compile_kernels,

@@ -81,3 +81,33 @@ def run_partitioned(module: Any, module_path: str, inputs_path: str | None, expe
     except Exception as e:  # never a bare traceback
         internal_error(f"{module_path}: module {module.name} ({plan.devices} devices)", e)
     return out, report
+
+
+def explain_devices(module: Any) -> tuple[dict, list[str]]:
+    """``explain``'s part for a module's devices: ``({"num_partitions", "replica_count", "collectives": [...],
+    "multi_device_refusal"?}, lines)``; the lines are empty for a module of one device without collectives."""
+    from fusegen.evaluator.collectives import MultiDeviceUnsupported
+    from fusegen.hlo.sharding import ShardingError, device_counts
+    from fusegen.runtime.spmd_plan import plan_spmd
+
+    try:
+        p, r = device_counts(module)
+    except ShardingError as e:
+        fail(f"{module.filename}: {e}")
+    doc: dict = {"num_partitions": p, "replica_count": r, "collectives": []}
+    try:
+        plan = plan_spmd(module)
+    except MultiDeviceUnsupported as e:
+        if p * r == 1:
+            return doc, []
+        doc["multi_device_refusal"] = str(e)
+        return doc, [f"devices: num_partitions={p}, replica_count={r}; `run` refuses it (exit 4): {e}"]
+    doc["collectives"] = [c.to_json() for c in plan.collectives.values()]
+    if p * r == 1 and not plan.collectives:
+        return doc, []
+    lines = [f"devices: num_partitions={p}, replica_count={r}; {len(plan.collectives)} collective(s)"]
+    for c in plan.collectives.values():
+        lines.append(f"  %{c.name} {c.opcode} ({c.mode.replace('_', ' ')}) groups={[list(g) for g in c.groups]} "
+                     f"channel_id={c.channel_id} moves {c.bytes_per_partition} B per partition"
+                     + (f" pairs={[list(q) for q in c.pairs]}" if c.pairs else ""))
+    return doc, lines
