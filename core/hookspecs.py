@@ -119,3 +119,22 @@ def fusegen_conformance_capabilities():
         * ``"corpus"`` (list[str]): glob patterns under the corpus root of HLO files a backend plugin's
           codegen/execution backends are checked on.
     """
+
+
+# -- conformance generators (asked only by the conformance suite, of the plugin under test) -----------
+@hookspec
+def fusegen_conformance_generators():
+    """Contribute hypothesis fusion generators for the plugin's own kinds to the conformance suite.
+
+    Called only by the conformance suite, and only on the plugin under test (other plugins' answers are
+    ignored). For each declared kind ``K`` the suite uses the generator the ``generators`` capability names
+    for ``K``, else this hook's generator named ``K``, else the suite's default for ``K``
+    (:mod:`fusegen.conformance.generators`); a name this hook returns shadows a built-in generator of the
+    same name for this plugin only.
+
+    Returns:
+        dict[str, Callable[[tuple[str, ...]], hypothesis.strategies.SearchStrategy[str]]]: generator name
+        -> ``make(dtypes)``; ``dtypes`` are the plugin's declared element types, and the strategy draws the
+        text of an HLO module whose entry root is one fusion meant to dispatch to the kind
+        (``fusegen.conformance.generators.fusion_module`` writes that module around a fused body).
+    """

@@ -20,6 +20,12 @@ Options:
         pattern (repeatable; beats the plugin's declared ``tolerances``).
     ``--fusegen-max-corpus N`` (8), ``--fusegen-max-examples N`` (10), ``--fusegen-device NAME`` (h200: the
         device whose launch limits apply).
+    ``--fusegen-max-elements N`` (131072): corpus fusions / instructions with more operand + output elements
+        are not run; ``--fusegen-max-codegen-elements N`` (32768): the same for codegen backends;
+        ``--fusegen-max-matcher-fusions N`` (0, all): corpus fusions every matcher is asked about. What a
+        limit leaves out is counted in the skip reasons and the report's ``corpus`` section.
+
+The corpus is the shared one plus every ``$FUSEGEN_CORPUS`` directory (:mod:`fusegen.conformance.corpus`).
 """
 
 from __future__ import annotations
@@ -58,6 +64,13 @@ def pytest_addoption(parser: Any) -> None:
                 help="Hypothesis examples per generated kind (default 10).")
     g.addoption("--fusegen-device", default="h200", metavar="NAME",
                 help="Device preset whose launch limits apply (default h200).")
+    g.addoption("--fusegen-max-elements", type=int, default=None, metavar="N",
+                help="Corpus fusions / instructions with more operand + output elements are not run "
+                     "(default 131072); the skip reasons count them.")
+    g.addoption("--fusegen-max-codegen-elements", type=int, default=None, metavar="N",
+                help="The same limit for codegen-backend checks (default 32768).")
+    g.addoption("--fusegen-max-matcher-fusions", type=int, default=0, metavar="N",
+                help="Corpus fusions each kind matcher is asked about (default 0: all of them).")
 
 
 def parse_tolerance(spec: str) -> tuple[str, dict[str, float]]:
@@ -103,6 +116,7 @@ class _State:
     """The plugin under test and the suite's settings for one pytest session."""
 
     def __init__(self, config: Any):
+        from fusegen.conformance import corpus
         from fusegen.conformance.target import CapabilityError, PluginNotFound, Target, available_devices
         from fusegen.device import get_device
         from fusegen.plugin_manager import PluginError
@@ -121,6 +135,15 @@ class _State:
         self.max_corpus = max(0, int(opt.fusegen_max_corpus))
         self.max_examples = max(1, int(opt.fusegen_max_examples))
         self.max_compiles = 3
+        self.max_elements = corpus.MAX_ELEMENTS if opt.fusegen_max_elements is None else max(0, opt.fusegen_max_elements)
+        self.max_codegen_elements = (corpus.MAX_CODEGEN_ELEMENTS if opt.fusegen_max_codegen_elements is None
+                                     else max(0, opt.fusegen_max_codegen_elements))
+        self.max_matcher_fusions = max(0, int(opt.fusegen_max_matcher_fusions or 0))
+        try:
+            self.corpus_roots = corpus.corpus_roots()
+        except corpus.CorpusError as e:
+            raise ConformanceUsageError(f"fusegen.conformance: {e}") from None
+        self.dropped: dict = {}
         self.tolerance_overrides = dict(parse_tolerance(s) for s in opt.fusegen_tolerance)
         self.xfail_path = opt.fusegen_xfail
         self.xfail_ids = read_xfail_file(opt.fusegen_xfail) if opt.fusegen_xfail else []
@@ -141,131 +164,10 @@ class _State:
     # -- parametrisation ---------------------------------------------------------------------------
     def params_for(self, test_name: str) -> list:
         if self._params is None:
-            self._params = self._build_params()
+            from fusegen.conformance.params import build_params
+
+            self._params = build_params(self)
         return self._params.get(test_name, [pytest.param(None, id="all")])
-
-    def _build_params(self) -> dict[str, list]:
-        from fusegen.conformance import corpus, generators
-
-        t = self.target
-        root = corpus.corpus_root()
-        no_corpus = ("shared corpus not found (set FUSEGEN_CORPUS, or keep ../shared/corpus next to the fusegen "
-                     "checkout)")
-        p: dict[str, list] = {}
-
-        # emitter checks over corpus fusions
-        fusions = []
-        if not t.factories:
-            self.skip_reasons["corpus"] = f"plugin {t.name!r} registers no emitter factory"
-        elif root is None:
-            self.skip_reasons["corpus"] = no_corpus
-        else:
-            fusions = corpus.fusions_served_by(t, root, self.max_corpus)
-            if not fusions:
-                self.skip_reasons["corpus"] = f"no corpus fusion is served by plugin {t.name!r}'s emitters"
-        fparams = [pytest.param(f, id=f.test_id) for f in fusions]
-        for n in ("test_corpus_output", "test_compiles_sm90", "test_launch_within_limits", "test_deterministic_source"):
-            p[n] = fparams
-
-        # matcher checks over INDEX rows
-        kinds = set(t.capabilities.kinds)
-        rows_mine, rows_other = [], []
-        if not t.matchers:
-            self.skip_reasons["matcher"] = f"plugin {t.name!r} registers no kind matcher"
-        elif root is None:
-            self.skip_reasons["matcher"] = no_corpus
-        else:
-            cases = root / "xla" / "cases"
-            for file, expected, _note in corpus.index_rows(root):
-                k = corpus.expected_kind(expected)
-                if not k.startswith("k") or not (cases / file).exists():
-                    continue
-                (rows_mine if k in kinds else rows_other).append((cases / file, k))
-            if not rows_mine:
-                self.skip_reasons["matcher"] = f"no corpus case is labelled {sorted(kinds)}"
-        p["test_matcher_claims_corpus"] = [pytest.param(r, id=r[0].stem) for r in rows_mine]
-        p["test_matcher_claims_nothing_else"] = [pytest.param(rows_other, id="other-kinds")] if rows_mine else []
-
-        # generated fusions per declared kind
-        gparams = []
-        for kind in t.capabilities.kinds:
-            g = generators.generator_for(kind, t.capabilities.generators)
-            if g is None or g not in generators.GENERATORS:
-                gparams.append(pytest.param(None, id=kind, marks=pytest.mark.skip(
-                    reason=f"the suite has no fusion generator for {kind}" + (f" (declared {g!r})" if g else ""))))
-            else:
-                gparams.append(pytest.param((kind, g), id=kind))
-        if not t.capabilities.kinds:
-            self.skip_reasons["generated"] = f"plugin {t.name!r} declares no fusion kinds"
-        p["test_generated_output"] = gparams
-
-        # execution backends
-        p["test_execution_backend_declared"] = [pytest.param(b, id=b.name) for b in t.execution_backends]
-        if not t.execution_backends:
-            self.skip_reasons["execution"] = f"plugin {t.name!r} registers no execution backend"
-        eparams = []
-        limit = max(1, min(self.max_corpus, 4))
-        if t.execution_backends and root is not None and self._runs_here():
-            for b in t.execution_backends:
-                for loc in corpus.instructions_for_backend(root, t.capabilities.corpus, _exec_accept(b), limit):
-                    eparams.append(pytest.param((b, loc), id=f"{b.name}-{loc[0].stem}:{loc[2]}"))
-        if not eparams:
-            self.skip_reasons["execution-results"] = (
-                self.skip_reasons.get("execution") or (no_corpus if root is None else None)
-                or self._device_reason() or f"no corpus instruction in {list(t.capabilities.corpus)} is accepted by "
-                                              f"plugin {t.name!r}'s execution backends")
-        p["test_execution_backend_results"] = eparams
-
-        # codegen backends
-        p["test_codegen_backend_declared"] = [pytest.param(b, id=b.name) for b in t.codegen_backends]
-        if not t.codegen_backends:
-            self.skip_reasons["codegen-declared"] = f"plugin {t.name!r} registers no codegen backend"
-        cparams = []
-        if t.codegen_backends and root is not None and self._runs_here():
-            for b in t.codegen_backends:
-                for loc in corpus.instructions_for_backend(root, t.capabilities.corpus, _codegen_accept(b),
-                                                           max(1, min(self.max_corpus, 2))):
-                    cparams.append(pytest.param((b, loc), id=f"{b.name}-{loc[0].stem}:{loc[2]}"))
-        if not cparams:
-            self.skip_reasons["codegen"] = (
-                self.skip_reasons.get("codegen-declared") or (no_corpus if root is None else None)
-                or self._device_reason() or f"no corpus instruction in {list(t.capabilities.corpus)} has supported "
-                                              f"configs of plugin {t.name!r}'s codegen backends")
-        for n in ("test_supported_configs", "test_scratch_bytes", "test_compile_apply_roundtrip",
-                  "test_codegen_results_within_tolerance"):
-            p[n] = cparams
-        return p
-
-    def _runs_here(self) -> bool:
-        return bool(set(self.target.capabilities.devices) & set(self.available))
-
-    def _device_reason(self) -> str | None:
-        if self._runs_here():
-            return None
-        return (f"plugin {self.plugin_name!r} declares devices {', '.join(self.target.capabilities.devices)}; "
-                f"this machine offers {', '.join(self.available)}")
-
-
-def _exec_accept(backend: Any):
-    from fusegen.conformance.corpus import MAX_ELEMENTS
-
-    def accept(inst: Any) -> bool:
-        if inst.opcode in ("parameter", "tuple", "get-tuple-element", "constant", "while", "conditional", "call"):
-            return False
-        n = sum(leaf.numel for leaf in inst.shape.leaves() if leaf.is_array)
-        return n <= MAX_ELEMENTS and bool(backend.can_execute(inst))
-
-    return accept
-
-
-def _codegen_accept(backend: Any):
-    from fusegen.conformance.corpus import MAX_ELEMENTS
-
-    def accept(inst: Any) -> bool:
-        n = sum(leaf.numel for leaf in inst.shape.leaves() if leaf.is_array)
-        return n <= MAX_ELEMENTS // 4 and bool(backend.get_supported_configs(inst))
-
-    return accept
 
 
 def get_state(config: Any) -> _State | None:
@@ -399,7 +301,11 @@ def build_report(config: Any) -> dict:
                    "outputs_checked_on": "cpu-interpreter (Triton interpreter)",
                    "compile_target": "sm_90", "host": platform.machine()},
         "options": {"max_corpus": st.max_corpus, "max_examples": st.max_examples,
+                    "max_elements": st.max_elements, "max_codegen_elements": st.max_codegen_elements,
+                    "max_matcher_fusions": st.max_matcher_fusions,
                     "tolerance_overrides": st.tolerance_overrides, "xfail_file": st.xfail_path},
+        "corpus": {"roots": [str(r) for r in st.corpus_roots],
+                   "left_out": {k: d.to_json() for k, d in st.dropped.items()}},
         "stale_xfail_ids": list(st.stale_xfails),
         "summary": summary,
         "duration_s": round(time.time() - config.stash.get(_T0, time.time()), 2),

@@ -1,8 +1,9 @@
-"""Finding the shared corpus and the corpus fusions / instructions a plugin serves.
+"""Finding the corpus and the corpus fusions / instructions a plugin serves.
 
-The corpus root is ``$FUSEGEN_CORPUS`` when set, else ``<repo>/../shared/corpus`` where ``<repo>`` is
-the checkout holding the ``fusegen`` package (an editable install); ``None`` when neither exists (the
-corpus checks then skip with the reason).
+The corpus is the shared one, ``<repo>/../shared/corpus`` where ``<repo>`` is the checkout holding the
+``fusegen`` package (an editable install), **plus** every directory listed in ``$FUSEGEN_CORPUS``
+(``os.pathsep``-separated: a plugin author's own HLO files, searched recursively for ``*.hlo``). With
+neither, the corpus checks skip with the reason.
 """
 
 from __future__ import annotations
@@ -16,16 +17,22 @@ from typing import Any, Iterator
 import attrs
 import numpy as np
 
-#: Fusions whose operands and outputs together exceed this many elements are not run in the
-#: interpreter (its cost is per element).
+#: Default of ``--fusegen-max-elements``: fusions / instructions whose operands and outputs together
+#: exceed this many elements are not run in the interpreter (its cost is per element).
 MAX_ELEMENTS = 1 << 17
+#: Default of ``--fusegen-max-codegen-elements``: the same limit for codegen-backend checks (each runs
+#: several configs).
+MAX_CODEGEN_ELEMENTS = MAX_ELEMENTS // 4
+#: The shared corpus's directories the suite searches (a ``$FUSEGEN_CORPUS`` directory: all ``**/*.hlo``).
+SHARED_PATTERNS = ("xla/cases/*.hlo", "jax/*.hlo", "xla/modules/*.hlo", "bugs/*.hlo")
 
 
-def corpus_root() -> Path | None:
-    env = os.environ.get("FUSEGEN_CORPUS")
-    if env:
-        p = Path(env)
-        return p if p.is_dir() else None
+class CorpusError(ValueError):
+    """``$FUSEGEN_CORPUS`` names something that is not a directory."""
+
+
+def shared_corpus_root() -> Path | None:
+    """``<repo>/../shared/corpus`` beside the checkout holding ``fusegen``, or None when absent."""
     import fusegen
 
     repo = Path(fusegen.__file__).resolve().parents[1]
@@ -33,9 +40,52 @@ def corpus_root() -> Path | None:
     return p if p.is_dir() else None
 
 
+def corpus_roots(env: dict | None = None) -> list[Path]:
+    """The shared corpus (when present) followed by the ``$FUSEGEN_CORPUS`` directories, each once.
+
+    Raises:
+        CorpusError: a ``$FUSEGEN_CORPUS`` entry is not a directory (named in the message).
+    """
+    env = os.environ if env is None else env
+    out: list[Path] = []
+    shared = shared_corpus_root()
+    if shared is not None:
+        out.append(shared)
+    for part in (env.get("FUSEGEN_CORPUS") or "").split(os.pathsep):
+        if not part.strip():
+            continue
+        p = Path(part).expanduser()
+        if not p.is_dir():
+            raise CorpusError(f"FUSEGEN_CORPUS entry {part!r} is not a directory")
+        if all(p.resolve() != q.resolve() for q in out):
+            out.append(p)
+    return out
+
+
+def corpus_root() -> Path | None:
+    """The first corpus root (see :func:`corpus_roots`), None without any; kept for older callers."""
+    try:
+        roots = corpus_roots()
+    except CorpusError:
+        return None
+    return roots[0] if roots else None
+
+
+def corpus_files(roots: list[Path], patterns: tuple[str, ...] = ()) -> list[Path]:
+    """HLO files of every root: ``patterns`` (relative to each root) when given; else the shared corpus's
+    :data:`SHARED_PATTERNS` and every ``**/*.hlo`` of the other roots. Sorted per root, each file once."""
+    shared = shared_corpus_root()
+    out: list[Path] = []
+    for root in roots:
+        pats = patterns or (SHARED_PATTERNS if shared is not None and root.resolve() == shared.resolve()
+                            else ("**/*.hlo",))
+        out.extend(hlo_files(root, pats))
+    return list(dict.fromkeys(out))
+
+
 def hlo_files(root: Path, patterns: tuple[str, ...] = ()) -> list[Path]:
     """HLO files under ``root`` matching ``patterns`` (default: xla/cases, jax, xla/modules), sorted."""
-    pats = patterns or ("xla/cases/*.hlo", "jax/*.hlo", "xla/modules/*.hlo", "bugs/*.hlo")
+    pats = patterns or SHARED_PATTERNS
     out: list[Path] = []
     for pat in pats:
         out.extend(sorted(root.glob(pat)))
@@ -105,38 +155,81 @@ def _elements(inst: Any) -> int:
     return n
 
 
-def fusions_served_by(target: Any, root: Path, limit: int) -> list[CorpusFusion]:
+@attrs.define
+class Dropped:
+    """What a corpus search left out, for the skip reasons and the report.
+
+    Attributes:
+        over_limit: items the plugin serves / accepts that are larger than the element limit.
+        smallest_over: element count of the smallest of them (0 when none).
+        limit: the element limit applied.
+        option: the suite option setting it.
+    """
+
+    limit: int
+    option: str
+    over_limit: int = 0
+    smallest_over: int = 0
+
+    def add(self, size: int) -> None:
+        self.over_limit += 1
+        self.smallest_over = size if not self.smallest_over else min(self.smallest_over, size)
+
+    def reason(self) -> str:
+        """``""`` when nothing was dropped, else a clause naming the count, the limit and its option."""
+        if not self.over_limit:
+            return ""
+        return (f"{self.over_limit} more above {self.option} {self.limit} elements (smallest {self.smallest_over}; "
+                f"raise {self.option} to check them)")
+
+    def to_json(self) -> dict:
+        return {"limit": self.limit, "option": self.option, "over_limit": self.over_limit,
+                "smallest_over": self.smallest_over}
+
+
+def all_fusions(roots: list[Path]) -> Iterator[tuple[Path, int, Any]]:
+    """``(file, module index, fusion instruction)`` of every fusion of the corpus (:func:`corpus_files`)."""
+    for path in corpus_files(roots):
+        for mi, module in enumerate(parse_file(path)):
+            for inst in _fusions(module):
+                yield path, mi, inst
+
+
+def fusions_served_by(target: Any, roots: "list[Path] | Path", limit: int, max_elements: int = MAX_ELEMENTS,
+                      dropped: Dropped | None = None) -> list[CorpusFusion]:
     """Up to ``limit`` corpus fusions whose emitter comes from ``target``'s factories, spread over the corpus
-    (small ones only, see :data:`MAX_ELEMENTS`), in a stable order."""
+    (at most ``max_elements`` operand + output elements; larger ones are counted in ``dropped``), in a stable
+    order."""
     from fusegen.analysis.fusion_analysis import FusionAnalysis
     from fusegen.codegen.emitter import EmitterUnsupported
     from fusegen.dispatch import get_emitter_fusion_kind, get_fusion_emitter
 
+    roots = [roots] if isinstance(roots, Path) else roots
     names = {f.name for f in target.factories}
     found: list[CorpusFusion] = []
-    for path in hlo_files(root):
-        for mi, module in enumerate(parse_file(path)):
-            for inst in _fusions(module):
-                try:
-                    size = _elements(inst)
-                    if size > MAX_ELEMENTS:
-                        continue
-                    a = FusionAnalysis.create(inst, device_for(path))
-                    kind = get_emitter_fusion_kind(a, target.pm).kind
-                    if kind not in target.capabilities.kinds and not any(f.kind == kind for f in target.factories):
-                        continue
-                    em, fac = get_fusion_emitter(a, kind, target.pm)
-                except Exception:
-                    continue  # fusions fusegen cannot analyse are the analysis tests' business
-                if fac is None or fac.plugin != target.name or fac.name not in names:
-                    continue
-                try:
-                    em.emit()
-                except EmitterUnsupported:
-                    continue  # a documented decline: the fusion runs on an execution backend
-                except Exception:
-                    pass  # anything else is the plugin's failure, reported by the tests
-                found.append(CorpusFusion(path, mi, inst.name, kind, fac.name, size))
+    for path, mi, inst in all_fusions(roots):
+        try:
+            size = _elements(inst)
+            a = FusionAnalysis.create(inst, device_for(path))
+            kind = get_emitter_fusion_kind(a, target.pm).kind
+            if kind not in target.capabilities.kinds and not any(f.kind == kind for f in target.factories):
+                continue
+            em, fac = get_fusion_emitter(a, kind, target.pm)
+        except Exception:
+            continue  # fusions fusegen cannot analyse are the analysis tests' business
+        if fac is None or fac.plugin != target.name or fac.name not in names:
+            continue
+        if size > max_elements:
+            if dropped is not None:
+                dropped.add(size)
+            continue
+        try:
+            em.emit()
+        except EmitterUnsupported:
+            continue  # a documented decline: the fusion runs on an execution backend
+        except Exception:
+            pass  # anything else is the plugin's failure, reported by the tests
+        found.append(CorpusFusion(path, mi, inst.name, kind, fac.name, size))
     if len(found) <= limit:
         return found
     step = len(found) / limit
@@ -198,11 +291,15 @@ def expected_kind(expected: str) -> str:
     return expected.split()[0].rstrip(";") if expected.strip() else ""
 
 
-def instructions_for_backend(root: Path, patterns: tuple[str, ...], accept, limit: int) -> list[tuple[Path, int, str]]:
+def instructions_for_backend(roots: "list[Path] | Path", patterns: tuple[str, ...], accept, limit: int,
+                             max_elements: int | None = None, dropped: Dropped | None = None
+                             ) -> list[tuple[Path, int, str]]:
     """The ``limit`` smallest ``(file, module index, instruction name)`` in files matching ``patterns`` for which
-    ``accept(instruction)`` is true (ties in file order)."""
+    ``accept(instruction)`` is true (ties in file order). Accepted instructions above ``max_elements``
+    operand + output elements are left out and counted in ``dropped``."""
+    roots = [roots] if isinstance(roots, Path) else roots
     found: list[tuple[int, int, tuple[Path, int, str]]] = []
-    for path in hlo_files(root, patterns):
+    for path in corpus_files(roots, patterns):
         for mi, module in enumerate(parse_file(path)):
             for comp in module.computations:
                 for inst in comp.instructions:
@@ -210,8 +307,14 @@ def instructions_for_backend(root: Path, patterns: tuple[str, ...], accept, limi
                         ok = accept(inst)
                     except Exception:
                         ok = False
-                    if ok:
-                        found.append((_elements(inst), len(found), (path, mi, inst.name)))
+                    if not ok:
+                        continue
+                    n = _elements(inst)
+                    if max_elements is not None and n > max_elements:
+                        if dropped is not None:
+                            dropped.add(n)
+                        continue
+                    found.append((n, len(found), (path, mi, inst.name)))
     return [loc for _n, _k, loc in sorted(found)[:limit]]
 
 

@@ -37,14 +37,23 @@ DEFAULT_FOR_KIND = {
 
 
 def _shape(et: str, dims) -> str:
+    """``f32[2,3]``: an HLO shape text."""
     return f"{et}[{','.join(map(str, dims))}]"
 
 
-def _module(body: str, params: list[str], root_shape: str, kind: str = "kLoop", extra: str = "") -> str:
+def fusion_module(body: str, params: list[str], root_shape: str, kind: str = "kLoop", extra: str = "") -> str:
+    """HLO text of a module whose entry root is one fusion: ``params`` are the parameter shapes (``p0``,
+    ``p1``, ... in the fused computation and the entry), ``body`` the fused computation's lines after the
+    parameters (one of them ``ROOT``), ``root_shape`` the fusion's shape, ``kind`` its ``kind=`` attribute,
+    ``extra`` computations placed before it (reducers, comparators). For plugin generators
+    (``fusegen_conformance_generators``)."""
     ps = "\n".join(f"  p{k} = {s} parameter({k})" for k, s in enumerate(params))
     args = ", ".join(f"p{k}" for k in range(len(params)))
     return (f"HloModule generated\n{extra}\nfused {{\n{ps}\n{body}\n}}\n"
             f"ENTRY e {{\n{ps}\n  ROOT f = {root_shape} fusion({args}), kind={kind}, calls=fused\n}}\n")
+
+
+_module = fusion_module
 
 
 def _pick_dtype(draw, dtypes: tuple[str, ...], allowed: tuple[str, ...]) -> str:
@@ -213,6 +222,6 @@ GENERATORS: dict[str, Callable] = {
 }
 
 
-def generator_for(kind: str, declared: dict[str, str]) -> str | None:
+def generator_for(kind: str, declared: dict[str, str]) -> str | None:  # kept for callers; see Target.generator_for
     """The generator name for ``kind``: the plugin's declaration, else the kind's default, else None."""
     return declared.get(kind) or DEFAULT_FOR_KIND.get(kind)

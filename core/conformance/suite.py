@@ -97,6 +97,55 @@ def test_factory_kinds(st: Any, case: Any) -> None:
                                                f"a callable")
 
 
+def _known_kinds(t: Any) -> set[str]:
+    """Kinds an answer may name: XLA's, the plugin's declared ones, and those any installed factory serves."""
+    from fusegen.kinds import EMITTER_FUSION_KINDS
+
+    return set(EMITTER_FUSION_KINDS) | set(t.capabilities.kinds) | {f.kind for f in t.pm.emitter_factories()}
+
+
+def test_matcher_answers_over_corpus(st: Any, case: Any) -> None:
+    """Every kind matcher of the plugin, asked about every corpus fusion (``--fusegen-max-matcher-fusions``),
+    answers ``None`` or a known kind name (XLA's, a declared one, or one an installed factory serves) and never
+    raises."""
+    _need(st, case, "matcher-answers")
+    from fusegen.analysis.fusion_analysis import FusionAnalysis
+
+    t = st.target
+    known = _known_kinds(t)
+    asked = 0
+    raised: dict[str, list[str]] = {}
+    wrong: dict[str, list[str]] = {}
+    for path, _mi, inst in corpus.all_fusions(case):
+        if st.max_matcher_fusions and asked >= st.max_matcher_fusions:
+            break
+        try:
+            analysis = FusionAnalysis.create(inst, corpus.device_for(path))
+        except Exception:
+            continue  # fusions fusegen cannot analyse are the analysis tests' business
+        asked += 1
+        for m in t.matchers:
+            where = f"%{inst.name} ({path.name})"
+            try:  # as dispatch calls it (the plugin manager hands over what it hands over)
+                ans = t.pm.call_plugin(m.plugin, f"kind matcher {m.name!r}", m.match, analysis)
+            except Exception as e:
+                cause = e.__cause__ or e
+                raised.setdefault(m.name, []).append(f"{where}: {type(cause).__name__}: {cause}")
+                continue
+            if ans is not None and (not isinstance(ans, str) or ans not in known):
+                wrong.setdefault(m.name, []).append(f"{where}: {ans!r}")
+    problems = []
+    for name, lines in raised.items():
+        problems.append(f"kind matcher {name!r} raised on {len(lines)} of {asked} corpus fusions, first {lines[0]}")
+    for name, lines in wrong.items():
+        problems.append(f"kind matcher {name!r} answered something that is not a kind on {len(lines)} of {asked} "
+                        f"corpus fusions, first {lines[0]} (known kinds: {', '.join(sorted(known))})")
+    if problems:
+        raise CheckFailed("matcher-answers", f"plugin {t.name!r}: " + "; ".join(problems))
+    if not asked:
+        pytest.skip("no corpus fusion could be analysed")
+
+
 def test_matcher_claims_corpus(st: Any, case: Any) -> None:
     """A corpus case labelled with one of the plugin's kinds dispatches to it, decided by the plugin's matcher."""
     _need(st, case, "matcher")
@@ -183,6 +232,7 @@ def test_generated_output(st: Any, case: Any, request: Any) -> None:
     _need(st, case, "generated")
     st.require_device("cpu-interpreter")
     from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis.errors import Unsatisfiable
 
     from fusegen.analysis.fusion_analysis import FusionAnalysis
     from fusegen.codegen.emitter import EmitterUnsupported
@@ -193,9 +243,11 @@ def test_generated_output(st: Any, case: Any, request: Any) -> None:
 
     kind, gen_name = case
     t = st.target
-    strategy = generators.GENERATORS[gen_name](tuple(t.capabilities.dtypes))
+    strategy = t.generator_for(kind)[1](tuple(t.capabilities.dtypes))
     tol = _tol(st, request)
     seen: list[int] = []
+    elsewhere: dict[str, int] = {}
+    declined: list[str] = []
 
     @settings(max_examples=st.max_examples, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
@@ -205,12 +257,18 @@ def test_generated_output(st: Any, case: Any, request: Any) -> None:
         fusion = module.entry.root
         analysis = FusionAnalysis.create(fusion, st.device)
         got = get_emitter_fusion_kind(analysis, t.pm).kind
+        if got != kind:
+            elsewhere[got] = elsewhere.get(got, 0) + 1
         assume(got == kind)
         _em, factory = get_fusion_emitter(analysis, got, t.pm)
+        if factory is None or factory.plugin != t.name:
+            by = f"{factory.plugin}:{factory.name}" if factory is not None else "no emitter"
+            elsewhere[f"{kind} ({by})"] = elsewhere.get(f"{kind} ({by})", 0) + 1
         assume(factory is not None and factory.plugin == t.name)
         try:
             _em.emit()
-        except EmitterUnsupported:
+        except EmitterUnsupported as e:
+            declined.append(str(e))
             assume(False)  # a documented decline, not a failure
         except Exception:
             pass  # reported below, naming the check
@@ -228,9 +286,20 @@ def test_generated_output(st: Any, case: Any, request: Any) -> None:
         except CheckFailed as e:
             raise CheckFailed(e.check, f"{str(e)[len(e.check) + 3:]}\ngenerated HLO:\n{text}") from None
 
-    run()
-    if not seen:
-        pytest.skip(f"no generated {gen_name} fusion dispatched to {kind} served by {t.name!r}")
+    try:
+        run()
+    except Unsatisfiable:
+        pass  # explained below
+    if seen:
+        return
+    if declined and not elsewhere:
+        pytest.skip(f"plugin {t.name!r}'s emitter declined every generated {gen_name} fusion (first: {declined[0]})")
+    went = ", ".join(f"{k} x{n}" for k, n in sorted(elsewhere.items())) or (
+        f"none drawn: the generator has nothing for dtypes {list(t.capabilities.dtypes)}")
+    raise CheckFailed("generator-reaches-kind",
+                      f"plugin {t.name!r}: no fusion generator {gen_name!r} drew dispatches to {kind} served by the "
+                      f"plugin (they went to: {went}); name a generator for {kind} in the 'generators' capability "
+                      f"or bring one through the fusegen_conformance_generators hook")
 
 
 # ---------------------------------------------------------------------------- backend plugins

@@ -155,6 +155,7 @@ class Target:
         self.execution_backends = [b for b in self.pm.execution_backends() if b.plugin == name]
         self.codegen_backends = self._codegen_backends()
         self.capabilities = self._capabilities()
+        self.generators = self._generators()
 
     def _codegen_backends(self) -> list:
         caller = getattr(self.pm.pm.hook, "fusegen_codegen_backends", None)
@@ -186,6 +187,34 @@ class Target:
             return parse_capabilities(self.name, BUILTIN_CAPABILITIES[self.name], "built-in table")
         kinds = tuple(dict.fromkeys(f.kind for f in self.factories))
         return Capabilities(kinds=kinds, source="inferred")
+
+    def _generators(self) -> dict[str, Any]:
+        """The plugin's ``fusegen_conformance_generators()`` answer, validated (``{}`` without the hook)."""
+        caller = getattr(self.pm.pm.hook, "fusegen_conformance_generators", None)
+        for impl in (caller.get_hookimpls() if caller is not None else []):
+            if impl.plugin_name != self.name:
+                continue
+            try:
+                raw = impl.function()
+            except Exception as e:
+                raise PluginError(self.name, "raised in fusegen_conformance_generators", e) from e
+            if not isinstance(raw, dict) or not all(isinstance(k, str) and k and callable(v) for k, v in raw.items()):
+                raise CapabilityError(f"plugin {self.name!r}: fusegen_conformance_generators() must return a dict "
+                                      f"of generator name -> make(dtypes), got {raw!r}")
+            return dict(raw)
+        return {}
+
+    def generator_for(self, kind: str) -> tuple[str | None, Any]:
+        """``(name, make)`` of the generator for ``kind``: the ``generators`` capability's name, else the
+        plugin's own generator named ``kind``, else the suite's default for ``kind``; ``make`` is the plugin's
+        generator of that name, else the suite's, else None (no such generator)."""
+        from fusegen.conformance.generators import DEFAULT_FOR_KIND, GENERATORS
+
+        name = self.capabilities.generators.get(kind) or (kind if kind in self.generators else None) \
+            or DEFAULT_FOR_KIND.get(kind)
+        if name is None:
+            return None, None
+        return name, self.generators.get(name) or GENERATORS.get(name)
 
     @property
     def is_emitter_plugin(self) -> bool:
