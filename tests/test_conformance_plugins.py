@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from plugin_venv import PluginVenv, write_project
+from venv_plugins import PluginVenv, write_project
 
 pytest_plugins = ["pytester"]
 

@@ -51,7 +51,7 @@ def build_wheel(src: Path, out_dir: Path) -> Path:
     lines = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     lines += [f"Requires-Dist: {d}" for d in project.get("dependencies", [])]
     files[f"{info}/METADATA"] = ("\n".join(lines) + "\n").encode()
-    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: tests/plugin_venv.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: tests/venv_plugins.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
     eps = project.get("entry-points", {})
     if eps:
         text = "".join(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in table.items()) + "\n" for g, table in eps.items())
