@@ -1,0 +1,164 @@
+"""Every plugin docs/plugins.md defines is a real package: each ``# file: X.py`` block with a ``@hookimpl`` is
+written out with the guide's ``pyproject.toml`` block for it, pip-installed into a venv, and passes the
+conformance suite there; the guide's commands (``fusegen run dense_relu.hlo``: the dot runs on
+``numpy_dot``; ``fusegen explain transpose.hlo --indexing``: the remap emitter's maps) print what the guide
+says (issue 19: the kit and the docs run in CI)."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from venv_plugins import PluginVenv
+
+REPO = Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "plugins.md"
+CORPUS = REPO.parent / "shared" / "corpus"
+needs_corpus = pytest.mark.skipif(not CORPUS.exists(), reason=f"shared corpus not found at {CORPUS}")
+BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
+
+
+def _blocks() -> list[tuple[str, str]]:
+    return BLOCK.findall(DOC.read_text())
+
+
+def _files() -> dict[str, str]:
+    """``# file: NAME`` (python) and ``// file: NAME`` (hlo) blocks by file name."""
+    out = {}
+    for lang, body in _blocks():
+        m = re.match(r"(?:#|//) file: (\S+)\n", body)
+        if m:
+            out[m.group(1)] = body
+    return out
+
+
+def plugin_blocks() -> dict[str, str]:
+    """Module name -> source of every python file block that defines a plugin (implements a hook)."""
+    return {name[:-3]: body for name, body in _files().items() if name.endswith(".py") and "@hookimpl" in body}
+
+
+def _pyprojects() -> dict[str, dict]:
+    """Module name -> the parsed ``pyproject.toml`` block whose ``py-modules`` lists it."""
+    out = {}
+    for lang, body in _blocks():
+        if lang != "toml" or "[project]" not in body:
+            continue
+        meta = tomllib.loads(body)
+        for m in meta.get("tool", {}).get("setuptools", {}).get("py-modules", []):
+            out[m] = {"text": body, "meta": meta}
+    return out
+
+
+def test_every_plugin_of_the_guide_has_a_pyproject_naming_its_entry_point():
+    blocks, projects = plugin_blocks(), _pyprojects()
+    assert {"fusegen_negate", "fusegen_numpy_dot", "fusegen_remap"} <= set(blocks)
+    for module in blocks:
+        assert module in projects, f"docs/plugins.md: plugin {module}.py has no pyproject.toml block listing it"
+        eps = projects[module]["meta"]["project"]["entry-points"]
+        assert module in {v for table in eps.values() for v in table.values()}, (module, eps)
+
+
+def _entry_points() -> list[tuple[str, str]]:
+    """``(module, entry-point name)`` of every guide plugin."""
+    projects = _pyprojects()
+    out = []
+    for module in sorted(plugin_blocks()):
+        eps = projects.get(module, {}).get("meta", {}).get("project", {}).get("entry-points", {})
+        out.extend((module, name) for table in eps.values() for name, v in table.items() if v == module)
+    return out
+
+
+@pytest.fixture(scope="module")
+def guide_venv(tmp_path_factory):
+    """A venv with every plugin of the guide pip-installed, and the guide's other files in ``files``."""
+    root = tmp_path_factory.mktemp("guide-plugins")
+    venv = PluginVenv(root / "venv")
+    projects = _pyprojects()
+    for module, body in plugin_blocks().items():
+        src = root / module
+        src.mkdir()
+        (src / f"{module}.py").write_text(body)
+        (src / "pyproject.toml").write_text(projects[module]["text"])
+        venv.install(src)
+    files = root / "files"
+    files.mkdir()
+    for name, body in _files().items():
+        if not name.endswith(".py"):
+            (files / name).write_text(body.split("\n", 1)[1] if body.startswith("//") else body)
+    venv.files = files
+    return venv
+
+
+@needs_corpus
+@pytest.mark.parametrize("module, plugin", _entry_points())
+def test_guide_plugin_installed_in_a_venv_passes_the_conformance_suite(guide_venv, tmp_path, module, plugin):
+    proc, data = guide_venv.conformance(plugin, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert data["plugin"]["distribution"] == module.replace("_", "-") and data["plugin"]["version"] == "0.1.0"
+    assert not [r for r in data["results"] if r["outcome"] in ("failed", "error")]
+    passed = {r["test"].split("[")[0] for r in data["results"] if r["outcome"] == "passed"}
+    want = {
+        "negate": {"test_generated_output", "test_compiles_sm90", "test_launch_within_limits", "test_corpus_output",
+                   "test_deterministic_source"},
+        "remap": {"test_generated_output", "test_compiles_sm90", "test_launch_within_limits",
+                  "test_deterministic_source"},
+        "numpy_dot": {"test_execution_backend_results", "test_supported_configs", "test_scratch_bytes",
+                      "test_compile_apply_roundtrip", "test_codegen_results_within_tolerance",
+                      "test_codegen_backend_declared"},
+    }.get(plugin, {"test_declares_capabilities"})
+    assert want <= passed, (want - passed, data["results"])
+
+
+def _fusegen(venv, *args, plugin: str):
+    # fusegen's own plugins and the one named: the other guide plugins must not change the answer
+    return venv.run("-m", "fusegen.cli", *args, cwd=venv.files,
+                    env={"FUSEGEN_AUTOLOAD_DISTRIBUTIONS": "fusegen", "FUSEGEN_LOAD_PLUGINS": plugin})
+
+
+def _sh_block_after(marker: str) -> list[str]:
+    text = DOC.read_text()
+    body = text[text.index(marker):]
+    return re.search(r"```sh\n(.*?)```", body, re.S).group(1).splitlines()
+
+
+def test_guide_backend_runs_the_dot_of_dense_relu(guide_venv):
+    proc = _fusegen(guide_venv, "run", "dense_relu.hlo", "--json", "--no-compile", plugin="numpy_dot")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    lines = _sh_block_after("// file: dense_relu.hlo")
+    assert lines[0].startswith("$ fusegen run dense_relu.hlo --json")
+    assert json.loads(lines[1]) == doc["non_fusion_instructions"] == [
+        {"name": "d", "opcode": "dot", "backend": "numpy_dot"}]
+    assert json.loads(lines[2]) == doc["status"] == "ok"
+    # without the plugin the host backend runs it: the column is the plugin's doing
+    plain = guide_venv.run("-m", "fusegen.cli", "run", "dense_relu.hlo", "--json", "--no-compile",
+                           cwd=guide_venv.files, env={"FUSEGEN_AUTOLOAD_DISTRIBUTIONS": "fusegen"})
+    assert json.loads(plain.stdout)["non_fusion_instructions"][0]["backend"] == "host"
+
+
+def test_guide_emitter_on_maps_explains_its_kernel_and_indexing_maps(guide_venv):
+    proc = _fusegen(guide_venv, "explain", "transpose.hlo", "--fusion", "f", "--indexing", plugin="remap")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    shown = [ln for ln in _sh_block_after("## 7. An emitter on indexing maps")[1:] if ln != "..."]
+    for ln in shown:
+        head = ln[:-len("domain: ...")] if ln.endswith("domain: ...") else ln
+        assert head in out, f"the guide shows {ln!r}; explain printed:\n{out}"
+    js = json.loads(_fusegen(guide_venv, "explain", "transpose.hlo", "--fusion", "f", "--indexing", "--json",
+                             plugin="remap").stdout)
+    (f,) = js["fusions"]
+    assert (f["emitter"], f["decided_by"]) == ("RemapFusion", "loop")
+    assert f["indexing"]["emitter"] == "RemapFusion"
+    assert f["launch_dimensions"] == {"grid": [1, 1, 1], "threads": [32, 1, 1], "shared_memory_bytes": 0}
+
+
+def test_guide_emitter_on_maps_is_under_80_lines_and_uses_the_kit():
+    body = plugin_blocks()["fusegen_remap"]
+    assert len(body.splitlines()) < 80
+    for name in ("kit.logical_index", "kit.apply_indexing_map", "kit.physical_offset", "kit.store_line",
+                 "kit.build_linear_kernel", "kit.LinearKernelIndexing", "gen.ctx.param"):
+        assert name in body, name
