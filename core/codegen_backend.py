@@ -140,6 +140,12 @@ class CodegenBackend(abc.ABC):
     rank: int = 500
     #: Compile in the tuning process (executables not picklable, or compile is trivially cheap).
     compiles_in_process: bool = False
+    #: The name of another plugin's codegen backend this one takes the place of (names are owned: a taken
+    #: name without it quarantines the plugin).
+    replaces: str | None = None
+    #: Set by fusegen before the autotuner asks the backend anything: the registering plugin's
+    #: :class:`fusegen.plugin_context.PluginContext` (device, settings); None in a compile worker.
+    context: Any = None
 
     def can_produce_wrong_results(self) -> bool:
         """Whether outputs of this backend are untrusted during correctness clustering.

@@ -33,14 +33,22 @@ class KindMatcher:
         rank: lower ranks are asked first. Built-ins: stamp 0, reduction 100, transpose 200,
             several roots 300, scatter 400, sort 500, concatenate 600, loop 1000 (unconditional).
             A third-party matcher slots in between two by picking a rank between theirs.
-        match: ``match(analysis) -> kind | None``; ``None`` passes to the next question.
+        match: ``match(analysis) -> kind | None``, or ``match(analysis, context)`` (a
+            :class:`fusegen.plugin_context.PluginContext`) when it takes a second argument; ``None`` passes
+            to the next question. An answer that is no kind a plugin declared (XLA's kinds, an emitter
+            factory's ``kind``, a matcher's ``kinds``) fails the fusion naming the plugin.
         plugin: name of the plugin that registered it (filled in by the plugin manager).
+        kinds: new kind names this matcher may answer that no emitter factory serves (rarely needed).
+        replaces: the name of another plugin's matcher this one takes the place of (names are owned:
+            registering a taken name without saying so quarantines the plugin).
     """
 
     name: str
     rank: int
-    match: Callable[["FusionAnalysis"], str | None]
+    match: Callable[..., str | None]
     plugin: str = ""
+    kinds: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    replaces: str | None = None
 
 
 @attrs.frozen
@@ -52,8 +60,11 @@ class EmitterFactory:
         kind: the fusion kind it serves (``kLoop``, ``kReduction``...).
         rank: factories of one kind are tried in ascending rank; XLA's loop arm is memcpy (10),
             in-place DUS (20), loop (100).
-        create: ``create(analysis, context) -> FusionEmitter | None``; ``None`` declines.
+        create: ``create(analysis, context) -> FusionEmitter | None`` (``context``: a
+            :class:`fusegen.plugin_context.PluginContext`); ``None`` declines; anything else that is not an
+            emitter fails the fusion naming the plugin.
         plugin: registering plugin name (filled in by the plugin manager).
+        replaces: the name of another plugin's factory this one takes the place of (e.g. ``"loop"``).
     """
 
     name: str
@@ -61,6 +72,7 @@ class EmitterFactory:
     rank: int
     create: Callable[["FusionAnalysis", Any], Any]
     plugin: str = ""
+    replaces: str | None = None
 
 
 @attrs.frozen
@@ -69,13 +81,21 @@ class HloPass:
 
     Attributes:
         name: the name used in pipelines (``gemm-fusion``, ``fusion``...).
-        run: ``run(module, options) -> changed: bool``; edits the module in place.
+        run: ``run(module, options) -> changed: bool``; edits the module in place. ``options`` is a
+            :class:`fusegen.passes.pipeline.PassOptions` (``.options``: this pass's
+            ``[pipeline.options.<name>]`` table; ``.context``: the plugin's
+            :class:`fusegen.plugin_context.PluginContext`).
         plugin: registering plugin name.
+        options: the keys ``[pipeline.options.<name>]`` may set (:class:`fusegen.config.options.ConfigOption`,
+            checked with file:line like a plugin's own keys); ``()``: the pass takes none.
+        replaces: the name of another plugin's pass this one takes the place of.
     """
 
     name: str
     run: Callable[["Module", Any], bool]
     plugin: str = ""
+    options: tuple = attrs.field(default=(), converter=tuple)
+    replaces: str | None = None
 
 
 @attrs.frozen
@@ -87,9 +107,11 @@ class ExecutionBackend:
         rank: lower ranks are asked first; the host backend ranks last (1000).
         can_execute: ``can_execute(instruction) -> bool``.
         execute: ``execute(instruction, operand_values, context) -> value`` (a numpy array, or a
-            tuple of values for tuple shapes).
+            tuple of values for tuple shapes; ``context``: a :class:`fusegen.plugin_context.PluginContext`
+            whose ``executor`` is the running executor).
         trusted: ``not CanProduceWrongResults()`` in XLA's terms.
         plugin: registering plugin name.
+        replaces: the name of another plugin's execution backend this one takes the place of.
     """
 
     name: str
@@ -98,3 +120,4 @@ class ExecutionBackend:
     execute: Callable[..., Any]
     trusted: bool = True
     plugin: str = ""
+    replaces: str | None = None

@@ -60,10 +60,11 @@ class _Raises:
         raise RuntimeError("boom")
 
 
-def test_a_plugin_that_raises_is_named():
+def test_a_plugin_that_raises_is_quarantined_by_name():
     pm = PluginManager(extra_plugins=[("exploding-plugin", _Raises())])
-    with pytest.raises(PluginError, match="plugin 'exploding-plugin' raised in fusegen_emitter_factories: RuntimeError: boom"):
-        pm.emitter_factories()
+    assert pm.broken["exploding-plugin"].reason == "raised in fusegen_emitter_factories: RuntimeError: boom"
+    assert "exploding-plugin" not in pm.infos
+    assert [f.name for f in pm.emitter_factories("kLoop")] == ["memcpy", "in_place_dus", "loop"]  # the rest loads
 
 
 class _Wrong:
@@ -72,10 +73,13 @@ class _Wrong:
         return ["not a factory"]
 
 
-def test_a_plugin_returning_the_wrong_type_is_named():
+def test_a_plugin_returning_the_wrong_type_is_quarantined_by_name():
     pm = PluginManager(extra_plugins=[("wrong-plugin", _Wrong())])
-    with pytest.raises(PluginError, match="wrong-plugin.*expected EmitterFactory"):
-        pm.emitter_factories()
+    assert pm.broken["wrong-plugin"].reason == "returned str from fusegen_emitter_factories, expected EmitterFactory"
+    (line,) = pm.quarantine_lines()
+    assert line.startswith("plugin 'wrong-plugin' (registered in-process; distribution ? ?) quarantined: returned str")
+    with pytest.raises(PluginError, match="plugin 'wrong-plugin' was refused: returned str"):
+        PluginManager().register(_Wrong(), "wrong-plugin")
 
 
 def test_call_plugin_wraps_exceptions_with_the_plugin_name():

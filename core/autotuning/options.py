@@ -160,33 +160,11 @@ def select_backends(backends: Sequence[CodegenBackend], spec: str) -> list[Codeg
 def discover_backends(pm: Any = None) -> list[CodegenBackend]:
     """Backends contributed through the ``fusegen_codegen_backends`` hook, sorted by ``rank`` (stable).
 
-    Same order as ``PluginManager.codegen_backends`` for equal ranks; a backend name registered by two
-    plugins is an error naming both.
-
-    Raises:
-        fusegen.plugin_manager.PluginError: a plugin raised or returned something that is not a
-            :class:`CodegenBackend`.
+    Same order as ``PluginManager.codegen_backends`` for equal ranks. Names are owned (a plugin taking
+    another's backend name without ``replaces`` is quarantined when it loads, so it is not among these);
+    each backend's ``context`` is its plugin's :class:`fusegen.plugin_context.PluginContext`.
     """
-    from fusegen.plugin_manager import PluginError, default_plugin_manager
+    from fusegen.plugin_manager import default_plugin_manager
 
     pm = pm or default_plugin_manager()
-    hook = getattr(pm.pm.hook, "fusegen_codegen_backends", None)
-    if hook is None:
-        return []
-    out: list[CodegenBackend] = []
-    owner: dict[str, str] = {}
-    for impl in reversed(hook.get_hookimpls()):  # pluggy's call order, as PluginManager.codegen_backends
-        try:
-            res = impl.function()
-        except Exception as e:
-            raise PluginError(impl.plugin_name, "raised in fusegen_codegen_backends", e) from e
-        for b in res or []:
-            if not isinstance(b, CodegenBackend):
-                raise PluginError(impl.plugin_name, f"returned {type(b).__name__} from fusegen_codegen_backends, "
-                                                    f"expected CodegenBackend")
-            if b.name in owner:
-                raise PluginError(impl.plugin_name, f"registers codegen backend {b.name!r}, already registered by "
-                                                    f"{owner[b.name]!r}")
-            owner[b.name] = impl.plugin_name
-            out.append(b)
-    return sorted(out, key=lambda b: b.rank)
+    return sorted(pm.codegen_backends(), key=lambda b: b.rank)

@@ -53,20 +53,50 @@ def device_option(f):
                              "a100, rtxa6000.")(f)
 
 
+_PASSES_KEY = "fusegen.passes"
+
+
+def _set_passes(ctx: click.Context, _param, value: str | None) -> None:
+    if value is not None:
+        ctx.meta[_PASSES_KEY] = value
+
+
+def pipeline_option(f):
+    """``--passes a,b``: the pipeline unoptimized input goes through, beating ``[pipeline] passes`` (kept in the
+    click context, so commands need no parameter for it)."""
+    return click.option("--passes", expose_value=False, callback=_set_passes, metavar="A,B,...", default=None,
+                        help="Passes an unoptimized module goes through, in order (beats [pipeline] passes; "
+                             "default: dot-decomposer,gemm-fusion,gemm-rewriter,fusion).")(f)
+
+
+def pipeline_passes(cfg) -> list[str] | None:
+    """The pipeline for unoptimized input: ``--passes``, else ``[pipeline] passes``, else None (the default)."""
+    ctx = click.get_current_context(silent=True)
+    spec = ctx.meta.get(_PASSES_KEY) if ctx is not None else None
+    if spec is not None:
+        return [p.strip() for p in spec.split(",") if p.strip()]
+    passes = getattr(getattr(cfg, "pipeline", None), "passes", None)
+    return list(passes) if passes else None
+
+
 def prepare_modules(modules: list, cfg, device, pm=None) -> list:
-    """Run the default pipeline (dot-decomposer, gemm-fusion, gemm-rewriter, fusion) on unoptimized modules, in place.
+    """Run the pipeline (:func:`pipeline_passes`: ``--passes``, ``[pipeline] passes``, else dot-decomposer,
+    gemm-fusion, gemm-rewriter, fusion) with ``[pipeline.options.<pass>]`` on unoptimized modules, in place.
 
     Mirrors XLA: an unoptimized module (no fusions yet) is compiled before dispatch. Returns the
-    per-module pipeline results (``None`` where the module was already fused).
+    per-module pipeline results (``None`` where the module was already fused). Every command (``run``,
+    ``explain``, ``report``, ``tune``) goes through here, so they all see the same pipeline ``opt`` runs.
     """
     from fusegen.passes.pipeline import PassError, optimize_if_needed
     from fusegen.plugin_manager import PluginError, default_plugin_manager
 
     pm = pm or default_plugin_manager()
+    names = pipeline_passes(cfg)
     out = []
     for m in modules:
         try:
-            out.append(optimize_if_needed(m, pm=pm, debug_options=cfg.debug_options, device=device))
+            out.append(optimize_if_needed(m, pm=pm, debug_options=cfg.debug_options, device=device, passes=names,
+                                          pass_options_by_name=cfg.pipeline.options))
         except (PassError, PluginError) as e:
             fail(f"{m.filename}: {e}")
     return out
@@ -80,9 +110,13 @@ def get_device_or_fail(name: str | None, cfg=None):
         name = cfg.device.name if cfg is not None and getattr(cfg, "device", None) is not None else "h200"
 
     try:
-        return get_device(name)
+        device = get_device(name)
     except (KeyError, ValueError) as e:
         fail(str(e).strip("'\""))
+    from fusegen.plugin_manager import default_plugin_manager
+
+    default_plugin_manager().set_context(device=device)  # what PluginContext.device tells plugins
+    return device
 
 
 EXIT_INTERNAL = 3

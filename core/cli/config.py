@@ -19,12 +19,49 @@ def config_options(f):
 
     The command receives ``config_path`` (str or None) and ``xla_flags`` (tuple of str).
     """
+    f = strict_plugins_option(f)
     f = click.option("--xla-flag", "xla_flags", multiple=True, metavar="NAME=VALUE",
                      help="Override an XLA debug option (beats XLA_FLAGS and the config file). Repeatable.")(f)
     f = click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
                      help="Config file (fusegen.toml, or a pyproject.toml with [tool.fusegen]). "
                           "Default: the closest one at or above the current directory.")(f)
     return f
+
+
+_STRICT_KEY = "fusegen.strict_plugins"
+
+
+def _set_strict(ctx: click.Context, _param, value: bool) -> None:
+    if value:
+        ctx.meta[_STRICT_KEY] = True
+
+
+def strict_plugins_option(f):
+    """``--strict-plugins``: any quarantined plugin fails the command (exit 2). Kept in the click context, so
+    commands need no parameter for it."""
+    return click.option("--strict-plugins", is_flag=True, expose_value=False, callback=_set_strict,
+                        help="Exit 2 when a plugin is quarantined (also FUSEGEN_STRICT_PLUGINS=1, "
+                             "[plugins] strict = true).")(f)
+
+
+def _strict_requested() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get(_STRICT_KEY))
+
+
+def report_quarantine(pm, strict: bool = False) -> None:
+    """One ``fusegen: warning:`` line per quarantined plugin (once per plugin manager); with ``strict`` the
+    first one is an error, exit 2."""
+    lines = pm.quarantine_lines()
+    if strict and lines:
+        for line in lines[1:]:
+            click.echo(f"fusegen: error: {line}", err=True)
+        fail(f"{lines[0]} (strict plugins: FUSEGEN_STRICT_PLUGINS, [plugins] strict or --strict-plugins)")
+    said = pm.__dict__.setdefault("_reported", set())
+    for name, line in zip(pm.broken, lines):
+        if name not in said:
+            said.add(name)
+            click.echo(f"fusegen: warning: {line}", err=True)
 
 
 def _plugin_manager():
@@ -46,17 +83,20 @@ def resolve_config(config_path, xla_flags, pm=None, quiet: bool = False):
     Returns:
         fusegen.config.loader.ResolvedConfig
     """
-    from fusegen.config.loader import load_config
+    from fusegen.config.loader import load_config, read_plugins_table
     from fusegen.config.toml import ConfigError
-    from fusegen.plugin_manager import PluginError
+    from fusegen.plugin_manager import PluginError, strict_from_env
 
     try:
         if pm is None:
             pm = _plugin_manager()
+        pm.configure(read_plugins_table(config_path))  # [plugins] disable before any plugin is imported
         cfg = load_config(config_path=config_path, cli_flags=list(xla_flags or ()), pm=pm)
         pm.apply_config(cfg)  # [plugins] enable/disable
     except (ConfigError, PluginError) as e:
         fail(str(e))
+    report_quarantine(pm, strict=_strict_requested() or strict_from_env() or cfg.plugins.strict)
+    pm.set_context(config=cfg)
     if not quiet:
         for w in cfg.warnings:
             click.echo(f"fusegen: warning: {w}", err=True)
@@ -78,6 +118,13 @@ def _show_value(v) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(map(str, v)) + "]"
     return str(v)
+
+
+def _cell(text: str):
+    """A table cell shown as written: ``[loop]`` is a list value, not rich markup."""
+    from rich.text import Text
+
+    return Text(text)
 
 
 @config.command("show")
@@ -107,7 +154,7 @@ def show(config_path, xla_flags, as_json):
     for k, v in cfg.values.items():
         src = cfg.sources[k]
         style = None if src == "default" else "bold"
-        t.add_row(k, _show_value(v), src, style=style)
+        t.add_row(_cell(k), _cell(_show_value(v)), _cell(src), style=style)
     console = Console()
     if not console.is_terminal:  # piped or captured: do not fold paths at 80 columns
         console = Console(width=200)

@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from fusegen.cli.common import device_option, fail, get_device_or_fail, internal_error, load_modules, prepare_modules
+from fusegen.cli.common import (device_option, fail, get_device_or_fail, internal_error, load_modules, pipeline_option,
+                                prepare_modules)
 from fusegen.cli.config import config_options, resolve_config
 from fusegen.cli.run_spmd import explain_devices
 
@@ -20,6 +21,7 @@ from fusegen.cli.run_spmd import explain_devices
                    "(XLA's text form; JSON: an \"indexing\" object).")
 @device_option
 @config_options
+@pipeline_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def explain(module_path, fusion_name, show_indexing, device_name, config_path, xla_flags, as_json):
     """Show, for every fusion, its kind, what decided it, its emitter, backend and launch dimensions."""
@@ -31,7 +33,7 @@ def explain(module_path, fusion_name, show_indexing, device_name, config_path, x
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
     modules = load_modules(module_path)
-    prepare_modules(modules, cfg, device)
+    ran = [n for r in prepare_modules(modules, cfg, device) if r is not None for n in r.passes]
     rows = []
     calls = []  # library calls (cuBLAS, cuDNN, ...): not fusions, but where a dot or conv went
     try:
@@ -65,7 +67,8 @@ def explain(module_path, fusion_name, show_indexing, device_name, config_path, x
         except Exception as e:  # never a bare traceback
             internal_error(f"{module_path}: indexing maps of %{inst.name}", e)
     if as_json:
-        out = {"module": "; ".join(m.name for m in modules), "fusions": []}
+        # "passes": the pipeline an unoptimized module went through ([] when it came fused)
+        out = {"module": "; ".join(m.name for m in modules), "fusions": [], "passes": list(dict.fromkeys(ran))}
         for inst, (emitted, rep) in rows:
             d = {k: v for k, v in rep.to_json().items() if k not in ("max_abs_error", "max_rel_error", "status", "compiled_sm90")}
             d["launch_dimensions"] = emitted.launch.to_json() if emitted is not None and emitted.launch else None

@@ -11,6 +11,7 @@ import json
 import click
 
 from fusegen.cli.common import device_option, fail, get_device_or_fail, internal_error, load_module
+from fusegen.cli.config import resolve_config, strict_plugins_option
 
 
 def ensure_core_passes(pm) -> None:
@@ -29,25 +30,18 @@ def ensure_core_passes(pm) -> None:
               help="Override an XLA debug option (repeatable), e.g. xla_gpu_enable_triton_gemm=false.")
 @click.option("--config", "config_path", type=click.Path(), default=None, help="fusegen.toml / pyproject.toml to read.")
 @device_option
+@strict_plugins_option
 @click.option("--json", "as_json", is_flag=True, help='Print {"changed": bool, "module": text}.')
 def opt(module_path, passes, xla_flags, config_path, device_name, as_json):
     """Run module passes over MODULE.hlo and print the rewritten module."""
-    from fusegen.config.loader import load_config
-    from fusegen.config.toml import ConfigError
     from fusegen.hlo.printer import print_module
     from fusegen.passes.pipeline import PassError, run_pipeline
     from fusegen.plugin_manager import PluginError, default_plugin_manager
 
+    cfg = resolve_config(config_path, xla_flags)  # [plugins] disable before import; quarantined plugins named
     device = get_device_or_fail(device_name)
     module = load_module(module_path)
     pm = default_plugin_manager()
-    try:
-        ensure_core_passes(pm)
-        cfg = load_config(config_path, list(xla_flags), pm)
-    except ConfigError as e:
-        fail(str(e))
-    except PluginError as e:
-        fail(str(e))
     names = [p.strip() for p in passes.split(",") if p.strip()] if passes else None
     if names is None and cfg.pipeline.passes:
         names = list(cfg.pipeline.passes)

@@ -21,7 +21,8 @@ from pathlib import Path
 import click
 
 from fusegen.cli.common import (EXIT_MISMATCH, check_writable, device_option, fail, get_device_or_fail,
-                                internal_error, limit_options, load_modules, prepare_modules, resolve_limits)
+                                internal_error, limit_options, load_modules, pipeline_option, prepare_modules,
+                                resolve_limits)
 from fusegen.cli.config import config_options, resolve_config
 from fusegen.cli.run_spmd import is_multi_device, run_partitioned
 
@@ -85,6 +86,7 @@ def _run_modules(modules, device, seed, compile_kernels, module_path, limits, ve
 @limit_options
 @device_option
 @config_options
+@pipeline_option
 def report(module_path, output_path, json_path, autotune, record_dir, top_k, autotune_cache_dir, do_run, seed,
            no_compile, rtol, atol, max_memory, timeout, max_while_iterations, device_name, config_path, xla_flags):
     """Write an HTML report of MODULE.hlo: graph, a card per fusion, tuning charts, summary."""

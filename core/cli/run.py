@@ -19,7 +19,8 @@ import time
 import click
 
 from fusegen.cli.common import (EXIT_MISMATCH, device_option, fail, get_device_or_fail, internal_error,
-                                limit_options, load_modules, prepare_modules, check_writable, resolve_limits)
+                                limit_options, load_modules, pipeline_option, prepare_modules, check_writable,
+                                resolve_limits)
 from fusegen.cli.config import config_options, resolve_config
 from fusegen.cli.run_spmd import is_multi_device, run_partitioned
 from fusegen.cli.verify_options import budget_cell, expected_for, verdict_lines, verify_options
@@ -203,6 +204,7 @@ def profile_table(report, n: int = 10):
               help="Write the outputs to this .npz (o0, o1, ...; bf16/f8/s4 as raw bytes: .view(ml_dtypes.X)).")
 @device_option
 @config_options
+@pipeline_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON report instead of tables.")
 @click.option("--no-compile", is_flag=True, help="Skip compiling each kernel for sm_90.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=None,

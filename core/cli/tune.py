@@ -22,7 +22,7 @@ import sys
 import click
 
 from fusegen.cli.common import (EXIT_MISMATCH, check_writable, device_option, fail, get_device_or_fail, load_module,
-                                prepare_modules)
+                                pipeline_option, prepare_modules)
 from fusegen.cli.config import config_options, resolve_config
 
 
@@ -76,6 +76,7 @@ def _replay(path: str, as_json: bool) -> None:
               help="Seconds one candidate may compile before its worker is killed and the config fails "
                    "(xla_gpu_autotune_compile_timeout, default 300).")
 @config_options
+@pipeline_option
 def tune(module_paths, replay_path, as_json, device_name, cache_dir, cache_mode, level, backends_spec, workers,
          cost_model_top_k, record_dir, retune, shard_spec, cluster, ray_num_cpus, kill_marker, output_path,
          config_path, xla_flags, compile_timeout=None):

@@ -119,42 +119,18 @@ def find_config_file(start: str | Path | None = None) -> tuple[Path, tuple[str, 
 
 
 def collect_plugin_options(pm: "PluginManager") -> dict[str, list[ConfigOption]]:
-    """Ask every plugin's ``fusegen_config_options`` hook for its typed keys.
-
-    Raises:
-        fusegen.plugin_manager.PluginError: a plugin raised, returned something other than ConfigOption
-            objects, or declared a default that does not match the declared type.
-    """
-    from fusegen.plugin_manager import PluginError
-
-    caller = getattr(pm.pm.hook, "fusegen_config_options", None)
-    out: dict[str, list[ConfigOption]] = {}
-    if caller is None:
-        return out
-    for impl in caller.get_hookimpls():
-        try:
-            res = impl.function()
-        except Exception as e:
-            raise PluginError(impl.plugin_name, "raised in fusegen_config_options", e) from e
-        opts = []
-        for o in res or []:
-            if not isinstance(o, ConfigOption):
-                raise PluginError(impl.plugin_name,
-                                  f"returned {type(o).__name__} from fusegen_config_options, expected ConfigOption")
-            ok, _ = check_value(o.default, o.type)
-            if not ok:
-                raise PluginError(impl.plugin_name, f"declares option {o.name!r} of type {type_name(o.type)} "
-                                                    f"with default {o.default!r}")
-            opts.append(attrs.evolve(o, plugin=impl.plugin_name))
-        out[impl.plugin_name] = opts
-    return out
+    """Every plugin's ``fusegen_config_options`` keys (asked and checked when the plugin loaded: a plugin
+    that raised, returned something other than ConfigOption objects, or declared a default that does not
+    match the declared type is quarantined, so it has none here)."""
+    return pm.config_options()
 
 
 def _known_components(pm: "PluginManager") -> set[str]:
-    names = set(pm.infos)
-    names |= {m.name for m in pm.kind_matchers()}
-    names |= {f.name for f in pm.emitter_factories()}
-    names |= {b.name for b in pm.execution_backends()}
+    """Names ``[plugins] enable/disable`` may use: plugins (loaded, quarantined, or never imported because
+    disabled), and every registry entry, bare or as ``matcher:NAME``, ``emitter:NAME``... ."""
+    names = set(pm.infos) | set(pm.broken) | set(pm.entry_point_names)
+    for reg, name in pm.registered_names():
+        names |= {name, f"{reg}:{name}"}
     return names
 
 
@@ -226,6 +202,7 @@ def load_config(
     known_passes: set[str] | None = None,
     known_components: set[str] | None = None,
     strict: bool = False,
+    pass_declarations: Mapping[str, list[ConfigOption]] | None = None,
 ) -> ResolvedConfig:
     """Find, read and validate the configuration, and layer command line > ``XLA_FLAGS`` > file > defaults.
 
@@ -242,6 +219,8 @@ def load_config(
         known_passes: pass names a ``[pipeline]`` may use; None skips the check.
         known_components: plugin, matcher, emitter and backend names for ``[plugins] enable/disable``; None
             skips the check; an unknown name is a warning.
+        pass_declarations: pass name -> the keys its ``[pipeline.options.<pass>]`` may set (``HloPass.options``);
+            None skips the check.
         strict: turn warnings into errors.
 
     Returns:
@@ -260,6 +239,8 @@ def load_config(
             installed_plugins = set(pm.infos)
         if known_passes is None:
             known_passes = set(pm.passes())
+        if pass_declarations is None:
+            pass_declarations = {n: list(p.options) for n, p in pm.passes().items()}
         if known_components is None:
             known_components = _known_components(pm)
     plugin_options = dict(plugin_options or {})
@@ -361,8 +342,8 @@ def load_config(
                 for pname, popts in _table(doc, value, ("pipeline", "options")).items():
                     _check_passes(doc, [pname], known_passes, ("pipeline", "options", pname))
                     popts = _table(doc, popts, ("pipeline", "options", pname))
-                    pass_options[pname] = dict(popts)
-                    for okey, oval in popts.items():
+                    pass_options[pname] = _pass_table(doc, pname, popts, pass_declarations)
+                    for okey, oval in pass_options[pname].items():
                         b.set(f"pipeline.options.{pname}.{okey}", oval,
                               _file_source(doc, "pipeline", "options", pname, okey), f"Option of pass {pname!r}.")
             else:
@@ -379,8 +360,16 @@ def load_config(
             b.set(f"plugins.{plugin}.{o.name}", o.default, SOURCE_DEFAULT, o.help)
     b.set("plugins.enable", [], SOURCE_DEFAULT, "Plugins, matchers, emitters or backends to enable.")
     b.set("plugins.disable", [], SOURCE_DEFAULT, "Plugins, matchers, emitters or backends to disable.")
+    b.set("plugins.strict", False, SOURCE_DEFAULT, "A quarantined plugin fails the command (exit 2).")
+    strict_plugins = False
     if doc is not None and "plugins" in data:
         for key, value in data["plugins"].items():
+            if key == "strict":
+                if not isinstance(value, bool):
+                    raise _wrong_type(doc, ("plugins", "strict"), "bool", value)
+                strict_plugins = value
+                b.set("plugins.strict", value, _file_source(doc, "plugins", "strict"))
+                continue
             if key in lists:
                 ok, conv = check_value(value, list[str])
                 if not ok:
@@ -395,7 +384,7 @@ def load_config(
                                               f"plugin registers{did_you_mean(n, known_components)}")
                 continue
             if not isinstance(value, dict):
-                raise _unknown_key(doc, key, ("plugins",), ("enable", "disable"))
+                raise _unknown_key(doc, key, ("plugins",), ("enable", "disable", "strict"))
             # [plugins.input-slices] configures plugin input_slices: `key` locates the table in the file,
             # `plugin` is the name the plugin registered
             plugin = next((k for k in (*plugin_options, *sorted(installed))
@@ -425,7 +414,8 @@ def load_config(
     if both and doc is not None:
         raise doc.error(f"{', '.join(map(repr, both))} both enabled and disabled in {doc.table_name('plugins')}",
                         "plugins", "disable")
-    plugins = PluginsOptions(enable=lists["enable"], disable=lists["disable"], settings=settings)
+    plugins = PluginsOptions(enable=lists["enable"], disable=lists["disable"], settings=settings,
+                             strict=strict_plugins)
 
     if strict and b.warnings:
         raise ConfigError(f"{b.warnings[0]} (strict: warnings are errors)")
@@ -434,6 +424,64 @@ def load_config(
         values=b.values, sources=b.sources, help=b.help,
         config_file=doc.path if doc is not None else None, warnings=tuple(b.warnings), verify=verify,
     )
+
+
+def read_plugins_table(config_path: str | Path | None = None, cwd: str | Path | None = None) -> PluginsOptions:
+    """``[plugins] enable``, ``disable`` and ``strict`` of the file :func:`load_config` would read, before any
+    plugin is loaded (so ``disable`` can keep a plugin from being imported at all). Only those three keys are
+    checked here; :func:`load_config` checks the rest once the plugins are in.
+
+    Raises:
+        ConfigError: the file is missing or not TOML, or one of the three keys has the wrong type (``PATH:LINE``).
+    """
+    if config_path is not None:
+        p = Path(config_path)
+        if not p.is_file():
+            raise ConfigError("config file not found" if not p.exists() else "config path is not a file", p)
+        doc = read_toml(p, PYPROJECT_PREFIX if p.name == "pyproject.toml" else ())
+    else:
+        found = find_config_file(cwd)
+        if found is None:
+            return PluginsOptions()
+        doc = read_toml(found[0], found[1])
+    table = doc.data.get("plugins")
+    if not isinstance(table, dict):
+        return PluginsOptions()
+    lists = {}
+    for key in ("enable", "disable"):
+        ok, conv = check_value(table.get(key, []), list[str])
+        if not ok:
+            raise _wrong_type(doc, ("plugins", key), "list[str]", table[key])
+        lists[key] = conv
+    strict = table.get("strict", False)
+    if not isinstance(strict, bool):
+        raise _wrong_type(doc, ("plugins", "strict"), "bool", strict)
+    return PluginsOptions(enable=lists["enable"], disable=lists["disable"], strict=strict)
+
+
+def _pass_table(doc: TomlDocument, pname: str, table: dict[str, Any],
+                declarations: Mapping[str, list[ConfigOption]] | None) -> dict[str, Any]:
+    """``[pipeline.options.<pname>]`` checked against the keys the pass declares (``HloPass.options``)."""
+    if declarations is None or pname not in declarations:
+        return dict(table)
+    declared = {o.name: o for o in declarations[pname]}
+    where = ("pipeline", "options", pname)
+    out = {}
+    for key, value in table.items():
+        if key not in declared:
+            if not declared:
+                raise doc.error(f"unknown key {key!r} in {doc.table_name(*where)}: pass {pname!r} declares no "
+                                "options", *where, key)
+            raise _unknown_key(doc, key, where, tuple(declared))
+        o = declared[key]
+        ok, conv = check_value(value, o.type)
+        if not ok:
+            raise _wrong_type(doc, (*where, key), type_name(o.type), value)
+        if o.choices is not None and conv not in o.choices:
+            raise doc.error(f"{key!r} in {doc.table_name(*where)}: expected one of "
+                            f"{', '.join(map(str, o.choices))}, got {value!r}", *where, key)
+        out[key] = conv
+    return out
 
 
 def _check_passes(doc: TomlDocument, names: list[str], known: set[str] | None,

@@ -291,8 +291,11 @@ class PluginsOptions:
         disable: names to leave out (a plugin name drops everything it registers; a matcher, emitter-factory
             or backend name drops that entry).
         settings: plugin name -> its typed keys from ``[plugins.<name>]``, defaults filled in.
+        strict: a plugin quarantined at load (import error, raising hook, taken name...) fails the command
+            (exit 2) instead of being left out with a warning.
     """
 
     enable: list[str] = attrs.field(factory=list, metadata={"type": list[str], "help": "Names to enable."})
     disable: list[str] = attrs.field(factory=list, metadata={"type": list[str], "help": "Names to disable."})
     settings: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    strict: bool = attrs.field(default=False, metadata={"type": bool, "help": "A quarantined plugin is an error."})

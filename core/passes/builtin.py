@@ -28,4 +28,8 @@ def _run_dot_decomposer(module, options=None) -> bool:
 
 @hookimpl
 def fusegen_passes():
-    return [HloPass(name="fusion", run=_run_fusion), HloPass(name="dot-decomposer", run=_run_dot_decomposer)]
+    from fusegen.config.options import ConfigOption
+
+    return [HloPass(name="fusion", run=_run_fusion,
+                    options=[ConfigOption("multi_output", bool, True, "Merge sibling reductions into one fusion.")]),
+            HloPass(name="dot-decomposer", run=_run_dot_decomposer)]

@@ -52,14 +52,18 @@ class PassOptions:
     Attributes:
         debug_options: XLA debug options in force (:class:`fusegen.config.options.DebugOptions`).
         device: the target :class:`fusegen.device.DeviceDescription` (compute capability, ...).
-        options: this pass's ``[pipeline.options.<pass>]`` table.
+        options: this pass's ``[pipeline.options.<pass>]`` table, the defaults of the keys it declares
+            (``HloPass.options``) filled in.
         log: messages a pass wants shown once (``"cuBLASLt unavailable: ..."``), appended in order.
+        context: the pass's plugin's :class:`fusegen.plugin_context.PluginContext` (its ``[plugins.<name>]``
+            settings, the device); None when the pass is run by hand.
     """
 
     debug_options: Any = None
     device: Any = None
     options: dict[str, Any] = attrs.field(factory=dict)
     log: list[str] = attrs.field(factory=list)
+    context: Any = None
 
     def __attrs_post_init__(self) -> None:
         if self.debug_options is None:
@@ -81,7 +85,7 @@ def pass_options(options: Any) -> PassOptions:
     if isinstance(options, dict):
         return PassOptions(options=dict(options))
     return PassOptions(debug_options=getattr(options, "debug_options", None), device=getattr(options, "device", None),
-                       options=dict(getattr(options, "options", {}) or {}))
+                       options=dict(getattr(options, "options", {}) or {}), context=getattr(options, "context", None))
 
 
 @attrs.define
@@ -91,6 +95,11 @@ class PipelineResult:
     changed: bool
     per_pass: list[tuple[str, bool]]
     log: list[str]
+
+    @property
+    def passes(self) -> list[str]:
+        """The pass names run, in order."""
+        return [n for n, _ in self.per_pass]
 
 
 def run_pipeline(module: "Module", passes: Sequence[str] | None = None, *, pm: "PluginManager | None" = None,
@@ -126,7 +135,8 @@ def run_pipeline(module: "Module", passes: Sequence[str] | None = None, *, pm: "
     changed = False
     for n in names:
         p = registry[n]
-        opts.options = dict((pass_options_by_name or {}).get(n, {}))
+        opts.options = {o.name: o.default for o in p.options} | dict((pass_options_by_name or {}).get(n, {}))
+        opts.context = pm.context_for(p.plugin, device=opts.device)
         try:
             ch = bool(p.run(module, opts))
         except PassError:
@@ -158,8 +168,11 @@ def is_unoptimized(module: "Module") -> bool:
 
 def optimize_if_needed(module: "Module", *, pm: "PluginManager | None" = None,
                        debug_options: "DebugOptions | None" = None,
-                       device: "DeviceDescription | None" = None) -> PipelineResult | None:
-    """Run the default pipeline when :func:`is_unoptimized` says so; ``None`` when the module was left alone."""
+                       device: "DeviceDescription | None" = None, passes: Sequence[str] | None = None,
+                       pass_options_by_name: dict[str, dict[str, Any]] | None = None) -> PipelineResult | None:
+    """Run ``passes`` (default :data:`DEFAULT_PIPELINE`; ``[pipeline] passes`` / ``--passes`` in the CLI) when
+    :func:`is_unoptimized` says so; ``None`` when the module was left alone."""
     if not is_unoptimized(module):
         return None
-    return run_pipeline(module, None, pm=pm, debug_options=debug_options, device=device)
+    return run_pipeline(module, passes, pm=pm, debug_options=debug_options, device=device,
+                        pass_options_by_name=pass_options_by_name)

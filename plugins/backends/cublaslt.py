@@ -523,7 +523,11 @@ def _run_pass(module: Module, options: Any = None) -> bool:
 
 @hookimpl
 def fusegen_passes():
-    return [HloPass(name="gemm-rewriter", run=_run_pass)]
+    from fusegen.config.options import ConfigOption
+
+    return [HloPass(name="gemm-rewriter", run=_run_pass,
+                    options=[ConfigOption("epilogues", bool, True,
+                                          "Fold bias and activation epilogues into __cublas$lt$matmul.")])]
 
 
 @hookimpl

@@ -196,7 +196,10 @@ def _block_level_config(instr: Instruction, cfg: Any, old: Any) -> dict:
 
 @hookimpl
 def fusegen_passes():
-    return [HloPass(name="gemm-fusion", run=_run_gemm_fusion)]
+    from fusegen.config.options import ConfigOption
+
+    return [HloPass(name="gemm-fusion", run=_run_gemm_fusion,
+                    options=[ConfigOption("v2", bool, False, "Use the generic (v2) Triton support table: unsigned and 64-bit types too.")])]
 
 
 @hookimpl
