@@ -55,18 +55,30 @@ def get_emitter_fusion_kind(analysis: "FusionAnalysis", pm: "PluginManager | Non
     Side effects: sets ``analysis.kind`` / ``analysis.decided_by``; after a kLoop decision the heroes
     are reset to the roots and the transpose description dropped (as ``HloFusionAnalysis::Create``).
 
+    Matchers that take a second argument get their plugin's :class:`fusegen.plugin_context.PluginContext`.
+
     Raises:
-        fusegen.plugin_manager.PluginError: a matcher raised (names the plugin and matcher).
-        DispatchError: no matcher answered, or one answered a non-string.
+        fusegen.plugin_manager.PluginError: a matcher raised, or answered something that is not a kind some
+            plugin declared (:meth:`~fusegen.plugin_manager.PluginManager.declared_kinds`: a typo such as
+            ``kLooop``); the message names the plugin, the matcher and the fusion.
+        DispatchError: no matcher answered.
     """
+    from fusegen.plugin_manager import PluginError
+
     pm = _pm(pm)
     analysis.restore_heroes()
     for m in pm.kind_matchers():
-        kind = pm.call_plugin(m.plugin, f"kind matcher {m.name!r}", m.match, analysis)
+        kind = pm.call_plugin(m.plugin, f"kind matcher {m.name!r}", m.match, analysis,
+                              context=pm.context_for(m.plugin, device=getattr(analysis, "device", None)))
         if kind is None:
             continue
-        if not isinstance(kind, str) or not kind:
-            raise DispatchError(f"kind matcher {m.name!r} of plugin {m.plugin!r} answered {kind!r} for fusion {analysis.name!r}; expected a kind name")
+        if not isinstance(kind, str) or kind not in pm.declared_kinds():
+            from fusegen.config.xla_flags import did_you_mean
+
+            declared = sorted(pm.declared_kinds())
+            hint = did_you_mean(kind, declared) if isinstance(kind, str) else ""
+            raise PluginError(m.plugin, f"kind matcher {m.name!r} answered {kind!r} for fusion %{analysis.name}, "
+                                        f"which is no kind a plugin declares{hint} (declared: {', '.join(declared)})")
         if kind == kinds.LOOP:
             analysis.reset_heroes_to_roots()
         analysis.kind = kind
@@ -88,14 +100,23 @@ def get_fusion_emitter(
         ``(emitter, factory)``, or ``(None, None)`` when no factory serves the fusion (it then runs
         on an execution backend).
 
+    ``context`` defaults to each factory's plugin's :class:`fusegen.plugin_context.PluginContext`.
+
     Raises:
-        fusegen.plugin_manager.PluginError: a factory raised (names the plugin and factory).
+        fusegen.plugin_manager.PluginError: a factory raised, or returned something that is not an emitter
+            (no ``emit`` method); names the plugin, the factory and the fusion.
     """
+    from fusegen.plugin_manager import PluginError
+
     pm = _pm(pm)
     if kind is None:
         kind = analysis.kind or get_emitter_fusion_kind(analysis, pm).kind
     for f in pm.emitter_factories(kind):
-        emitter = pm.call_plugin(f.plugin, f"emitter factory {f.name!r} ({f.kind})", f.create, analysis, context)
+        ctx = context if context is not None else pm.context_for(f.plugin, device=getattr(analysis, "device", None))
+        emitter = pm.call_plugin(f.plugin, f"emitter factory {f.name!r} ({f.kind})", f.create, analysis, context=ctx)
         if emitter is not None:
+            if not callable(getattr(emitter, "emit", None)):
+                raise PluginError(f.plugin, f"emitter factory {f.name!r} ({f.kind}) returned {type(emitter).__name__} "
+                                            f"for fusion %{analysis.name}, expected a FusionEmitter or None")
             return emitter, f
     return None, None

@@ -190,9 +190,14 @@ def test_bad_npz_and_output_paths_are_one_line_errors(tmp_path):
 
 
 def test_disabling_the_loop_question_is_a_config_error_not_a_crash(tmp_path):
-    (tmp_path / "fusegen.toml").write_text('[plugins]\ndisable = ["loop"]\n')
+    (tmp_path / "fusegen.toml").write_text('[plugins]\ndisable = ["matcher:loop"]\n')
     p = fusegen("run", str(EXAMPLE), "--no-compile", cwd=tmp_path)
     assert p.returncode == 2 and "[plugins] disable" in p.stderr and "Traceback" not in p.stderr
+    # a bare "loop" is the plugin loop (the LoopFusion factory), and nothing else: the kLoop question stays
+    (tmp_path / "fusegen.toml").write_text('[plugins]\ndisable = ["loop"]\n')
+    p = fusegen("explain", str(EXAMPLE), "--json", cwd=tmp_path)
+    rows = {f["name"]: f for f in json.loads(p.stdout)["fusions"]}
+    assert p.returncode == 0 and rows["wrapped_tanh"]["kind"] == "kLoop" and rows["wrapped_tanh"]["backend"] == "host"
 
 
 FLOAT_TYPES = ["f16", "bf16", "f32", "f64", "f8e4m3fn", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3b11fnuz",

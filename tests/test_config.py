@@ -47,7 +47,8 @@ class GemmTunerPlugin:
 
     @hookimpl
     def fusegen_passes(self):
-        return [HloPass("gemm-fusion", lambda m, o: False), HloPass("gemm-rewriter", lambda m, o: False)]
+        return [HloPass("gemm-fusion", lambda m, o: False, options=[ConfigOption("any", bool, False, "Any dot.")]),
+                HloPass("gemm-rewriter", lambda m, o: False)]
 
 
 @pytest.fixture
@@ -293,6 +294,17 @@ def test_pipeline_passes_and_pass_options(tmp_path, pm):
     bad = write(tmp_path / "bad.toml", "[pipeline.options.fusoin]\nx = 1\n")
     with pytest.raises(ConfigError, match=r"bad.toml:1: unknown pass 'fusoin' in \[pipeline\]"):
         load_config(config_path=bad, env={}, known_passes={"fusion"})
+    # keys are checked against what each pass declares (HloPass.options)
+    bad = write(tmp_path / "bad2.toml", "[pipeline.options.gemm-fusion]\nanny = true\n")
+    with pytest.raises(ConfigError, match=r"bad2.toml:2: unknown key 'anny' in \[pipeline.options.gemm-fusion\]; "
+                                          r"did you mean 'any'\?"):
+        load_config(config_path=bad, env={}, pm=pm)
+    bad = write(tmp_path / "bad3.toml", "[pipeline.options.gemm-fusion]\nany = 1\n")
+    with pytest.raises(ConfigError, match=r"bad3.toml:2: 'any' in \[pipeline.options.gemm-fusion\]: expected bool"):
+        load_config(config_path=bad, env={}, pm=pm)
+    bad = write(tmp_path / "bad4.toml", "[pipeline.options.gemm-rewriter]\nepilogues = true\n")
+    with pytest.raises(ConfigError, match=r"pass 'gemm-rewriter' declares no options"):
+        load_config(config_path=bad, env={}, pm=pm)
 
 
 def test_absent_plugin_table_is_a_warning(tmp_path, pm):

@@ -167,3 +167,14 @@ def resolve_limits(max_memory: str | None, timeout: float | None, max_while_iter
         fail(f"--max-memory: {e}")
     iters = DEFAULT_MAX_WHILE_ITERATIONS if max_while_iterations is None else max_while_iterations
     return RunLimits(max_memory=mem, timeout=timeout, max_while_iterations=iters)
+
+
+def with_plugin(value: str, plugin: str) -> str:
+    """A table cell naming what decided or emitted a fusion, with its plugin in brackets when that plugin is
+    not one of fusegen's own (a third-party or replacing plugin): ``loop (acme_loop)``."""
+    from fusegen.plugin_manager import default_plugin_manager
+
+    info = default_plugin_manager().infos.get(plugin)
+    if value == "-" or info is None or info.distribution == "fusegen":
+        return value
+    return f"{value} ({plugin})"

@@ -8,7 +8,7 @@ import sys
 import click
 
 from fusegen.cli.common import (device_option, fail, get_device_or_fail, internal_error, load_modules, pipeline_option,
-                                prepare_modules)
+                                prepare_modules, with_plugin)
 from fusegen.cli.config import config_options, resolve_config
 from fusegen.cli.run_spmd import explain_devices
 
@@ -80,6 +80,7 @@ def explain(module_path, fusion_name, show_indexing, device_name, config_path, x
         out["library_calls"] = calls
         out.update(explain_devices(modules[0])[0])  # num_partitions, replica_count, collectives
         click.echo(json.dumps(out, indent=2))
+        _fail_on_plugin_errors(module_path, rows)
         return
     from rich.console import Console
     from rich.table import Table
@@ -89,7 +90,8 @@ def explain(module_path, fusion_name, show_indexing, device_name, config_path, x
     for col in ("fusion", "kind", "decided by", "emitter", "backend", "launch", "note"):
         t.add_column(col, overflow="fold")
     for inst, (emitted, rep) in rows:
-        t.add_row(rep.name, rep.kind, rep.decided_by, rep.emitter, rep.backend, rep.launch, rep.reason)
+        t.add_row(rep.name, rep.kind, with_plugin(rep.decided_by, rep.decided_by_plugin),
+                  with_plugin(rep.emitter, rep.plugin), rep.backend, rep.launch, rep.reason)
     console.print(t)
     for c in calls:
         console.print(f"library call %{c['name']}: custom-call {c['target']} on backend {c['backend']}", markup=False)
@@ -114,3 +116,15 @@ def explain(module_path, fusion_name, show_indexing, device_name, config_path, x
                         for o in r["operands"]:
                             console.print(f"  thread -> operand %{o['operand']}: {o['thread_to_input'] or 'none'}",
                                           markup=False, highlight=False, soft_wrap=True)
+    _fail_on_plugin_errors(module_path, rows)
+
+
+def _fail_on_plugin_errors(module_path: str, rows: list) -> None:
+    """Exit 2 (after the table) when a plugin failed on a fusion, one line per failure."""
+    from fusegen.runtime.plugin_failures import failure_lines
+
+    failed = failure_lines(module_path, [[rep for _, (_, rep) in rows]])
+    for line in failed[1:]:
+        click.echo(f"fusegen: error: {line}", err=True)
+    if failed:
+        fail(failed[0])

@@ -20,7 +20,7 @@ import click
 
 from fusegen.cli.common import (EXIT_MISMATCH, device_option, fail, get_device_or_fail, internal_error,
                                 limit_options, load_modules, pipeline_option, prepare_modules, check_writable,
-                                resolve_limits)
+                                resolve_limits, with_plugin)
 from fusegen.cli.config import config_options, resolve_config
 from fusegen.cli.run_spmd import is_multi_device, run_partitioned
 from fusegen.cli.verify_options import budget_cell, expected_for, verdict_lines, verify_options
@@ -40,7 +40,8 @@ def report_table(report, title: str):
         t.add_column(col, overflow="fold")
     for f in report.fusions:
         status = {"ok": "[green]ok[/]", "mismatch": "[red]mismatch[/]", "error": "[red]error[/]"}.get(f.status, f.status)
-        t.add_row(f.name, f.kind, f.decided_by, f.emitter, f.backend, f.launch, _fmt(f.max_abs_error),
+        t.add_row(f.name, f.kind, with_plugin(f.decided_by, f.decided_by_plugin), with_plugin(f.emitter, f.plugin),
+                  f.backend, f.launch, _fmt(f.max_abs_error),
                   _fmt(f.max_rel_error), budget_cell(f), status)
     return t
 
@@ -335,7 +336,10 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             save_npz(outputs_path, {f"o{i}": a for i, a in enumerate(leaves(outputs[0]))})
         except OSError as e:
             fail(f"--save-outputs {outputs_path}: {e.strerror or e}")
+    from fusegen.runtime.plugin_failures import failure_lines
+
     ok = all(r.ok for r in reports) and not any(r.error for _, r in tuned)
+    failed = failure_lines(module_path, reports)  # a plugin failed on a fusion: every row printed, then exit 2
     if as_json:
         doc = report_json(reports)
         if tuner is not None:
@@ -368,4 +372,8 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                           f"(max abs error {report.output_max_abs_error:.3g}); {report.seconds:.2f} s", markup=False)
             if profile:
                 console.print(profile_table(report))
+    for line in failed[1:]:
+        click.echo(f"fusegen: error: {line}", err=True)
+    if failed:
+        fail(failed[0])
     sys.exit(0 if ok else EXIT_MISMATCH)

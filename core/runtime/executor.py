@@ -27,6 +27,7 @@ from fusegen.autotuning.tuned_backend import tuned_execution_backend
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
 from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.kernel import EmittedFusion
 from fusegen.codegen.kernel_dir import KernelDirError
 from fusegen.device import DeviceDescription, get_device
 from fusegen.evaluator.evaluator import evaluate_instruction
@@ -37,6 +38,7 @@ from fusegen.verify.verdict import judge_module, record_fusion
 from fusegen.runtime.compile_jobs import CompileJobs
 from fusegen.runtime.kernel_reuse import KernelReuse
 from fusegen.runtime.limits import Budget, RunLimits
+from fusegen.runtime.plugin_failures import compile_failure, kernel_failure
 from fusegen.runtime.timings import MODULE_PHASES, Timings, module_timings
 
 _CONTROL_FLOW = frozenset(["call", "while", "conditional"])
@@ -155,7 +157,10 @@ class FusionReport:
     """One row of ``fusegen run``: what ran a fusion and how its output compared.
 
     ``launch`` is ``"grid=AxB warps=N"`` or ``"-"`` (no kernel); errors are ``None`` until compared.
-    ``status``: ``ok``, ``mismatch``, or ``error`` (with ``reason``).
+    ``status``: ``ok``, ``mismatch``, or ``error`` (with ``reason``): a plugin failed on this fusion (a matcher
+    or factory raised or answered nonsense, ``emit`` raised, the kernel did not load, run or compile). ``plugin``
+    names the plugin whose emitter made the kernel (else the one whose matcher decided the kind);
+    ``decided_by_plugin`` the matcher's.
     """
 
     name: str
@@ -174,10 +179,13 @@ class FusionReport:
     budget: str = "-"  # lowest-precision type on the path and reduction size, e.g. "bf16 K=4096"
     kernels: list[Any] = attrs.field(factory=list, repr=False)
     timings: Timings = attrs.field(factory=Timings, repr=False, eq=False)  # fusegen.runtime.timings
+    plugin: str = "-"
+    decided_by_plugin: str = "-"
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in
              ("name", "kind", "decided_by", "emitter", "backend", "launch", "max_abs_error", "max_rel_error", "status")}
+        d["plugin"], d["decided_by_plugin"] = self.plugin, self.decided_by_plugin
         if self.reason:
             d["reason"] = self.reason
         d["compiled_sm90"] = self.compiled
@@ -274,16 +282,27 @@ class Executor:
     def plan_fusion(self, inst: Instruction) -> tuple[Any, FusionReport]:
         """Analyse, dispatch and emit one fusion; returns ``(EmittedFusion | None, report)``.
 
-        Raises:
-            PluginError: a plugin (matcher, emitter factory, emitter) raised; it is named.
+        A plugin (matcher, emitter factory, emitter) that raises or answers nonsense does not stop the run:
+        the report gets ``status="error"``, ``plugin`` and the reason, and the fusion runs on an execution
+        backend (:func:`plugin_failures` lists such rows; the CLI then exits 2).
         """
         if id(inst) in self._emitted:
             return self._emitted[id(inst)]
+        try:
+            return self._plan(inst)
+        except PluginError as e:
+            rep = FusionReport(name=inst.name, status="error", reason=str(e), plugin=e.plugin)
+            rep.backend = self._backend_for(inst).name
+            self._emitted[id(inst)] = (None, rep)
+            return None, rep
+
+    def _plan(self, inst: Instruction) -> tuple[Any, FusionReport]:
         rep = FusionReport(name=inst.name)
         t0 = time.perf_counter()
         analysis = FusionAnalysis.create(inst, self.device)
         decision = dispatch.get_emitter_fusion_kind(analysis, self.pm)
         rep.kind, rep.decided_by = decision.kind, decision.decided_by
+        rep.plugin = rep.decided_by_plugin = decision.plugin
         raw_bc = inst.attrs.get("backend_config")
         if isinstance(raw_bc, str) and raw_bc.lstrip().startswith("{"):
             # XLA falls back to the default config too, but a lost stamp changes the kind: say so.
@@ -306,6 +325,7 @@ class Executor:
         rep.timings.add("dispatch", time.perf_counter() - t0)
         if emitter is not None:
             rep.emitter = type(emitter).__name__
+            rep.plugin = factory.plugin
             try:
                 with rep.timings.phase("codegen"):
                     emitted = self.pm.call_plugin(factory.plugin, f"{rep.emitter}.emit", emitter.emit)
@@ -315,7 +335,11 @@ class Executor:
                     emitted = None
                     rep.emitter = "-"
                 else:
-                    raise
+                    raise PluginError(factory.plugin, f"{rep.emitter}.emit (emitter factory {factory.name!r}) "
+                                                      f"failed on fusion %{inst.name}", e.__cause__) from e
+            if emitted is not None and not isinstance(emitted, EmittedFusion):
+                raise PluginError(factory.plugin, f"{rep.emitter}.emit returned {type(emitted).__name__} for fusion "
+                                                  f"%{inst.name}, expected an EmittedFusion")
         if emitted is not None:
             rep.emitter = emitted.emitter
             rep.backend = "triton" if emitted.kernels else "memcpy"
@@ -344,6 +368,10 @@ class Executor:
                 return b
         raise PluginError("fusegen", f"found no execution backend for %{inst.name} ({inst.opcode}); "
                                      "is the host backend plugin installed?")
+
+    def _context(self, plugin: str):
+        """The :class:`fusegen.plugin_context.PluginContext` an execution backend of ``plugin`` gets."""
+        return self.pm.context_for(plugin, device=self.device, executor=self)
 
     # -- execution ---------------------------------------------------------------------------------
     def run(self, args: list[Any]) -> Any:
@@ -374,7 +402,8 @@ class Executor:
         self.other[backend.name] = self.other.get(backend.name, 0) + 1
         self.other_instructions.setdefault(inst.name, (inst.name, op, backend.name))
         with self.timings.phase("other"):
-            return self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops, self)
+            return self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops,
+                                       self._context(backend.plugin))
 
     def _run_fusion(self, inst: Instruction, ops: list[Any]) -> Any:
         emitted, plan = self.plan_fusion(inst)
@@ -391,7 +420,8 @@ class Executor:
         if emitted is None:
             backend = self._backend_for(inst)
             with tm.phase("interpret"):
-                out = self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops, self)
+                out = self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops,
+                                          self._context(backend.plugin))
         else:
             t0 = time.perf_counter()
             try:
@@ -400,7 +430,7 @@ class Executor:
                 raise
             except Exception as e:  # a kernel that fails to run is a failed fusion, not a crash
                 rep.status = "error"
-                rep.reason = f"kernel failed: {type(e).__name__}: {e}".splitlines()[0]
+                rep.reason = kernel_failure(rep, emitted, e, "failed to load or run")
                 out = ref
             else:
                 rep.kernel_seconds += time.perf_counter() - t0
@@ -429,7 +459,7 @@ class Executor:
                     rep.timings.add("compile", seconds)
                 if rep.compiled.startswith("failed") and rep.status != "error" and rep.backend != "host":
                     rep.status = "error"
-                    rep.reason = f"sm_90 compile {rep.compiled}"
+                    rep.reason = compile_failure(rep)
             self._pending.clear()
         finally:
             self.compiles.close()
@@ -445,7 +475,7 @@ class Executor:
         record_fusion(self, rep, inst, out, ref, ops)  # error budgets, the execution-order event list
         if rep.compiled.startswith("failed"):
             rep.status = "error"
-            rep.reason = f"sm_90 compile {rep.compiled}"
+            rep.reason = compile_failure(rep)
 
 
 def run_module(module: Module, args: list[Any], device: DeviceDescription | None = None,
