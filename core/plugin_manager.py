@@ -284,8 +284,12 @@ class PluginManager:
                 continue
             if dists and not named and normalize_name(dist) not in dists:
                 continue
-            if key in self.disabled or key in self._replaced_by:
+            if key in self.disabled:
                 continue  # [plugins] disable: never imported
+            if key in self._replaced_by:
+                self._quarantine(ep.name, group, dist, ep.value, f"plugin name {ep.name!r} was replaced by plugin "
+                                                                 f"{self._replaced_by[key]!r}; not imported")
+                continue
             if ep.name in self._infos and self._infos[ep.name].entry_point == ep.value \
                     and self._infos[ep.name].distribution == dist:
                 continue  # one entry point listed twice (a distribution installed twice on the path)

@@ -68,3 +68,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def plugin_venv(tmp_path_factory) -> Path:
+    """The python of a venv holding fusegen and the test plugin distributions of ``tests/plugin_packages``,
+    pip-installed (``tests/plugin_venv.py``); built once per session (per xdist worker)."""
+    from plugin_venv import make_plugin_venv
+
+    return make_plugin_venv(tmp_path_factory.mktemp("plugin-venv"))

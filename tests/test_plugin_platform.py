@@ -1,0 +1,267 @@
+"""The plugin platform as a plugin author meets it, with real distributions pip-installed into a venv
+(``tests/plugin_packages``, ``plugin_venv`` fixture): owned names, quarantine of plugins that break while
+loading, run-time failures that name the plugin, one pipeline for every command, and the context (device,
+``[plugins.<name>]`` settings) every plugin callable is handed."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, corpus_path
+from plugin_venv import fusegen_in
+
+EXAMPLE = REPO / "examples" / "gpu_multi_output.h100_opt.hlo"  # %wrapped_tanh (kLoop), a row reduction
+BROKEN = "fusegen-test-broken"
+BROKEN_LINES = {  # plugin -> (entry point, reason) as the one stderr line says them
+    "broken_import": ("fusegen.emitters: broken_import = fusegen_test_broken_import",
+                      "import failed: ModuleNotFoundError: No module named 'fusegen_test_no_such_dependency'"),
+    "broken_hook": ("fusegen.emitters: broken_hook = fusegen_test_broken:raising_hook",
+                    "raised in fusegen_emitter_factories: RuntimeError: registry exploded"),
+    "broken_type": ("fusegen.emitters: broken_type = fusegen_test_broken:ill_typed",
+                    "returned str from fusegen_emitter_factories, expected EmitterFactory"),
+    "broken_default": ("fusegen.plugins: broken_default = fusegen_test_broken:bad_default",
+                       "declares option 'threshold' of type int with default 'ten'"),
+    "broken_collide": ("fusegen.emitters: broken_collide = fusegen_test_broken:collide",
+                       "registers emitter factory 'loop', which plugin 'loop' (fusegen) already registers; say "
+                       "replaces='loop' on it to replace that one"),
+    "loop": ("fusegen.emitters: loop = fusegen_test_broken:takes_the_name_loop",
+             "plugin name 'loop' is taken by fusegen's plugin 'loop' (entry point fusegen_plugins.emitters.loop); "
+             "set FUSEGEN_REPLACES = 'loop' in the plugin to replace it"),
+}
+
+
+def _toml(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+def _warnings(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("fusegen: warning: plugin ")]
+
+
+def test_each_load_time_breakage_is_quarantined_in_one_line_and_listed(plugin_venv):
+    p = fusegen_in(plugin_venv, "plugins", "--json", dists=BROKEN)
+    assert p.returncode == 0, p.stderr
+    lines = _warnings(p.stderr)
+    assert len(lines) == len(BROKEN_LINES), lines
+    for name, (ep, reason) in BROKEN_LINES.items():
+        want = (f"fusegen: warning: plugin {name!r} (entry point {ep}; distribution {BROKEN} 0.3.0) quarantined: "
+                f"{reason}")
+        assert want in lines
+    rows = {(r["name"], r["distribution"]): r for r in json.loads(p.stdout)["plugins"]}
+    for name, (ep, reason) in BROKEN_LINES.items():
+        r = rows[(name, BROKEN)]
+        assert (r["status"], r["reason"], r["entry_point"]) == ("broken", reason, ep.split(" = ")[1])
+    assert rows[("loop", "fusegen")]["status"] == "loaded"  # the built-in keeps its name
+    # the table says it too, and lists codegen backends
+    p = fusegen_in(plugin_venv, "plugins", dists=BROKEN)
+    assert p.stdout.count("BROKEN:") == len(BROKEN_LINES)
+    assert "codegen triton@" in p.stdout and "codegen host@" in p.stdout
+
+
+def test_commands_run_on_the_builtins_beside_broken_plugins(plugin_venv):
+    p = fusegen_in(plugin_venv, "explain", str(EXAMPLE), "--json", dists=BROKEN)
+    assert p.returncode == 0, p.stderr
+    assert len(_warnings(p.stderr)) == len(BROKEN_LINES)
+    rows = {f["name"]: f for f in json.loads(p.stdout)["fusions"]}
+    assert (rows["wrapped_tanh"]["emitter"], rows["wrapped_tanh"]["plugin"]) == ("LoopFusion", "loop")
+    assert rows["input_multiply_reduce_fusion"]["kind"] == "kReduction"
+    p = fusegen_in(plugin_venv, "run", str(EXAMPLE), "--no-compile", "--json", dists=BROKEN)
+    assert p.returncode == 0, p.stderr
+    assert [f["status"] for f in json.loads(p.stdout)["fusions"]] == ["ok", "ok"]
+
+
+def test_strict_mode_turns_a_quarantine_into_exit_2(plugin_venv, tmp_path):
+    strict = _toml(tmp_path / "strict.toml", "[plugins]\nstrict = true\n")
+    for extra, env in ((["--strict-plugins"], {}), ([], {"FUSEGEN_STRICT_PLUGINS": "1"}),
+                       (["--config", str(strict)], {})):
+        p = fusegen_in(plugin_venv, "explain", str(EXAMPLE), *extra, dists=BROKEN, env=env, cwd=tmp_path)
+        assert p.returncode == 2, (extra, env, p.stderr)
+        assert "quarantined" in p.stderr and "(strict plugins" in p.stderr and "Traceback" not in p.stderr
+        p = fusegen_in(plugin_venv, "explain", str(EXAMPLE), *extra, env=env, cwd=tmp_path)  # nothing broken
+        assert p.returncode == 0, p.stderr
+    p = fusegen_in(plugin_venv, "plugins", "--strict-plugins", dists=BROKEN)
+    assert p.returncode == 2
+
+
+def test_disable_applies_before_a_plugin_is_imported(plugin_venv, tmp_path):
+    cfg = _toml(tmp_path / "fusegen.toml", '[plugins]\ndisable = ["broken_import", "Broken-Hook", "loop"]\n')
+    p = fusegen_in(plugin_venv, "plugins", "--json", dists=BROKEN, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    names = {r["name"] for r in json.loads(p.stdout)["plugins"]}
+    # never imported: no quarantine, not listed; "loop" is the plugin (both entry points of that name)
+    assert not {"broken_import", "broken_hook", "loop"} & names
+    # with fusegen's `loop` out, the factory name `loop` is free: broken_collide's (declining) factory takes it
+    assert {ln.split("'")[1] for ln in _warnings(p.stderr)} == {"broken_type", "broken_default"}
+    assert "matcher loop@1000" in {r["name"]: r for r in json.loads(p.stdout)["plugins"]}["fusegen.matchers"][
+        "provides"]  # disabling the plugin `loop` left the matcher `loop` alone
+    p = fusegen_in(plugin_venv, "explain", str(EXAMPLE), "--json", "--config", str(cfg), dists=BROKEN)
+    rows = {f["name"]: f for f in json.loads(p.stdout)["fusions"]}
+    assert (rows["wrapped_tanh"]["kind"], rows["wrapped_tanh"]["decided_by"]) == ("kLoop", "loop")
+    assert rows["wrapped_tanh"]["backend"] == "host"  # no loop emitter: only that one thing went
+
+
+def test_a_taken_name_is_refused_and_an_explicit_replacement_allowed(plugin_venv):
+    p = fusegen_in(plugin_venv, "plugins", "--json", dists="fusegen-test-acme-loop")
+    assert p.returncode == 0 and not _warnings(p.stderr), p.stderr
+    rows = {r["name"]: r for r in json.loads(p.stdout)["plugins"]}
+    assert "loop" not in rows  # replaced as a whole
+    assert rows["acme_loop"]["replaces"] == ["replaces loop (fusegen)", "replaces matcher loop (fusegen.matchers)"]
+    assert rows["acme_loop"]["provides"] == ["matcher loop@1000", "emitter loop:kLoop@100"]
+    assert "matcher loop@1000" not in rows["fusegen.matchers"]["provides"]
+    p = fusegen_in(plugin_venv, "plugins", dists="fusegen-test-acme-loop")
+    assert "replaces loop (fusegen)" in p.stdout
+    # rows decided and emitted by the replacement name it
+    p = fusegen_in(plugin_venv, "explain", str(EXAMPLE), "--json", dists="fusegen-test-acme-loop")
+    tanh = {f["name"]: f for f in json.loads(p.stdout)["fusions"]}["wrapped_tanh"]
+    assert (tanh["emitter"], tanh["plugin"], tanh["decided_by"], tanh["decided_by_plugin"]) == \
+        ("AcmeLoopFusion", "acme_loop", "loop", "acme_loop")
+    p = fusegen_in(plugin_venv, "explain", str(EXAMPLE), dists="fusegen-test-acme-loop")
+    assert "AcmeLoopFusion (acme_loop)" in p.stdout and "loop (acme_loop)" in p.stdout
+    # without saying so, the same names are refused (test_each_load_time_breakage...: broken_collide, loop)
+    p = fusegen_in(plugin_venv, "explain", str(EXAMPLE), "--json", dists=BROKEN)
+    tanh = {f["name"]: f for f in json.loads(p.stdout)["fusions"]}["wrapped_tanh"]
+    assert (tanh["emitter"], tanh["plugin"], tanh["decided_by_plugin"]) == ("LoopFusion", "loop", "fusegen.matchers")
+
+
+RUNTIME = {  # entry point -> (fusions that fail, words the message holds)
+    "rt_matcher_raises": (2, ["plugin 'rt_matcher_raises' raised in kind matcher 'always-raises'",
+                              "ValueError: cannot look at wrapped_tanh"]),
+    "rt_typo": (2, ["plugin 'rt_typo' kind matcher 'typo' answered 'kLooop' for fusion %wrapped_tanh",
+                    "did you mean 'kLoop'?"]),
+    "rt_factory_string": (1, ["plugin 'rt_factory_string' emitter factory 'stringly' (kLoop) returned str for "
+                              "fusion %wrapped_tanh, expected a FusionEmitter"]),
+    "rt_emit_raises": (1, ["plugin 'rt_emit_raises' RaisingFusion.emit (emitter factory 'raising') failed on fusion "
+                           "%wrapped_tanh: RuntimeError: emit exploded"]),
+    "rt_bad_source": (1, ["plugin 'rt_bad_source', BadSourceFusion.emit: kernel failed to load or run at ",
+                          ".py:9: SyntaxError"]),
+    "rt_launch_fails": (1, ["plugin 'rt_launch_fails', LaunchFailsFusion.emit: kernel failed to load or run",
+                            "(kernel neg_kernel (", ".py)): TypeError"]),
+}
+
+
+@pytest.mark.parametrize("plugin", sorted(RUNTIME))
+def test_a_run_time_failure_exits_2_naming_the_plugin(plugin_venv, plugin):
+    failing, words = RUNTIME[plugin]
+    p = fusegen_in(plugin_venv, "run", str(EXAMPLE), "--no-compile", "--json", env={"FUSEGEN_LOAD_PLUGINS": plugin})
+    assert p.returncode == 2, p.stderr
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("fusegen: error: ")]
+    assert len(errors) == failing, p.stderr
+    (line,) = [ln for ln in errors if ln.startswith(f"fusegen: error: {EXAMPLE}: fusion %wrapped_tanh: ")]
+    for w in words:
+        assert w in line, (w, line)
+    assert "Traceback" not in p.stderr
+    rows = {f["name"]: f for f in json.loads(p.stdout)["fusions"]}  # every row is printed
+    assert (rows["wrapped_tanh"]["status"], rows["wrapped_tanh"]["plugin"]) == ("error", plugin)
+    other = rows["input_multiply_reduce_fusion"]
+    assert other["status"] == ("error" if failing == 2 else "ok")
+
+
+def test_explain_exits_2_on_a_matcher_typo(plugin_venv):
+    p = fusegen_in(plugin_venv, "explain", str(EXAMPLE), env={"FUSEGEN_LOAD_PLUGINS": "rt_typo"})
+    assert p.returncode == 2 and "'kLooop'" in p.stderr and "wrapped_tanh" in p.stdout
+
+
+def test_pipeline_passes_change_explain_and_run(plugin_venv, tmp_path):
+    hlo = corpus_path("jax", "gelu_matmul.pre.hlo")
+    log = tmp_path / "probe.jsonl"
+    cfg = _toml(tmp_path / "cfg" / "fusegen.toml", f"""
+        [pipeline]
+        passes = ["probe-pass", "dot-decomposer", "fusion"]
+
+        [pipeline.options.probe-pass]
+        tag = "from the file"
+
+        [plugins.probe]
+        log = "{log}"
+    """)
+
+    def explain(*extra):
+        p = fusegen_in(plugin_venv, "explain", str(hlo), "--json", *extra, dists="fusegen-test-probe", cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        d = json.loads(p.stdout)
+        return d["passes"], sorted(f["kind"] for f in d["fusions"])
+
+    assert explain() == (["dot-decomposer", "gemm-fusion", "gemm-rewriter", "fusion"], ["kLoop", "kTriton"])
+    assert explain("--config", str(cfg)) == (["probe-pass", "dot-decomposer", "fusion"], ["kLoop"])
+    assert explain("--config", str(cfg), "--passes", "dot-decomposer,gemm-fusion,fusion") == \
+        (["dot-decomposer", "gemm-fusion", "fusion"], ["kLoop", "kTriton"])  # the command line beats the file
+    p = fusegen_in(plugin_venv, "run", str(hlo), "--no-compile", "--json", "--config", str(cfg),
+                   dists="fusegen-test-probe", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert [f["kind"] for f in d["fusions"]] == ["kLoop"] and d["non_fusion_instructions"][0]["opcode"] == "dot"
+    passes = [json.loads(ln) for ln in log.read_text().splitlines() if '"pass"' in ln]
+    assert [e["options"] for e in passes] == [{"tag": "from the file"}] * 2  # explain and run with the file
+    # [pipeline.options.<pass>] is checked against what the pass declares
+    bad = _toml(tmp_path / "bad.toml", '[pipeline.options.probe-pass]\ntagg = "x"\n')
+    p = fusegen_in(plugin_venv, "run", str(hlo), "--config", str(bad), dists="fusegen-test-probe")
+    assert p.returncode == 2 and f"{bad}:2: unknown key 'tagg' in [pipeline.options.probe-pass]; did you mean " \
+                                 "'tag'?" in p.stderr
+    p = fusegen_in(plugin_venv, "explain", str(hlo), "--passes", "dot-decomposer,fusoin")
+    assert p.returncode == 2 and "unknown pass 'fusoin'" in p.stderr
+
+
+PROBE_HLO = """HloModule probe
+ENTRY e {
+  p = f32[8,16] parameter(0)
+  q = f32[16,4] parameter(1)
+  n = f32[8,16] negate(p)
+  ROOT d = f32[8,4] dot(n, q), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_every_plugin_callable_gets_its_settings_from_config_file(plugin_venv, tmp_path):
+    hlo = tmp_path / "probe.hlo"
+    hlo.write_text(PROBE_HLO)
+    log = tmp_path / "probe.jsonl"
+    cfg = _toml(tmp_path / "elsewhere" / "settings.toml", f"""
+        [pipeline]
+        passes = ["probe-pass", "fusion"]
+
+        [plugins.probe]
+        log = "{log}"
+        min_elements = 10
+    """)
+    work = tmp_path / "work"
+    work.mkdir()  # no fusegen.toml here: only --config FILE says it
+    p = fusegen_in(plugin_venv, "run", str(hlo), "--no-compile", "--json", "--device", "h100", "--config", str(cfg),
+                   dists="fusegen-test-probe", cwd=work)
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert (d["fusions"][0]["emitter"], d["fusions"][0]["plugin"]) == ("ProbeLoopFusion", "probe")
+    assert d["non_fusion_instructions"] == [{"name": "d", "opcode": "dot", "backend": "probe-dot"}]
+    code = ("import sys; from fusegen.cli.config import resolve_config; from fusegen.autotuning.options import "
+            "discover_backends; resolve_config(sys.argv[1], ()); "
+            "[b.get_supported_configs(None) for b in discover_backends() if b.name == 'probe-codegen']")
+    import subprocess
+
+    env = {"FUSEGEN_AUTOLOAD_DISTRIBUTIONS": "fusegen,fusegen-test-probe"}
+    subprocess.run([str(plugin_venv), "-c", code, str(cfg)], check=True, cwd=work, env={**__import__("os").environ,
+                                                                                        **env})
+    seen = [json.loads(ln) for ln in log.read_text().splitlines()]
+    assert {e["callable"] for e in seen} == {"matcher", "factory", "pass", "execution backend", "codegen backend"}
+    for e in seen:
+        assert e["plugin"] == "probe" and e["settings"] == {"log": str(log), "min_elements": 10}, e
+        if e["callable"] != "codegen backend":  # run with --device h100; the library call named none
+            assert e["device"] == "h100", e
+    # the factory reads min_elements: above the fusion's 128 elements it declines, fusegen's loop emitter serves it
+    _toml(cfg, cfg.read_text().replace("min_elements = 10", "min_elements = 200"))
+    p = fusegen_in(plugin_venv, "explain", str(hlo), "--json", "--config", str(cfg), dists="fusegen-test-probe",
+                   cwd=work)
+    f = json.loads(p.stdout)["fusions"][0]
+    assert (f["emitter"], f["plugin"]) == ("LoopFusion", "loop")
+
+
+def test_config_show_prints_list_values_as_written(plugin_venv, tmp_path):
+    _toml(tmp_path / "fusegen.toml", '[plugins]\ndisable = ["loop", "memcpy"]\n[pipeline]\npasses = ["fusion"]\n')
+    p = fusegen_in(plugin_venv, "config", "show", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    rows = {ln.split("│")[1].strip(): ln.split("│")[2].strip() for ln in p.stdout.splitlines() if ln.count("│") >= 4}
+    assert rows["plugins.disable"] == "[loop, memcpy]" and rows["pipeline.passes"] == "[fusion]"
