@@ -8,6 +8,11 @@ question or emitter in between two built-ins without ``tryfirst``/``trylast``.
 A plugin is any module (or object) with functions named like these hooks, marked with
 ``@fusegen.hookimpl``, and registered through an entry point in group ``fusegen.emitters``,
 ``fusegen.backends`` or ``fusegen.plugins``.
+
+Registration hooks are called once, when the plugin loads (:mod:`fusegen.plugin_manager`): one that raises
+or returns the wrong type, or a descriptor taking a name another plugin registered (without ``replaces=``),
+quarantines the plugin (left out, named in one stderr line) instead of failing the command. Every callable
+a descriptor carries is handed the plugin's :class:`fusegen.plugin_context.PluginContext`.
 """
 
 from __future__ import annotations
@@ -58,8 +63,8 @@ def fusegen_passes():
     """Contribute module passes, referred to by name from pipelines.
 
     Returns:
-        list[fusegen.registry.HloPass]: pass names must be unique across all plugins; a duplicate
-        name is an error naming both plugins.
+        list[fusegen.registry.HloPass]: pass names are owned (unique across plugins; ``replaces=`` takes
+        one over). ``HloPass.options`` declares the keys ``[pipeline.options.<name>]`` may set.
     """
 
 
@@ -68,8 +73,8 @@ def fusegen_config_options():
     """Declare this plugin's configuration keys, read from ``[plugins.<plugin name>]`` in fusegen.toml
     (or ``[tool.fusegen.plugins.<plugin name>]`` in pyproject.toml).
 
-    Called once when the configuration is loaded, after all plugins are registered; every plugin's list
-    is collected. Keys are validated against these declarations: an undeclared key is an error with
+    Called once when the plugin loads (a default that does not fit its declared type quarantines the
+    plugin); every plugin's list is collected. Keys are validated against these declarations: an undeclared key is an error with
     file:line and a did-you-mean, a value of the wrong type names the expected type.
 
     Returns:
@@ -89,8 +94,9 @@ def fusegen_codegen_backends():
         with ``xla_gpu_experimental_autotune_backends``'s ``+name,-name`` syntax). Order matters for
         "first config" (level 0): backends are ordered by ascending ``CodegenBackend.rank`` (XLA's CUDA
         order, ``factory_cuda.cc``: cuDNN 100, Triton 200, cuBLASLt 300, fission 400, native 500,
-        block-level 600; host 1000), then plugin order. A backend name registered by two plugins is an
-        error naming both (``fusegen.autotuning.options.discover_backends``).
+        block-level 600; host 1000), then plugin order. Backend names are owned: a plugin registering a
+        taken one without ``replaces = "<name>"`` on the class is quarantined. fusegen sets each backend's
+        ``context`` (:class:`fusegen.plugin_context.PluginContext`).
     """
 
 
