@@ -33,7 +33,9 @@ class FusionAnalysisError(ValueError):
 @attrs.frozen
 class InputOutputInfo:
     """``HloFusionAnalysis::InputOutputInfo``: smallest element widths of fusion inputs and outputs,
-    in bits as ``primitive_util::BitWidth`` counts them (``pred`` = 1); :attr:`NO_BITS` when none."""
+    in bits as ``SmallestBitWidth`` (``hlo_fusion_analysis.cc``) counts them: ``primitive_util::BitWidth``
+    except ``pred``, which counts as its 8-bit storage (so a pred output forces no unroll of 8 in
+    ``ComputeLoopFusionConfig``); :attr:`NO_BITS` when none."""
 
     smallest_input_dtype_bits: int
     smallest_output_dtype_bits: int
@@ -41,7 +43,8 @@ class InputOutputInfo:
 
 
 def _xla_bits(element_type: str) -> int:
-    return 1 if element_type == "pred" else bit_width(element_type)
+    # SmallestBitWidth: PRED counts 8 bits (its storage), not BitWidth(PRED) = 1.
+    return 8 if element_type == "pred" else bit_width(element_type)
 
 
 def _smallest_bits(insts: list[Instruction]) -> int:

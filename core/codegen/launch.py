@@ -197,13 +197,14 @@ def element_shape(roots: Sequence[Instruction]) -> Shape:
 
 
 def smallest_output_bits(roots: Sequence[Instruction]) -> int:
-    """``InputOutputInfo::smallest_output_dtype_bits`` over the roots' array leaves."""
+    """``InputOutputInfo::smallest_output_dtype_bits`` over the roots' array leaves (``SmallestBitWidth``:
+    ``pred`` counts 8 bits)."""
     bits = 2**31 - 1
     for r in roots:
         for leaf in r.shape.leaves():
             if leaf.is_array:
                 try:
-                    bits = min(bits, xla_bits(leaf.element_type))
+                    bits = min(bits, 8 if leaf.element_type == "pred" else xla_bits(leaf.element_type))
                 except ValueError:
                     continue
     return bits
