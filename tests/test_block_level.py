@@ -22,8 +22,11 @@ def test_softmax_runs_the_block_level_kernel():
     assert rep.ok
     (f,) = rep.fusions
     assert (f.kind, f.emitter, f.backend) == ("kTriton", "TritonBlockLevelFusion", "triton")
-    # one program per [1,4096] output tile, the config's 4 warps
-    assert f.launch == "grid=64 warps=4" and f.compiled == "ok"
+    # one program per [1,4096] output tile, the config's 4 warps, and the compiled kernel's shared memory
+    # (what XLA launches a Triton fusion with; tests/test_launch_corpus.py compares it with XLA's)
+    shared = triton_runtime.compile_for_target(f.kernels[0]).shared_bytes
+    assert f.launch == f"grid=64 warps=4 smem={shared}B" and f.compiled == "ok"
+    assert f.kernels[0].launch.to_json()["shared_memory_bytes"] == shared > 0
     assert f.max_abs_error is not None and f.max_abs_error < 1e-6
 
 

@@ -1,9 +1,11 @@
-"""Launch dimensions against XLA's own: ``../shared/corpus/jax/launch/LAUNCH.tsv`` (H200, deviceless compiles).
+"""Launch dimensions against XLA's own: ``../shared/corpus/jax/launch/LAUNCH.tsv`` and ``tests/data/launch_extra/``
+(H200, deviceless compiles; the second made by ``scripts/make_launch_ground_truth.py``).
 
 ``fusegen explain --json`` must report, per fusion, the grid / threads / shared memory XLA's thunk launches:
 for >= 95% of the fusions XLA emits with a native emitter (loop, reduction, transpose, concatenate,
 scatter, in-place DUS, sort) and, for grid and threads, every stamped Triton fusion. The kernel realises
-the launch: one Triton program per XLA block, ``num_warps = threads / 32``.
+the launch: one Triton program per XLA block, ``num_warps = threads / 32``. A Triton fusion's shared memory
+is its compiled kernel's (known after the sm_90 compile), compared row by row with XLA's.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from click.testing import CliRunner
 from fusegen.cli.main import cli
 
 LAUNCH = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "jax" / "launch"
+#: More ground truth of the same kind, committed with the project (integer, pred, f16/bf16/f8 loop fusions
+#: with expensive ops and multi-output roots; Triton GEMMs of every dtype pair; block-level fusions).
+EXTRA = Path(__file__).resolve().parent / "data" / "launch_extra"
 
 #: Native-emitter fusions whose launch differs from XLA's, with the reason.
 KNOWN_MISSES = {
@@ -29,16 +34,17 @@ KNOWN_MISSES = {
 TRITON_KINDS = ("__triton", "__triton_nested_gemm_fusion", "__triton_gemm")
 
 
-def _rows() -> list[dict]:
-    if not (LAUNCH / "LAUNCH.tsv").exists():
-        pytest.skip(f"{LAUNCH} is absent (the shared corpus is not checked out beside the project)")
-    with open(LAUNCH / "LAUNCH.tsv") as f:
-        return [r for r in csv.DictReader(f, delimiter="\t") if r["thunk_kind"] == "kCustomKernel"
+def _rows(where: Path = LAUNCH) -> list[dict]:
+    """Kernel rows of fusions in ``where/LAUNCH.tsv``, each with ``dir`` set to ``where``."""
+    if not (where / "LAUNCH.tsv").exists():
+        pytest.skip(f"{where} is absent (the shared corpus is not checked out beside the project)")
+    with open(where / "LAUNCH.tsv") as f:
+        return [dict(r, dir=where) for r in csv.DictReader(f, delimiter="\t") if r["thunk_kind"] == "kCustomKernel"
                 and r["hlo_opcode"] == "fusion"]
 
 
-def _explain(module_file: str) -> dict:
-    res = CliRunner().invoke(cli, ["explain", str(LAUNCH / module_file), "--json"])
+def _explain(module_file: str, where: Path = LAUNCH, *extra: str) -> dict:
+    res = CliRunner().invoke(cli, ["explain", str(where / module_file), "--json", *extra])
     assert res.exit_code == 0, res.output
     return {f["name"]: f for f in json.loads(res.output)["fusions"]}
 
@@ -49,19 +55,23 @@ def _want(r: dict) -> dict:
             "shared_memory_bytes": int(r["shared_memory_bytes"])}
 
 
-@pytest.fixture(scope="module")
-def compared() -> list[tuple[dict, dict | None]]:
-    rows = _rows()
-    explained: dict[str, dict] = {}
+def _compare(rows: list[dict], *extra: str) -> list[tuple[dict, dict | None]]:
+    explained: dict[tuple, dict] = {}
     out = []
     for r in rows:
-        if r["module_file"] not in explained:
-            explained[r["module_file"]] = _explain(r["module_file"])
+        key = (r["dir"], r["module_file"])
+        if key not in explained:
+            explained[key] = _explain(r["module_file"], r["dir"], *extra)
         kernel = r["kernel_name"]
         if "__" in kernel and kernel.rsplit("__", 1)[1].isdigit():  # a later kernel of a multi-kernel sort
             continue
-        out.append((r, explained[r["module_file"]].get(r["fusion_name"])))
+        out.append((r, explained[key].get(r["fusion_name"])))
     return out
+
+
+@pytest.fixture(scope="module")
+def compared() -> list[tuple[dict, dict | None]]:
+    return _compare(_rows() + _rows(EXTRA))
 
 
 def _native(r: dict) -> bool:
@@ -83,7 +93,7 @@ def test_native_emitters_launch_as_xla(compared):
         else:
             misses[(r["module_file"], r["fusion_name"])] = (got, _want(r))
     total = sum(per_kind.values())
-    assert total >= 130, per_kind  # every native-emitter fusion of the 24 programs
+    assert total >= 130 + 30, per_kind  # every native-emitter fusion of the 24 + 29 programs
     unexplained = {k: v for k, v in misses.items() if k not in KNOWN_MISSES}
     assert not unexplained, unexplained
     assert sum(hits.values()) / total >= 0.95, (hits, per_kind)
@@ -100,10 +110,61 @@ def test_stamped_triton_fusions_grid_and_threads_as_xla(compared):
         got = f["launch_dimensions"]
         want = _want(r)
         assert (got["grid"], got["threads"]) == (want["grid"], want["threads"]), (r["fusion_name"], got, want)
-        # Shared memory is what Triton allocates for XLA's own kernel, known after XLA's compile; fusegen's
-        # kernel for the same tiles is a different program (it reports no dynamic shared memory).
-        assert got["shared_memory_bytes"] == 0
-    assert n >= 110
+    assert n >= 110 + 14
+
+
+def _smem_class(r: dict) -> str:
+    """Why fusegen's compiled kernel may allocate other shared memory than XLA's for a Triton row."""
+    if r["backend_kind"] in ("__triton_nested_gemm_fusion", "__triton_gemm"):
+        # XLA's Triton fork lowers the dot of its 16x8 / 8x16 tiles (block_k 16) to mma.sync with both operand
+        # tiles staged through shared memory; Triton 3.9's tl.dot takes no tile under 16, so fusegen's kernel
+        # of the same tiles is a broadcast-multiply-sum whose shared memory is the reduction's layout change.
+        return "gemm-small-tile"
+    # Block-level fusions: XLA's emitter builds its own TTIR (size-1 dims, reshapes, broadcasts), whose layout
+    # conversions through shared memory differ from those of fusegen's kernel of the same tile.
+    return "block-level-ir"
+
+
+@pytest.mark.slow
+def test_triton_shared_memory_is_the_compiled_kernels():
+    """Every Triton row: ``explain --compile`` reports the sm_90 compile's shared memory (an int, never a
+    placeholder 0 or null), and it is compared with XLA's; rows that differ are of the two known kinds."""
+    rows = [r for r in _rows() + _rows(EXTRA) if r["backend_kind"] in TRITON_KINDS]
+    agree, differ = [], {}
+    for r, f in _compare(rows, "--compile"):
+        got = f["launch_dimensions"]["shared_memory_bytes"]
+        assert isinstance(got, int) and "shared_memory_reason" not in f, (r["fusion_name"], f)
+        assert f["launch"].endswith(f"smem={got}B") or got == 0, f["launch"]
+        if got == int(r["shared_memory_bytes"]):
+            agree.append((r["module_file"], r["fusion_name"]))
+        else:
+            differ.setdefault(_smem_class(r), []).append((r["fusion_name"], int(r["shared_memory_bytes"]), got))
+    assert len(agree) + sum(map(len, differ.values())) >= 124
+    # 2026-12-01: 17 of 127 rows agree (row-wise block-level fusions of 32 bytes, an f32 16x8 GEMM, a
+    # block-level fusion without shared memory); no row may stop agreeing.
+    assert len(agree) >= 17, (agree, differ)
+    assert set(differ) <= {"gemm-small-tile", "block-level-ir"}, differ
+
+
+def test_run_reports_the_compiled_shared_memory_of_a_triton_fusion(tmp_path, monkeypatch):
+    """``run`` compiles for sm_90 and puts the compiled shared memory into ``launch_dimensions`` and the
+    ``launch`` column; ``explain`` has it only from the compile records (``null`` with the reason before),
+    ``explain --compile`` fills it. The row-wise softmax's 32 bytes are XLA's too."""
+    module = EXTRA / "triton_softmax_f32.h200_opt.hlo"
+    (row,) = [r for r in _rows(EXTRA) if r["module_file"] == module.name]
+    monkeypatch.setenv("FUSEGEN_KERNEL_DIR", str(tmp_path / "kernels"))
+    (f,) = _explain(module.name, EXTRA).values()
+    assert f["launch_dimensions"]["shared_memory_bytes"] is None
+    assert "fusegen explain --compile" in f["shared_memory_reason"]
+    res = CliRunner().invoke(cli, ["run", str(module), "--json"])
+    assert res.exit_code == 0, res.output
+    (g,) = json.loads(res.output)["fusions"]
+    assert g["launch_dimensions"] == _want(row) and g["launch"] == "grid=128 warps=4 smem=32B", g
+    (f,) = _explain(module.name, EXTRA).values()
+    assert f["launch_dimensions"] == _want(row) and "shared_memory_reason" not in f
+    monkeypatch.setenv("FUSEGEN_KERNEL_DIR", str(tmp_path / "other"))  # no record there: --compile makes one
+    (f,) = _explain(module.name, EXTRA, "--compile").values()
+    assert f["launch_dimensions"] == _want(row)
 
 
 def test_kernel_realises_the_launch(compared):

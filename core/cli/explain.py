@@ -19,12 +19,16 @@ from fusegen.cli.run_spmd import explain_devices
 @click.option("--indexing", "show_indexing", is_flag=True,
               help="With --fusion: print the emitter's thread-to-output and thread-to-input indexing maps "
                    "(XLA's text form; JSON: an \"indexing\" object).")
+@click.option("--compile", "compile_triton", is_flag=True,
+              help="Compile Triton fusions' kernels for sm_90 so that their launch carries the compiled shared "
+                   "memory (without it, only kernels already in the compile cache have it).")
 @device_option
 @config_options
 @pipeline_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def explain(module_path, fusion_name, show_indexing, device_name, config_path, xla_flags, as_json):
+def explain(module_path, fusion_name, show_indexing, compile_triton, device_name, config_path, xla_flags, as_json):
     """Show, for every fusion, its kind, what decided it, its emitter, backend and launch dimensions."""
+    from fusegen.cli.run import launch_dimensions_json
     from fusegen.dispatch import DispatchError
     from fusegen.plugin_manager import PluginError
     from fusegen.runtime.executor import Executor
@@ -53,6 +57,15 @@ def explain(module_path, fusion_name, show_indexing, device_name, config_path, x
         fail(f"{module_path}: {e} (check [plugins] disable in the config)")
     except Exception as e:  # never a bare traceback
         internal_error(module_path, e)
+    from fusegen.runtime.compile_jobs import CompileJobs, shared_from_cache
+
+    smem_reason = {}  # Triton fusions whose compiled shared memory is unknown: why
+    jobs = CompileJobs() if compile_triton else None
+    for inst, (emitted, rep) in rows:
+        why = shared_from_cache(rep, inst, emitted.kernels, jobs) if emitted is not None else None
+        if why is not None:
+            smem_reason[id(inst)] = why
+            rep.reason = f"{rep.reason}; {why}" if rep.reason else why
     if fusion_name is not None and fusion_name.lstrip("%") not in {i.name for i, _ in rows}:
         fail(f"{module_path}: no fusion named {fusion_name!r}")
     if show_indexing and fusion_name is None:
@@ -71,7 +84,10 @@ def explain(module_path, fusion_name, show_indexing, device_name, config_path, x
         out = {"module": "; ".join(m.name for m in modules), "fusions": [], "passes": list(dict.fromkeys(ran))}
         for inst, (emitted, rep) in rows:
             d = {k: v for k, v in rep.to_json().items() if k not in ("max_abs_error", "max_rel_error", "status", "compiled_sm90")}
-            d["launch_dimensions"] = emitted.launch.to_json() if emitted is not None and emitted.launch else None
+            d["launch_dimensions"] = launch_dimensions_json(rep) if emitted is not None and emitted.launch else None
+            if id(inst) in smem_reason and d["launch_dimensions"] is not None:
+                d["launch_dimensions"]["shared_memory_bytes"] = None  # unknown until compiled, never a wrong 0
+                d["shared_memory_reason"] = smem_reason[id(inst)]
             if fusion_name and inst.name == fusion_name.lstrip("%"):
                 d["kernels"] = [{"name": k.name, "source": k.source} for k in rep.kernels]
                 if indexing is not None:

@@ -37,6 +37,8 @@ MAX_UNROLL_FACTOR = 4
 WARP_SCHEDULERS = 4
 #: ``MayPreventVectorization``: concatenates with more operands are not unrolled.
 MAX_CONCAT_ARGUMENTS_FOR_UNROLLING = 10
+#: ``MayCausePerformanceDropIfUnrolled``: reduce-windows of larger windows are not unrolled.
+MAX_REDUCE_WINDOW_SIZE_FOR_UNROLLING = 8
 #: Reduction emitters (``reduction.cc``): threads a block aims for, column tile, elements per thread.
 THREADS_PER_BLOCK_TARGET = 256
 REDUCTION_TILE_SIZE = 32
@@ -88,11 +90,20 @@ def kernel_warps(threads: int) -> int:
 
 # ---------------------------------------------------------------------------------------------- loops
 def may_prevent_vectorization(comp: Computation) -> bool:
-    """``MayPreventVectorization``: a reduce-window, sort, dot, variadic reduce or a concatenate of
-    more than 10 operands anywhere in the fused computation (nested fusions included)."""
+    """``MayCausePerformanceDropIfUnrolled`` (``gpu_fusible.cc``; ``MayPreventVectorization`` before): a
+    reduce-window whose window holds more than 8 elements (one thread walks a whole window), a sort, a dot,
+    a variadic reduce or a concatenate of more than 10 operands anywhere in the fused computation (nested
+    fusions included)."""
+    from fusegen.evaluator.reduce import parse_window
+
     for inst in comp.instructions:
         op = inst.opcode
-        if op in ("reduce-window", "sort", "dot"):
+        if op == "reduce-window":
+            rank = inst.operands[0].shape.rank if inst.operands and inst.operands[0].shape.is_array else 0
+            if math.prod(parse_window(inst, rank)["size"]) > MAX_REDUCE_WINDOW_SIZE_FOR_UNROLLING:
+                return True
+            continue
+        if op in ("sort", "dot"):
             return True
         if op == "concatenate" and len(inst.operands) > MAX_CONCAT_ARGUMENTS_FOR_UNROLLING:
             return True

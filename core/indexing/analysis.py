@@ -74,6 +74,8 @@ def compute_output_to_input_indexing(instr: Instruction, output_id: int = 0) -> 
         return InstructionIndexing([])
     if op == "fusion":
         return _fusion_output_to_input(instr, output_id)
+    if op == "scan":  # the only op besides fusions whose maps depend on which result
+        return ops.scan(instr, output_id)
     fn = _OUTPUT_TO_INPUT.get(op)
     if fn is None:
         return InstructionIndexing.unknown(len(instr.operands))
@@ -171,10 +173,14 @@ def compute_input_to_output_indexing(instr: Instruction, input_id: int = 0) -> I
 
 # ---------------------------------------------------------------------------------------- composition
 def compose_operand_indexing(first: OperandIndexing, second: OperandIndexing) -> OperandIndexing:
-    """``ComposeOperandIndexing``: ``second`` after ``first``; the runtime variables keep the map library's
-    order (``second``'s, then ``first``'s), ``second``'s now indexed from ``first``'s domain."""
+    """``ComposeOperandIndexing`` (``indexing_analysis.cc``): ``second`` after ``first``. The records of the
+    runtime variables are ``first``'s, then ``second``'s, each of those now a map from ``first``'s domain
+    that keeps ``first``'s runtime variables (a dynamic-slice of a dynamic-slice: the inner slice's starts
+    are read at ``(d0, d1){rt0, rt1} -> ()``, constrained by the outer starts). XLA keeps this record order
+    although the composed map numbers its runtime variables ``second``'s first (``ComposeIndexingMaps``);
+    the text XLA prints follows both, and so does this."""
     m = first.map.compose(second.map)
-    rts = tuple(RuntimeVarIndexing(r.instruction, first.map.compose(r.map)) for r in second.rt_vars) + first.rt_vars
+    rts = first.rt_vars + tuple(RuntimeVarIndexing(r.instruction, first.map.compose(r.map)) for r in second.rt_vars)
     if first.replica_id_map is not None and second.replica_id_map is not None:
         return OperandIndexing(IndexingMap.unknown())  # chained collectives: XLA does not support them
     replica = first.replica_id_map

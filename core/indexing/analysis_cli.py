@@ -7,8 +7,8 @@ instruction or fusion of an HLO file.
 
 ``--json`` prints ``{"operands": [[map, ...], ...]}`` (for input-to-output: one list per output), with
 ``--grouped`` ``{"grouped": {"instruction name": [map, ...]}}``, with ``--coalescing``
-``{"coalesced": [bool per operand]}``; each map is XLA's text form (``UNDEFINED`` where unknown, ``KNOWN
-EMPTY``). ``"details"`` adds each map's runtime variables and replica-id map. Without ``--json`` the text
+``{"coalesced": [bool per operand]}``; each map is XLA's text form (``unknown indexing`` where unknown, as
+``HloInstructionIndexing::ToString`` prints an undefined map; ``KNOWN EMPTY``). ``"details"`` adds each map's runtime variables and replica-id map. Without ``--json`` the text
 is XLA's ``HloInstructionIndexing::ToString``. Bad input is one line on stderr and exit code 2.
 """
 
@@ -52,22 +52,30 @@ def calling_fusion(module: Module, instr: Instruction) -> Instruction | None:
     return None
 
 
+def _text(m) -> str:
+    """A map's text; an undefined one as ``HloInstructionIndexing::ToString`` prints it (``unknown indexing``)."""
+    return "unknown indexing" if m.is_undefined else str(m)
+
+
 def _details(item: OperandIndexing) -> dict:
+    """A map with the records of its runtime variables, each map kept whole: a runtime variable read at a
+    point that itself depends on runtime variables (a slice of a slice) keeps its ``{rt0, ...}`` and their
+    constraints, as XLA's ``RuntimeVarIndexing::ToString`` prints them."""
     return {
-        "map": str(item.map),
-        "runtime_variables": [{"instruction": str(r).split(";", 1)[0], "map": str(r.map)} for r in item.rt_vars],
-        "replica_id": None if item.replica_id_map is None else str(item.replica_id_map),
+        "map": _text(item.map),
+        "runtime_variables": [{"instruction": str(r).split(";", 1)[0], "map": _text(r.map)} for r in item.rt_vars],
+        "replica_id": None if item.replica_id_map is None else _text(item.replica_id_map),
     }
 
 
 def indexing_json(indexing: InstructionIndexing) -> dict:
-    return {"operands": [[str(it.map) for it in items] for items in indexing],
+    return {"operands": [[_text(it.map) for it in items] for items in indexing],
             "details": [[_details(it) for it in items] for items in indexing]}
 
 
 def grouped_json(grouped: GroupedIndexing) -> dict:
     by_name = grouped.by_name()
-    return {"grouped": {k: [str(it.map) for it in v] for k, v in by_name.items()},
+    return {"grouped": {k: [_text(it.map) for it in v] for k, v in by_name.items()},
             "details": {k: [_details(it) for it in v] for k, v in by_name.items()}}
 
 

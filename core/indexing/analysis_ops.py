@@ -164,6 +164,19 @@ def reduce(inst: Instruction) -> InstructionIndexing:
     return InstructionIndexing.from_maps([m] * n_inputs + [scalar_map(out)] * (len(inst.operands) - n_inputs))
 
 
+def scan(inst: Instruction, output_id: int = 0) -> InstructionIndexing:
+    """``scan`` (operands: inputs, then ``num_carries`` carries; results: outputs, then carries): XLA
+    ``ComputeOutputToInputScanOpIndexing``. A scalar result (a carry) reads every operand as a scalar; an
+    array result reads each input at its own index (identity over the result) and each carry as a scalar."""
+    n = len(inst.operands)
+    num_carries = int(inst.attrs.get("num_carries") or 0)
+    out = output_shape(inst, output_id)
+    if not out.dimensions:
+        return InstructionIndexing.from_maps([scalar_map(out)] * n)
+    ident = IndexingMap.from_tensor_sizes([dim(i) for i in range(out.rank)], out.dimensions, [])
+    return InstructionIndexing.from_maps([ident] * (n - num_carries) + [scalar_map(out)] * num_carries)
+
+
 def reduce_window(inst: Instruction) -> InstructionIndexing:
     """``reduce-window``: window, stride, padding and dilations as symbols and constraints; XLA
     ``ComputeOutputToInputReduceWindowOpIndexing``."""

@@ -17,6 +17,7 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Sequence
 
+from fusegen.codegen import compile_record
 from fusegen.hlo.ir import Instruction
 
 
@@ -33,20 +34,76 @@ def fusion_fingerprint(inst: Instruction, kernels: Sequence[Any]) -> tuple:
                   for k in kernels))
 
 
-def compile_kernels(kernels: Sequence[Any], capability: int = 90) -> tuple[str, float]:
-    """Compile every kernel for ``sm_<capability>``; returns ``("ok" | "failed: <Error>: <first line>", seconds)``.
+def compile_kernels(kernels: Sequence[Any], capability: int = 90) -> tuple[str, float, tuple[int, ...]]:
+    """Compile every kernel for ``sm_<capability>``; returns ``("ok" | "failed: <Error>: <first line>",
+    seconds, shared)`` with ``shared`` each compiled kernel's shared memory in bytes (Triton's ``shared``
+    metadata; empty when the compile failed).
 
     Runs in a worker process too (a module-level function, so it pickles).
     """
     from fusegen.codegen import triton_runtime
 
     t0 = time.perf_counter()
+    shared = []
     try:
         for k in kernels:
-            triton_runtime.compile_for_target(k, capability=capability)
+            shared.append(triton_runtime.compile_for_target(k, capability=capability).shared_bytes)
     except Exception as e:
-        return f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", time.perf_counter() - t0
-    return "ok", time.perf_counter() - t0
+        return (f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", time.perf_counter() - t0,
+                ())
+    return "ok", time.perf_counter() - t0, tuple(shared)
+
+
+def with_compiled_shared(ks: Any, shared: int) -> Any:
+    """``ks`` whose launch carries its compiled shared memory (``shared`` bytes) as the launch's shared memory
+    and in its ``smem=`` string: XLA launches a Triton fusion with what the Triton compile allocated
+    (``TritonFusion::Emit``, ``xla/backends/gpu/codegen/triton/fusion.cc``: the thunk's shared memory is the
+    compiled kernel's ``shmem_bytes``)."""
+    import attrs
+
+    return attrs.evolve(ks, launch=attrs.evolve(ks.launch, shared_memory_bytes=int(shared),
+                                                launch_shared_memory_bytes=int(shared)))
+
+
+def apply_compiled_shared(rep: Any, result: tuple[str, float, tuple[int, ...]]) -> None:
+    """Record a Triton fusion's compiled shared memory in its report (``rep.kernels`` and the ``launch``
+    string); native emitters keep XLA's launch (their shared tiles are static: the thunk's shared memory
+    is 0), and a failed compile changes nothing."""
+    from fusegen import kinds
+
+    status, _seconds, shared = result
+    if rep.kind != kinds.TRITON or status != "ok" or len(shared) != len(rep.kernels):
+        return
+    primary = next((i for i, k in enumerate(rep.kernels) if str(k.launch) == rep.launch), 0)
+    rep.kernels = [with_compiled_shared(k, s) for k, s in zip(rep.kernels, shared)]
+    rep.launch = str(rep.kernels[primary].launch)
+
+
+#: Why ``explain`` reports no shared memory for a Triton fusion it did not compile.
+NOT_COMPILED_REASON = ("the shared memory of a Triton kernel is known after its sm_90 compile, and this kernel is not "
+                       "in the compile cache: `fusegen run` or `fusegen explain --compile` compiles it")
+
+
+def shared_from_cache(rep: Any, inst: Instruction, kernels: Sequence[Any], jobs: "CompileJobs | None" = None) -> str | None:
+    """For a Triton fusion's report: put its kernels' compiled shared memory into ``rep`` (as
+    :func:`apply_compiled_shared`) from the compile records of identical fusions, or from a compile on
+    ``jobs`` when given; ``kernels`` are the emitter's (not yet carrying compile results). Returns ``None``
+    when known (or not a Triton fusion), else why not (:data:`NOT_COMPILED_REASON`, or the failed compile)."""
+    from fusegen import kinds
+
+    if rep.kind != kinds.TRITON or not kernels:
+        return None
+    if jobs is not None:
+        result = jobs.result(jobs.submit(inst, kernels)[0])
+        if result[0] != "ok":
+            return f"sm_90 compile {result[0]}"
+    else:
+        shared = compile_record.lookup(compile_record.compile_key(fusion_fingerprint(inst, kernels)))
+        if shared is None or len(shared) != len(kernels):
+            return NOT_COMPILED_REASON
+        result = ("ok", 0.0, tuple(shared))
+    apply_compiled_shared(rep, result)
+    return None
 
 
 class CompileJobs:
@@ -67,7 +124,7 @@ class CompileJobs:
         self.jobs = max(1, int(jobs))
         self.pool_after = pool_after
         self._pool: ProcessPoolExecutor | None = None
-        self._by_key: dict[tuple, Future | tuple[str, float]] = {}
+        self._by_key: dict[tuple, Future | tuple[str, float, tuple[int, ...]]] = {}
         self._deferred: dict[tuple, tuple] = {}  # key -> kernels, waiting for the pool or for result()
         self.distinct = 0  # compiles actually run (the rest were served by an identical fusion's)
 
@@ -78,7 +135,7 @@ class CompileJobs:
             return key, False
         self.distinct += 1
         if self.jobs == 1:
-            self._by_key[key] = compile_kernels(kernels)
+            self._done(key, compile_kernels(kernels))
             return key, True
         self._deferred[key] = tuple(kernels)
         if self._pool is None and self.distinct >= self.pool_after:
@@ -91,18 +148,25 @@ class CompileJobs:
             self._deferred.clear()
         return key, True
 
-    def result(self, handle: tuple) -> tuple[str, float]:
-        """``(status, seconds)`` of a submitted compile (a worker that died reads as a failed compile)."""
+    def result(self, handle: tuple) -> tuple[str, float, tuple[int, ...]]:
+        """``(status, seconds, shared)`` of a submitted compile (:func:`compile_kernels`; a worker that died
+        reads as a failed compile)."""
         if handle in self._deferred:
-            self._by_key[handle] = compile_kernels(self._deferred.pop(handle))
+            self._done(handle, compile_kernels(self._deferred.pop(handle)))
         r = self._by_key[handle]
         if isinstance(r, Future):
             try:
                 r = r.result()
             except Exception as e:  # BrokenProcessPool, a pickling problem: the compile did not happen
-                r = (f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 0.0)
-            self._by_key[handle] = r
+                r = (f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 0.0, ())
+            self._done(handle, r)
         return r
+
+    def _done(self, handle: tuple, r: tuple[str, float, tuple[int, ...]]) -> None:
+        # the shared memory of a good compile outlives the run: `explain` reads it (compile_record)
+        self._by_key[handle] = r
+        if r[0] == "ok":
+            compile_record.record(compile_record.compile_key(handle), r[2], 90)
 
     def close(self) -> None:
         if self._pool is not None:

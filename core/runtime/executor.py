@@ -35,7 +35,7 @@ from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
 from fusegen.verify.options import VerifyOptions
 from fusegen.verify.verdict import judge_module, record_fusion
-from fusegen.runtime.compile_jobs import CompileJobs
+from fusegen.runtime.compile_jobs import CompileJobs, apply_compiled_shared
 from fusegen.runtime.kernel_reuse import KernelReuse
 from fusegen.runtime.limits import Budget, RunLimits
 from fusegen.runtime.plugin_failures import compile_failure, kernel_failure
@@ -440,7 +440,9 @@ class Executor:
                 with tm.phase("compile"):
                     handle, fresh = self.compiles.submit(inst, emitted.kernels)
                 if self.compiles.jobs == 1:
-                    rep.compiled = self.compiles.result(handle)[0]
+                    result = self.compiles.result(handle)
+                    rep.compiled = result[0]
+                    apply_compiled_shared(rep, result)
                 else:
                     self._pending.append((rep, handle, fresh))
         with tm.phase("compare"):
@@ -454,7 +456,9 @@ class Executor:
         ``compiled``, the compile's time, and ``error`` with the reason for a failed one. Closes the pool."""
         try:
             for rep, handle, fresh in self._pending:
-                rep.compiled, seconds = self.compiles.result(handle)
+                result = self.compiles.result(handle)
+                rep.compiled, seconds = result[0], result[1]
+                apply_compiled_shared(rep, result)
                 if fresh:
                     rep.timings.add("compile", seconds)
                 if rep.compiled.startswith("failed") and rep.status != "error" and rep.backend != "host":
