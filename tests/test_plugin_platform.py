@@ -162,6 +162,19 @@ def test_a_run_time_failure_exits_2_naming_the_plugin(plugin_venv, plugin):
     assert other["status"] == ("error" if failing == 2 else "ok")
 
 
+def test_a_kernel_that_does_not_compile_for_sm90_exits_2_naming_plugin_and_file(plugin_venv):
+    p = fusegen_in(plugin_venv, "run", str(EXAMPLE), "--json", "--jobs", "1",
+                   env={"FUSEGEN_LOAD_PLUGINS": "rt_compile_fails"})
+    assert p.returncode == 2, p.stderr
+    (line,) = [ln for ln in p.stderr.splitlines() if ln.startswith("fusegen: error: ")]
+    assert line.startswith(f"fusegen: error: {EXAMPLE}: fusion %wrapped_tanh: plugin 'rt_compile_fails', "
+                           "CompileFailsFusion.emit: kernel neg_kernel (")
+    assert ".py) did not compile for sm_90: failed" in line and "Unsupported function referenced" in line
+    rows = {f["name"]: f for f in json.loads(p.stdout)["fusions"]}
+    assert (rows["wrapped_tanh"]["status"], rows["wrapped_tanh"]["plugin"]) == ("error", "rt_compile_fails")
+    assert rows["input_multiply_reduce_fusion"]["status"] == "ok"
+
+
 def test_explain_exits_2_on_a_matcher_typo(plugin_venv):
     p = fusegen_in(plugin_venv, "explain", str(EXAMPLE), env={"FUSEGEN_LOAD_PLUGINS": "rt_typo"})
     assert p.returncode == 2 and "'kLooop'" in p.stderr and "wrapped_tanh" in p.stdout
@@ -265,3 +278,26 @@ def test_config_show_prints_list_values_as_written(plugin_venv, tmp_path):
     assert p.returncode == 0, p.stderr
     rows = {ln.split("│")[1].strip(): ln.split("│")[2].strip() for ln in p.stdout.splitlines() if ln.count("│") >= 4}
     assert rows["plugins.disable"] == "[loop, memcpy]" and rows["pipeline.passes"] == "[fusion]"
+
+
+def test_the_pipeline_of_the_file_holds_for_tune_and_report_too(plugin_venv, tmp_path):
+    hlo = corpus_path("jax", "gelu_matmul.pre.hlo")
+    _toml(tmp_path / "fusegen.toml", '[pipeline]\npasses = ["dot-decomposer", "fusion"]\n')
+
+    def tuned(*extra):
+        p = fusegen_in(plugin_venv, "tune", str(hlo), "--json", "--level", "0", "--workers", "0", *extra, cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        return [i["name"] for i in json.loads(p.stdout)["instructions"]]
+
+    assert tuned() == []  # no gemm-fusion in the file's pipeline: nothing to tune
+    assert tuned("--passes", "dot-decomposer,gemm-fusion,fusion") == ["gemm_fusion_dot_general.1"]
+    data = tmp_path / "report.json"
+    p = fusegen_in(plugin_venv, "report", str(hlo), "--no-compile", "-o", str(tmp_path / "r.html"), "--json-data",
+                   str(data), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert [f["kind"] for m in json.loads(data.read_text())["modules"] for f in m["fusions"]] == ["kLoop"]
+    # and a plugin failing on a fusion fails `report` as it fails `run` (the page is written all the same)
+    p = fusegen_in(plugin_venv, "report", str(EXAMPLE), "--no-compile", "-o", str(tmp_path / "e.html"),
+                   env={"FUSEGEN_LOAD_PLUGINS": "rt_emit_raises"})
+    assert p.returncode == 2 and (tmp_path / "e.html").exists()
+    assert "fusion %wrapped_tanh: plugin 'rt_emit_raises' RaisingFusion.emit" in p.stderr

@@ -157,6 +157,12 @@ def report(module_path, output_path, json_path, autotune, record_dir, top_k, aut
                f"{len(tuning)} tuned instructions, {len(html) / 1e6:.1f} MB)", err=True)
     bad = s["status"] == "mismatch" or any(t.get("error") for t in tuning if t["source"] == "autotune")
     bad = bad or any(m.get("outputs_match") is False for m in doc["modules"])
+    failed = [f"{module_path}: fusion %{f['name']}: {f.get('reason', '')}" for m in doc["modules"]
+              for f in m["fusions"] if f.get("status") == "error"]  # a plugin failed on it (written all the same)
+    for line in failed[1:]:
+        click.echo(f"fusegen: error: {line}", err=True)
+    if failed:
+        fail(failed[0])
     sys.exit(EXIT_MISMATCH if bad else 0)
 
 

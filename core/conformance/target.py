@@ -141,6 +141,11 @@ class Target:
         # the plugin under test is loaded even with FUSEGEN_DISABLE_PLUGIN_AUTOLOAD=1
         self.pm = pm if pm is not None else PluginManager(config=PluginsOptions(enable=[name]))
         name = self.pm.lookup(name) or name  # input-slices == input_slices, as pip compares names
+        from fusegen.registry import normalize_name
+
+        broken = next((b for b in self.pm.broken if normalize_name(b) == normalize_name(name)), None)
+        if broken is not None and name not in self.pm.infos:  # quarantined while loading: say why
+            raise PluginError(broken, f"was quarantined when it loaded: {self.pm.broken[broken].reason}")
         if name not in self.pm.infos:
             from fusegen.config.xla_flags import did_you_mean
 

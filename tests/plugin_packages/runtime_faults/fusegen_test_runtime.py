@@ -21,6 +21,9 @@ BAD_LINE = 9  # the line of GOOD that BAD breaks
 BAD = GOOD.replace("x = tl.load(x_ptr + lin, mask=mask, other=0)", "x = tl.load(x_ptr + lin, mask=mask, other=0")
 # the kernel takes three pointers, the launch binds two
 THREE = GOOD.replace("def neg_kernel(x_ptr, out_ptr,", "def neg_kernel(x_ptr, y_ptr, out_ptr,")
+# runs in the interpreter (plain Python), but Triton's compiler cannot call a function that is not @triton.jit
+NO_SM90 = GOOD.replace("@triton.jit", "def helper(x):\n    return -x\n\n\n@triton.jit").replace(
+    "tl.store(out_ptr + lin, -x, mask=mask)", "tl.store(out_ptr + lin, helper(x), mask=mask)")
 
 
 class _Emitter(FusionEmitter):
@@ -45,6 +48,11 @@ class BadSourceFusion(_Emitter):
 class LaunchFailsFusion(_Emitter):
     name = "LaunchFailsFusion"
     source = THREE
+
+
+class CompileFailsFusion(_Emitter):
+    name = "CompileFailsFusion"
+    source = NO_SM90
 
 
 class RaisingFusion(FusionEmitter):
@@ -80,3 +88,4 @@ factory_string = _factory("stringly", lambda a: "LoopFusion")
 emit_raises = _factory("raising", RaisingFusion)
 bad_source = _factory("bad_source", BadSourceFusion)
 launch_fails = _factory("launch_fails", LaunchFailsFusion)
+compile_fails = _factory("compile_fails", CompileFailsFusion)
