@@ -225,3 +225,126 @@ def test_unknown_indexing_prints_as_xla(tmp_path):
     assert res.output == "operand id = 0 unknown indexing\n"
     res = CliRunner().invoke(cli, ["indexing", str(p), "--instruction", "s", "--output-to-input", "--json"])
     assert json.loads(res.output)["operands"] == [["unknown indexing"]]
+
+
+# --- rule 4: dispatch of packed-type transposes -------------------------------------------------------
+def _transpose_fusion(src: str, dst: str, perm: str):
+    text = (f"HloModule m\nfused {{\n  p0 = {src} parameter(0)\n  ROOT t = {dst} transpose(p0), dimensions={{{perm}}}\n}}\n"
+            f"ENTRY e {{\n  x = {src} parameter(0)\n  ROOT f = {dst} fusion(x), kind=kLoop, calls=fused\n}}\n")
+    return parse_module(text, "transpose.hlo").entry.root
+
+
+@pytest.mark.parametrize("src, dst, perm, kind, emitter", [
+    # transpose_10_s4.hlo and partial_tile_s4.hlo (emitters/tests/transpose/): XLA's own FileCheck lines say
+    # "CHECK: xla.loop" and "CHECK-NOT: xla_gpu.allocate_shared" -- GetDescriptionForTiledTransposeEmitter
+    # (service/gpu/ir_emission_utils.cc) refuses a 4-bit transpose that moves the minor dim (TODO
+    # b/415741994), and the packed transpose needs 10 * vector_size = 80 populated rows and columns
+    # (GetPackedTransposeTileSizes), which 64 and 24 are not. A test directory label says kTranspose; the
+    # test itself (and XLA) says loop.
+    ("s4[64,64]{1,0:E(4)}", "s4[64,64]{1,0:E(4)}", "1,0", "kLoop", None),
+    ("s4[24,2,24]{2,1,0:E(4)}", "s4[24,2,24]{2,1,0:E(4)}", "2,1,0", "kLoop", None),
+    # transpose_102_s4.hlo: minor dim kept, 4 * 4 bits <= 64 and 4 * 4 * 16 >= 128: the tiled emitter, and
+    # "CHECK-NOT: allocate_shared : tensor<256x256xi4>" (not the packed one)
+    ("s4[64,16,4]{2,1,0:E(4)}", "s4[16,64,4]{2,1,0:E(4)}", "1,0,2", "kTranspose", "TransposeFusion"),
+    # packed_transpose_s4.hlo: "CHECK: xla_gpu.allocate_shared : tensor<256x256xi4>": shmem_dim 32 * 8 = 256
+    ("s4[128,256,8,32]{3,2,1,0:E(4)}", "s4[128,32,8,256]{3,2,1,0:E(4)}", "0,3,2,1", "kTranspose", "PackedTranspose"),
+    # the same 64x64 transpose of bytes: the refusal is of 4-bit types only (packed: 64 < 10 * 4 fails too,
+    # so the minor-dim rule decides: 64 >= 16 on both sides)
+    ("s8[64,64]", "s8[64,64]", "1,0", "kTranspose", "PackedTranspose"),
+])
+def test_packed_type_transpose_dispatch(src, dst, perm, kind, emitter):
+    from fusegen.analysis.transpose import choose_transpose_emitter, get_description_for_tiled_transpose_emitter
+    from fusegen.device import RTXA6000
+    from fusegen.dispatch import get_emitter_fusion_kind
+    from fusegen.plugin_manager import PluginManager
+
+    f = _transpose_fusion(src, dst, perm)
+    assert get_emitter_fusion_kind(FusionAnalysis.create(f, RTXA6000), PluginManager(autoload=False)).kind == kind
+    d = get_description_for_tiled_transpose_emitter(f.fused_computation.root)
+    assert (d and choose_transpose_emitter(d)) == emitter
+
+
+# --- rule 5: GemmFusion --------------------------------------------------------------------------------
+def _gemm_fusion(text: str, v2: bool):
+    from _backend_helpers import debug, device
+    from fusegen.hlo.parser import parse_modules
+    from fusegen.passes.pipeline import PassOptions
+    from fusegen_plugins.backends import triton_gemm_fusion as gf
+
+    m = parse_modules(text, "gemm.hlo")[0]
+    # GemmFusionTest's fixture: triton_gemm_any=false, rewrite size threshold 0, Ampere
+    dbg = debug(xla_gpu_triton_gemm_any=False, xla_gpu_gemm_rewrite_size_threshold=0)
+    changed = gf.run(m, PassOptions(debug_options=dbg, device=device("a100"), options={"v2": v2}))
+    return changed, m
+
+
+_NON_MAJOR = """HloModule m
+ENTRY e {
+  p0 = f32[2,2,256,256] parameter(0)
+  s0 = f32[1,1,256,256] slice(p0), slice={[0:1], [0:1], [0:256], [0:256]}
+  r0 = f32[256,256] reshape(s0)
+  p1 = f16[2,2,256,256] parameter(1)
+  sout1 = f16[1,1,256,256] slice(p1), slice={[0:1], [0:1], [0:256], [0:256]}
+  r1 = f16[256,256] reshape(sout1)
+  ROOT d = f32[256,256] dot(r0, r1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_slice_of_a_non_major_fragment_is_not_fused():
+    """``DoNotFuseSlicesOfNonMajorFragments`` (gemm_fusion_test.cc): the reshape makes the sliced size-1 dims
+    0 and 1 fragments of the dot's dim 0 (GetPropagatedDimOrdersForBitcast groups degenerate dims with the
+    most-major fragment), and GetRequirementsIfSupportedOrder (triton_tiling_propagation.cc) refuses a
+    sliced fragment that is not the major-most ("Sliced non-major-most fragment."): the slices stay out,
+    the rest is a pure matmul, the module is unchanged."""
+    changed, _ = _gemm_fusion(_NON_MAJOR, v2=False)
+    assert not changed
+
+
+@pytest.mark.parametrize("slice_dims, fused", [
+    ("p0 = f32[2,256,256] parameter(0)\n  s0 = f32[1,256,256] slice(p0), slice={[1:2], [0:256], [0:256]}", True),
+    ("p0 = f32[256,2,256] parameter(0)\n  s0 = f32[256,1,256] slice(p0), slice={[0:256], [1:2], [0:256]}", False),
+])
+def test_only_the_major_most_fragment_may_be_sliced(slice_dims, fused):
+    """The same rule read the other way: slicing the major-most (size-1) fragment of the dot's dim 0 is fine; a
+    size-1 dim below the 256 one (a fragment of that dim, GetPropagatedDimOrdersForBitcast) is not, and the
+    slice stays outside the fusion."""
+    text = f"""HloModule m
+ENTRY e {{
+  {slice_dims}
+  r0 = f32[256,256] reshape(s0)
+  p1 = f16[256,256] parameter(1)
+  c1 = f32[256,256] convert(p1)
+  ROOT d = f32[256,256] dot(r0, c1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+    changed, m = _gemm_fusion(text, v2=False)
+    assert changed
+    body = [i.opcode for i in m.entry.root.fused_computation.instructions]
+    assert ("slice" in body) == fused, body
+
+
+_UNHOISTED = """HloModule m
+ENTRY e {
+  p0 = f32[129] parameter(0)
+  c0 = f32[129] convert(p0)
+  sl = f32[128] slice(c0), slice={[0:128]}
+  bi = f32[16,8] bitcast(sl)
+  p1 = f32[8,7] parameter(1)
+  ROOT d = f32[16,7] dot(bi, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+def test_v2_fuses_through_an_unhoisted_bitcast():
+    """``GemmFusionTestV2.UnhoistedBitcastCanStillBeFused`` (gemm_fusion_test.cc): the bitcast splits the sliced
+    dim into both dot dims, which legacy tiling propagation cannot follow (the slice stays out, a pure matmul
+    is left: unchanged); GemmFusion v2 tiles through it: ``fusion(parameter, parameter)`` holding convert,
+    slice, bitcast and dot."""
+    changed, _ = _gemm_fusion(_UNHOISTED, v2=False)
+    assert not changed
+    changed, m = _gemm_fusion(_UNHOISTED, v2=True)
+    root = m.entry.root
+    assert changed and root.opcode == "fusion" and [o.opcode for o in root.operands] == ["parameter", "parameter"]
+    assert sorted(i.opcode for i in root.fused_computation.instructions if i.opcode != "parameter") == [
+        "bitcast", "convert", "dot", "slice"]

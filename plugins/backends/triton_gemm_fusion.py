@@ -246,8 +246,34 @@ def _map_through(inst: Instruction, out_map: tuple | None, operand: Instruction)
         res = [None] * r
         for (od, _), (id_, _) in zip(a, b):
             res[id_] = out_map[od]
+        # A size-1 dim is a fragment of the dot dim of the next more-major non-trivial dim (the last one's when
+        # none is more major), as GetPropagatedDimOrdersForBitcast (triton_tiling_propagation.cc) groups them.
+        major_first = list(operand.shape.minor_to_major())[::-1]
+        owner = next((res[d] for d in major_first if operand.shape.dimensions[d] != 1), None)
+        for d in major_first:
+            if operand.shape.dimensions[d] != 1:
+                owner = res[d]
+            else:
+                res[d] = owner
         return tuple(res)
     return None
+
+
+def _slices_non_major_fragment(inst: Instruction, dmap: tuple) -> bool:
+    """``GetRequirementsIfSupportedOrder`` (``triton_tiling_propagation.cc``): "Sliced non-major-most fragment."
+    Of the dims of a slice that belong to one dot dimension (its fragments, physically minor to major), only
+    the major-most may be sliced."""
+    operand = inst.operands[0]
+    starts = [s for s, _l, _st in (inst.attrs.get("slice") or [])]
+    by_target: dict[int, list[int]] = {}
+    for d in inst.shape.minor_to_major():
+        if dmap[d] is not None:
+            by_target.setdefault(dmap[d], []).append(d)
+    for dims in by_target.values():
+        for d in dims[:-1]:
+            if operand.shape.dimensions[d] != inst.shape.dimensions[d] or (d < len(starts) and starts[d]):
+                return True
+    return False
 
 
 class _Plan:
@@ -282,7 +308,10 @@ def _fusible_toward_operand(inst: Instruction, dmap: tuple | None, ctx: dict, cc
         return False
     if not instruction_supported(inst, cc, v2):
         return False
-    if op == "slice" and dmap is None:
+    # Legacy tiling propagation tracks each slice's dimensions into the dot's and refuses a slice it cannot
+    # (after a bitcast that merges or splits them) or one of a non-major fragment; GemmFusion v2 tiles through
+    # bitcasts it does not hoist (UnhoistedBitcastCanStillBeFused), so a slice there needs neither.
+    if op == "slice" and not v2 and (dmap is None or _slices_non_major_fragment(inst, dmap)):
         return False
     if op == "concatenate":
         if dmap is None:
