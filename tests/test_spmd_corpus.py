@@ -5,6 +5,7 @@ per-partition shards gives the same outputs; a planted identity all-reduce is a 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,3 +95,25 @@ def test_report_run_runs_both_partitions(tmp_path):
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["modules"][0]["status"] == "ok"
+
+
+EIGHT = Path(__file__).parent / "data" / "spmd"
+EIGHT_NAMES = sorted(p.name[: -len(".h200x8_opt.hlo")] for p in EIGHT.glob("*.h200x8_opt.hlo"))
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=[] if n == "ring_ppermute" else [pytest.mark.slow])
+                                  for n in EIGHT_NAMES])
+def test_eight_partition_programs_match_xla(name, tmp_path):
+    """scripts/gen_spmd_programs.py's programs for 8 H200s (ring_ppermute: its ppermute inside a while loop)."""
+    hlo, base = EIGHT / f"{name}.h200x8_opt.hlo", EIGHT / f"{name}.h200x8"
+    res, doc = _run([hlo, "--inputs", f"{base}.inputs.npz", "--expected", f"{base}.expected.npz",
+                     "--save-outputs", tmp_path / "out.npz"])
+    assert res.exit_code == 0, res.output
+    assert doc["status"] in ("ok", "drift") and doc["num_partitions"] == 8
+    assert all(o["kernel_vs_expected"] <= o["allowed_vs_expected"] for o in doc["outputs"])
+    with np.load(tmp_path / "out.npz") as g, np.load(f"{base}.expected.npz") as e:
+        for k in e.files:
+            np.testing.assert_allclose(g[k], e[k], rtol=1e-4, atol=1e-4)
+    if name == "ring_ppermute":
+        assert " while(" in hlo.read_text() and doc["collectives"][0]["opcode"] == "collective-permute-start"
+        assert len(doc["collectives"][0]["source_target_pairs"]) == 8
