@@ -34,7 +34,8 @@ class Lockstep:
 
     def __init__(self, n: int):
         self.n = n
-        self._cv = threading.Condition()
+        self._lock = threading.Lock()
+        self._cvs = [threading.Condition(self._lock) for _ in range(n)]  # one per device: wake only the next
         self._turn = 0
         self._state = ["ready"] * n  # ready | waiting | done
         self._pending: dict[tuple, dict[int, Any]] = {}
@@ -43,21 +44,25 @@ class Lockstep:
         self._error: BaseException | None = None
 
     # -- scheduling (called with the lock held) -----------------------------------------------------------
+    def _wake_all(self) -> None:
+        for cv in self._cvs:
+            cv.notify_all()
+
     def _fail(self, e: BaseException) -> None:
         if self._error is None:
             self._error = e
-        self._cv.notify_all()
+        self._wake_all()
 
     def _pass(self, d: int) -> None:
         for k in range(1, self.n + 1):
             j = (d + k) % self.n
             if self._state[j] == "ready":
                 self._turn = j
-                self._cv.notify_all()
+                self._cvs[j].notify()
                 return
         if any(s == "waiting" for s in self._state):
             self._fail(MultiDeviceUnsupported(self._deadlock()))
-        self._cv.notify_all()
+        self._wake_all()
 
     def _deadlock(self) -> str:
         parts = []
@@ -80,7 +85,7 @@ class Lockstep:
             what ``compute`` raises (in the device that ran it; the others are unwound), or
             MultiDeviceUnsupported: the members never all arrive.
         """
-        with self._cv:
+        with self._lock:
             count = self._seen[device].get(where, 0)
             self._seen[device][where] = count + 1
             key = (where, count, tuple(group))
@@ -105,16 +110,16 @@ class Lockstep:
                     raise _Abort()
                 if self._turn == device and (key, device) in self._results:
                     return self._results.pop((key, device))
-                self._cv.wait()
+                self._cvs[device].wait()
 
     def run(self, fn: Callable[[int], Any]) -> list[Any]:
         """``[fn(0), ..., fn(n-1)]`` run in lockstep; the first error any copy raised is raised here."""
         results: list[Any] = [None] * self.n
 
         def body(d: int) -> None:
-            with self._cv:
+            with self._lock:
                 while self._turn != d and self._error is None:
-                    self._cv.wait()
+                    self._cvs[d].wait()
                 if self._error is not None:
                     self._state[d] = "done"
                     return
@@ -123,14 +128,13 @@ class Lockstep:
             except _Abort:
                 pass
             except BaseException as e:
-                with self._cv:
+                with self._lock:
                     self._fail(e)
             finally:
-                with self._cv:
+                with self._lock:
                     self._state[d] = "done"
                     if self._error is None:
                         self._pass(d)
-                    self._cv.notify_all()
 
         if self.n == 1:
             return [fn(0)]

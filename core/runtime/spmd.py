@@ -43,7 +43,7 @@ from fusegen.runtime.lockstep import Lockstep
 from fusegen.runtime.oracles import reusing_reference
 from fusegen.runtime.spmd_plan import SpmdPlan, plan_spmd
 from fusegen.runtime.timings import Timings, module_timings
-from fusegen.verify.promote import OracleUnavailable, evaluate_promoted
+from fusegen.verify.promote import OracleUnavailable, promote_module, promote_value
 from fusegen.verify.verdict import judge_module
 
 __all__ = ["DeviceContext", "PartitionExecutor", "SpmdRunReport", "PartitionFusionReport", "run_spmd_module",
@@ -217,6 +217,11 @@ def run_spmd_reference(module: Module, plan: SpmdPlan, args: list[list[Any]], bu
     """
     lock = Lockstep(plan.devices)
     params = module.entry.parameters
+    if promoted:  # one promoted copy serves every device (only one copy runs at a time)
+        try:
+            module = promote_module(module)
+        except OracleUnavailable as e:
+            return [e] * plan.devices
 
     def one(d: int) -> Any:
         ctx = DeviceContext(plan, d, lock, exchange_stacked)
@@ -227,13 +232,13 @@ def run_spmd_reference(module: Module, plan: SpmdPlan, args: list[list[Any]], bu
             return interpret(module.entry, coerced, ctx.wrap(base, b), b)
         from fusegen.runtime.inputs import leaves
 
-        def run(pm: Module, pargs: list[Any]) -> Any:
-            return interpret(pm.entry, pargs, ctx.wrap(evaluate_instruction, b), b)
-
         try:
-            return [np.asarray(x) for x in leaves(evaluate_promoted(module, args[d], run=run))]
-        except OracleUnavailable as e:
-            return e
+            value = interpret(module.entry, [promote_value(a) for a in args[d]], ctx.wrap(evaluate_instruction, b), b)
+        except (MultiDeviceUnsupported, ResourceLimitError):
+            raise
+        except Exception as e:  # as evaluate_promoted: a program the f64 run cannot evaluate has no oracle
+            return OracleUnavailable(f"f64 evaluation failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        return [np.asarray(x) for x in leaves(value)]
 
     return lock.run(one)
 
