@@ -107,6 +107,27 @@ def programs(jnp, jax):
         v = ((x32 - m) ** 2).mean(-1, keepdims=True)
         return ((x32 - m) * lax.rsqrt(v + 1e-5)).astype(bf16)
 
+    def concat_11(*xs):
+        return jnp.concatenate([x * 2 for x in xs], axis=1)
+
+    def int4_big(a):
+        return (a >> 1).astype(i4), (a & 7).astype(jnp.uint4)
+
+    def odd_bf16(x, y):
+        return jnp.exp(x) * y, x < y
+
+    def odd_even_f8(x):
+        return (x.astype(f32) * 0.5).astype(e5m2)
+
+    def transpose_loop(x):
+        return jnp.sin(x.T)
+
+    def mm_batched(x, w):
+        return jnp.einsum("bij,bjk->bik", x, w)
+
+    def mm_bias_gelu(x, w, b):
+        return jax.nn.gelu(x @ w + b)
+
     big, mat = (1024, 1024), (512, 512)
     return [
         ("loop_divmod_s32", divmod_, [(big, i32), (big, i32)]),
@@ -125,7 +146,15 @@ def programs(jnp, jax):
         ("loop_reduce_window_2x2", reduce_window_small, [((8, 128, 128, 64), f32)]),
         ("loop_reduce_window_3x3", reduce_window_large, [((8, 128, 128, 64), f32)]),
         ("loop_select_sign_f16", select_sign_f16, [(big, f16), (big, f16)]),
+        ("loop_concat_11_operands", concat_11, [((256, 64), f32)] * 11),
+        ("loop_int4_uint4_big", int4_big, [(big, i8)]),
+        ("loop_bf16_odd", odd_bf16, [((999, 1001), bf16), ((999, 1001), bf16)]),
+        ("loop_f8e5m2_odd", odd_even_f8, [((1023, 1025), f16)]),
+        ("loop_transpose_sin", transpose_loop, [((64, 48), f32)]),
         ("gemm_bf16_bf16", mm, [(mat, bf16), (mat, bf16)]),
+        ("gemm_bf16_batched", mm_batched, [((8, 256, 128), bf16), ((8, 128, 256), bf16)]),
+        ("gemm_f16_bias_gelu", mm_bias_gelu, [((256, 512), f16), ((512, 1024), f16), ((1024,), f16)]),
+        ("gemm_f32_large", mm, [((2048, 1024), f32), ((1024, 2048), f32)]),
         ("gemm_f16_f16", mm, [(mat, f16), (mat, f16)]),
         ("gemm_f32_f32", mm, [(mat, f32), (mat, f32)]),
         ("gemm_s8_s8_s32", mm_s8, [(mat, i8), (mat, i8)]),

@@ -93,7 +93,7 @@ def test_native_emitters_launch_as_xla(compared):
         else:
             misses[(r["module_file"], r["fusion_name"])] = (got, _want(r))
     total = sum(per_kind.values())
-    assert total >= 130 + 30, per_kind  # every native-emitter fusion of the 24 + 29 programs
+    assert total >= 130 + 35, per_kind  # every native-emitter fusion of the 24 + 38 programs
     unexplained = {k: v for k, v in misses.items() if k not in KNOWN_MISSES}
     assert not unexplained, unexplained
     assert sum(hits.values()) / total >= 0.95, (hits, per_kind)
@@ -110,7 +110,7 @@ def test_stamped_triton_fusions_grid_and_threads_as_xla(compared):
         got = f["launch_dimensions"]
         want = _want(r)
         assert (got["grid"], got["threads"]) == (want["grid"], want["threads"]), (r["fusion_name"], got, want)
-    assert n >= 110 + 14
+    assert n >= 110 + 17
 
 
 def _smem_class(r: dict) -> str:
@@ -139,10 +139,10 @@ def test_triton_shared_memory_is_the_compiled_kernels():
             agree.append((r["module_file"], r["fusion_name"]))
         else:
             differ.setdefault(_smem_class(r), []).append((r["fusion_name"], int(r["shared_memory_bytes"]), got))
-    assert len(agree) + sum(map(len, differ.values())) >= 124
-    # 2026-12-01: 17 of 127 rows agree (row-wise block-level fusions of 32 bytes, an f32 16x8 GEMM, a
-    # block-level fusion without shared memory); no row may stop agreeing.
-    assert len(agree) >= 17, (agree, differ)
+    assert len(agree) + sum(map(len, differ.values())) >= 130
+    # 2026-12-01: 18 of 130 rows agree (row-wise block-level fusions of 32 bytes, f32 GEMMs whose 16x8 / 8x16
+    # tiles XLA stages in 1024 bytes, a block-level fusion without shared memory); none may stop agreeing.
+    assert len(agree) >= 18, (agree, differ)
     assert set(differ) <= {"gemm-small-tile", "block-level-ir"}, differ
 
 

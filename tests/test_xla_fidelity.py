@@ -348,3 +348,22 @@ def test_v2_fuses_through_an_unhoisted_bitcast():
     assert changed and root.opcode == "fusion" and [o.opcode for o in root.operands] == ["parameter", "parameter"]
     assert sorted(i.opcode for i in root.fused_computation.instructions if i.opcode != "parameter") == [
         "bitcast", "convert", "dot", "slice"]
+
+
+@pytest.mark.parametrize("program, unroll, blocks", [
+    ("loop_reduce_window_2x2", 4, 16384),   # window of 4 elements <= 8: unrolled
+    ("loop_reduce_window_3x3", 1, 65536),   # window of 9 > kMaxReduceWindowSize = 8: not unrolled
+    ("loop_concat_11_operands", 1, 1408),   # 11 > kMaxConcatArgumentsForUnrolling = 10 operands
+])
+def test_may_cause_performance_drop_if_unrolled(program, unroll, blocks):
+    """``MayCausePerformanceDropIfUnrolled`` (gpu_fusible.cc, called by ComputeLoopFusionConfig): a reduce-window
+    blocks the unroll only when its window holds more than 8 elements, a concatenate when it has more than 10
+    operands. The launches are XLA's own (tests/data/launch_extra, deviceless H200 compiles)."""
+    from pathlib import Path
+
+    from fusegen.hlo.parser import parse_file
+
+    m = parse_file(Path(__file__).parent / "data" / "launch_extra" / f"{program}.h200_opt.hlo")
+    fusion = next(i for i in m.entry.instructions if i.opcode == "fusion")
+    geo = analysis_loop_geometry(FusionAnalysis.create(fusion, H200))
+    assert (geo.unroll, geo.threads, geo.num_blocks) == (unroll, 128, blocks)
