@@ -27,7 +27,9 @@ class LaunchDimensions:
             follows XLA's geometry (``None``: ``32 * num_warps``). XLA launches as many threads as its
             emitter needs (e.g. 100, 192), the Triton kernel the next power-of-two number of warps.
         launch_shared_memory_bytes: the launch's dynamic shared memory, bytes (XLA's thunk
-            ``shared_memory``: 0 for native emitters, whose shared tiles are static).
+            ``shared_memory``: 0 for native emitters, whose shared tiles are static; for a Triton fusion the
+            compiled kernel's shared memory, set once the sm_90 compile is known:
+            :func:`fusegen.runtime.compile_jobs.apply_compiled_shared`).
     """
 
     grid: tuple[int, ...]
