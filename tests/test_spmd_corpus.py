@@ -94,7 +94,10 @@ def test_report_run_runs_both_partitions(tmp_path):
                                    "-o", str(tmp_path / "r.html"), "--json-data", str(tmp_path / "r.json")])
     assert res.exit_code == 0, res.output
     doc = json.loads((tmp_path / "r.json").read_text())
-    assert doc["modules"][0]["status"] == "ok"
+    m = doc["modules"][0]
+    assert m["status"] == "ok" and m["num_partitions"] == 2
+    labels = [n["label"] for n in m["graph"]["nodes"] if n["name"] == "reduce-scatter-start"]
+    assert labels == ["reduce-scatter-start [[0, 1]] 512 B/partition · host"]  # f32[128] from each partition
 
 
 EIGHT = Path(__file__).parent / "data" / "spmd"

@@ -175,3 +175,13 @@ def plan_spmd(module: Module) -> SpmdPlan:
             if op in COLLECTIVE_OPCODES:
                 collectives[(comp.name, inst.name)] = _collective(inst, comp, p, r)
     return SpmdPlan(p, r, collectives)
+
+
+def collectives_by_name(module: Module) -> dict[str, Collective]:
+    """``instruction name -> Collective`` for the report's graph (empty where the plan is refused: the run
+    says why)."""
+    try:
+        plan = plan_spmd(module)
+    except MultiDeviceUnsupported:
+        return {}
+    return {c.name: c for c in plan.collectives.values()}
