@@ -151,6 +151,12 @@ def programs(jnp, jax):
         ("loop_bf16_odd", odd_bf16, [((999, 1001), bf16), ((999, 1001), bf16)]),
         ("loop_f8e5m2_odd", odd_even_f8, [((1023, 1025), f16)]),
         ("loop_transpose_sin", transpose_loop, [((64, 48), f32)]),
+        # s4 transposes: the 4-bit refusal of the tiled emitter (transpose_10_s4, partial_tile_s4 shapes: loop),
+        # the packed transpose (1024x1024) and the minor-dim-preserving one (transpose_102_s4) both tiled
+        ("transpose_10_s4", lambda x: x.T, [((64, 64), i4)]),
+        ("transpose_210_s4_partial_tile", lambda x: jnp.transpose(x, (2, 1, 0)), [((24, 2, 24), i4)]),
+        ("transpose_10_s4_packed", lambda x: x.T, [(big, i4)]),
+        ("transpose_102_s4", lambda x: jnp.transpose(x, (1, 0, 2)), [((64, 16, 4), i4)]),
         ("gemm_bf16_bf16", mm, [(mat, bf16), (mat, bf16)]),
         ("gemm_bf16_batched", mm_batched, [((8, 256, 128), bf16), ((8, 128, 256), bf16)]),
         ("gemm_f16_bias_gelu", mm_bias_gelu, [((256, 512), f16), ((512, 1024), f16), ((1024,), f16)]),

@@ -367,3 +367,28 @@ def test_may_cause_performance_drop_if_unrolled(program, unroll, blocks):
     fusion = next(i for i in m.entry.instructions if i.opcode == "fusion")
     geo = analysis_loop_geometry(FusionAnalysis.create(fusion, H200))
     assert (geo.unroll, geo.threads, geo.num_blocks) == (unroll, 128, blocks)
+
+
+def test_s4_transposes_dispatch_as_xlas_h200_compile():
+    """XLA's own compile of the lit tests' s4 transposes (tests/data/launch_extra/transpose_*: jax 0.10.2,
+    deviceless H200): ``transpose_10_s4`` and the partial-tile ``s4[24,2,24]`` come out as ``kLoop`` fusions
+    (the loop emitter: 2 elements a thread, 16 and 5 blocks), the 1024x1024 packed transpose and
+    ``transpose_102_s4`` as ``kInput`` (the transpose emitter). fusegen dispatches each the same way and
+    launches it the same way."""
+    import csv
+    from pathlib import Path
+
+    from fusegen.dispatch import get_emitter_fusion_kind
+    from fusegen.hlo.parser import parse_file
+    from fusegen.plugin_manager import PluginManager
+
+    extra = Path(__file__).parent / "data" / "launch_extra"
+    rows = [r for r in csv.DictReader(open(extra / "LAUNCH.tsv"), delimiter="\t")
+            if r["module_file"].startswith("transpose_")]
+    assert len(rows) == 4
+    pm = PluginManager(autoload=False)
+    for r in rows:
+        m = parse_file(extra / r["module_file"])
+        fusion = next(i for i in m.entry.instructions if i.opcode == "fusion")
+        kind = get_emitter_fusion_kind(FusionAnalysis.create(fusion, H200), pm).kind
+        assert kind == {"kLoop": "kLoop", "kInput": "kTranspose"}[r["fusion_kind"]], (r["module_file"], kind)
