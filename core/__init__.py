@@ -1,3 +1,23 @@
-"""fusegen: turns every fusion of an XLA:GPU-optimized HLO module into a kernel, through plugins."""
+"""fusegen: turns every fusion of an XLA:GPU-optimized HLO module into a kernel, through plugins.
+
+The library API (:mod:`fusegen.api`): ``fusegen.load(path_or_text)``, ``fusegen.explain(module, ...)``,
+``fusegen.run(module, inputs=..., ...)`` and ``fusegen.tune(module, ...)`` return typed results whose
+``to_json()`` is what the matching command's ``--json`` prints. They are imported on first use, so
+``import fusegen`` stays cheap.
+"""
 
 __version__ = "0.1.0"
+
+_API = ("load", "load_all", "explain", "run", "tune")
+
+
+def __getattr__(name: str):
+    if name in _API:
+        from fusegen import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'fusegen' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])

@@ -87,7 +87,7 @@ def guide_venv(tmp_path_factory):
     files = root / "files"
     files.mkdir()
     for name, body in _files().items():
-        if not name.endswith(".py"):
+        if not name.endswith(".py") or "@hookimpl" not in body:
             (files / name).write_text(body.split("\n", 1)[1] if body.startswith("//") else body)
     venv.files = files
     return venv
@@ -162,3 +162,14 @@ def test_guide_emitter_on_maps_is_under_80_lines_and_uses_the_kit():
     for name in ("kit.logical_index", "kit.apply_indexing_map", "kit.physical_offset", "kit.store_line",
                  "kit.build_linear_kernel", "kit.LinearKernelIndexing", "gen.ctx.param"):
         assert name in body, name
+
+
+def test_guide_library_session_runs_with_the_guide_plugins_installed(guide_venv):
+    script = guide_venv.files / "library_session.py"
+    script.write_text(_files()["library_session.py"])
+    proc = guide_venv.run(str(script), cwd=guide_venv.files,
+                          env={"FUSEGEN_AUTOLOAD_DISTRIBUTIONS": "fusegen,fusegen-remap,fusegen-numpy-dot"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = DOC.read_text()
+    shown = re.search(r"# file: library_session.py.*?```\n\nprints\n\n```json\n(.*?)```", text, re.S).group(1)
+    assert json.loads(proc.stdout) == json.loads(shown)

@@ -28,44 +28,23 @@ from fusegen.cli.run_spmd import explain_devices
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def explain(module_path, fusion_name, show_indexing, compile_triton, device_name, config_path, xla_flags, as_json):
     """Show, for every fusion, its kind, what decided it, its emitter, backend and launch dimensions."""
-    from fusegen.cli.run import launch_dimensions_json
+    from fusegen.api import explain_document, plan_fusions, shared_memory_reasons
     from fusegen.dispatch import DispatchError
     from fusegen.plugin_manager import PluginError
-    from fusegen.runtime.executor import Executor
-    from fusegen.runtime.order import fusions_in_execution_order
 
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
     modules = load_modules(module_path)
     ran = [n for r in prepare_modules(modules, cfg, device) if r is not None for n in r.passes]
-    rows = []
-    calls = []  # library calls (cuBLAS, cuDNN, ...): not fusions, but where a dot or conv went
     try:
-        for m in modules:
-            ex = Executor(m, device, compile_kernels=False)
-            # the order `fusegen run` reports them in (first execution)
-            rows.extend((inst, ex.plan_fusion(inst)) for inst in fusions_in_execution_order(m))
-            fused = {id(i.fused_computation) for c in m.computations for i in c.instructions if i.opcode == "fusion"}
-            for comp in m.computations:
-                for inst in comp.instructions:
-                    if inst.opcode == "custom-call" and id(comp) not in fused:
-                        calls.append({"name": inst.name, "target": inst.attrs.get("custom_call_target", ""),
-                                      "backend": ex._backend_for(inst).name})
+        rows, calls = plan_fusions(modules, device)  # the order `fusegen run` reports them in (first execution)
     except PluginError as e:
         fail(f"{module_path}: {e}")
     except DispatchError as e:
         fail(f"{module_path}: {e} (check [plugins] disable in the config)")
     except Exception as e:  # never a bare traceback
         internal_error(module_path, e)
-    from fusegen.runtime.compile_jobs import CompileJobs, shared_from_cache
-
-    smem_reason = {}  # Triton fusions whose compiled shared memory is unknown: why
-    jobs = CompileJobs() if compile_triton else None
-    for inst, (emitted, rep) in rows:
-        why = shared_from_cache(rep, inst, emitted.kernels, jobs) if emitted is not None else None
-        if why is not None:
-            smem_reason[id(inst)] = why
-            rep.reason = f"{rep.reason}; {why}" if rep.reason else why
+    smem_reason = shared_memory_reasons(rows, compile_triton)  # Triton fusions without a compiled smem: why
     if fusion_name is not None and fusion_name.lstrip("%") not in {i.name for i, _ in rows}:
         fail(f"{module_path}: no fusion named {fusion_name!r}")
     if show_indexing and fusion_name is None:
@@ -80,21 +59,7 @@ def explain(module_path, fusion_name, show_indexing, compile_triton, device_name
         except Exception as e:  # never a bare traceback
             internal_error(f"{module_path}: indexing maps of %{inst.name}", e)
     if as_json:
-        # "passes": the pipeline an unoptimized module went through ([] when it came fused)
-        out = {"module": "; ".join(m.name for m in modules), "fusions": [], "passes": list(dict.fromkeys(ran))}
-        for inst, (emitted, rep) in rows:
-            d = {k: v for k, v in rep.to_json().items() if k not in ("max_abs_error", "max_rel_error", "status", "compiled_sm90")}
-            d["launch_dimensions"] = launch_dimensions_json(rep) if emitted is not None and emitted.launch else None
-            if id(inst) in smem_reason and d["launch_dimensions"] is not None:
-                d["launch_dimensions"]["shared_memory_bytes"] = None  # unknown until compiled, never a wrong 0
-                d["shared_memory_reason"] = smem_reason[id(inst)]
-            if fusion_name and inst.name == fusion_name.lstrip("%"):
-                d["kernels"] = [{"name": k.name, "source": k.source} for k in rep.kernels]
-                if indexing is not None:
-                    d["indexing"] = indexing
-            out["fusions"].append(d)
-        out["library_calls"] = calls
-        out.update(explain_devices(modules[0])[0])  # num_partitions, replica_count, collectives
+        out = explain_document(modules, rows, calls, fusion_name, indexing, ran, smem_reason)
         click.echo(json.dumps(out, indent=2))
         _fail_on_plugin_errors(module_path, rows)
         return

@@ -1,0 +1,108 @@
+"""The library API (``fusegen.load/explain/run/tune``, issue 19 point 6): the README's session runs as a
+doctest; each result's ``to_json()`` has the keys (and for ``explain`` the values) of the command's
+``--json``; errors are exceptions naming what is wrong, never ``SystemExit``."""
+
+from __future__ import annotations
+
+import doctest
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fusegen
+from fusegen.runtime.inputs import InputError
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "gpu_multi_output.h100_opt.hlo"
+
+
+def _cli(*args: str) -> dict:
+    p = subprocess.run([sys.executable, "-m", "fusegen.cli", *args], capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def _no_timings(d):
+    if isinstance(d, dict):
+        return {k: _no_timings(v) for k, v in d.items() if k not in ("timings", "seconds")}
+    if isinstance(d, list):
+        return [_no_timings(x) for x in d]
+    return d
+
+
+def test_readme_session_runs_as_a_doctest(monkeypatch):
+    monkeypatch.chdir(REPO)
+    text = (REPO / "README.md").read_text()
+    session = re.search(r"## From Python\n.*?```python\n(.*?)```", text, re.S).group(1)
+    test = doctest.DocTestParser().get_doctest(session, {}, "README.md (From Python)", "README.md", 0)
+    assert len(test.examples) >= 10
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    assert runner.failures == 0, f"{runner.failures} README example(s) failed (see the output above)"
+
+
+def test_explain_to_json_is_what_explain_json_prints():
+    res = fusegen.explain(str(EXAMPLE), fusion="%wrapped_tanh", indexing=True)
+    cli = _cli("explain", str(EXAMPLE), "--fusion", "wrapped_tanh", "--indexing", "--json")
+    assert _no_timings(res.to_json()) == _no_timings(cli)
+    assert res.module == cli["module"] and [f.name for f in res.fusions] == [f["name"] for f in cli["fusions"]]
+    assert res.indexing == cli["fusions"][0]["indexing"] and res.fusions[0].kernels[0][1].startswith("# Generated")
+
+
+def test_run_to_json_has_the_keys_of_run_json():
+    res = fusegen.run(EXAMPLE, compile=False)
+    cli = _cli("run", str(EXAMPLE), "--no-compile", "--json")
+    mine = res.to_json()
+    assert set(mine) == set(cli)
+    assert [set(f) for f in mine["fusions"]] == [set(f) for f in cli["fusions"]]
+    assert [(f["name"], f["kind"], f["status"], f["launch_dimensions"]) for f in mine["fusions"]] == \
+        [(f["name"], f["kind"], f["status"], f["launch_dimensions"]) for f in cli["fusions"]]
+    assert mine["status"] == cli["status"] == res.status == "ok" and res.ok
+    # the same seeded inputs: the same errors
+    assert [f["max_abs_error"] for f in mine["fusions"]] == [f["max_abs_error"] for f in cli["fusions"]]
+
+
+def test_run_takes_text_a_sequence_of_inputs_and_judges_a_wrong_expected_answer():
+    text = ("HloModule neg\nfused {\n  p = f32[6]{0} parameter(0)\n  ROOT n = f32[6]{0} negate(p)\n}\n"
+            "ENTRY e {\n  p = f32[6]{0} parameter(0)\n  ROOT f = f32[6]{0} fusion(p), kind=kLoop, calls=fused\n}\n")
+    x = np.arange(6, dtype=np.float64)  # converted to the parameter's f32
+    res = fusegen.run(text, inputs=[x], compile=False)
+    assert res.status == "ok" and res.outputs.tolist() == [-0.0, -1.0, -2.0, -3.0, -4.0, -5.0]
+    bad = fusegen.run(text, inputs=[x], expected=[np.zeros(6, np.float32)], compile=False)
+    assert bad.status == "mismatch" and not bad.ok
+    assert bad.to_json()["outputs"][0]["kernel_vs_expected"] == 5.0
+
+
+def test_errors_are_exceptions_naming_what_is_wrong(tmp_path):
+    with pytest.raises(fusegen.api.LoadError, match="nope.hlo: No such file"):
+        fusegen.load(tmp_path / "nope.hlo")
+    from fusegen.hlo.errors import HloParseError
+
+    with pytest.raises(HloParseError, match=r"<text>:4:1: error: expected an operand name"):
+        fusegen.load("HloModule broken\nENTRY e {\n  ROOT x = f32[2] add(\n}\n")
+    with pytest.raises(InputError, match=r"no input for parameter p0 \(%x.1\)"):
+        fusegen.run(EXAMPLE, inputs={"q": 1}, compile=False)
+    with pytest.raises(InputError, match=r"has shape \[3\], the parameter f32\[128, 512\]"):
+        fusegen.run(EXAMPLE, inputs=[np.zeros(3)], compile=False)
+    with pytest.raises(KeyError, match="no fusion named 'nope'"):
+        fusegen.explain(EXAMPLE, fusion="nope")
+    with pytest.raises(ValueError, match="unknown device|h200"):
+        fusegen.explain(EXAMPLE, device="h9000")
+
+
+def test_tune_without_tunable_instructions_and_its_json_keys():
+    res = fusegen.tune(EXAMPLE, workers=0)
+    assert res.ok and res.instructions == () and set(res.to_json()) == {"module", "modules", "instructions", "cache"}
+    assert res.module.endswith("gpu_multi_output.h100_opt.hlo")
+
+
+def test_import_fusegen_stays_light():
+    code = "import sys, fusegen; print('fusegen.api' in sys.modules, 'triton' in sys.modules, callable(fusegen.run))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ).stdout
+    assert out.split() == ["False", "False", "True"]
