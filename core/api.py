@@ -178,7 +178,7 @@ class ExplainResult:
     fusions: tuple[FusionPlan, ...]
     library_calls: tuple[dict, ...]
     indexing: dict | None
-    passes: tuple[str, ...] = ()
+    passes: tuple[str, ...]
     rows: tuple = attrs.field(repr=False, eq=False)
     document: dict = attrs.field(repr=False, eq=False)
 

@@ -4,68 +4,22 @@ A plugin under test must be a real distribution, found through its entry point a
 :class:`PluginVenv` is ``python -m venv --system-site-packages`` made from the running interpreter (the
 project's ``.venv``), with a ``.pth`` that adds the ``.venv``'s site-packages (a venv's system site is the
 base interpreter's, which lacks fusegen); packages are wheels written from a ``pyproject.toml`` (name,
-version, ``py-modules``, entry points) and installed by pip, offline, without a build backend: the
-``.venv``'s setuptools predates the built-in ``bdist_wheel``, and there is no network.
+version, ``py-modules``, entry points; :func:`plugin_venv.build_wheel`) and installed by pip, offline, without
+a build backend: the ``.venv``'s setuptools predates the built-in ``bdist_wheel``, and there is no network.
+Unlike :mod:`plugin_venv` (one venv with every package of ``tests/plugin_packages``), a test installs here the
+projects it writes.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import sysconfig
-import tomllib
-import zipfile
 from pathlib import Path
 
-
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
-
-def build_wheel(src: Path, out_dir: Path) -> Path:
-    """A pure-Python wheel of the project in ``src`` (its ``pyproject.toml``: ``[project]`` name and version,
-    ``[project.entry-points.*]``, ``[tool.setuptools] py-modules``, each module ``src/<module>.py``).
-
-    Raises:
-        ValueError: the pyproject lacks a name, a version or ``py-modules``, or a module file is missing.
-    """
-    meta = tomllib.loads((src / "pyproject.toml").read_text())
-    project = meta.get("project", {})
-    name, version = project.get("name"), project.get("version")
-    modules = meta.get("tool", {}).get("setuptools", {}).get("py-modules", [])
-    if not (name and version and modules):
-        raise ValueError(f"{src}/pyproject.toml: needs [project] name and version and [tool.setuptools] py-modules")
-    norm = name.replace("-", "_")
-    info = f"{norm}-{version}.dist-info"
-    files: dict[str, bytes] = {}
-    for m in modules:
-        path = src / f"{m}.py"
-        if not path.exists():
-            raise ValueError(f"{src}: py-module {m!r} has no file {path.name}")
-        files[f"{m}.py"] = path.read_bytes()
-    lines = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
-    lines += [f"Requires-Dist: {d}" for d in project.get("dependencies", [])]
-    files[f"{info}/METADATA"] = ("\n".join(lines) + "\n").encode()
-    files[f"{info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: tests/venv_plugins.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    eps = project.get("entry-points", {})
-    if eps:
-        text = "".join(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in table.items()) + "\n" for g, table in eps.items())
-        files[f"{info}/entry_points.txt"] = text.encode()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    wheel = out_dir / f"{norm}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as z:
-        record = []
-        for n, data in files.items():
-            z.writestr(n, data)
-            record.append(_record_line(n, data))
-        record.append(f"{info}/RECORD,,")
-        z.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
-    return wheel
+from plugin_venv import build_wheel  # the wheel of a plain-module project
 
 
 def write_project(dest: Path, name: str, modules: dict[str, str], entry_points: dict[str, dict[str, str]],
@@ -106,7 +60,7 @@ class PluginVenv:
         Raises:
             subprocess.CalledProcessError: pip failed (its output is in the exception).
         """
-        wheel = build_wheel(project, project.parent / "wheels")
+        wheel = build_wheel(project, _mkdir(project.parent / "wheels"))
         return subprocess.run([sys.executable, "-m", "pip", "--python", str(self.python), "install", "--no-deps",
                                "--no-index", "--quiet", str(wheel)], check=True, capture_output=True, text=True)
 
@@ -123,3 +77,8 @@ class PluginVenv:
                         plugin, "--fusegen-report", str(report), "-q", "-rs", *extra, cwd=cwd, env=env)
         data = json.loads(report.read_text()) if report.exists() else {}
         return proc, data
+
+
+def _mkdir(p: Path) -> Path:
+    p.mkdir(parents=True, exist_ok=True)
+    return p
