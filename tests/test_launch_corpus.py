@@ -32,6 +32,12 @@ KNOWN_MISSES = {
         "(the reference's order); XLA launches 3 blocks of atomic exchanges",
 }
 TRITON_KINDS = ("__triton", "__triton_nested_gemm_fusion", "__triton_gemm")
+#: Kernels that launch XLA's geometry with more warps than XLA's block, on purpose (the reason).
+WIDER_KERNELS = {
+    ("transpose_10_s4_packed.h200_opt.hlo", "wrapped_transpose"):
+        "packed transpose of 256x256 s4 tiles: 8192 lanes a program, above transpose.WIDE_BLOCK, take 8 warps "
+        "(Triton register pressure) for XLA's 128 threads",
+}
 
 
 def _rows(where: Path = LAUNCH) -> list[dict]:
@@ -179,7 +185,7 @@ def test_kernel_realises_the_launch(compared):
         warps = int(f["launch"].split()[1].removeprefix("warps="))
         assert grid + [1] * (3 - len(grid)) == ld["grid"], (r["fusion_name"], f["launch"], ld)
         t = ld["threads"][0]
-        if t >= 32 and t & (t - 1) == 0:
+        if t >= 32 and t & (t - 1) == 0 and (r["module_file"], r["fusion_name"]) not in WIDER_KERNELS:
             assert warps * 32 == t, (r["fusion_name"], f["launch"], ld)
             checked += 1
     assert checked >= 120
