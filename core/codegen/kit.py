@@ -147,9 +147,12 @@ class LinearKernelIndexing:
     """The indexing protocol for an emitter whose kernel is :func:`build_linear_kernel` over
     :meth:`linear_shape`, without a geometry (mix into a :class:`FusionEmitter` subclass).
 
-    The launch is ``ceil(n / BLOCK)`` programs of ``num_warps`` warps (:func:`choose_block`); a thread holds
-    ``BLOCK / (32 num_warps)`` consecutive elements (``unroll_id``) of the linear index, split by the shape's
-    layout (:func:`default_thread_id_indexing_map`).
+    The launch is ``ceil(n / BLOCK)`` programs of ``num_warps`` warps (:func:`choose_block`); in the maps a
+    thread holds ``BLOCK / (32 num_warps)`` consecutive elements (``unroll_id``) of the linear index, split by
+    the shape's layout (:func:`default_thread_id_indexing_map`): program ``bl_x``, thread ``th_x`` and
+    ``unroll_id`` name the element of physical position ``bl_x * BLOCK + th_x * unroll + unroll_id``, the
+    position the kernel's lane stores at. (Inside a program Triton spreads the lanes over its threads by its
+    own layout; the map is the XLA-style launch the kernel stands for, as for the loop emitter.)
     """
 
     def linear_shape(self) -> Shape:
