@@ -2,9 +2,9 @@
 
 The same seven programs as ``../shared/corpus/spmd/`` (there for 2 devices), for N partitions:
 ``python scripts/gen_spmd_programs.py --partitions 8``. Each is compiled by XLA deviceless for a topology of N
-H200s (``get_topology_desc(platform="cuda", topology="1x1xN")`` with the H200 target config of
-``../shared/tools/jax_gpu_hlo/``; needs jax's CUDA plugin, ``pip install -e '.[gpu]'``, no GPU), and run by
-XLA:CPU over N host devices with the same shardings for the expected outputs. Writes per program
+H200s (``get_topology_desc(platform="cuda", topology="1x1xN")``, as ``../shared/tools/jax_gpu_hlo/`` does) and run by
+XLA:CPU over N host devices with the same shardings for the expected outputs, through :func:`fusegen.capture`
+(needs jax's CUDA plugin, ``pip install -e '.[gpu]'``; no GPU). Writes per program
 ``NAME.h200xN_opt.hlo`` (the per-partition module), ``NAME.h200xN.inputs.npz`` (global, seeded) and
 ``NAME.h200xN.expected.npz`` (global).
 """
@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SPEC = ROOT.parent / "shared" / "tools" / "jax_gpu_hlo" / "h200_min.txtpb"
 
 
 def programs(n: int):
@@ -84,35 +83,20 @@ def programs(n: int):
 def build(n: int, out_dir: Path) -> None:
     import jax
     import numpy as np
-    from jax.experimental import topologies
-    from jax.sharding import Mesh, NamedSharding
 
-    topo = topologies.get_topology_desc(platform="cuda", topology=f"1x1x{n}", target_config=SPEC.read_text())
-    gpu_mesh = Mesh(np.array(topo.devices[:n]), ("d",))
-    cpu_mesh = Mesh(np.array(jax.devices("cpu")[:n]), ("d",))
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from fusegen.capture import capture
+
     for k, (name, fn, in_specs, out_specs, shapes, kind) in enumerate(programs(n)):
-        def make(mesh, fn=fn, in_specs=in_specs, out_specs=out_specs, kind=kind):
-            f = fn
-            if kind and kind.startswith("shard_map"):
-                f = jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                  check_vma=kind == "shard_map")
-            ns = lambda s: NamedSharding(mesh, s)  # noqa: E731
-            outs = ns(out_specs) if not isinstance(out_specs, tuple) else tuple(ns(s) for s in out_specs)
-            return jax.jit(f, in_shardings=tuple(ns(s) for s in in_specs), out_shardings=outs)
-
+        f = fn
+        if kind and kind.startswith("shard_map"):
+            def f(*xs, mesh, fn=fn, in_specs=in_specs, out_specs=out_specs, kind=kind):
+                return jax.shard_map(fn, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                     check_vma=kind == "shard_map")(*xs)
         rng = np.random.default_rng(1000 + k)
         args = [rng.standard_normal(s).astype(np.float32) * (0.5 if len(s) > 1 else 0.1) for s in shapes]
-        structs = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=NamedSharding(gpu_mesh, s))
-                   for a, s in zip(args, in_specs)]
-        text = make(gpu_mesh).lower(*structs).compile().as_text()
-        outs = make(cpu_mesh)(*[jax.device_put(a, NamedSharding(cpu_mesh, s)) for a, s in zip(args, in_specs)])
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        base = out_dir / f"{name}.h200x{n}"
-        Path(f"{base}_opt.hlo").write_text(text)
-        np.savez(f"{base}.inputs.npz", **{f"p{i}": a for i, a in enumerate(args)})
-        np.savez(f"{base}.expected.npz", **{f"o{i}": np.asarray(o) for i, o in enumerate(outs)})
-        print(f"{name}: num_partitions={n}, {len(text)} chars, outputs {[np.asarray(o).shape for o in outs]}")
+        outs = list(out_specs) if isinstance(out_specs, tuple) else out_specs
+        res = capture(f, *args, mesh=n, in_shardings=list(in_specs), out_shardings=outs, name=name, out_dir=out_dir)
+        print(f"{name}: num_partitions={n}, {len(res.text)} chars -> {res.hlo}")
 
 
 def main() -> None:

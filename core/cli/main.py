@@ -18,6 +18,7 @@ from fusegen.cli.indexing import indexing
 from fusegen.cli.opt import opt
 from fusegen.cli.tune import tune
 from fusegen.cli.cache import cache
+from fusegen.cli.capture import capture
 from fusegen.cli.plugins import plugins
 from fusegen.cli.report import report
 from fusegen.cli.run import run
@@ -57,6 +58,7 @@ cli.add_command(tune)
 cli.add_command(cache)
 cli.add_command(report)
 cli.add_command(indexing)
+cli.add_command(capture)
 
 
 def main() -> None:
