@@ -14,9 +14,10 @@ from fusegen.cli.common import fail
 def verify_options(f):
     """Add ``--rtol``, ``--atol`` and ``--expected`` (parameters ``rtol``, ``atol``, ``expected_path``)."""
     f = click.option("--expected", "expected_path", type=click.Path(), default=None,
-                     help="A known answer (.npz with o0, o1, ... or output names, e.g. JAX's own outputs): a third "
-                          "oracle for the module outputs. A module of N devices: the global outputs, or a folder "
-                          "of part{K}.expected.npz.")(f)
+                     help="A known answer (.npz with o0, o1, ... or output names, e.g. JAX's own outputs, as "
+                          "np.savez writes them: ml_dtypes arrays are read by the output's type): a third oracle for "
+                          "the module outputs, judged per element (integers and pred exactly). A module of N "
+                          "devices: the global outputs, or a folder of part{K}.expected.npz.")(f)
     f = click.option("--atol", type=click.FloatRange(min=0), default=None,
                      help="Floor of every element type, a fraction of max(1, max|value|) (default per dtype: "
                           "f32 1e-5, f16 1e-3, bf16 1e-2; [verify] atol).")(f)
@@ -30,9 +31,9 @@ def expected_for(module, path: str) -> list:
     """The ``--expected`` arrays for ``module``'s output leaves; exit 2 with one line when unusable."""
     from fusegen.verify.verdict import load_expected
 
-    n = len(module.entry.root.shape.leaves())
+    types = [s.element_type for s in module.entry.root.shape.leaves()]
     try:
-        return load_expected(path, n)
+        return load_expected(path, len(types), types=types)
     except ValueError as e:
         fail(str(e))
 

@@ -26,6 +26,7 @@ import numpy as np
 from fusegen.evaluator.common import (
     contiguous,
     EvaluationError,
+    LOW_FLOATS,
     as_array,
     attr_int,
     int_info,
@@ -132,6 +133,10 @@ def _unary(inst: Instruction, ops: list) -> np.ndarray:
         r = np.negative(x)
     elif op == "abs":
         r = np.abs(x)
+        if is_complex(x.dtype):
+            # XLA's EmitComplexAbs: max * sqrt(1 + (min/max)^2) with a NaN-propagating max, falling back to
+            # min + max: a NaN part gives NaN even beside an infinite one (hypot would give inf)
+            r = np.where(np.isnan(x.real) | np.isnan(x.imag), np.array(np.nan, r.dtype), r)
     elif op == "sign":
         r = _sign(x)
     elif op == "not":
@@ -261,7 +266,9 @@ def _binary(inst: Instruction, ops: list) -> np.ndarray:
     elif op in ("shift-left", "shift-right-logical", "shift-right-arithmetic"):
         r = _shift(op, a, b)
     elif op == "complex":
-        r = a + 1j * b.astype(out)
+        # parts set one by one: re + 1j*im would make the real part NaN where im is infinite (0 * inf)
+        r = np.empty(np.broadcast_shapes(a.shape, b.shape), out)
+        r.real, r.imag = a, b
     elif op == "mulhi":
         r = _mulhi(a, b)
     else:  # pragma: no cover
@@ -320,18 +327,36 @@ def convert_array(x: np.ndarray, dt: np.dtype) -> np.ndarray:
             r = np.where(hi_sat, np.array(info.max).astype(dt), r)
             r = np.where(lo_sat, np.array(info.min).astype(dt), r)
             return np.asarray(r, dtype=dt)
-        return x.astype(dt)  # int -> int wraps
+        if src == np.bool_:
+            return x.astype(dt)
+        # int -> int wraps; through int64 (uint64 for u64) since ml_dtypes has no s4 <-> u4 or s2 <-> u4 cast
+        wide = np.uint64 if src == np.uint64 else np.int64
+        return x.astype(wide).astype(dt)
     if is_float(dt):
         if is_complex(src):
             x = np.real(x)
         if src == np.bool_ or is_int(src):
             x = x.astype(np.float64)
+        elif (src in LOW_FLOATS or dt in LOW_FLOATS) and not _direct_cast(src, dt):
+            # ml_dtypes casts f8e8m0fnu to and from the other narrow floats only through f32, where every
+            # narrow-float value is exact: one rounding, the target's (XLA's convert rules per type)
+            x = x.astype(np.float32)
         return x.astype(dt)
     if is_complex(dt):
         if src == np.bool_:
             x = x.astype(np.float32)
         return up(x).astype(dt)
     raise EvaluationError(f"cannot convert {src} to {dt}")
+
+
+def _direct_cast(src: np.dtype, dt: np.dtype) -> bool:
+    """Whether numpy / ml_dtypes can cast ``src`` to ``dt`` directly (no cast between f8e8m0fnu and the other
+    narrow floats, nor between sub-byte integer types of different signedness)."""
+    try:
+        np.zeros(1, src).astype(dt)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _convert(inst: Instruction, ops: list) -> np.ndarray:

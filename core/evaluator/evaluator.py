@@ -41,6 +41,7 @@ from fusegen.evaluator import (
     custom_calls,
     dot_conv,
     elementwise,
+    fft,
     gather_scatter_sort,
     linalg,
     reduce,
@@ -91,7 +92,7 @@ class UnsupportedOpError(Exception):
 
 HANDLERS: dict[str, Callable[[Instruction, list], Value]] = {}
 for _family in (elementwise, shape_ops, collectives, reduce, dot_conv, gather_scatter_sort, control_flow, custom_calls,
-                batch_norm, linalg):
+                batch_norm, linalg, fft):
     HANDLERS.update(_family.HANDLERS)
 HANDLERS["copy"] = shape_ops.HANDLERS["copy"]
 

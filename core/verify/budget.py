@@ -143,8 +143,9 @@ class Judged:
     reference: Any = None
 
 
-def judge(out: Any, ref: Any, budget: Budget, options: VerifyOptions) -> Judged:
-    """Compare ``out`` with ``ref`` (one array leaf) under ``budget``."""
+def judge(out: Any, ref: Any, budget: Budget, options: VerifyOptions, free: np.ndarray | None = None) -> Judged:
+    """Compare ``out`` with ``ref`` (one array leaf) under ``budget``; elements where ``free`` (a bool array of
+    the output's shape) is set count 0 (an order-dependent overflow: :func:`fusegen.verify.expected.order_free`)."""
     out, ref = np.asarray(out), np.asarray(ref)
     if out.shape != ref.shape:
         return Judged(math.inf, math.inf, math.inf)
@@ -173,6 +174,8 @@ def judge(out: Any, ref: Any, budget: Budget, options: VerifyOptions) -> Judged:
         ratios = np.divide(diff, allowed, out=allowed)
     ratios[diff == 0] = 0.0
     ratios[np.isnan(ratios)] = np.inf
+    if free is not None:
+        ratios[np.asarray(free).reshape(-1)] = 0.0
     i = int(np.argmax(ratios))
     idx = np.unravel_index(i, out.shape)
     rel = float(np.divide(diff, np.maximum(abs_b, 1e-30, out=abs_b), out=abs_b).max())
@@ -188,15 +191,32 @@ def judge_fusion(inst: Instruction, ops: list[Any] | None, out: list, ref: Any,
     kernel is no further from it than ``rtol`` x the reference's distance plus the floor (the fusion's
     conditioning: a sum that cancels to almost nothing, say), the ratio becomes kernel error / that
     allowance, so it is within budget. Without ``ops`` (or an f64 evaluation) the plain budget stands.
+    In a fusion with an order-dependent reduction (:func:`fusegen.verify.expected.order_dependent_fusion`),
+    an inf/NaN disagreement with the reference is not counted where the order explains it
+    (:func:`fusegen.verify.expected.order_free`: the kernel gives the f64 value, or inf/NaN on edge-value
+    operands).
     ``judged``, when given, receives every leaf's :class:`Judged` in order (its errors are
     :func:`fusegen.runtime.compare.compare`'s for a floating leaf, so callers need not widen the arrays again).
     """
     from fusegen.runtime.inputs import leaves
+    from fusegen.verify.expected import edge_values, order_dependent_fusion, order_free
     from fusegen.verify.promote import OracleUnavailable, evaluate_fusion_promoted, is_float_type
 
-    worst, exact = None, None
+    worst, exact, ordered = None, None, None
     for i, (b, a, r) in enumerate(zip(output_budgets(inst), out, leaves(ref))):
         j = judge(a, r, b, options)
+        if math.isinf(j.ratio) and ops is not None and is_float_type(b.element_type):
+            ordered = order_dependent_fusion(inst) if ordered is None else ordered
+            if ordered:  # overflow and NaN in a sum or product depend on its order: free where explained
+                try:
+                    exact = leaves(evaluate_fusion_promoted(inst, ops)) if exact is None else exact
+                except OracleUnavailable:
+                    exact = []
+                a_, r_ = np.asarray(a), np.asarray(r)
+                x = np.asarray(exact[i]) if i < len(exact) else None
+                if a_.shape == r_.shape:
+                    free = order_free(a_, r_, x, edge_values(ops), np.isinf(abs_error(a_, r_)[0]), 0.0)
+                    j = judge(a, r, b, options, free)
         if j.ratio > 1.0 and ops is not None and math.isfinite(j.ratio) and is_float_type(b.element_type):
             try:
                 exact = leaves(evaluate_fusion_promoted(inst, ops)) if exact is None else exact

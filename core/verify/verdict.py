@@ -29,6 +29,8 @@ import numpy as np
 from fusegen.hlo.ir import Computation, Instruction, Module
 from fusegen.runtime.compare import abs_error, compare
 from fusegen.verify.budget import judge_fusion
+from fusegen.verify.expected import (OutputPath, edge_values, judge_expected, load_expected,  # noqa: F401
+                                     output_paths, typed)
 from fusegen.verify.options import VerifyOptions
 from fusegen.verify.promote import OracleUnavailable, evaluate_promoted, is_float_type
 
@@ -172,26 +174,24 @@ class OutputVerdict:
         return d
 
 
-def load_expected(path: str | Path, n: int, names: list[str] | None = None) -> list[np.ndarray]:
-    """The arrays of ``--expected OUT.npz``: ``o0``, ``o1``, ... (or ``names``), ``n`` of them.
-
-    Raises:
-        ValueError: unreadable file or a missing array (the message names the file and the key).
-    """
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--expected {path}: cannot read ({e})") from None
-    out = []
-    for i in range(n):
-        keys = [f"o{i}"] + ([names[i]] if names and i < len(names) else [])
-        hit = next((k for k in keys if k in data), None)
-        if hit is None:
-            raise ValueError(f"--expected {path}: no array {keys[0]!r} for output {i} (has: "
-                             f"{', '.join(sorted(data)) or 'none'})")
-        out.append(data[hit])
-    return out
+def _expected(v: OutputVerdict, t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray,
+              options: VerifyOptions, path: OutputPath | None) -> bool:
+    """Apply the third oracle to ``v`` (status, figures, reason, worst element); False on a shape mismatch."""
+    e = np.asarray(e)
+    if e.shape != k.shape:
+        v.status, v.reason = "mismatch", f"expected array has shape {e.shape}, output {k.shape}"
+        return False
+    j = judge_expected(t, k, r, o, e, path or OutputPath(False, False, False, 0.0), options)
+    v.expected_error, v.expected_allowed = j.error, j.allowed
+    if j.status == "mismatch" or (j.status == "drift" and v.status == "ok"):
+        v.status = j.status
+        v.reason = "; ".join(x for x in (v.reason, j.reason) if x) if j.status == "drift" else j.reason
+    elif j.status == "drift" and j.reason:
+        v.reason = "; ".join(x for x in (v.reason, j.reason) if x)
+    if j.index is not None and j.status != "ok":
+        v.index = j.index
+        v.values = {"kernel": k[j.index].item(), "reference": r[j.index].item(), "expected": e[j.index].item()}
+    return True
 
 
 def _max(d: np.ndarray) -> float:
@@ -199,12 +199,16 @@ def _max(d: np.ndarray) -> float:
 
 
 def _judge_output(i: int, t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray | None,
-                  options: VerifyOptions, budgets_ok: bool) -> OutputVerdict:
-    if e is not None and np.asarray(e).dtype.kind == "V" and np.asarray(e).dtype.itemsize == k.dtype.itemsize:
-        e = np.asarray(e).view(k.dtype)  # np.savez stores bfloat16 arrays as raw bytes
+                  options: VerifyOptions, budgets_ok: bool, path: OutputPath | None = None) -> OutputVerdict:
+    if e is not None:
+        e = typed(e, k)  # np.savez stores bfloat16 arrays as raw bytes
     c = compare(k, r, t)
     v = OutputVerdict(f"o{i}", t, "ok" if c.ok else "mismatch", c.max_abs_error)
-    if k.shape != r.shape or k.dtype.kind in "biu" or k.dtype == np.bool_:
+    if k.shape != r.shape:
+        return v
+    if k.dtype.kind in "biu" or k.dtype == np.bool_:
+        if e is not None:
+            _expected(v, t, k, r, None, e, options, path)
         return v
     floor = options.floor(t)
     worst = None
@@ -225,32 +229,21 @@ def _judge_output(i: int, t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | 
         v.reason = "no f64 oracle to tell drift from a mismatch"
     if e is not None:
         e = np.asarray(e)
-        if e.shape != k.shape:
-            v.status, v.reason = "mismatch", f"expected array has shape {e.shape}, output {k.shape}"
+        if not _expected(v, t, k, r, o, e, options, path):
             return v
-        de, eb = abs_error(k, e)
-        dre, _ = abs_error(r, e)
-        v.expected_error = _max(de)
-        finite = np.abs(eb[np.isfinite(eb)])
-        # the program's conditioning is the reference's distance to the f64 answer; without that oracle,
-        # its distance to the expected answer stands in
-        cond = v.reference_error if v.reference_error is not None else _max(dre)
-        v.expected_allowed = options.rtol * cond + floor * max(1.0, _max(finite))
-        if v.expected_error > v.expected_allowed:
-            v.status = "mismatch"
-            v.reason = f"kernel error vs expected {v.expected_error:.3g} > allowed {v.expected_allowed:.3g}"
-            worst = de
-        worst = de if worst is None else worst
-    if worst is None:
-        worst, _ = abs_error(k, r)
-    if worst.size:
-        idx = np.unravel_index(int(np.argmax(worst)), worst.shape)
-        v.index = tuple(int(x) for x in idx)
-        v.values = {"kernel": k[idx].item(), "reference": r[idx].item()}
-        if o is not None:
-            v.values["f64"] = o[idx].item()
-        if e is not None:
-            v.values["expected"] = np.asarray(e)[idx].item()
+    idx = v.index  # the element the third oracle named, if it found one
+    if idx is None:
+        if worst is None:
+            worst = abs_error(k, e)[0] if e is not None else abs_error(k, r)[0]
+        if not worst.size:
+            return v
+        idx = tuple(int(x) for x in np.unravel_index(int(np.argmax(worst)), worst.shape))
+    v.index = idx
+    v.values = {"kernel": k[idx].item(), "reference": r[idx].item()}
+    if o is not None:
+        v.values["f64"] = o[idx].item()
+    if e is not None:
+        v.values["expected"] = e[idx].item()
     return v
 
 
@@ -315,7 +308,11 @@ def judge_module(module: Module, args: list[Any], out: Any, ref: Any, events: li
         except OracleUnavailable as e:
             f64 = e
     oracle, os_ = ("f64", f64) if not isinstance(f64, OracleUnavailable) else (f"unavailable: {f64}", None)
+    paths: list = [None] * len(shapes)
+    if expected is not None:
+        edge = edge_values(list(args))
+        paths = [attrs.evolve(p, edge=edge) for p in output_paths(module)]
     outs = [_judge_output(i, s.element_type, k, r, os_[i] if os_ else None,
-                          expected[i] if expected is not None else None, options, first is None)
-            for i, (s, k, r) in enumerate(zip(shapes, ks, rs))]
+                          expected[i] if expected is not None else None, options, first is None, p)
+            for i, (s, k, r, p) in enumerate(zip(shapes, ks, rs, paths))]
     return ModuleVerdict(outs, oracle, first)

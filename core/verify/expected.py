@@ -1,0 +1,372 @@
+"""The third oracle, ``--expected OUT.npz``: a known answer judged element by element, for every type.
+
+Per module output leaf ``k`` (kernel path ``K``, reference ``R``, f64 oracle ``O``, expected ``E``):
+
+* **integer and pred outputs** compare exactly: any ``K != E`` is a mismatch, except an index chosen by a
+  variadic ``reduce`` over floating keys (argmax / argmin): with two NaNs or tied keys in a row the index
+  depends on the reduction order, so where ``K`` differs from ``E`` but equals ``R`` it is ``drift``;
+* **floating outputs of exact operations** (data movement, negate, abs, select, max/min, compare, converts,
+  rounding, sorts, max/min reductions: nothing that rounds a sum) compare exactly up to the smallest normal
+  of the f32/f64 types on the path (XLA:CPU flushes their denormals to zero, XLA:GPU keeps them);
+* **other floating outputs** are judged per element: ``|K - E| <= rtol * c + floor(t) * S`` where
+  ``S = max(1, |E|, median finite |E|)`` (the median stands for the output's typical magnitude, so an
+  element that cancels is judged on the scale of its terms, and one ``±MAX`` element does not widen the
+  allowance of the others) and ``c = max(|R - O|, kappa * W)`` with ``W = max(|O|, median |O|)`` and
+  ``kappa`` the largest finite ``|R - O| / W`` over the output (the program's conditioning as a relative
+  figure: an error in a shared intermediate, such as a cancelling variance, counts at every element it
+  feeds); where ``R`` overflows but ``O`` does not, ``|E - O|`` stands in for ``|R - O|`` at that element;
+* **inf/NaN positions** are compared: a non-finite value where ``E`` has another value fails, unless the
+  output comes through an order-dependent reduction (sum, product, dot, convolution, scatter-add) and the
+  kernel's value is one another oracle gives there (``R`` or ``O``), or is itself inf/NaN while the inputs
+  hold edge values (inf, NaN, or magnitudes past ``sqrt(max)`` of their type): overflow, ``inf - inf`` and
+  ``inf * 0`` then depend on the order, which XLA leaves free (and so does a finite element within the
+  floor of the largest input magnitude: reassociating ±MAX-size terms moves the rounding by about
+  ``eps * MAX``); those elements are ``drift``, named in the reason (:func:`order_free`; the per-fusion budgets of :mod:`fusegen.verify.budget` use the same rule).
+
+Mirrors no XLA file: XLA's tests compare with ``ErrorSpec`` per element (``xla/literal_comparison.cc``,
+``NearComparator``), which this follows in spirit (per-element bounds, NaN/inf positions compared).
+"""
+
+from __future__ import annotations
+
+import math
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import attrs
+import ml_dtypes
+import numpy as np
+
+from fusegen.hlo import dtypes
+from fusegen.hlo.ir import Instruction, Module
+from fusegen.runtime.compare import abs_error
+from fusegen.verify.options import VerifyOptions
+
+#: Opcodes whose floating results are exact functions of their operands (no rounding of a sum or product).
+EXACT_OPS = frozenset({
+    "parameter", "constant", "iota", "bitcast", "reshape", "broadcast", "transpose", "copy", "slice",
+    "concatenate", "pad", "reverse", "gather", "dynamic-slice", "dynamic-update-slice", "tuple",
+    "get-tuple-element", "select", "negate", "abs", "maximum", "minimum", "clamp", "compare", "sign", "floor",
+    "ceil", "round-nearest-afz", "round-nearest-even", "not", "and", "or", "xor", "convert", "bitcast-convert",
+    "reduce-precision", "sort", "real", "imag", "complex", "copy-start", "copy-done", "fusion", "reduce",
+    "reduce-window", "scatter", "select-and-scatter", "map", "call", "while", "conditional",
+    "optimization-barrier", "after-all", "partition-id", "replica-id", "shift-left", "shift-right-logical",
+    "shift-right-arithmetic", "popcnt", "clz", "is-finite",
+})
+#: Opcodes whose result depends on the order in which they combine floating terms (when the combiner adds
+#: or multiplies; max/min combiners are exact).
+ORDERED_OPS = frozenset({"reduce", "reduce-window", "dot", "convolution", "scatter", "select-and-scatter",
+                         "all-reduce", "reduce-scatter", "custom-call", "fft", "map"})
+
+
+_TINY = 2.0 ** -126  # the scale of an all-zero output
+
+#: Types whose denormals XLA:CPU flushes (bf16 computes in f32; f16 and the f8 types' denormals are f32 normals).
+_FLUSHED = frozenset({"f32", "bf16", "f64", "c64", "c128"})
+
+
+def _is_float(element_type: str) -> bool:
+    return dtypes.is_floating(element_type) or dtypes.is_complex(element_type)
+
+
+@attrs.frozen
+class OutputPath:
+    """What the computation of one module output leaf does (from the HLO alone).
+
+    Attributes:
+        exact: every floating instruction on the path is exact (see :data:`EXACT_OPS`; ``abs`` of a complex
+            value and reductions that add are not).
+        order_dependent: a floating reduction, dot, convolution or scatter whose combiner adds or multiplies.
+        index_choice: an integer result chosen by a variadic ``reduce`` with floating keys (argmax/argmin).
+        flush: the largest smallest-normal of the f32/bf16/f64/complex types on the path (0 without one):
+            XLA:CPU flushes their denormals to zero.
+        edge: the largest finite input magnitude when the module's inputs hold edge values, else 0
+            (:func:`edge_values`; set by the caller, which has the inputs).
+    """
+
+    exact: bool
+    order_dependent: bool
+    index_choice: bool
+    flush: float
+    edge: float = 0.0
+
+
+def _inexact(inst: Instruction) -> bool:
+    """Whether ``inst`` rounds a floating result (its opcode is not exact, or complex ``abs``)."""
+    types = [s.element_type for s in inst.shape.leaves()] + [s.element_type for o in inst.operands
+                                                             for s in o.shape.leaves()]
+    if not any(_is_float(t) for t in types):
+        return False  # integer arithmetic is exact
+    if inst.opcode == "abs":
+        return any(dtypes.is_complex(o.shape.element_type) for o in inst.operands if o.shape.is_array)
+    return inst.opcode not in EXACT_OPS
+
+
+def _combines(inst: Instruction) -> bool:
+    """Whether a reduction-like ``inst`` combines floating terms with something other than max/min/select."""
+    if inst.opcode in ("dot", "convolution", "all-reduce", "reduce-scatter", "fft"):
+        return True
+    if inst.opcode == "custom-call":
+        return "matmul" in str(inst.attrs.get("custom_call_target", "")) or "gemm" in str(
+            inst.attrs.get("custom_call_target", ""))
+    return any(_inexact(i) for c in inst.called_computations for i in c.instructions)
+
+
+def smallest_normal(element_type: str) -> float:
+    """The smallest normal magnitude of a floating ``element_type`` (bf16 and complex: their f32/f64 part's)."""
+    part = {"c64": "f32", "c128": "f64", "bf16": "f32"}.get(element_type, element_type)
+    return float(ml_dtypes.finfo(dtypes.numpy_dtype(part)).smallest_normal)
+
+
+def output_paths(module: Module) -> list[OutputPath]:
+    """One :class:`OutputPath` per array leaf of the entry computation's root (tuple leaves in order)."""
+    root = module.entry.root
+    leaves = root.shape.leaves()
+    roots = list(root.operands) if root.opcode == "tuple" and len(root.operands) == len(leaves) else [root] * len(leaves)
+    return [_path(r) for r in roots]
+
+
+def order_dependent_fusion(fusion: Instruction) -> bool:
+    """Whether a fusion's result goes through a floating reduction, dot or scatter that adds or multiplies."""
+    comp = getattr(fusion, "fused_computation", None)
+    return comp is not None and _path(comp.root).order_dependent
+
+
+def _path(root: Instruction) -> OutputPath:
+    seen: set[int] = set()
+    stack = [root]
+    exact, ordered, index, flush = True, False, False, 0.0
+    while stack:
+        inst = stack.pop()
+        if id(inst) in seen:
+            continue
+        seen.add(id(inst))
+        types = [s.element_type for s in inst.shape.leaves()]
+        for t in types:
+            if t in _FLUSHED:
+                flush = max(flush, smallest_normal(t))
+        if _inexact(inst):
+            exact = False
+        if inst.opcode in ORDERED_OPS and _combines(inst) and any(_is_float(t) for t in types):
+            ordered = True
+        if (inst.opcode == "reduce" and len(inst.operands) >= 4 and any(not _is_float(t) for t in types)
+                and any(_is_float(o.shape.element_type) for o in inst.operands if o.shape.is_array)):
+            index = True
+        for c in inst.called_computations:
+            stack.extend(c.instructions)
+        stack.extend(inst.operands)
+    return OutputPath(exact, ordered, index, flush)
+
+
+@attrs.define
+class ExpectedJudgement:
+    """The third oracle's answer for one output: ``status`` ``ok`` / ``drift`` / ``mismatch``.
+
+    ``error`` / ``allowed``: ``|K - E|`` and its allowance at the worst failing element (by error / allowance)
+    for a mismatch, else at the largest error outside the elements the order explains (so ``error <=
+    allowed`` unless ``mismatch``); ``index``: the element named (the first order-explained one for drift;
+    ``None`` when every element is equal); ``reason``: why not ``ok``.
+    """
+
+    status: str
+    error: float
+    allowed: float
+    index: tuple[int, ...] | None = None
+    reason: str = ""
+
+
+def _finite(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x)
+    return np.isfinite(x.astype(np.complex128 if x.dtype.kind == "c" else np.float64))
+
+
+def _worst(ratio: np.ndarray, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    if not ratio.size or not (ratio > 0).any():
+        return None
+    return tuple(int(x) for x in np.unravel_index(int(np.argmax(ratio)), shape))
+
+
+def edge_values(values: Any) -> float:
+    """The largest finite magnitude among the floating arrays of ``values`` (arrays or tuples) when one holds
+    inf, NaN, or a magnitude past ``sqrt(max)`` of its type (a product of two such values overflows; a long
+    sum of them may); 0.0 when none does."""
+    from fusegen.runtime.inputs import leaves
+
+    edge, scale = False, 0.0
+    for v in leaves(tuple(values) if isinstance(values, list) else values):
+        a = np.asarray(v)
+        if a.dtype.kind not in "fcV" or a.dtype.type is np.void or not a.size:
+            continue
+        try:
+            big = math.sqrt(float(ml_dtypes.finfo(a.real.dtype if a.dtype.kind == "c" else a.dtype).max))
+        except (TypeError, ValueError):
+            continue  # an integer ml_dtypes type
+        w = np.abs(a.astype(np.complex128 if a.dtype.kind == "c" else np.float64))
+        fin = np.isfinite(w)
+        top = float(w[fin].max()) if fin.any() else 0.0
+        edge = edge or not fin.all() or top >= big
+        scale = max(scale, top)
+    return max(scale, 1.0) if edge else 0.0
+
+
+def order_free(k: np.ndarray, r: np.ndarray, x: np.ndarray | None, edge: float, nonfinite: np.ndarray,
+               allowed: np.ndarray | float) -> np.ndarray:
+    """Elements of an order-dependent reduction's result ``k`` whose disagreement the order explains.
+
+    ``nonfinite``: where ``k`` and the oracle being checked disagree on an inf/NaN (their difference is
+    ``inf``); free among them: where ``k`` equals the reference ``r`` or is within ``allowed`` of the f64
+    value ``x``, or where ``k`` itself is inf/NaN and ``edge`` (the inputs hold edge values: see
+    :func:`edge_values`, non-zero). Returns a bool array of ``k``'s shape.
+    """
+    agree = abs_error(k, r)[0] == 0
+    if x is not None:
+        agree |= abs_error(k, x)[0] <= allowed
+    involved = nonfinite | ~_finite(r) | ~_finite(k)
+    return involved & (agree | (~_finite(k) & (edge > 0)))
+
+
+def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray,
+                   path: OutputPath, options: VerifyOptions) -> ExpectedJudgement:
+    """Judge kernel output ``k`` (element type ``t``) against the expected array ``e`` (see module docstring).
+
+    ``r``: the reference evaluator's output; ``o``: the f64 oracle's (``None`` when unavailable). All arrays
+    share one shape (the caller checks).
+    """
+    if k.dtype.kind in "biu" or k.dtype == np.bool_ or not _is_float(t):
+        return _judge_exact_ints(k, r, e, path)
+    diff, eb = abs_error(k, e)
+    nonfinite = np.isinf(diff)
+    if path.exact:
+        allowed = np.full(diff.shape, path.flush)
+        what = "exact operation"
+    else:
+        cond, ob = abs_error(r, o if o is not None else e)
+        if o is not None and not np.isfinite(cond).all():
+            alt, _ = abs_error(e, o)  # the program overflows here at its precision: E's own distance to f64
+            cond = np.where(np.isfinite(cond), cond, np.where(np.isfinite(alt), alt, 0.0))
+        # the program's conditioning as a relative figure (finite elements only), so that an error in a shared
+        # intermediate (a variance, a max) that the reference happens to round well at one element still counts
+        om = np.abs(ob)
+        om = np.where(np.isfinite(om), om, 0.0)
+        ofin = om[om > 0]
+        w = np.maximum(om, max(float(np.median(ofin)) if ofin.size else 0.0, _TINY))
+        with np.errstate(invalid="ignore"):
+            rel = cond / w
+        rel = rel[np.isfinite(rel)]
+        cond = np.maximum(cond, (float(rel.max()) if rel.size else 0.0) * w)
+        mag = np.abs(eb)
+        finite = mag[np.isfinite(mag)]
+        typical = float(np.median(finite)) if finite.size else 0.0
+        scale = np.maximum(np.where(np.isfinite(mag), mag, 0.0), max(1.0, typical))
+        with np.errstate(over="ignore"):
+            allowed = options.rtol * cond + options.floor(t) * scale + path.flush
+        what = "per-element allowance"
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(diff == 0, 0.0, diff / allowed)
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    bad = ratio > 1.0
+    free = np.zeros(diff.shape, bool)
+    if bad.any() and path.order_dependent:
+        free = bad & order_free(k, r, o, path.edge, nonfinite, np.where(np.isfinite(allowed), allowed, 0.0))
+        if path.edge:
+            # reassociating a sum of ±MAX-size terms moves the rounding by about eps * MAX: a finite element
+            # within the floor of the largest input magnitude is free too
+            free |= bad & ~nonfinite & (diff <= options.floor(t) * path.edge)
+    rest = bad & ~free
+    if rest.any():  # the figures at the worst failing element (error > allowed there)
+        ridx = _worst(np.where(rest, ratio, 0.0), k.shape)
+        return ExpectedJudgement("mismatch", float(diff[ridx]), float(allowed[ridx]), ridx,
+                                 f"kernel vs expected {float(diff[ridx]):.3g} > {what} {float(allowed[ridx]):.3g} "
+                                 f"at {list(ridx)}" + (" (a non-finite value where the other has another)"
+                                                       if nonfinite[ridx] else ""))
+    # the largest error outside the free elements and the allowance there (error <= allowed)
+    held = np.where(free, 0.0, diff)
+    hidx = _worst(held, k.shape)
+    err, allow_at = (float(held[hidx]), float(allowed[hidx])) if hidx is not None else (0.0, 0.0)
+    if not free.any():
+        return ExpectedJudgement("ok", err, allow_at, hidx)
+    fidx = _worst(np.where(free, ratio, 0.0), k.shape)
+    return ExpectedJudgement("drift", err, allow_at, fidx,
+                             f"{int(free.sum())} element(s) overflow or turn NaN depending on the order of a "
+                             f"reduction (first at {list(fidx)}): the kernel's value is the reference's or the "
+                             "f64 oracle's there, inf/NaN from edge-value inputs, or within the rounding of a sum of "
+                             f"terms up to {path.edge:.3g}")
+
+
+def _judge_exact_ints(k: np.ndarray, r: np.ndarray, e: np.ndarray, path: OutputPath) -> ExpectedJudgement:
+    """Integer / pred outputs: exact, except an argmax-style index where the kernel agrees with the reference."""
+    wide = np.float64 if k.dtype == np.uint64 else np.int64
+    a, b = k.astype(wide), e.astype(wide)
+    diff = np.abs(a - b).astype(np.float64)
+    err = float(diff.max()) if diff.size else 0.0
+    if err == 0:
+        return ExpectedJudgement("ok", 0.0, 0.0)
+    idx = _worst(diff, k.shape)
+    if path.index_choice:
+        bad = (a != b) & (a != r.astype(wide))
+        if not bad.any():
+            n = int((a != b).sum())
+            return ExpectedJudgement("drift", err, 0.0, idx,
+                                     f"{n} index(es) of a reduce over floating keys differ from expected but equal "
+                                     "the reference: with tied keys or two NaNs in a row the index depends on the "
+                                     "reduction order")
+        idx = _worst(np.where(bad, diff, 0.0), k.shape)
+    return ExpectedJudgement("mismatch", err, 0.0, idx,
+                             f"kernel vs expected {float(diff[idx]):.3g} at {list(idx)} (integer outputs compare "
+                             "exactly)")
+
+
+def load_expected(path: str | Path, n: int, names: list[str] | None = None,
+                  types: list[str] | None = None) -> list[np.ndarray]:
+    """The arrays of ``--expected OUT.npz``: ``o0``, ``o1``, ... (or ``names``), ``n`` of them.
+
+    ``types`` (the output leaves' HLO element types) retype arrays ``np.savez`` stored as raw bytes (``|V2``
+    for bf16, ``|V1``, or ``'<f1'``, which numpy cannot read back, for float8_e5m2) as the output's type,
+    the way :func:`fusegen.runtime.inputs.load_inputs` reads parameters.
+
+    Raises:
+        ValueError: unreadable file, a missing array, or an array whose item size does not fit its output's
+            type (the message names the file and the key).
+    """
+    from fusegen.runtime.inputs import _read_npz_member, from_npz_dtype
+
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise ValueError(f"--expected {path}: cannot read ({e})") from None
+    out = []
+    with z:
+        files = set(z.files)
+        for i in range(n):
+            keys = [f"o{i}"] + ([names[i]] if names and i < len(names) else [])
+            hit = next((k for k in keys if k in files), None)
+            if hit is None:
+                raise ValueError(f"--expected {path}: no array {keys[0]!r} for output {i} (has: "
+                                 f"{', '.join(sorted(files)) or 'none'})")
+            try:
+                arr = _read_npz_member(z, hit)
+            except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile, zlib.error) as e:
+                raise ValueError(f"--expected {path}: array {hit!r} cannot be read ({e})") from None
+            if types is not None and i < len(types):
+                try:
+                    want = dtypes.numpy_dtype(types[i])
+                except dtypes.UnsupportedTypeError:
+                    want = None
+                if want is not None:
+                    arr = from_npz_dtype(arr, want)
+                    if arr.dtype.type is np.void and arr.dtype != want:
+                        raise ValueError(f"--expected {path}: array {hit!r} holds {arr.dtype.itemsize}-byte raw "
+                                         f"items; output {i} is {types[i]} ({want.itemsize} bytes)")
+            out.append(arr)
+    return out
+
+
+def typed(e: Any, k: np.ndarray) -> np.ndarray:
+    """``e`` as an array; raw bytes of ``k``'s item size are viewed as ``k``'s dtype (a caller without types)."""
+    e = np.asarray(e)
+    if e.dtype.kind == "V" and e.dtype.itemsize == k.dtype.itemsize:
+        return e.view(k.dtype)
+    return e
+
