@@ -4,10 +4,10 @@ over 1 to 3 dimensions, against XLA:CPU's own answer (``jax.numpy.fft`` through 
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
+
+from test_gpu_only import _no_gpu
 
 from fusegen.evaluator.common import EvaluationError
 from fusegen.evaluator.fft import fft_array
@@ -84,24 +84,6 @@ def test_fft_with_mismatched_lengths_is_a_clear_error():
         fft_array(np.zeros((4, 8), np.complex64), "IRFFT", [8], np.dtype(np.float32))
     with pytest.raises(EvaluationError, match="unknown fft_type"):
         fft_array(np.zeros((4, 8), np.complex64), "DCT", [8], np.dtype(np.complex64))
-
-
-@functools.lru_cache(maxsize=1)
-def _no_gpu() -> str | None:
-    import ctypes
-
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no CUDA driver (libcuda.so.1 not found)"
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as e:
-        return f"CuPy cannot reach a CUDA device ({type(e).__name__}: {e})"
-    return None
 
 
 @pytest.mark.gpu

@@ -77,7 +77,7 @@ def _paths(name: str) -> tuple[Path, Path, Path]:
 
 def _cli(name: str, with_expected: bool = True) -> tuple[int, dict | None, str]:
     hlo, inp, exp = _paths(name)
-    cmd = [sys.executable, "-m", "fusegen", "run", str(hlo), "--inputs", str(inp), "--no-compile", "-j", "1", "--json"]
+    cmd = [sys.executable, "-m", "fusegen.cli", "run", str(hlo), "--inputs", str(inp), "--no-compile", "-j", "1", "--json"]
     if with_expected:
         cmd += ["--expected", str(exp)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

@@ -20,8 +20,8 @@ Per module output leaf ``k`` (kernel path ``K``, reference ``R``, f64 oracle ``O
   kernel's value is one another oracle gives there (``R`` or ``O``), or is itself inf/NaN while the inputs
   hold edge values (inf, NaN, or magnitudes past ``sqrt(max)`` of their type): overflow, ``inf - inf`` and
   ``inf * 0`` then depend on the order, which XLA leaves free (and so does a finite element within the
-  floor of the largest input magnitude: reassociating ±MAX-size terms moves the rounding by about
-  ``eps * MAX``); those elements are ``drift``, named in the reason (:func:`order_free`; the per-fusion budgets of :mod:`fusegen.verify.budget` use the same rule).
+  floor of the magnitude of its terms, the module evaluated in f64 on ``|inputs|``: reassociating
+  ±MAX-size terms moves the rounding by about ``eps * MAX``); those elements are ``drift``, named in the reason (:func:`order_free`; the per-fusion budgets of :mod:`fusegen.verify.budget` use the same rule).
 
 Mirrors no XLA file: XLA's tests compare with ``ErrorSpec`` per element (``xla/literal_comparison.cc``,
 ``NearComparator``), which this follows in spirit (per-element bounds, NaN/inf positions compared).
@@ -84,6 +84,9 @@ class OutputPath:
             XLA:CPU flushes their denormals to zero.
         edge: the largest finite input magnitude when the module's inputs hold edge values, else 0
             (:func:`edge_values`; set by the caller, which has the inputs).
+        terms: for an order-dependent output with edge-value inputs, the f64 evaluation of the module on the
+            inputs' magnitudes (``|x|``), an array of the output's shape: per element, the size of the terms
+            its sums combine (the scale of reassociation's rounding); ``None`` when not computed.
     """
 
     exact: bool
@@ -91,6 +94,7 @@ class OutputPath:
     index_choice: bool
     flush: float
     edge: float = 0.0
+    terms: Any = attrs.field(default=None, eq=False)
 
 
 def _inexact(inst: Instruction) -> bool:
@@ -272,8 +276,12 @@ def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e
         free = bad & order_free(k, r, o, path.edge, nonfinite, np.where(np.isfinite(allowed), allowed, 0.0))
         if path.edge:
             # reassociating a sum of ±MAX-size terms moves the rounding by about eps * MAX: a finite element
-            # within the floor of the largest input magnitude is free too
-            free |= bad & ~nonfinite & (diff <= options.floor(t) * path.edge)
+            # within the floor of the magnitude of its terms is free too (all inputs' largest without them)
+            scale = path.edge
+            if path.terms is not None and np.shape(path.terms) == diff.shape:
+                tm = np.abs(np.asarray(path.terms).astype(np.complex128 if np.iscomplexobj(path.terms) else np.float64))
+                scale = np.where(np.isfinite(tm), tm, np.inf)
+            free |= bad & ~nonfinite & (diff <= options.floor(t) * scale)
     rest = bad & ~free
     if rest.any():  # the figures at the worst failing element (error > allowed there)
         ridx = _worst(np.where(rest, ratio, 0.0), k.shape)
@@ -292,7 +300,7 @@ def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e
                              f"{int(free.sum())} element(s) overflow or turn NaN depending on the order of a "
                              f"reduction (first at {list(fidx)}): the kernel's value is the reference's or the "
                              "f64 oracle's there, inf/NaN from edge-value inputs, or within the rounding of a sum of "
-                             f"terms up to {path.edge:.3g}")
+                             "±MAX-size terms")
 
 
 def _judge_exact_ints(k: np.ndarray, r: np.ndarray, e: np.ndarray, path: OutputPath) -> ExpectedJudgement:

@@ -247,6 +247,25 @@ def _judge_output(i: int, t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | 
     return v
 
 
+def _term_magnitudes(module: Module, args: list[Any]) -> list[np.ndarray] | None:
+    """The module's outputs evaluated in f64 on the inputs' magnitudes (the size of the terms each output
+    element's sums combine); ``None`` when the f64 evaluation is unavailable."""
+    from fusegen.runtime.inputs import leaves
+
+    def mag(v: Any) -> Any:
+        if isinstance(v, tuple):
+            return tuple(mag(x) for x in v)
+        a = np.asarray(v)
+        if a.dtype.kind == "c":
+            return np.abs(a).astype(a.real.dtype).astype(a.dtype)
+        return np.abs(a) if a.dtype.kind == "f" or a.dtype.name == "bfloat16" or a.dtype.name.startswith("float") else a
+
+    try:
+        return [np.asarray(x) for x in leaves(evaluate_promoted(module, [mag(a) for a in args]))]
+    except OracleUnavailable:
+        return None
+
+
 @attrs.define
 class ModuleVerdict:
     """Per-output verdicts, the oracle's availability, and the first fusion execution out of budget."""
@@ -312,6 +331,10 @@ def judge_module(module: Module, args: list[Any], out: Any, ref: Any, events: li
     if expected is not None:
         edge = edge_values(list(args))
         paths = [attrs.evolve(p, edge=edge) for p in output_paths(module)]
+        if edge and any(p.order_dependent for p in paths):
+            terms = _term_magnitudes(module, args)
+            if terms is not None and len(terms) == len(paths):
+                paths = [attrs.evolve(p, terms=t) if p.order_dependent else p for p, t in zip(paths, terms)]
     outs = [_judge_output(i, s.element_type, k, r, os_[i] if os_ else None,
                           expected[i] if expected is not None else None, options, first is None, p)
             for i, (s, k, r, p) in enumerate(zip(shapes, ks, rs, paths))]
