@@ -406,7 +406,8 @@ def run(module: ModuleLike, *, inputs: Any = None, seed: int = 0, expected: Any 
     if isinstance(expected, (str, Path)):
         from fusegen.verify.verdict import load_expected
 
-        expected = load_expected(str(expected), len(modules[0].entry.root.shape.leaves()))
+        types = [t.element_type for t in modules[0].entry.root.shape.leaves()]
+        expected = load_expected(str(expected), len(types), types=types)
     elif expected is not None:
         expected = [np.asarray(x) for x in leaves(expected if isinstance(expected, tuple) else tuple(expected))]
     reports, outputs = [], []

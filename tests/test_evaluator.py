@@ -909,11 +909,11 @@ ENTRY e {
 def test_unsupported_opcode_error_names_op_and_instruction():
     text = """HloModule t
 ENTRY main {
-  x = c64[4] parameter(0)
-  ROOT c = c64[4] fft(x), fft_type=FFT, fft_length={4}
+  x = f32[4] parameter(0)
+  ROOT c = f32[4] rng(x, x), distribution=rng_uniform
 }"""
-    with pytest.raises(UnsupportedOpError, match=r"unsupported HLO op 'fft' in %c \(computation %main\)"):
-        run(text, np.ones(4, np.complex64))
+    with pytest.raises(UnsupportedOpError, match=r"unsupported HLO op 'rng' in %c \(computation %main\)"):
+        run(text, np.ones(4, np.float32))
 
 
 def test_unsupported_custom_call_names_target():
