@@ -28,17 +28,32 @@ def capture(target, arg_specs, mesh, in_shardings, out_shardings, axis, device_n
     """Compile SCRIPT.py's FUNC for --device (--mesh N of them) and write NAME.DEV[xN]_opt.hlo with seeded
     .inputs.npz and XLA:CPU's .expected.npz, ready for `fusegen run --inputs ... --expected ...`.
     Needs jax's CUDA plugin (pip install -e '.[gpu]'); no GPU. Exit 2 when it cannot be made."""
-    import importlib.util
-
     script, _, func = target.rpartition(":")
     if not script or not func:
         fail(f"{target}: expected SCRIPT.py:FUNC")
     if not os.path.isfile(script):
         fail(f"{script}: no such file")
-    # before jax starts: XLA:CPU needs the mesh's devices, and the CUDA plugin must not want a GPU
+    # before jax starts: XLA:CPU needs the mesh's devices, and the CUDA plugin must not want a GPU; put back
+    # afterwards (a caller's process, e.g. a test, keeps its own environment)
+    saved = {k: os.environ.get(k) for k in ("XLA_FLAGS", "JAX_PLATFORMS")}
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
                                + f" --xla_force_host_platform_device_count={max(mesh or 1, 1)}").strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    try:
+        res = _capture(script, func, arg_specs, mesh, in_shardings, out_shardings, axis, device_name, seed, out_dir)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    click.echo(f"wrote {res.hlo}, {res.inputs.name}, {res.expected.name}")
+
+
+def _capture(script, func, arg_specs, mesh, in_shardings, out_shardings, axis, device_name, seed, out_dir):
+    """Load ``script``, find ``func`` and capture it (exit 2 with one line when it cannot be made)."""
+    import importlib.util
+
     from fusegen.capture import CaptureError, capture as do_capture
 
     spec = importlib.util.spec_from_file_location("fusegen_capture_script", script)
@@ -58,4 +73,4 @@ def capture(target, arg_specs, mesh, in_shardings, out_shardings, axis, device_n
                          if out_shardings else None, device=device_name, out_dir=out_dir, seed=seed, axis=axis)
     except (CaptureError, ValueError) as e:  # ValueError: an unknown --device
         fail(str(e))
-    click.echo(f"wrote {res.hlo}, {res.inputs.name}, {res.expected.name}")
+    return res
