@@ -47,7 +47,7 @@ from fusegen.evaluator import (
     reduce,
     shape_ops,
 )
-from fusegen.evaluator.common import EvaluationError, Value, as_array, shape_dtype
+from fusegen.evaluator.common import EvaluationError, Value, as_array, contiguous, shape_dtype
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 
 __all__ = [
@@ -123,7 +123,7 @@ def is_liftable(comp: Computation) -> bool:
             ok = isinstance(callee, Computation) and is_liftable(callee)
         elif inst.opcode not in _LIFTABLE:
             ok = False
-        elif inst.opcode == "bitcast-convert":
+        elif inst.opcode in ("bitcast-convert", "bitcast"):
             ok = inst.operands[0].shape.element_type == inst.shape.element_type or (
                 np.dtype(shape_dtype(inst.operands[0].shape)).itemsize == np.dtype(shape_dtype(inst.shape)).itemsize)
         if not ok:
@@ -158,6 +158,9 @@ def _locate(inst: Instruction, err: Exception) -> EvaluationError:
 
 def _apply(inst: Instruction, operands: list, lifted: bool) -> Value:
     if lifted and inst.opcode in _SCALAR_IDENTITY:
+        if inst.opcode == "bitcast" and inst.shape.element_type != inst.operands[0].shape.element_type:
+            # a scalar bitcast between element types of one width (XLA's ComparisonExpander writes them)
+            return contiguous(operands[0]).view(shape_dtype(inst.shape))
         return operands[0]
     if lifted and inst.opcode in ("call", "fusion"):
         callee = inst.attrs.get("to_apply") or inst.attrs.get("calls")
@@ -248,6 +251,25 @@ def _evaluate_computation(comp: Computation, args: Sequence[Value], lifted: bool
             if last.get(id(o)) == k:
                 vals.pop(id(o), None)
     return vals[id(comp.root)]
+
+
+def _evaluate_subgraph(root: Instruction, params: dict[int, Value]) -> Value:
+    """Lifted evaluation of ``root`` and the instructions it depends on (scalar elementwise ones), parameter
+    ``n`` bound to ``params[n]`` (a sort comparator's key expression on a whole operand)."""
+    vals: dict[int, Value] = {}
+    stack: list[tuple[Instruction, bool]] = [(root, False)]
+    while stack:
+        inst, ready = stack.pop()
+        if id(inst) in vals:
+            continue
+        if inst.opcode == "parameter":
+            vals[id(inst)] = params[inst.parameter_number]
+        elif not ready:
+            stack.append((inst, True))
+            stack.extend((o, False) for o in inst.operands if id(o) not in vals)
+        else:
+            vals[id(inst)] = _apply(inst, [vals[id(o)] for o in inst.operands], lifted=True)
+    return vals[id(root)]
 
 
 def evaluate_computation(comp: Computation, args: list[Value]) -> Value:

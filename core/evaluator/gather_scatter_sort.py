@@ -8,13 +8,13 @@
   scatter indices, so duplicate indices combine in that order. add / max / min / mul / and / or combiners run as
   numpy ``ufunc.at``; others one window at a time.
 * ``sort``: along ``dimensions={d}`` with the comparator; a comparator that is ``compare(p[2i], p[2i+1])`` LT/GT
-  becomes a stable numpy argsort on that operand; any other comparator runs a stable merge sort calling it.
+  becomes a stable numpy argsort on that operand; any other comparator is sorted as an array program
+  (:mod:`fusegen.evaluator.vectorized_sort`: keys when it is a lexicographic order, else a vectorised merge).
 * ``topk``: largest ``k`` along the last dim, values then s32 indices, ties to the lower index.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Callable
 
 import numpy as np
@@ -26,7 +26,6 @@ from fusegen.evaluator.common import (
     attr_bool,
     attr_int,
     attr_ints,
-    call,
     computation_attr,
     is_float,
     shape_dtype,
@@ -34,6 +33,7 @@ from fusegen.evaluator.common import (
     up,
 )
 from fusegen.evaluator.reduce import apply_combiner, simple_combiner
+from fusegen.evaluator.vectorized_sort import sort_order, stable_argsort
 from fusegen.hlo.ir import Computation, Instruction
 
 
@@ -261,27 +261,9 @@ def _sort(inst: Instruction, ops: list):
         if direction == "GT":
             # descending and stable: sort the reversed order key ascending
             key = ~key  # bitwise not reverses integer order exactly (signed and unsigned)
-        order = np.argsort(key, axis=-1, kind="stable")
+        order = stable_argsort([key], key.shape)
     else:
-        shp = moved[0].shape
-        order = np.empty(shp, dtype=np.int64)
-        flat = [m.reshape(-1, shp[-1]) for m in moved]
-        oflat = order.reshape(-1, shp[-1])
-        for r in range(flat[0].shape[0]):
-            row = [f[r] for f in flat]
-
-            def cmp(i: int, j: int, row=row) -> int:
-                args = []
-                for v in row:
-                    args += [np.asarray(v[i]), np.asarray(v[j])]
-                if bool(call(comp, args)):
-                    return -1
-                args = []
-                for v in row:
-                    args += [np.asarray(v[j]), np.asarray(v[i])]
-                return 1 if bool(call(comp, args)) else 0
-
-            oflat[r] = sorted(range(shp[-1]), key=functools.cmp_to_key(cmp))
+        order, _ = sort_order(comp, moved)
     outs = [np.moveaxis(np.take_along_axis(m, order, axis=-1), -1, dim) for m in moved]
     outs = [contiguous(o) for o in outs]
     return tuple(outs) if inst.shape.is_tuple else outs[0]
@@ -290,10 +272,10 @@ def _sort(inst: Instruction, ops: list):
 def topk_arrays(x: np.ndarray, k: int, largest: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Top ``k`` along the last dim (descending for ``largest``; ties to the lower index) and s32 indices."""
     x = np.asarray(x)
-    key = _sort_key(x, total=True).astype(np.int64)
+    key = _sort_key(x, total=True)
     if largest:
         key = ~key
-    order = np.argsort(key, axis=-1, kind="stable")[..., :k]
+    order = stable_argsort([key], key.shape)[..., :k]
     return np.take_along_axis(x, order, axis=-1), order.astype(np.int32)
 
 
