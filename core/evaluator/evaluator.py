@@ -46,6 +46,7 @@ from fusegen.evaluator import (
     linalg,
     reduce,
     shape_ops,
+    vectorized_scatter,
 )
 from fusegen.evaluator.common import EvaluationError, Value, as_array, contiguous, shape_dtype
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
@@ -92,7 +93,7 @@ class UnsupportedOpError(Exception):
 
 HANDLERS: dict[str, Callable[[Instruction, list], Value]] = {}
 for _family in (elementwise, shape_ops, collectives, reduce, dot_conv, gather_scatter_sort, control_flow, custom_calls,
-                batch_norm, linalg, fft):
+                batch_norm, linalg, fft, vectorized_scatter):
     HANDLERS.update(_family.HANDLERS)
 HANDLERS["copy"] = shape_ops.HANDLERS["copy"]
 

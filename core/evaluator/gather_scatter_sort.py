@@ -6,7 +6,7 @@
 * ``scatter``: ``ScatterDimensionNumbers``; an update window whose start would put any part of the window out of
   bounds is skipped whole (``HloEvaluator::HandleScatter``); updates are applied in row-major order of the
   scatter indices, so duplicate indices combine in that order. add / max / min / mul / and / or combiners run as
-  numpy ``ufunc.at``; others one window at a time.
+  numpy ``ufunc.at``; others by rounds of distinct locations (:mod:`fusegen.evaluator.vectorized_scatter`).
 * ``sort``: along ``dimensions={d}`` with the comparator; a comparator that is ``compare(p[2i], p[2i+1])`` LT/GT
   becomes a stable numpy argsort on that operand; any other comparator is sorted as an array program
   (:mod:`fusegen.evaluator.vectorized_sort`: keys when it is a lexicographic order, else a vectorised merge).
@@ -32,7 +32,8 @@ from fusegen.evaluator.common import (
     total_order_key,
     up,
 )
-from fusegen.evaluator.reduce import apply_combiner, simple_combiner
+from fusegen.evaluator.reduce import simple_combiner
+from fusegen.evaluator.vectorized_scatter import ordered_combine
 from fusegen.evaluator.vectorized_sort import sort_order, stable_argsort
 from fusegen.hlo.ir import Computation, Instruction
 
@@ -154,7 +155,6 @@ def _scatter(inst: Instruction, ops: list):
     grids = [g[valid] for g in grids]
     ups = [u[valid] for u in ups]
     op = simple_combiner(comp) if n == 1 else None
-    out_dts = [o.dtype for o in operands]
     if op is not None and ups[0].size:
         from fusegen.evaluator.reduce import _ufunc
 
@@ -165,14 +165,11 @@ def _scatter(inst: Instruction, ops: list):
             return tgt
         except TypeError:
             pass  # fall through to the ordered loop
-    # ordered: one scatter index at a time, the whole window at once
-    nvalid = ups[0].shape[0] if ups else 0
-    for s in range(nvalid):
-        loc = tuple(g[s] for g in grids)
-        cur = [o[loc] for o in operands]
-        new = apply_combiner(comp, cur, [u[s] for u in ups])
-        for o, v, dt in zip(operands, new, out_dts):
-            o[loc] = as_array(v, dt)
+    # ordered: every update in scatter-index order, by rounds of distinct locations (vectorized_scatter)
+    if ups and ups[0].size and operands[0].size:
+        operands = [np.ascontiguousarray(o) for o in operands]
+        lin = np.ravel_multi_index(tuple(g.reshape(-1) for g in grids), operands[0].shape)
+        ordered_combine(comp, operands, lin, [u.reshape(-1) for u in ups])
     return tuple(operands) if inst.shape.is_tuple else operands[0]
 
 

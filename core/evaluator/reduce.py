@@ -36,6 +36,13 @@ from fusegen.evaluator.common import (
 )
 from fusegen.hlo.ir import Computation, Instruction
 
+
+def is_liftable_opcode(inst: Instruction) -> bool:
+    """Whether one instruction may run on whole arrays inside a lifted computation."""
+    from fusegen.evaluator.evaluator import _LIFTABLE
+
+    return inst.opcode in _LIFTABLE
+
 _SIMPLE = {"add", "multiply", "maximum", "minimum", "and", "or", "xor"}
 
 
@@ -63,15 +70,23 @@ def _ufunc(op: str, dt: np.dtype):
 
 
 def apply_combiner(comp: Computation, accs: list[np.ndarray], xs: list[np.ndarray]) -> list[np.ndarray]:
-    """``comp(accs..., xs...)`` elementwise over equally shaped arrays; returns the list of results."""
+    """``comp(accs..., xs...)`` elementwise over equally shaped arrays; returns the list of results (arrays of
+    the broadcast shape and the accumulators' dtypes, never views of the arguments). A combiner that is not
+    liftable (control flow inside) runs once per element (:func:`per_element_reason` says why)."""
     args = list(accs) + list(xs)
+    shp = np.broadcast_shapes(*(np.shape(a) for a in args))
     if is_liftable(comp):
         r = call_lifted(comp, args)
         r = list(r) if isinstance(r, tuple) else [r]
-        shp = np.broadcast_shapes(*(np.shape(a) for a in args))
-        dts = [a.dtype for a in accs]
-        return [np.broadcast_to(as_array(v, dt), shp).copy() for v, dt in zip(r, dts)]
-    shp = np.broadcast_shapes(*(np.shape(a) for a in args))
+        out = []
+        for v, a in zip(r, accs):
+            v = as_array(v, a.dtype)
+            if v.shape != shp:
+                v = np.broadcast_to(v, shp).copy()
+            elif any(np.may_share_memory(v, x) for x in args):
+                v = v.copy()  # a combiner returning a parameter must not alias the caller's arrays
+            out.append(v)
+        return out
     bargs = [np.broadcast_to(a, shp) for a in args]
     outs = [np.empty(shp, dtype=a.dtype) for a in accs]
     for idx in np.ndindex(*shp):
@@ -80,6 +95,25 @@ def apply_combiner(comp: Computation, accs: list[np.ndarray], xs: list[np.ndarra
         for o, v in zip(outs, r):
             o[idx] = v
     return outs
+
+
+def per_element_reason(comp: Computation) -> str | None:
+    """Why ``comp`` (a combiner, comparator, map or update body) runs once per element, or ``None`` when it
+    runs on whole arrays: the first instruction that is not a scalar elementwise op (``--profile`` says it)."""
+    if is_liftable(comp):
+        return None
+    for inst in comp.instructions:
+        shapes = inst.shape.leaves() if inst.shape.is_tuple else [inst.shape]
+        if any(s.rank != 0 for s in shapes):
+            return f"%{inst.name} ({inst.opcode}) in %{comp.name} is not scalar"
+        callee = inst.attrs.get("to_apply") or inst.attrs.get("calls")
+        if inst.opcode in ("call", "fusion") and isinstance(callee, Computation):
+            inner = per_element_reason(callee)
+            if inner is not None:
+                return inner
+        elif not is_liftable_opcode(inst):
+            return f"%{inst.name} ({inst.opcode}) in %{comp.name} is not elementwise"
+    return f"%{comp.name} is not elementwise"
 
 
 def tree_fold(comp: Computation, xs: list[np.ndarray], axis_len: int) -> list[np.ndarray]:
@@ -101,7 +135,17 @@ SEQUENTIAL_LIMIT = 16384
 
 
 def sequential_fold(comp: Computation, accs: list[np.ndarray], xs: list[np.ndarray], axis_len: int) -> list[np.ndarray]:
-    """``acc = comp(acc, x[..., k])`` for k in order (XLA's reduce order); ``xs`` carry the fold axis last."""
+    """``acc = comp(acc, x[..., k])`` for k in order (XLA's reduce order); ``xs`` carry the fold axis last.
+
+    Blocks of the fold axis are moved first and made contiguous (a block transposes with far fewer cache
+    misses than the whole array), so every step reads a contiguous slice rather than a strided column."""
+    if axis_len > 1 and xs and xs[0].ndim > 1:
+        block = 64
+        for k0 in range(0, axis_len, block):
+            blk = [np.ascontiguousarray(np.moveaxis(x[..., k0:k0 + block], -1, 0)) for x in xs]
+            for k in range(blk[0].shape[0]):
+                accs = apply_combiner(comp, accs, [b[k] for b in blk])
+        return accs
     for k in range(axis_len):
         accs = apply_combiner(comp, accs, [x[..., k] for x in xs])
     return accs

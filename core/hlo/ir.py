@@ -64,7 +64,7 @@ ATTRIBUTE_FORMS: dict[str, str] = {
 
 #: Attributes whose value names one or more computations.
 COMPUTATION_ATTRIBUTES = ("to_apply", "calls", "condition", "body", "branch_computations", "true_computation",
-                          "false_computation")
+                          "false_computation", "select", "scatter")  # the last two: select-and-scatter
 
 
 @_attrs.frozen

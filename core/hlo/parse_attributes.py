@@ -174,7 +174,7 @@ class AttributeParser(Lexer):
 
     def computation_ref(self, inst: Instruction, key: str) -> None:
         t = self.text
-        single = key in ("to_apply", "condition", "body", "true_computation", "false_computation")
+        single = key in ("to_apply", "condition", "body", "true_computation", "false_computation", "select", "scatter")
         if not t.startswith("{", self.pos):
             npos = self.pos
             m = _NAME.match(t, npos)
