@@ -167,6 +167,7 @@ def report_json(reports) -> dict:
             **(r.verdict.to_json() if r.verdict is not None else {}),
             "timings": r.timings_json(),
             **(r.spmd_json() if hasattr(r, "spmd_json") else {}),  # num_partitions, collectives (SPMD runs)
+            "reference_profile": reference_profile_json(r),
         }
     # A file of several modules (XLA tests separate them with `// -----`): one list, each row names its module.
     return {
@@ -197,6 +198,43 @@ def profile_table(report, n: int = 10):
     return t
 
 
+def reference_profile_json(report, n: int = 20) -> dict:
+    """The ``reference_profile`` part of ``--json``: the module's reference run and f64 oracle per instruction.
+
+    ``{"reference_s", "f64_s"}`` (seconds over all instructions of each run, where it ran: in the process
+    beside the kernels with ``--jobs`` above 1), ``"instructions"``: the ``n`` slowest, ``[{"name", "opcode",
+    "reference_s", "f64_s", "calls"}]``, and ``"per_element"``: ``[{"name", "opcode", "computation",
+    "reason"}]``, each instruction whose computation the evaluator runs per element (not liftable)."""
+    from fusegen.runtime.instruction_profile import merge_profiles
+
+    prof = getattr(report, "reference_profile", None) or {}
+    ref, f64 = prof.get("reference", {}), prof.get("f64", {})
+    return {"reference_s": round(sum(r[1] for r in ref.values()), 6), "f64_s": round(sum(r[1] for r in f64.values()), 6),
+            "instructions": merge_profiles(ref, f64, n), "per_element": list(getattr(report, "per_element", []))}
+
+
+def reference_profile_table(report, n: int = 10):
+    """A rich table of the ``n`` slowest instructions of the module's reference run and f64 oracle (seconds),
+    with a note on each instruction whose computation runs per element."""
+    from rich.table import Table
+
+    d = reference_profile_json(report, n)
+    notes = {p["name"]: p["reason"] for p in d["per_element"]}
+    t = Table(title=f"{report.module}: the reference run ({d['reference_s']:.2f} s) and f64 oracle ({d['f64_s']:.2f} s), "
+                    f"the {n} slowest instructions")
+    for col in ("instruction", "opcode", "reference", "f64", "calls", "note"):
+        t.add_column(col, justify="right" if col in ("reference", "f64", "calls") else "left", overflow="fold")
+    for row in d["instructions"]:
+        t.add_row(row["name"], row["opcode"], f"{row['reference_s']:.3f}", f"{row['f64_s']:.3f}", str(row["calls"]),
+                  notes.get(row["name"], ""))
+    return t
+
+
+def per_element_lines(report) -> list[str]:
+    """One line per instruction whose computation the evaluator cannot lift (runs per element)."""
+    return [f"  %{p['name']} ({p['opcode']}): {p['reason']}" for p in getattr(report, "per_element", [])]
+
+
 @click.command()
 @click.argument("module_path", metavar="MODULE.hlo")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the random inputs.")
@@ -212,7 +250,9 @@ def profile_table(report, n: int = 10):
               help="Worker processes for the sm_90 compiles; above 1 the module's reference run and f64 oracle "
                    "also run in a process beside the kernels (default: the number of usable cores).")
 @click.option("--profile", is_flag=True,
-              help="Also print the ten slowest fusions with their phase times (to stderr with --json).")
+              help="Also print the ten slowest fusions with their phase times, the ten slowest instructions of "
+                   "the reference run and f64 oracle, and each computation evaluated per element (to stderr "
+                   "with --json).")
 @click.option("--autotune", is_flag=True,
               help="Autotune every GEMM/library instruction first (also those carrying a config) and run the winners.")
 @click.option("--autotune-cache-dir", "autotune_cache_dir", type=click.Path(file_okay=False), default=None,
@@ -353,6 +393,9 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             pconsole = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
             for report in reports:
                 pconsole.print(profile_table(report))
+                pconsole.print(reference_profile_table(report))
+                for line in per_element_lines(report):
+                    pconsole.print(line, markup=False)
     else:
         from rich.console import Console
 
@@ -372,6 +415,9 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                           f"(max abs error {report.output_max_abs_error:.3g}); {report.seconds:.2f} s", markup=False)
             if profile:
                 console.print(profile_table(report))
+                console.print(reference_profile_table(report))
+                for line in per_element_lines(report):
+                    console.print(line, markup=False)
     for line in failed[1:]:
         click.echo(f"fusegen: error: {line}", err=True)
     if failed:

@@ -206,6 +206,10 @@ class RunReport:
     # each non-fusion instruction sent to an execution backend, first execution order: (name, opcode, backend)
     other_instructions: list[tuple[str, str, str]] = attrs.Factory(list)
     timings: Timings = attrs.field(factory=Timings, repr=False, eq=False)  # module total, fusions included
+    # seconds per instruction of the module's reference run and f64 oracle, and the instructions whose
+    # computation runs per element (fusegen.runtime.instruction_profile; run --profile)
+    reference_profile: dict = attrs.field(factory=dict, repr=False, eq=False)
+    per_element: list = attrs.field(factory=list, repr=False, eq=False)
 
     def timings_json(self) -> dict[str, float]:
         """``{"parse", "passes", "dispatch", ..., "other", "seconds"}`` (see :mod:`fusegen.runtime.timings`)."""
@@ -512,6 +516,7 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
     """
     from fusegen.evaluator.collectives import refuse_multi_device
     from fusegen.evaluator.evaluator import evaluate_module
+    from fusegen.runtime.instruction_profile import per_element_notes
     from fusegen.runtime.oracles import ModuleOracles, fits_beside
 
     refuse_multi_device(module, "run_module")  # N devices: fusegen.runtime.spmd.run_spmd_module
@@ -539,5 +544,6 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
     fusions = list(ex.reports.values())
     report = RunReport(module.name, fusions, dict(ex.other), ok, worst, time.perf_counter() - t0, verdict,
                        other_instructions=list(ex.other_instructions.values()),
-                       timings=module_timings([f.timings for f in fusions], ex.timings))
+                       timings=module_timings([f.timings for f in fusions], ex.timings),
+                       reference_profile=oracles.profile(), per_element=per_element_notes(module))
     return out, report

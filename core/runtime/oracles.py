@@ -42,6 +42,7 @@ import numpy as np
 from fusegen.evaluator.common import EvaluationError
 from fusegen.evaluator.evaluator import _coerce_arg, evaluate_instruction
 from fusegen.hlo.ir import Instruction, Module
+from fusegen.runtime.instruction_profile import InstructionTimes
 from fusegen.runtime.limits import Budget, DeadlineError, RunLimits, estimate_peak_bytes
 from fusegen.verify.promote import OracleUnavailable, evaluate_promoted
 
@@ -151,6 +152,8 @@ class ModuleOracles:
         self._conn: Any = None
         self._answer: tuple[Any, Any] | None = None
         self._f64: list[np.ndarray] | OracleUnavailable | None = None
+        # seconds per instruction of R and O (run --profile), filled where they run (here or in the child)
+        self.times = {"reference": InstructionTimes(), "f64": InstructionTimes()}
 
     # -- the work ------------------------------------------------------------------------------------
     def _interpret(self, module: Module, args: list[Any], apply: Callable, budget: Budget) -> Any:
@@ -168,7 +171,8 @@ class ModuleOracles:
 
         def run(promoted: Module, promoted_args: list[Any]) -> Any:
             try:
-                return self._interpret(promoted, promoted_args, evaluate_instruction, self.budget.another_run())
+                return self._interpret(promoted, promoted_args, self.times["f64"].wrap(evaluate_instruction),
+                                       self.budget.another_run())
             except DeadlineError as e:
                 raise _Carried(e) from None
 
@@ -192,8 +196,10 @@ class ModuleOracles:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
-                    ref = self._interpret(self.module, self.args, evaluate_instruction, self.budget.another_run())
-                    kind, payload = "ok", (ref, self._evaluate_f64())
+                    ref = self._interpret(self.module, self.args, self.times["reference"].wrap(evaluate_instruction),
+                                          self.budget.another_run())
+                    f64 = self._evaluate_f64()
+                    kind, payload = "ok", (ref, f64, {k: t.rows for k, t in self.times.items()})
                 except BaseException as e:
                     kind, payload = "error", e
             seen = list(dict.fromkeys((str(w.message), _picklable(w.category), w.filename, w.lineno)
@@ -245,7 +251,9 @@ class ModuleOracles:
             _reissue(seen)
             if kind == "error":
                 raise payload
-            self._answer = payload
+            for k, rows in payload[2].items():
+                self.times[k].rows = rows
+            self._answer = payload[:2]
         return self._answer
 
     def reference(self, fusion_references: dict[int, tuple[list[Any], Any]]) -> Any:
@@ -258,7 +266,8 @@ class ModuleOracles:
             (``EvaluationError`` too when the background process died).
         """
         if self._proc is None:
-            return self._interpret(self.module, self.args, reusing_reference(fusion_references),
+            return self._interpret(self.module, self.args,
+                                   self.times["reference"].wrap(reusing_reference(fusion_references)),
                                    self.budget.another_run())
         return self._receive()[0]
 
@@ -274,6 +283,11 @@ class ModuleOracles:
                 self._f64 = self._evaluate_f64()
             return self._f64
         return self._receive()[1]
+
+    def profile(self) -> dict[str, dict[str, list]]:
+        """``{"reference": rows, "f64": rows}`` (:class:`~fusegen.runtime.instruction_profile.InstructionTimes`
+        rows) of the runs that finished; empty rows for one that did not run."""
+        return {k: dict(t.rows) for k, t in self.times.items()}
 
     def close(self) -> None:
         """End the background process: killed if it is still working (the run stopped early), reaped."""
