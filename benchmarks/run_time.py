@@ -14,7 +14,15 @@ Printed beside the absolute wall times (seconds, the child's whole life: start-u
 the CPU seconds the child and its workers used, as ratios in the same run: ``warm/nc`` (warm ``--jobs 2``
 over no-compile, both beside their oracles; the issue's goal: <= 2 once warm), ``cold/warm`` (``--jobs 1``
 both), ``j1/j2`` (warm) and ``nc j1/nc``. On a busy machine wall times grow and CPU seconds do not: read both.
-Run: ``python benchmarks/run_time.py [--only gpt12] [--skip-cold]``.
+The ``reference`` section (issue 22) runs ``run --no-compile --json`` once on each program of
+``benchmarks/data/`` (programs whose time is in the reference evaluator: a 2**20 ``jnp.sort`` plus a 2**16
+``jnp.argsort``, a (key, value, iota) sort of f32[64,2048], ``lax.top_k`` of f32[512,32000] with k=50, a
+variadic argmax reduce of f32[4096,4096]) and prints, side by side, the kernels' share (dispatch, codegen,
+Triton's interpreter, compare: this process) and the reference's share: the fusions' references plus the
+wait for the module's reference and f64 oracle in this process, and those two runs' own seconds in the
+process beside the kernels (``reference_profile``). Budget: 60 s wall each (goal 30 s) on the 2-core machine.
+
+Run: ``python benchmarks/run_time.py [--only gpt12] [--skip-cold] [--section modules|reference]``.
 """
 
 from __future__ import annotations
@@ -51,7 +59,36 @@ def run_once(path: Path, kernel_dir: str, *flags: str, timeout: float) -> dict:
         doc = json.loads(p.stdout)
     except ValueError:
         return {"wall": wall, "cpu": cpu, "status": f"exit {p.returncode}", "timings": {}}
-    return {"wall": wall, "cpu": cpu, "status": doc.get("status", "?"), "timings": doc.get("timings", {})}
+    return {"wall": wall, "cpu": cpu, "status": doc.get("status", "?"), "timings": doc.get("timings", {}),
+            "reference_profile": doc.get("reference_profile", {}),
+            "fusion_reference": sum(f.get("timings", {}).get("reference", 0.0) for f in doc.get("fusions", []))}
+
+
+DATA = Path(__file__).resolve().parent / "data"
+REFERENCE_BUDGET_S = 60.0
+
+
+def reference_section(only: str | None, timeout: float) -> None:
+    """The ``reference`` rows (see the module docstring)."""
+    files = [f for f in sorted(DATA.glob("*.h200_opt.hlo")) if only is None or only in f.name]
+    if not files:
+        return
+    print(f"reference: run --no-compile (default jobs), budget {REFERENCE_BUDGET_S:.0f} s wall each (goal 30 s)")
+    print(f"{'program':24} {'wall':>7} {'cpu':>7} | {'kernels':>8} {'fusion ref':>10} {'wait R+O':>8} | "
+          f"{'R (beside)':>10} {'O (beside)':>10} | status")
+    for f in files:
+        r = run_once(f, tempfile.mkdtemp(prefix="fusegen-ref-"), "--no-compile", timeout=timeout)
+        t, prof = r["timings"], r.get("reference_profile", {})
+        kernels = sum(t.get(k, 0.0) for k in ("dispatch", "codegen", "compile", "interpret", "compare"))
+        fusion_ref = r.get("fusion_reference", 0.0)
+        wait = t.get("reference", 0.0) - fusion_ref  # the module's reference phase less its fusions': the wait
+        print(f"{f.name.split('.')[0][:24]:24} {r['wall']:7.2f} {r['cpu']:7.2f} | {kernels:8.2f} {fusion_ref:10.2f} "
+              f"{wait:8.2f} | {prof.get('reference_s', float('nan')):10.2f} {prof.get('f64_s', float('nan')):10.2f} | "
+              f"{r['status']}{'' if r['wall'] <= REFERENCE_BUDGET_S else ' OVER BUDGET'}", flush=True)
+        for row in prof.get("instructions", [])[:3]:
+            print(f"    {row['name']:28} {row['opcode']:12} R {row['reference_s']:7.2f} s  O {row['f64_s']:7.2f} s")
+        for note in prof.get("per_element", []):
+            print(f"    per element: %{note['name']} ({note['opcode']}): {note['reason']}")
 
 
 def ratio(a: float, b: float) -> str:
@@ -64,7 +101,13 @@ def main() -> None:
     ap.add_argument("--skip-cold", action="store_true", help="reuse --kernel-dir as it is (no cold row)")
     ap.add_argument("--kernel-dir", default=None, help="kernel directory to warm (default: a temporary one)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per fusegen run")
+    ap.add_argument("--section", choices=("all", "modules", "reference"), default="all",
+                    help="the corpus modules' rows, the reference programs' rows, or both")
     a = ap.parse_args()
+    if a.section in ("all", "reference"):
+        reference_section(a.only, a.timeout)
+        if a.section == "reference":
+            return
     files = sorted((SHARED / "corpus" / "jax").glob("*_opt.hlo"))
     files = [f for f in files if a.only is None or a.only in f.name]
     if not files:
