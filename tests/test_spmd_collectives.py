@@ -73,6 +73,10 @@ CASES = {
     "all_reduce_mesh_groups": (_module(
         "  ROOT r = f32[4,8] all-reduce(p0), channel_id=1, replica_groups=mesh['x'=2,'y'=4] {'x'}, "
         "use_global_device_ids=true, to_apply=add, sharding={manual}", _p("f32[4,8]"), "", 8), [(4, 8)]),
+    "one_shot_all_reduce_kernel": (_module(
+        "  ROOT r = f32[4,8] all-reduce(p0), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, "
+        "to_apply=mx, sharding={manual}, backend_config={\"collective_backend_config\":{\"kernel_strategy\":"
+        "\"KERNEL_STRATEGY_TRITON_ONE_SHOT\"}}", _p("f32[4,8]"), "", 4), [(4, 8)]),
     "all_gather_rows_of_2d_mesh": (_module(
         "  ROOT g = f32[4,32] all-gather(p0), channel_id=1, replica_groups=[2,4]<=[8], dimensions={1}, "
         "use_global_device_ids=true, sharding={manual}", _p("f32[4,8]"), "", 8), [(4, 8)]),
@@ -144,6 +148,8 @@ def test_collective_matches_xla_cpu(name, xla_answers):
     outs, _, report = run_spmd_module(m, args, compile_kernels=False)
     refs = run_spmd_reference(m, plan_spmd(m), args, Budget(None))
     assert report.status == "ok"
+    if name == "one_shot_all_reduce_kernel":
+        assert report.collective_backends["r"]["backend"] == "triton"
     for d, (o, r, w) in enumerate(zip(outs, refs, want)):
         for k, (ko, ro, wo) in enumerate(zip(leaves(o), leaves(r), w)):
             np.testing.assert_allclose(ko, wo, rtol=1e-6, atol=1e-6, err_msg=f"kernel path, device {d}, leaf {k}")

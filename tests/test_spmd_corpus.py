@@ -50,15 +50,34 @@ def test_global_and_per_partition_runs_agree_with_xla(name, tmp_path):
 
 
 def test_planted_identity_all_reduce_is_a_mismatch(monkeypatch):
+    """The host path's all-reduce answered as the identity (the old single-device shortcut)."""
     from fusegen.runtime import spmd
 
     real = spmd.exchange
     monkeypatch.setattr(spmd, "exchange", lambda inst, c, pairs=None, members=None: (
         [x[0] for x in c] if inst.opcode.startswith("all-reduce") else real(inst, c, pairs=pairs)))
-    base = SPMD / "tp_mlp_megatron.h200x2"
-    res, doc = _run([SPMD / "tp_mlp_megatron.h200x2_opt.hlo", "--inputs", f"{base}.inputs.npz"])
+    base = SPMD / "dp_mlp_train.h200x2"
+    res, doc = _run([SPMD / "dp_mlp_train.h200x2_opt.hlo", "--inputs", f"{base}.inputs.npz"])
     assert res.exit_code == 1, res.output
-    assert doc["status"] == "mismatch" and doc["outputs"][0]["status"] == "mismatch"
+    assert doc["status"] == "mismatch" and doc["collectives"][0]["backend"] == "host"
+
+
+def test_one_shot_all_reduce_runs_its_triton_kernel_and_a_wrong_one_is_a_mismatch(monkeypatch):
+    """tp_mlp_megatron's all-reduce is XLA's KERNEL_STRATEGY_TRITON_ONE_SHOT: the generated kernel over both
+    partitions' buffers serves it (sm_90 compile too); a kernel that drops the peers' buffers is a mismatch."""
+    from fusegen.codegen import collective_kernel
+
+    hlo, base = SPMD / "tp_mlp_megatron.h200x2_opt.hlo", SPMD / "tp_mlp_megatron.h200x2"
+    res = CliRunner().invoke(cli, ["run", str(hlo), "--inputs", f"{base}.inputs.npz", "--expected",
+                                   f"{base}.expected.npz", "--json", "--jobs", "1"])
+    assert res.exit_code == 0, res.output
+    (c,) = json.loads(res.output)["collectives"]
+    assert c["backend"] == "triton" and c["kernel"] == "one_shot_all_reduce_add_f32_x2"
+    assert c["compiled_sm90"].startswith("ok")
+    monkeypatch.setitem(collective_kernel._COMBINE, "add", "{a}")  # the peers' loads are dropped
+    res, doc = _run([hlo, "--inputs", f"{base}.inputs.npz", "--expected", f"{base}.expected.npz"])
+    assert res.exit_code == 1, res.output
+    assert doc["status"] == "mismatch" and doc["outputs"][0]["kernel_vs_expected"] > 1.0
 
 
 def test_seeded_run_without_inputs_runs_both_partitions():

@@ -33,6 +33,7 @@ import numpy as np
 
 from fusegen.evaluator.collectives import (COLLECTIVE_OPCODES, DONE_OPCODES, MultiDeviceUnsupported, done_value,
                                            exchange, operand_arrays, start_value)
+from fusegen.codegen.collective_kernel import one_shot_declines, one_shot_kernel, run_one_shot
 from fusegen.evaluator.collectives_ref import exchange_stacked
 from fusegen.evaluator.common import computation_attr, shape_dtype
 from fusegen.evaluator.evaluator import _coerce_arg, evaluate_instruction
@@ -106,6 +107,40 @@ class DeviceContext:
         return apply
 
 
+class KernelCollectives:
+    """The kernel path's exchange: a one-shot all-reduce on its generated Triton kernel over the participants'
+    buffers (:mod:`fusegen.codegen.collective_kernel`; compiled for sm_90 once with ``compile_kernels``), every
+    other collective on the host (:func:`~fusegen.evaluator.collectives.exchange`). ``info`` says, per
+    collective name, ``{"backend", "kernel", "compiled_sm90"}`` or ``{"backend": "host", "reason"}``."""
+
+    def __init__(self, compile_kernels: bool):
+        self.compile_kernels = compile_kernels
+        self.kernels: dict[tuple, Any] = {}
+        self.info: dict[str, dict] = {}
+
+    def __call__(self, inst: Instruction, contributions: list, pairs: list | None = None,
+                 members: list | None = None) -> list:
+        why = one_shot_declines(inst)
+        if why is not None:
+            self.info.setdefault(inst.name, {"backend": "host", "reason": why})
+            return exchange(inst, contributions, pairs=pairs)
+        key = (inst.parent.name if inst.parent is not None else "", inst.name, len(contributions))
+        ks = self.kernels.get(key)
+        if ks is None:
+            ks = self.kernels[key] = one_shot_kernel(inst, len(contributions))
+            info = self.info[inst.name] = {"backend": "triton", "kernel": ks.name, "compiled_sm90": "-"}
+            if self.compile_kernels:
+                from fusegen.codegen.triton_runtime import compile_for_target
+
+                try:
+                    res = compile_for_target(ks)
+                    info["compiled_sm90"] = f"ok ({res.cubin_bytes} B cubin)"
+                except Exception as e:  # reported with the collective, as a fusion's failed compile is
+                    info["compiled_sm90"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        result = run_one_shot(ks, inst, [c[0] for c in contributions])
+        return [result for _ in contributions]
+
+
 def _pristine(rep: FusionReport) -> FusionReport:
     return attrs.evolve(rep, kernels=list(rep.kernels), timings=Timings())
 
@@ -162,12 +197,14 @@ class SpmdRunReport(RunReport):
     replica_count: int = 1
     collectives: list = attrs.Factory(list)
     output_shardings: list = attrs.Factory(list)
+    collective_backends: dict = attrs.Factory(dict)  # name -> {"backend", "kernel", "compiled_sm90" | "reason"}
 
     def spmd_json(self) -> dict:
         """The ``--json`` keys an SPMD run adds: ``num_partitions``, ``replica_count``, ``collectives``
         (``{"name", "opcode", "groups", "channel_id", "bytes_per_partition", ...}``), ``output_shardings``."""
         return {"num_partitions": self.num_partitions, "replica_count": self.replica_count,
-                "collectives": [c.to_json() for c in self.collectives],
+                "collectives": [{**c.to_json(), **self.collective_backends.get(c.name, {"backend": "host"})}
+                                for c in self.collectives],
                 "output_shardings": list(self.output_shardings)}
 
     def collective_lines(self) -> list[str]:
@@ -175,9 +212,12 @@ class SpmdRunReport(RunReport):
         lines = [f"devices: num_partitions={self.num_partitions}, replica_count={self.replica_count}; "
                  f"{len(self.collectives)} collective(s)"]
         for c in self.collectives:
+            b = self.collective_backends.get(c.name, {"backend": "host"})
             lines.append(f"  %{c.name} {c.opcode} groups={[list(g) for g in c.groups]} channel_id={c.channel_id} "
                          f"{c.bytes_per_partition} B/partition"
-                         + (f" pairs={[list(p) for p in c.pairs]}" if c.pairs else ""))
+                         + (f" pairs={[list(p) for p in c.pairs]}" if c.pairs else "")
+                         + (f" on triton ({b['kernel']}, sm_90 {b['compiled_sm90']})" if b["backend"] == "triton"
+                            else " on host"))
         return lines
 
 
@@ -280,9 +320,10 @@ def run_spmd_module(module: Module, args: list[list[Any]], device: Any = None, p
                                      f"devices, more than the limit of {limits.max_memory / 2**20:.1f} MiB (raise it "
                                      "with --max-memory)")
     lock = Lockstep(n)
+    kernels = KernelCollectives(compile_kernels)
     executors: list[PartitionExecutor] = []
     for d in range(n):
-        ctx = DeviceContext(plan, d, lock)
+        ctx = DeviceContext(plan, d, lock, kernels)
         executors.append(PartitionExecutor(module, ctx, executors[0] if executors else None, device=device, pm=pm,
                                            compile_kernels=compile_kernels, on_fusion=on_fusion if d == 0 else None,
                                            limits=limits, verify=verify, jobs=jobs if d == 0 else 1))
@@ -333,7 +374,7 @@ def run_spmd_module(module: Module, args: list[list[Any]], device: Any = None, p
                            other_instructions=list(other_inst.values()),
                            timings=module_timings([f.timings for f in rows], module_level),
                            num_partitions=plan.num_partitions, replica_count=plan.replica_count,
-                           collectives=list(plan.collectives.values()),
+                           collectives=list(plan.collectives.values()), collective_backends=dict(kernels.info),
                            output_shardings=[s.text for s in shardings])
     g_out = tuple(glob) if module.entry.root.shape.is_tuple else glob[0]
     return outs, g_out, report
