@@ -12,10 +12,11 @@ _API = ("load", "load_all", "explain", "run", "tune")
 
 
 def __getattr__(name: str):
-    if name in _API:
-        from fusegen import api
+    if name in _API or name == "api":
+        import importlib
 
-        return getattr(api, name)
+        api = importlib.import_module("fusegen.api")  # not `from fusegen import api`: that asks here again
+        return api if name == "api" else getattr(api, name)
     raise AttributeError(f"module 'fusegen' has no attribute {name!r}")
 
 

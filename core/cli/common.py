@@ -87,16 +87,16 @@ def prepare_modules(modules: list, cfg, device, pm=None) -> list:
     per-module pipeline results (``None`` where the module was already fused). Every command (``run``,
     ``explain``, ``report``, ``tune``) goes through here, so they all see the same pipeline ``opt`` runs.
     """
-    from fusegen.passes.pipeline import PassError, optimize_if_needed
+    from fusegen.api import Session, prepare
+    from fusegen.passes.pipeline import PassError
     from fusegen.plugin_manager import PluginError, default_plugin_manager
 
-    pm = pm or default_plugin_manager()
+    s = Session(cfg, device, pm or default_plugin_manager())
     names = pipeline_passes(cfg)
     out = []
     for m in modules:
         try:
-            out.append(optimize_if_needed(m, pm=pm, debug_options=cfg.debug_options, device=device, passes=names,
-                                          pass_options_by_name=cfg.pipeline.options))
+            out.extend(prepare([m], s, names))  # the library's pipeline step (fusegen.api)
         except (PassError, PluginError) as e:
             fail(f"{m.filename}: {e}")
     return out

@@ -281,7 +281,8 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     from fusegen.evaluator.evaluator import UnsupportedOpError
     from fusegen.plugin_manager import PluginError
     from fusegen.runtime.executor import run_module
-    from fusegen.runtime.inputs import InputError, leaves, load_inputs, make_inputs, save_npz
+    from fusegen.api import inputs_for
+    from fusegen.runtime.inputs import InputError, leaves, save_npz
     from fusegen.runtime.limits import ResourceLimitError, check_module
     from fusegen.codegen.kernel_dir import KernelDirError
 
@@ -340,7 +341,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                 continue
             try:
                 check_module(module, limits)
-                args = load_inputs(module, inputs_path) if inputs_path else make_inputs(module, seed)
+                args = inputs_for(module, inputs_path, seed)  # the library's (fusegen.api)
             except InputError as e:
                 fail(str(e))
             except ResourceLimitError as e:

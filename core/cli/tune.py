@@ -178,9 +178,10 @@ def tune(module_paths, replay_path, as_json, device_name, cache_dir, cache_mode,
         with open(output_path, "w") as fh:
             fh.write(print_module(modules[0]) + "\n")
     if as_json:
-        click.echo(json.dumps({"module": module_paths[0], "modules": list(module_paths),
-                               "instructions": [r.to_json() for r in reports], "cache": tuner.cache.stats, **extra},
-                              indent=1))
+        from fusegen.api import TuneResult
+
+        doc = TuneResult(module_paths[0], tuple(module_paths), tuple(reports), tuner.cache.stats, tuple(modules))
+        click.echo(json.dumps({**doc.to_json(), **extra}, indent=1))
     else:
         from rich.console import Console
 
