@@ -392,3 +392,45 @@ def test_s4_transposes_dispatch_as_xlas_h200_compile():
         fusion = next(i for i in m.entry.instructions if i.opcode == "fusion")
         kind = get_emitter_fusion_kind(FusionAnalysis.create(fusion, H200), pm).kind
         assert kind == {"kLoop": "kLoop", "kInput": "kTranspose"}[r["fusion_kind"]], (r["module_file"], kind)
+
+
+@pytest.mark.parametrize("concat, operand_dim", [
+    # DoNotFuseConcatOnContractingDimension (GemmFusionTestV2): ShouldFuseConcat refuses a concat along K
+    ("p0 = f32[128,8] parameter(0)\n  p1 = f32[128,8] parameter(1)\n"
+     "  concat = f32[128,16] concatenate(p0, p1), dimensions={1}", "128,16"),
+    # DoNotFuseIndivisibleConcat (GemmFusionTestV2): 65 is no multiple of kMinConcatFragmentSize = 64
+    ("p0 = f32[65,16] parameter(0)\n  p1 = f32[64,16] parameter(1)\n"
+     "  concat = f32[129,16] concatenate(p0, p1), dimensions={0}", "129,16"),
+])
+def test_v2_fuses_a_pure_matmul_with_the_concat_outside(concat, operand_dim):
+    """CreateDotFusionV2 (gemm_fusion.cc) returns its tileable fusion without CreateDotFusion's "Pure Matmul"
+    refusal (xla_gpu_triton_gemm_any=false): ``fusion(concatenate, parameter)``; v1 leaves the module alone."""
+    m_ = operand_dim.split(",")[0]
+    text = f"""HloModule m
+ENTRY e {{
+  {concat}
+  p2 = f32[16,64] parameter(2)
+  ROOT d = f32[{m_},64] dot(concat, p2), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+}}
+"""
+    assert not _gemm_fusion(text, v2=False)[0]
+    changed, m = _gemm_fusion(text, v2=True)
+    assert changed and [o.opcode for o in m.entry.root.operands] == ["concatenate", "parameter"]
+
+
+def test_slice_to_a_degenerate_dim_is_not_fused():
+    """``SliceToDegenerateIsSkipped`` (gemm_fusion_test.cc): the slice's one dim is reshaped away to a scalar
+    (GetPropagatedDimOrdersForBitcast gives a degenerate dim no fragment when there is none to join), so its
+    slicing cannot be tiled: the fusion's operand is the slice, the broadcast and reshape are inside."""
+    text = """HloModule m
+ENTRY e {
+  p = f32[3] parameter(0)
+  s = f32[1] slice(p), slice={[2:3]}
+  r = f32[] reshape(s)
+  b = f32[3,3] broadcast(r), dimensions={}
+  ROOT d = f32[3,3] dot(b, b), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+    changed, m = _gemm_fusion(text, v2=False)
+    assert changed and [o.opcode for o in m.entry.root.operands] == ["slice"]
+    assert "slice" not in [i.opcode for i in m.entry.root.fused_computation.instructions]

@@ -262,13 +262,17 @@ def _map_through(inst: Instruction, out_map: tuple | None, operand: Instruction)
 def _slices_non_major_fragment(inst: Instruction, dmap: tuple) -> bool:
     """``GetRequirementsIfSupportedOrder`` (``triton_tiling_propagation.cc``): "Sliced non-major-most fragment."
     Of the dims of a slice that belong to one dot dimension (its fragments, physically minor to major), only
-    the major-most may be sliced."""
+    the major-most may be sliced; a sliced dim that belongs to none (sliced to a degenerate dim that a reshape
+    to a scalar drops: ``SliceToDegenerateIsSkipped``) cannot be tiled either."""
     operand = inst.operands[0]
     starts = [s for s, _l, _st in (inst.attrs.get("slice") or [])]
     by_target: dict[int, list[int]] = {}
     for d in inst.shape.minor_to_major():
+        sliced = operand.shape.dimensions[d] != inst.shape.dimensions[d] or (d < len(starts) and starts[d])
         if dmap[d] is not None:
             by_target.setdefault(dmap[d], []).append(d)
+        elif sliced:  # a sliced dim that is no fragment of any dot dim (SliceToDegenerateIsSkipped)
+            return True
     for dims in by_target.values():
         for d in dims[:-1]:
             if operand.shape.dimensions[d] != inst.shape.dimensions[d] or (d < len(starts) and starts[d]):
@@ -408,6 +412,11 @@ def plan_dot_fusion(dot: Instruction, debug: Any, cc: tuple[int, int], v2: bool 
                "batch": tuple(dot.attrs.get(f"{pre}_batch_dims") or ()), "k": k}
         _fuse_toward_operands(plan, operand, tuple(range(operand.shape.rank)), ctx, cc, MAX_PARAMS_PER_DOT_OPERAND, v2)
     _fuse_toward_users(plan, cc, v2)
+    if v2:
+        # CreateDotFusionV2 (gemm_fusion.cc) returns the tileable fusion as it is: no int4 batch-dim refusal, no
+        # "Pure Matmul" refusal under xla_gpu_triton_gemm_any=false (DoNotFuseConcatOnContractingDimension:
+        # fusion(concatenate, parameter)).
+        return plan, ""
     externals = _externals(plan)
     for p in externals:
         if p.shape.element_type == "s4" and not _int4_batch_ok(dot, plan):
