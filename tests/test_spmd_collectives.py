@@ -103,6 +103,17 @@ CASES = {
         "  cps = (f32[16,8], f32[16,8]) collective-permute-start(agd), channel_id=3, source_target_pairs={{0,3},{3,0}}"
         "\n  cpd = f32[16,8] collective-permute-done(cps)\n  ROOT o = f32[16,8] add(cpd, agd), sharding={manual}",
         _p("f32[4,8]"), "", 4), [(4, 8)]),
+    "tuple_all_gather_start": (_module(
+        "  ags = ((f32[4,8], f32[2,8]), (f32[16,8], f32[8,8])) all-gather-start(p0, p1), channel_id=1, "
+        "replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true\n"
+        "  ROOT agd = (f32[16,8], f32[8,8]) all-gather-done(ags), sharding={{manual},{manual}}",
+        _p("f32[4,8]") + "\n" + _p("f32[2,8]", 1), "", 4), [(4, 8), (2, 8)]),
+    "async_start_wrapping_reduce_scatter": (_module(
+        "  s = ((f32[8,8]), f32[4,8]) async-start(p0), calls=wrapped_rs\n"
+        "  ROOT d = f32[4,8] async-done(s), sharding={manual}", _p("f32[8,8]"), "", 4,
+        extra="wrapped_rs {\n  x = f32[8,8] parameter(0)\n  ROOT rs = f32[4,8] reduce-scatter(x), channel_id=1, "
+              "replica_groups={{0,1},{2,3}}, dimensions={0}, use_global_device_ids=true, to_apply=add\n}\n"),
+     [(8, 8)]),
     "collective_in_while": (_module(
         "  z = s32[] constant(0)\n  t = (s32[], f32[4,8]) tuple(z, p0)\n"
         "  w = (s32[], f32[4,8]) while(t), condition=cond, body=body\n"
@@ -120,6 +131,15 @@ CASES = {
 }
 
 
+# StableHLO has no async tuple all-gather: XLA:CPU runs the synchronous form of the same exchange
+XLA_EQUIVALENT = {"tuple_all_gather_start": _module(
+    "  ag = (f32[16,8], f32[8,8]) all-gather(p0, p1), channel_id=1, replica_groups={{0,1,2,3}}, "
+    "dimensions={0}, use_global_device_ids=true\n  a = f32[16,8] get-tuple-element(ag), index=0\n"
+    "  b = f32[8,8] get-tuple-element(ag), index=1\n"
+    "  ROOT o = (f32[16,8], f32[8,8]) tuple(a, b), sharding={{manual},{manual}}",
+    _p("f32[4,8]") + "\n" + _p("f32[2,8]", 1), "", 4)}
+
+
 def _inputs(name: str) -> list[list[np.ndarray]]:
     text, shapes = CASES[name]
     m = parse_module(text)
@@ -135,7 +155,8 @@ def xla_answers():
     for name in names:
         m = parse_module(CASES[name][0])
         plan = plan_spmd(m)
-        cases.append((CASES[name][0], plan.num_partitions, plan.replica_count, _inputs(name)))
+        cases.append((XLA_EQUIVALENT.get(name, CASES[name][0]), plan.num_partitions, plan.replica_count,
+                      _inputs(name)))
     return dict(zip(names, run_xla_spmd(cases)))
 
 
