@@ -131,8 +131,18 @@ CASES = {
 }
 
 
+TRITON_COLLECTIVE = _module(
+    "  ROOT f = f32[4,8] fusion(p0), kind=kCustom, calls=fused_ar, sharding={manual}, "
+    "backend_config={\"fusion_backend_config\":{\"kind\":\"__triton_collective\"}}", _p("f32[4,8]"), "", 4,
+    extra="fused_ar {\n  x = f32[4,8] parameter(0)\n  r = f32[4,8] all-reduce(x), channel_id=1, "
+          "replica_groups={{0,1},{2,3}}, use_global_device_ids=true, to_apply=add\n  ROOT m = f32[4,8] multiply(r, x)\n}\n")
+CASES["triton_collective_fusion"] = (TRITON_COLLECTIVE, [(4, 8)])
+
 # StableHLO has no async tuple all-gather: XLA:CPU runs the synchronous form of the same exchange
-XLA_EQUIVALENT = {"tuple_all_gather_start": _module(
+XLA_EQUIVALENT = {"triton_collective_fusion": _module(  # XLA:CPU has no GPU fusion kinds: the same ops unfused
+    "  r = f32[4,8] all-reduce(p0), channel_id=1, replica_groups={{0,1},{2,3}}, use_global_device_ids=true, "
+    "to_apply=add\n  ROOT m = f32[4,8] multiply(r, p0), sharding={manual}", _p("f32[4,8]"), "", 4),
+    "tuple_all_gather_start": _module(
     "  ag = (f32[16,8], f32[8,8]) all-gather(p0, p1), channel_id=1, replica_groups={{0,1,2,3}}, "
     "dimensions={0}, use_global_device_ids=true\n  a = f32[16,8] get-tuple-element(ag), index=0\n"
     "  b = f32[8,8] get-tuple-element(ag), index=1\n"

@@ -42,7 +42,7 @@ from fusegen.runtime.executor import Executor, FusionReport, RunReport, interpre
 from fusegen.runtime.limits import Budget, ResourceLimitError, check_module, estimate_peak_bytes
 from fusegen.runtime.lockstep import Lockstep
 from fusegen.runtime.oracles import reusing_reference
-from fusegen.runtime.spmd_plan import SpmdPlan, plan_spmd
+from fusegen.runtime.spmd_plan import SpmdPlan, is_triton_collective, plan_spmd
 from fusegen.runtime.timings import Timings, module_timings
 from fusegen.verify.promote import OracleUnavailable, promote_module, promote_value
 from fusegen.verify.verdict import judge_module
@@ -96,6 +96,8 @@ class DeviceContext:
             if op in ("partition-id", "replica-id"):
                 return np.asarray(self.partition if op == "partition-id" else self.replica,
                                   dtype=shape_dtype(inst.shape))
+            if op == "fusion" and is_triton_collective(inst):  # no emitter yet: its computation, collectives met
+                return interpret(computation_attr(inst, "calls"), list(ops), apply, budget)
             if op == "async-start":
                 comp = computation_attr(inst, "calls", "to_apply", "async_wrapped_computation")
                 if _wraps_collective(comp):

@@ -17,8 +17,9 @@ from fusegen.evaluator.collectives import COLLECTIVE_OPCODES, UNSUPPORTED, Multi
 from fusegen.hlo.dtypes import numpy_dtype
 from fusegen.hlo.ir import Computation, Instruction, Module
 from fusegen.hlo.sharding import ShardingError, collective_groups, device_counts, group_mode, parse_pairs
+from fusegen.kinds import TRITON_COLLECTIVE_STAMP
 
-__all__ = ["Collective", "SpmdPlan", "plan_spmd"]
+__all__ = ["Collective", "SpmdPlan", "plan_spmd", "is_triton_collective", "collectives_by_name"]
 
 _DEVICE_IDS = frozenset(["partition-id", "replica-id"])
 
@@ -81,11 +82,19 @@ def _bytes(inst: Instruction) -> int:
     return total
 
 
+def is_triton_collective(inst: Instruction) -> bool:
+    """A ``__triton_collective`` fusion (``fusion_backend_config.kind``): XLA's Triton collective kernel."""
+    bc = inst.attrs.get("backend_config")
+    fbc = bc.get("fusion_backend_config") if isinstance(bc, dict) else None
+    return inst.opcode == "fusion" and isinstance(fbc, dict) and fbc.get("kind") == TRITON_COLLECTIVE_STAMP
+
+
 def _fused_computations(module: Module) -> dict[int, Instruction]:
-    """``id(computation) -> the fusion`` for every computation a fusion calls (transitively)."""
+    """``id(computation) -> the fusion`` for every computation a fusion calls (transitively), but those of
+    ``__triton_collective`` fusions: their collectives run across partitions (on the host) as any other."""
     out: dict[int, Instruction] = {}
     for inst in module.all_instructions():
-        if inst.opcode != "fusion":
+        if inst.opcode != "fusion" or is_triton_collective(inst):
             continue
         todo = list(inst.called_computations)
         while todo:
