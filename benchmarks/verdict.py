@@ -1,7 +1,9 @@
 """Mutation score of ``fusegen run``'s verdict (issue 9): plant kernel bugs, count how many it catches.
 
 For every module of the corpus (``../shared/corpus/jax/gpu_*.hlo``, XLA:GPU-optimised, seeded random
-inputs) and every real-model program of ``tests/data/real_models`` (their real weights and inputs), each
+inputs), every real-model program of ``tests/data/real_models`` (their real weights and inputs) and the
+integer-output programs of the op sweep (``../shared/corpus/sweep``, :data:`INT_SWEEP`, their edge-value
+inputs: integer outputs compare exactly), each
 fusion that gets a Triton kernel is run on the operands of a real run of the module, then with one bug
 planted at a time (:mod:`fusegen.verify.mutate`: off-by-one index, dropped mask, wrong accumulator type,
 swapped operand, missed clamp, lost NaN; up to ``--sites`` sites per kind and kernel). A mutant is caught
@@ -26,6 +28,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT.parent / "shared" / "corpus" / "jax"
 REAL = ROOT / "tests" / "data" / "real_models"
+SWEEP = ROOT.parent / "shared" / "corpus" / "sweep"
+#: Sweep programs with integer (and pred) outputs, on their edge-value inputs: integer-output mutants, which
+#: the verdict must catch exactly (issue 21).
+INT_SWEEP = ("int_arith_s8", "int_arith_s32", "int_arith_u32", "int_arith_u64", "int_minmax_s64", "int_bitwise_u64",
+             "int_shift_s8", "int_shift_u32", "int_shift_s64", "int_bitcount_u64", "int_ipow_s8", "int_arith_s4",
+             "cumprod_s32_ax0_33x65", "reduce_argmax_s32_ax1", "segment_min_s32", "top_k_s32_k7_257x33",
+             "reduce_and_bool_ax0", "reduce_or_bool_ax1", "dynamic_update_slice_u8")
 
 
 def real_inputs(path, module):
@@ -49,6 +58,7 @@ def main(argv=None) -> int:
     paths = sorted(CORPUS.glob("gpu_*.hlo")) if CORPUS.is_dir() else []
     if not a.quick:
         paths += sorted(REAL.glob("*.h200_opt.hlo"))
+        paths += [SWEEP / f"{n}.h200_opt.hlo" for n in INT_SWEEP if (SWEEP / f"{n}.h200_opt.hlo").exists()]
     if not paths:
         print("no modules found (../shared/corpus absent and no tests/data/real_models)")
         return 0

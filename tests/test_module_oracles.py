@@ -119,7 +119,13 @@ def test_background_oracles_give_the_verdict_in_sequence(name, forked):
     assert not _oracle_children()
 
 
-def test_background_oracle_unavailable_reads_as_in_sequence(forked):
+def test_background_oracle_unavailable_reads_as_in_sequence(forked, monkeypatch):
+    import fusegen.verify.promote as promote
+
+    def refuse(module):  # (float bitcast-converts have an oracle now: refuse every module instead)
+        raise promote.OracleUnavailable("%r bitcast-converts a floating type (planted)")
+
+    monkeypatch.setattr(promote, "promote_module", refuse)
     m = parse_module(BITCAST_CONVERT)
     x = np.linspace(-2, 2, 16, dtype=np.float32)
     _, seq = run_module(m, [x], compile_kernels=False, jobs=1)

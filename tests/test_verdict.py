@@ -91,10 +91,67 @@ def test_f64_oracle_is_the_exact_answer_where_the_reference_rounds_to_bf16():
     assert 1e-3 < err < 2 * 9.0 * 2.0 ** -8  # the reference rounds twice to bf16; the oracle does not
 
 
-def test_f64_oracle_refuses_a_float_bitcast_convert():
+def test_f64_oracle_keeps_a_float_bitcast_convert_at_its_own_width():
     m = parse_module("HloModule b\nENTRY e {\n  p = f32[4]{0} parameter(0)\n  ROOT r = s32[4]{0} bitcast-convert(p)\n}\n")
-    with pytest.raises(OracleUnavailable, match="bitcast-converts"):
-        evaluate_promoted(m, [np.ones(4, np.float32)])
+    x = np.array([1.0, -2.5, 0.1, -0.0], np.float32)
+    np.testing.assert_array_equal(evaluate_promoted(m, [x]), x.view(np.int32))
+    m = parse_module("HloModule b\nENTRY e {\n  p = s32[2]{0} parameter(0)\n  ROOT r = f32[2]{0} bitcast-convert(p)\n}\n")
+    got = evaluate_promoted(m, [np.array([0x3F800000, -0x40800000], np.int32)])
+    assert got.dtype == np.float64 and list(got) == [1.0, -1.0]  # 0xBF800000 is -1.0
+
+
+TOPK_BITS = """HloModule topk_bits
+%cmp (a: f32[], b: f32[], i: s32[], j: s32[]) -> pred[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  %i = s32[] parameter(2)
+  %j = s32[] parameter(3)
+  %ba = s32[] bitcast-convert(%a)
+  %bb = s32[] bitcast-convert(%b)
+  %z = s32[] constant(0)
+  %m = s32[] constant(2147483647)
+  %na = pred[] compare(%ba, %z), direction=LT
+  %xa = s32[] xor(%ba, %m)
+  %ka = s32[] select(%na, %xa, %ba)
+  %nb = pred[] compare(%bb, %z), direction=LT
+  %xb = s32[] xor(%bb, %m)
+  %kb = s32[] select(%nb, %xb, %bb)
+  ROOT %gt = pred[] compare(%ka, %kb), direction=DIRECTION
+}
+%fused (p0: f32[4,16], p1: s32[4,16]) -> (f32[4,16], s32[4,16]) {
+  %p0 = f32[4,16]{1,0} parameter(0)
+  %p1 = s32[4,16]{1,0} parameter(1)
+  ROOT %s = (f32[4,16]{1,0}, s32[4,16]{1,0}) sort(%p0, %p1), dimensions={1}, is_stable=true, to_apply=%cmp
+}
+ENTRY %e (x: f32[4,16]) -> (f32[4,16], s32[4,16]) {
+  %x = f32[4,16]{1,0} parameter(0)
+  %io = s32[4,16]{1,0} iota(), iota_dimension=1
+  ROOT %f = (f32[4,16]{1,0}, s32[4,16]{1,0}) fusion(%x, %io), kind=kInput, calls=%fused
+}
+"""
+
+
+def test_topk_comparator_bitcasting_its_keys_has_an_f64_oracle_and_a_wrong_comparator_is_a_mismatch():
+    """A top-k comparator (Mixtral's router) bitcasts f32 keys to s32 total-order keys: the f64 oracle keeps those
+    bitcasts at 32 bits (it used to fail: "cannot reshape array of size 2 into shape ()"), and a comparator
+    planted the wrong way round is a mismatch against the right answer."""
+    from fusegen.verify.promote import evaluate_fusion_promoted
+
+    m = parse_module(TOPK_BITS.replace("DIRECTION", "GT"))
+    x = np.random.default_rng(3).standard_normal((4, 16)).astype(np.float32)
+    x[0, :3] = [np.inf, -np.inf, -0.0]
+    args = [x]
+    f = m.entry.root
+    exact = evaluate_fusion_promoted(f, [x, np.broadcast_to(np.arange(16, dtype=np.int32), (4, 16)).copy()])
+    order = np.argsort(-x, axis=1, kind="stable")
+    np.testing.assert_array_equal(exact[1], order)
+    assert exact[0].dtype == np.float64
+    out, rep = run_module(m, args, compile_kernels=False)
+    assert rep.verdict.oracle == "f64" and rep.status == "ok"
+    wrong = parse_module(TOPK_BITS.replace("DIRECTION", "LT"))
+    _, rep = run_module(wrong, args, compile_kernels=False, expected=[np.asarray(o) for o in out])
+    assert rep.status == "mismatch"
+    assert {o.name: o.status for o in rep.verdict.outputs} == {"o0": "mismatch", "o1": "mismatch"}
 
 
 # -- part 2: error budgets --------------------------------------------------------------------------------

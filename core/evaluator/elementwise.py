@@ -38,6 +38,7 @@ from fusegen.evaluator.common import (
     total_order_key,
     up,
 )
+from fusegen.hlo.dtypes import numpy_dtype
 from fusegen.hlo.ir import Instruction
 
 try:  # scipy is optional: erf falls back to math.erf elementwise
@@ -363,15 +364,22 @@ def _convert(inst: Instruction, ops: list) -> np.ndarray:
     return convert_array(ops[0], shape_dtype(inst.shape))
 
 
+def _reinterpret(x: np.ndarray, dt: np.dtype, dims: tuple[int, ...]) -> np.ndarray:
+    if x.dtype.itemsize > dt.itemsize:  # narrowing: a new minor dim
+        return x.reshape(x.shape + (1,)).view(dt).reshape(dims)
+    return x.view(dt).reshape(dims)  # same width, or widening: the minor dim folds into one element
+
+
 def _bitcast_convert(inst: Instruction, ops: list) -> np.ndarray:
     x = contiguous(ops[0])
     dt = shape_dtype(inst.shape)
     dims = tuple(inst.shape.dimensions)
-    if x.dtype.itemsize == dt.itemsize:
-        return x.view(dt).reshape(dims)
-    if x.dtype.itemsize > dt.itemsize:  # narrowing: a new minor dim
-        return x.reshape(x.shape + (1,)).view(dt).reshape(dims)
-    return x.view(dt).reshape(dims)  # widening: the minor dim folds into one element
+    widths = inst.attrs.get("_fusegen_bit_width_types")  # set by the f64 oracle (fusegen.verify.promote)
+    if widths is not None:
+        # promoted: reinterpret the bits at the program's widths, then widen the result
+        src, dst = numpy_dtype(widths[0]), numpy_dtype(widths[1])
+        return convert_array(_reinterpret(contiguous(convert_array(x, src)), dst, dims), dt)
+    return _reinterpret(x, dt, dims)
 
 
 def reduce_precision_array(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.ndarray:

@@ -4,10 +4,10 @@ The reference evaluator follows XLA's semantics exactly, rounding every bf16/f16
 type; the promoted copy computes the same program with 52-bit mantissas, so its outputs are (up to the
 program's own conditioning) the exact answer. A kernel and the reference are then both measured against it.
 
-Instructions whose meaning depends on a floating type's bit width cannot be promoted: ``bitcast-convert`` to
-or from a float, ``reduce-precision`` (kept at its width: its rounding *is* the program), and layouts with
-element-size annotations. A module holding a ``bitcast-convert`` of a float gets no oracle
-(:class:`OracleUnavailable`).
+Instructions whose meaning depends on a floating type's bit width keep it: ``reduce-precision`` (its
+rounding *is* the program) and ``bitcast-convert`` to or from a float, whose operand is rounded back to its
+own width before the bits are reinterpreted (:func:`keep_bit_width`: a sort comparator's total-order key,
+``f32 -> s32``, stays the program's; promoting it would reinterpret 8 bytes as two s32 values).
 """
 
 from __future__ import annotations
@@ -46,20 +46,32 @@ def promote_shape(shape: Shape) -> Shape:
 def promote_module(module: Module) -> Module:
     """A deep copy of ``module`` with floating shapes promoted (f32/f16/bf16/f8 -> f64, c64 -> c128).
 
-    Raises:
-        OracleUnavailable: a ``bitcast-convert`` to or from a floating type (its bits depend on the width).
+    ``bitcast-convert`` instructions of floats keep their bit widths (:func:`keep_bit_width`).
     """
-    for inst in module.all_instructions():
-        if inst.opcode == "bitcast-convert":
-            types = [inst.shape.element_type] + [o.shape.element_type for o in inst.operands]
-            if any(promoted_type(t) != t for t in types):
-                raise OracleUnavailable(f"%{inst.name} bitcast-converts a floating type; its bits depend on the width")
     clone = copy.deepcopy(module)
-    for inst in clone.all_instructions():
+    insts = list(clone.all_instructions())
+    for inst in insts:
+        keep_bit_width(inst)
+    for inst in insts:
         if inst.opcode == "reduce-precision":
             continue  # it rounds to (exponent_bits, mantissa_bits) whatever the carrier type
         inst.shape = promote_shape(inst.shape)
     return clone
+
+
+#: Attribute a promoted ``bitcast-convert`` carries: its operand's and result's element types before promotion.
+BIT_WIDTH_ATTR = "_fusegen_bit_width_types"
+
+
+def keep_bit_width(inst) -> None:
+    """Mark a ``bitcast-convert`` of a floating operand or result so that, promoted, it still reinterprets the
+    bits at the original widths (the evaluator rounds its operand to the original type, bitcasts, and widens
+    the result): a sort comparator's total-order key (f32 -> s32) stays what the program compares."""
+    if inst.opcode != "bitcast-convert" or BIT_WIDTH_ATTR in inst.attrs or not inst.operands:
+        return
+    src, dst = inst.operands[0].shape.element_type, inst.shape.element_type
+    if promoted_type(src) != src or promoted_type(dst) != dst:
+        inst.attrs[BIT_WIDTH_ATTR] = (src, dst)
 
 
 def evaluate_fusion_promoted(fusion, operands: Sequence[Any]) -> Any:
@@ -74,18 +86,20 @@ def evaluate_fusion_promoted(fusion, operands: Sequence[Any]) -> Any:
     for o in fusion.operands:
         memo[id(o)] = o
     clone = copy.deepcopy(fusion, memo)
-    todo, seen = [clone], set()
+    todo, seen, order = [clone], set(), []
     while todo:
         inst = todo.pop()
         if id(inst) in seen:
             continue
         seen.add(id(inst))
-        if inst.opcode == "bitcast-convert" and promote_shape(inst.shape) != inst.shape:
-            raise OracleUnavailable(f"%{inst.name} bitcast-converts a floating type")
-        if inst.opcode != "reduce-precision":
-            inst.shape = promote_shape(inst.shape)
+        order.append(inst)
         for c in inst.called_computations:
             todo.extend(c.instructions)
+    for inst in order:  # before any shape changes: the operands' original types
+        keep_bit_width(inst)
+    for inst in order:
+        if inst.opcode != "reduce-precision":
+            inst.shape = promote_shape(inst.shape)
     try:
         return evaluate_instruction(clone, [promote_value(v) for v in operands])
     except Exception as e:
