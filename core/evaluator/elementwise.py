@@ -365,9 +365,11 @@ def _convert(inst: Instruction, ops: list) -> np.ndarray:
 
 
 def _reinterpret(x: np.ndarray, dt: np.dtype, dims: tuple[int, ...]) -> np.ndarray:
+    if x.dtype.itemsize == dt.itemsize:  # the operand's shape (a lifted scalar computation passes whole arrays)
+        return x.view(dt)
     if x.dtype.itemsize > dt.itemsize:  # narrowing: a new minor dim
         return x.reshape(x.shape + (1,)).view(dt).reshape(dims)
-    return x.view(dt).reshape(dims)  # same width, or widening: the minor dim folds into one element
+    return x.view(dt).reshape(dims)  # widening: the minor dim folds into one element
 
 
 def _bitcast_convert(inst: Instruction, ops: list) -> np.ndarray:
