@@ -173,3 +173,17 @@ def test_guide_library_session_runs_with_the_guide_plugins_installed(guide_venv)
     text = DOC.read_text()
     shown = re.search(r"# file: library_session.py.*?```\n\nprints\n\n```json\n(.*?)```", text, re.S).group(1)
     assert json.loads(proc.stdout) == json.loads(shown)
+
+
+def test_guide_emitter_on_maps_appears_in_the_report_with_its_thread_maps(guide_venv):
+    proc = _fusegen(guide_venv, "report", "transpose.hlo", "-o", "transpose.html", "--json-data", "transpose.json",
+                    plugin="remap")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (f,) = json.loads((guide_venv.files / "transpose.json").read_text())["modules"][0]["fusions"]
+    assert f["emitter"] == "RemapFusion" and f["kernels"][0]["launch"] == "grid=1 warps=1"
+    explained = json.loads(_fusegen(guide_venv, "explain", "transpose.hlo", "--fusion", "f", "--indexing", "--json",
+                                    plugin="remap").stdout)["fusions"][0]["indexing"]["roots"][0]
+    assert f["thread_indexing"] == {"%t -> output": explained["thread_to_output"],
+                                    "%t -> operand %p": explained["operands"][0]["thread_to_input"]}
+    html = (guide_venv.files / "transpose.html").read_text()
+    assert "Thread indexing (RemapFusion: launch ids → element)" in html and "%t -&gt; operand %p" in html

@@ -27,7 +27,8 @@ stable, re-exported from where it lives (those modules' imports keep working):
 * **The indexing protocol** ``explain --indexing`` asks an emitter: ``thread_id_to_output_indexing(root)``
   and ``thread_id_to_input_indexing(root, hero_operand)`` return :class:`~fusegen.indexing.IndexingMap` from
   the launch ids ``(th_x, th_y, th_z, bl_x, bl_y, bl_z)`` (and per-thread symbols) to the element written /
-  read, or ``None``; ``launch_dimensions()`` the launch (shown by ``run``, ``explain`` and the report).
+  read, or ``None`` (``fusegen report`` shows them on the fusion's card too); ``launch_dimensions()`` the launch
+  (shown by ``run``, ``explain`` and the report).
   :class:`LinearKernelIndexing` implements all three for an emitter whose kernel is
   :func:`build_linear_kernel` without a geometry; :func:`default_thread_id_indexing_map`,
   :func:`compose_with_operand`, :func:`delinearize_in_bounds`, :func:`grid_dims` and :func:`named` build

@@ -13,7 +13,8 @@ A FUSION is the executor's :class:`~fusegen.runtime.executor.FusionReport` JSON 
 features add there, such as per-output ``status`` or an error budget, come through unchanged) plus
 ``computation``, ``shape``, ``backend_kind``, ``dispatch`` (each kind matcher in rank order with its
 answer), ``kernels`` (source, launch dimensions, sm_90 compile), ``launch_dimensions``, ``hlo`` and,
-where the fusion's report carries them or :mod:`fusegen.indexing` is present, ``indexing_maps``.
+where the fusion's report carries them or :mod:`fusegen.indexing` is present, ``indexing_maps``, and where
+its emitter answers the thread-id protocol (``explain --indexing``), ``thread_indexing``.
 """
 
 from __future__ import annotations
@@ -121,6 +122,26 @@ def computed_indexing_maps(inst: Instruction) -> dict[str, str] | None:
         return None
 
 
+def thread_indexing_maps(inst: Instruction, device: Any, pm: Any) -> dict[str, str] | None:
+    """The emitter's thread-id maps, as ``explain --indexing`` prints them (``thread_id_to_output_indexing`` /
+    ``thread_id_to_input_indexing`` of the emitter dispatch picks, a plugin's too): ``{"%root -> output": map,
+    "%root -> operand %x": map}``; None when the emitter has none (or cannot say: the card then leaves it out)."""
+    from fusegen.codegen.thread_indexing import fusion_thread_indexing
+
+    try:
+        t = fusion_thread_indexing(inst, device, pm)
+    except Exception:  # a plugin emitter's failing map must not cost the user the report
+        return None
+    out = {}
+    for r in t["roots"]:
+        if r["thread_to_output"]:
+            out[f"%{r['root']} -> output"] = r["thread_to_output"]
+        for o in r["operands"]:
+            if o["thread_to_input"]:
+                out[f"%{r['root']} -> operand %{o['operand']}"] = o["thread_to_input"]
+    return out or None
+
+
 def fusion_entry(inst: Instruction, rep: Any, emitted: Any, matchers: Sequence[Any], decided_by: str,
                  compile_kernels: bool, capability: int = 90) -> dict:
     """One fusion card's data (see the module docstring); compiles its kernels when ``compile_kernels``."""
@@ -190,6 +211,9 @@ def module_entry(module: Module, device: Any, pm: Any, run_report: Any = None, c
                     decided_by = dispatch.get_emitter_fusion_kind(FusionAnalysis.create(inst, device), pm).decided_by
                 d = fusion_entry(inst, rep, emitted, matchers, decided_by, compile_kernels, capability)
                 d["ran"] = inst.name in ran
+                tmaps = thread_indexing_maps(inst, device, pm) if emitted is not None else None
+                if tmaps:
+                    d["thread_indexing"] = tmaps
                 d["card"] = card_id(card_prefix + inst.name)
                 fusions.append(d)
             elif inst.opcode not in TRIVIAL_OPCODES and inst.opcode not in CONTROL_OPCODES:
