@@ -152,6 +152,7 @@ def test_triton_shared_memory_is_the_compiled_kernels():
     assert set(differ) <= {"gemm-small-tile", "block-level-ir"}, differ
 
 
+@pytest.mark.slow
 def test_run_reports_the_compiled_shared_memory_of_a_triton_fusion(tmp_path, monkeypatch):
     """``run`` compiles for sm_90 and puts the compiled shared memory into ``launch_dimensions`` and the
     ``launch`` column; ``explain`` has it only from the compile records (``null`` with the reason before),
@@ -257,3 +258,27 @@ def test_run_json_reports_xla_launch_dimensions():
         f = fusions[r["fusion_name"]]
         assert f["status"] == "ok" and f["launch_dimensions"] == _want(r), (f, r)
         assert "launch" in f  # the string stays beside it
+
+
+@pytest.mark.slow
+def test_compiles_on_the_pool_report_the_shared_memory_too():
+    """``run --jobs 2``: compiles finished on the worker pool (``Executor.finish_compiles``) put the compiled
+    shared memory into the report as a compile in the calling process does."""
+    import numpy as np
+
+    from fusegen.hlo.parser import parse_file
+    from fusegen.runtime.compile_jobs import CompileJobs
+    from fusegen.runtime.executor import Executor
+
+    module = EXTRA / "triton_softmax_f32.h200_opt.hlo"
+    (row,) = [r for r in _rows(EXTRA) if r["module_file"] == module.name]
+    m = parse_file(module)
+    ex = Executor(m, compile_kernels=True, jobs=2)
+    ex.compiles = CompileJobs(2, pool_after=1)
+    try:
+        ex.run([np.random.default_rng(0).standard_normal((256, 1024)).astype(np.float32)])
+    finally:
+        ex.finish_compiles()
+    rep = ex.reports[row["fusion_name"]]
+    assert rep.compiled == "ok" and rep.launch == "grid=128 warps=4 smem=32B"
+    assert next(k for k in rep.kernels if str(k.launch) == rep.launch).launch.to_json() == _want(row)
