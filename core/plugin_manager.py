@@ -353,7 +353,7 @@ class PluginManager:
             self._replaced_by[normalize_name(g)] = name
         self._pluggy.register(obj, name=name)
         for reg, nm in took:
-            owner = self._owner[(reg, nm)]
+            owner = self._owner.pop((reg, nm))
             said.append(f"{reg} {nm} ({owner})")
             del self._entries[reg][nm]
         for reg, nm, item in items:

@@ -405,6 +405,16 @@ class _RaisingPlugin:
         return [KindMatcher("exploding", 50, boom)]
 
 
+class _Made:
+    """An emitter (anything with ``emit``) that remembers what its factory was given."""
+
+    def __init__(self, *seen):
+        self.seen = seen
+
+    def emit(self):
+        raise NotImplementedError
+
+
 class _OverridePlugin:
     @hookimpl
     def fusegen_fusion_kind_matchers(self):
@@ -414,7 +424,7 @@ class _OverridePlugin:
     def fusegen_emitter_factories(self):
         return [
             EmitterFactory("declines", kinds.SORT, 10, lambda a, ctx: None),
-            EmitterFactory("accepts", kinds.SORT, 20, lambda a, ctx: ("emitter-for", a.name, ctx)),
+            EmitterFactory("accepts", kinds.SORT, 20, lambda a, ctx: _Made("emitter-for", a.name, ctx)),
         ]
 
 
@@ -440,7 +450,7 @@ def test_third_party_matcher_slots_between_ranks_and_factories_decline():
     d = get_emitter_fusion_kind(a, pm)
     assert (d.kind, d.decided_by, d.plugin) == (kinds.SORT, "everything-is-sort", "acme")
     emitter, factory = get_fusion_emitter(a, d.kind, pm, context="ctx")
-    assert factory.name == "accepts" and emitter == ("emitter-for", "f", "ctx")
+    assert factory.name == "accepts" and emitter.seen == ("emitter-for", "f", "ctx")
     assert get_fusion_emitter(a, kinds.SCATTER, pm) == (None, None)
 
 

@@ -174,3 +174,40 @@ def test_tests_see_only_builtin_plugins(tmp_path):
 @pytest.mark.third_party_plugins
 def test_third_party_marker_sees_every_installed_plugin():
     assert "FUSEGEN_AUTOLOAD_DISTRIBUTIONS" not in os.environ
+
+
+class _ReplacesHost:
+    """Takes over the execution backend named ``host`` under a name of its own, saying so."""
+
+    @hookimpl
+    def fusegen_execution_backends(self):
+        from fusegen.registry import ExecutionBackend
+
+        return [ExecutionBackend(name="my-host", rank=1000, can_execute=lambda i: True, execute=lambda i, o, c: None,
+                                 replaces="host")]
+
+
+def test_a_descriptor_may_replace_an_entry_of_another_name_when_it_says_so():
+    pm = PluginManager(extra_plugins=[("mine", _ReplacesHost())])
+    names = [b.name for b in pm.execution_backends()]
+    assert "host" not in names and names[-1] == "my-host"
+    assert pm.infos["mine"].replaces == ["backend host (host)"]
+    assert "host" in pm.infos  # the plugin stays; only its backend went (its codegen backend `host` too stays)
+    assert "host" in [b.name for b in pm.codegen_backends()]
+
+
+def test_disable_names_one_thing_qualified_or_plugin_first():
+    from fusegen.config.options import PluginsOptions
+
+    def pm_off(*names):
+        return PluginManager(config=PluginsOptions(enable=[], disable=list(names)))
+
+    pm = pm_off("matcher:loop")  # the question, not the plugin
+    assert "loop" not in [m.name for m in pm.kind_matchers()] and "loop" in pm.infos
+    pm = pm_off("emitter:loop")  # the factory, not the plugin
+    assert [f.name for f in pm.emitter_factories("kLoop")] == ["memcpy", "in_place_dus"] and "loop" in pm.infos
+    pm = pm_off("loop")  # a plugin name is the plugin: the question `loop` stays
+    assert "loop" not in pm.infos and "loop" in [m.name for m in pm.kind_matchers()]
+    pm = pm_off("several-roots", "codegen:host")  # no plugin of that name: the first registry holding it
+    assert "several-roots" not in [m.name for m in pm.kind_matchers()]
+    assert "host" not in [b.name for b in pm.codegen_backends()] and "host" in [b.name for b in pm.execution_backends()]
