@@ -282,3 +282,24 @@ def test_compiles_on_the_pool_report_the_shared_memory_too():
     rep = ex.reports[row["fusion_name"]]
     assert rep.compiled == "ok" and rep.launch == "grid=128 warps=4 smem=32B"
     assert next(k for k in rep.kernels if str(k.launch) == rep.launch).launch.to_json() == _want(row)
+
+
+def test_compile_records_are_read_defensively(tmp_path, monkeypatch):
+    """A compile record is a convenience: a damaged one reads as absent (``explain`` then says why it has no
+    shared memory), and a kernel directory that cannot be written loses the record, not the run."""
+    from fusegen.codegen import compile_record
+
+    monkeypatch.setenv("FUSEGEN_KERNEL_DIR", str(tmp_path / "k"))
+    key = compile_record.compile_key(("fusion", 1))
+    assert compile_record.lookup(key) is None
+    compile_record.record(key, (768, 0), 90)
+    assert compile_record.lookup(key) == [768, 0]
+    assert compile_record.compile_key(("fusion", 2)) != key
+    for bad in ("{", '{"shared": 768}', '{"shared": ["x"]}', "[]"):
+        (tmp_path / "k" / "compiled" / f"{key}.json").write_text(bad)
+        assert compile_record.lookup(key) is None, bad
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the kernel directory should be")
+    monkeypatch.setenv("FUSEGEN_KERNEL_DIR", str(blocked))
+    compile_record.record(key, (1,), 90)  # no exception
+    assert compile_record.lookup(key) is None
