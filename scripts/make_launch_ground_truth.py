@@ -209,7 +209,11 @@ def main(argv: list[str]) -> int:
         return 2
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = "1"
-    dump = tempfile.mkdtemp(prefix="xla_dump_")
+    with tempfile.TemporaryDirectory(prefix="xla_dump_") as dump:
+        return _compile_all(out, dump)
+
+
+def _compile_all(out: Path, dump: str) -> int:
     os.environ["XLA_FLAGS"] = f"--xla_dump_to={dump}"
     import jax
     import jax.numpy as jnp

@@ -4,11 +4,13 @@ XLA launches a Triton fusion with the compiled kernel's shared memory (``TritonW
 ``shmem_bytes``, from the Triton compile's ``shared`` metadata, becomes the thunk's ``shared_memory``;
 ``xla/backends/gpu/codegen/triton/fusion.cc``: ``TritonFusion::Emit``). fusegen knows that number only after
 compiling the kernel, so :func:`record` stores it per compile key and :func:`lookup` answers it without a
-compile (``fusegen explain`` reads it; ``None`` where the kernel was never compiled here).
+compile (``fusegen explain`` reads it; ``None`` where the kernels were never compiled here).
 
-Files: ``<kernel dir>/compiled/<key>.json`` holding ``{"shared": N, "num_warps": W, "target": "sm_90",
-"triton": VERSION}``; the key hashes the kernel source, target, warps, stages, constexprs, scalar types and
-pointer alignment (:func:`compile_key`), and the Triton version (another Triton compiles another kernel).
+Files: ``<kernel dir>/compiled/<key>.json`` holding ``{"shared": [N, ...], "target": "sm_90", "triton":
+VERSION}``, one ``N`` per kernel of a fusion. The key (:func:`compile_key`) hashes what makes fusions compile
+alike (``fusegen.runtime.compile_jobs.fusion_fingerprint``: canonical HLO, backend config, shapes, each
+kernel's constexprs, warps and stages; identical fusions share one record as they share one compile) and the
+Triton version; the records are of sm_90 compiles, the only target ``run`` compiles for.
 """
 
 from __future__ import annotations
