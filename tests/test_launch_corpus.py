@@ -303,3 +303,15 @@ def test_compile_records_are_read_defensively(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSEGEN_KERNEL_DIR", str(blocked))
     compile_record.record(key, (1,), 90)  # no exception
     assert compile_record.lookup(key) is None
+
+
+def test_run_without_compile_reports_no_shared_memory_for_triton():
+    """``run --no-compile`` has no compiled kernel: a Triton fusion's shared memory is ``null`` with the reason
+    (never a placeholder 0); grid and threads are XLA's all the same."""
+    module = EXTRA / "triton_softmax_f32.h200_opt.hlo"
+    (row,) = [r for r in _rows(EXTRA) if r["module_file"] == module.name]
+    res = CliRunner().invoke(cli, ["run", str(module), "--json", "--no-compile"])
+    assert res.exit_code == 0, res.output
+    (f,) = json.loads(res.output)["fusions"]
+    assert f["launch_dimensions"] == {**_want(row), "shared_memory_bytes": None}
+    assert "--no-compile" in f["shared_memory_reason"] and "smem=" not in f["launch"]

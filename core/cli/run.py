@@ -145,9 +145,17 @@ def launch_dimensions_json(f) -> dict | None:
 
 
 def fusion_json(f) -> dict:
-    """One fusion of ``--json``: the report's keys plus ``launch_dimensions``."""
+    """One fusion of ``--json``: the report's keys plus ``launch_dimensions``. A Triton fusion that was not
+    compiled (``--no-compile``, a failed compile) has no known shared memory: ``null`` and a
+    ``"shared_memory_reason"``, never a placeholder 0."""
+    from fusegen import kinds
+
     d = f.to_json()
     d["launch_dimensions"] = launch_dimensions_json(f)
+    if d["launch_dimensions"] is not None and f.kind == kinds.TRITON and f.compiled != "ok":
+        d["launch_dimensions"]["shared_memory_bytes"] = None
+        d["shared_memory_reason"] = ("not compiled for sm_90 (--no-compile): the shared memory of a Triton kernel "
+                                     "is known after its compile" if f.compiled == "-" else f"sm_90 compile {f.compiled}")
     return d
 
 
