@@ -190,6 +190,7 @@ class PluginManager:
         self._device: Any = None
         self._cache: dict[str, tuple] = {}  # registry -> (state it was built for, entries)
         self._gen = 0  # bumped whenever a plugin is added or dropped
+        self._contexts: dict[tuple, Any] = {}  # (plugin, id(device), id(config), gen) -> PluginContext
         if config is not None:
             self._set_lists(config)
         if not lazy:
@@ -234,11 +235,18 @@ class PluginManager:
         then the configuration's ``[plugins.<plugin>]``), the device (``device`` or :meth:`set_context`'s)."""
         from fusegen.plugin_context import PluginContext
 
+        device = device if device is not None else self._device
+        key = (plugin, id(device), id(self._config), self._gen)
+        hit = self._contexts.get(key) if executor is None else None
+        if hit is not None and hit.device is device and hit.config is self._config:
+            return hit
         settings = {o.name: o.default for o in self._options.get(plugin, ())}
         if self._config is not None:
             settings.update(self._config.plugin_settings(plugin))
-        return PluginContext(plugin=plugin, device=device if device is not None else self._device,
-                             settings=settings, config=self._config, executor=executor)
+        ctx = PluginContext(plugin=plugin, device=device, settings=settings, config=self._config, executor=executor)
+        if executor is None:  # asked for every matcher of every fusion: built once per plugin and device
+            self._contexts[key] = ctx
+        return ctx
 
     # -- loading --------------------------------------------------------------------------------
     @property

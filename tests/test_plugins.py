@@ -211,3 +211,29 @@ def test_disable_names_one_thing_qualified_or_plugin_first():
     pm = pm_off("several-roots", "codegen:host")  # no plugin of that name: the first registry holding it
     assert "several-roots" not in [m.name for m in pm.kind_matchers()]
     assert "host" not in [b.name for b in pm.codegen_backends()] and "host" in [b.name for b in pm.execution_backends()]
+
+
+def test_the_conformance_suite_names_why_a_plugin_under_test_was_quarantined():
+    from fusegen.conformance.target import Target
+
+    pm = PluginManager(extra_plugins=[("exploding-plugin", _Raises())])
+    with pytest.raises(PluginError, match="plugin 'exploding-plugin' was quarantined when it loaded: raised in "
+                                          "fusegen_emitter_factories: RuntimeError: boom"):
+        Target("Exploding_Plugin", pm)
+
+
+def test_every_callable_of_a_plugin_gets_the_same_context_settings():
+    """The context is built from the plugin's declared defaults and the configuration's [plugins.<name>]."""
+    from fusegen.config.options import ConfigOption
+    from fusegen.device import get_device
+
+    class Declares:
+        @hookimpl
+        def fusegen_config_options(self):
+            return [ConfigOption("min_elements", int, 7, "n")]
+
+    pm = PluginManager(autoload=False, extra_plugins=[("declares", Declares())])
+    ctx = pm.context_for("declares", device=get_device("h100"))
+    assert (ctx.plugin, ctx.settings, ctx.device.name, ctx.config) == ("declares", {"min_elements": 7}, "h100", None)
+    assert ctx.debug_options.xla_gpu_autotune_level == 4  # XLA's default without a configuration
+    assert pm.context_for("declares", device=get_device("h100")) is ctx  # one per plugin and device
