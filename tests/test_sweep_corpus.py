@@ -56,7 +56,6 @@ FLUSHED = sorted(n for n, why in XLA_CPU_DIFFERS.items() if why.startswith(_FLUS
 
 #: Fusions that still run on the host backend ("no Triton type"), per program (issue 21 item 6 shrinks it).
 HOST_FUSIONS: dict[str, str] = {
-    "abs_c64": "complex abs has no Triton lowering yet",
     "scatter_add_drop_c64": "c64 scatter has no Triton lowering yet",
     "convert_from_bf16_to_narrow": "f8e3m4/f8e4m3/fnuz/f8e8m0fnu/f4e2m1fn have no Triton type yet",
     "convert_from_s32_to_narrow": "f8e3m4/f8e4m3/fnuz/f8e8m0fnu/f4e2m1fn have no Triton type yet",

@@ -207,7 +207,8 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         op = inst.opcode
         _check_type(inst)
         if self.ctx.complex_values and (op in ("complex", "real", "imag") or (
-                op in ("add", "subtract", "multiply", "divide", "negate") and inst.shape.element_type in COMPLEX_PARTS)):
+                op in ("add", "subtract", "multiply", "divide", "negate") and inst.shape.element_type in COMPLEX_PARTS)
+                or (op == "abs" and inst.operands and inst.operands[0].shape.element_type in COMPLEX_PARTS)):
             return self._complex_op(inst, idx)
         has_complex = any(leaf.element_type in COMPLEX_PARTS for x in [inst] + list(inst.operands)
                           for leaf in x.shape.leaves())
@@ -237,7 +238,8 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
 
     def _complex_op(self, inst: Instruction, idx: Index) -> Any:
         """Complex arithmetic (``c64`` / ``c128``) on ``(re, im)`` pairs: add, subtract, multiply, divide
-        (Smith's algorithm, as numpy), negate, compare EQ/NE, select; ``complex``/``real``/``imag``."""
+        (Smith's algorithm, as numpy), negate, abs (XLA's ``EmitComplexAbs``), compare EQ/NE, select;
+        ``complex``/``real``/``imag``."""
         op = inst.opcode
         name = inst.name
         em = self.ctx.emit
@@ -254,6 +256,16 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         if op == "negate":
             (x,) = vals
             return Cx((em(f"-{x.re}", name), em(f"-{x.im}", name)))
+        if op == "abs":
+            # XLA's EmitComplexAbs (elemental_ir_emitter.cc): max * sqrt(1 + (min / max)^2) with NaN-propagating
+            # max/min, falling back to min + max where that is NaN ((0, 0), (inf, inf), a NaN part)
+            (x,) = vals
+            ar, ai = em(f"tl.abs({x.re})", "cab"), em(f"tl.abs({x.im})", "cab")
+            mx = em(f"tl.where({ar} != {ar}, {ar}, tl.where({ai} != {ai}, {ai}, tl.maximum({ar}, {ai})))", "cab")
+            mn = em(f"tl.where({ar} != {ar}, {ar}, tl.where({ai} != {ai}, {ai}, tl.minimum({ar}, {ai})))", "cab")
+            q = em(f"{mn} / {mx}", "cab")
+            r = em(f"{mx} * tl.sqrt_rn(1.0 + {q} * {q})", "cab")
+            return em(f"tl.where({r} != {r}, {mn} + {mx}, {r})", name)
         a, b = vals
         if op in ("add", "subtract"):
             sym = "+" if op == "add" else "-"
