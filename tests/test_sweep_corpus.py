@@ -57,17 +57,12 @@ FLUSHED = sorted(n for n, why in XLA_CPU_DIFFERS.items() if why.startswith(_FLUS
 #: Fusions that still run on the host backend ("no Triton type"), per program (issue 21 item 6 shrinks it).
 HOST_FUSIONS: dict[str, str] = {
     "scatter_add_drop_c64": "c64 scatter has no Triton lowering yet",
-    "convert_from_bf16_to_narrow": "f8e3m4/f8e4m3/fnuz/f8e8m0fnu/f4e2m1fn have no Triton type yet",
-    "convert_from_s32_to_narrow": "f8e3m4/f8e4m3/fnuz/f8e8m0fnu/f4e2m1fn have no Triton type yet",
-    "convert_from_u8_to_narrow": "f8e3m4/f8e4m3/fnuz/f8e8m0fnu/f4e2m1fn have no Triton type yet",
-    "convert_from_f4e2m1fn": "f4e2m1fn has no Triton type yet",
-    "convert_from_f8e4m3fnuz": "f8e4m3fnuz has no Triton type yet",
-    "convert_from_f8e4m3b11fnuz": "f8e4m3b11fnuz has no Triton type yet",
 }
 
 #: Programs of the quick (not ``slow``) check: one per fault issue 21 found.
 QUICK = ["int_arith_s32", "exp_f32", "convert_from_u8", "complex_f32", "reduce_sum_c64_ax1", "reduce_prod_f32_ax2",
-         "reduce_sum_f32_ax2", "reduce_argmax_f32_ax0", "abs_c64"]
+         "reduce_sum_f32_ax2", "reduce_argmax_f32_ax0", "abs_c64", "convert_from_bf16_to_narrow",
+         "convert_from_f8e4m3b11fnuz"]
 
 
 def _paths(name: str) -> tuple[Path, Path, Path]:

@@ -368,6 +368,9 @@ def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | 
 # --------------------------------------------------------------------------------------------------
 # storage conversions and whole fusions
 # --------------------------------------------------------------------------------------------------
+_BIT_FLOATS = triton_source.BIT_FLOAT_TYPES
+
+
 def to_storage(flat: np.ndarray, element_type: str) -> np.ndarray:
     """A physical 1-D buffer in the dtype kernels load/store (``pred`` -> ``uint8``, ``s4`` -> ``int8``,
     ``c64`` -> ``float32`` pairs)."""
@@ -377,6 +380,10 @@ def to_storage(flat: np.ndarray, element_type: str) -> np.ndarray:
         return np.ascontiguousarray(np.asarray(flat).astype(np.int8))
     if element_type in ("u4", "u2"):
         return np.ascontiguousarray(np.asarray(flat).astype(np.uint8))
+    if element_type in _BIT_FLOATS:  # float types Triton lacks: their storage bytes
+        if np.asarray(flat).dtype == np.uint8:
+            return np.ascontiguousarray(flat)
+        return np.ascontiguousarray(np.asarray(flat).astype(dtypes.numpy_dtype(element_type))).view(np.uint8)
     if element_type in ("c64", "c128"):  # interleaved (re, im) parts
         part = np.float32 if element_type == "c64" else np.float64
         if np.asarray(flat).dtype == part:  # already a storage buffer (aliases, copies)
@@ -391,6 +398,8 @@ def from_storage(flat: np.ndarray, element_type: str) -> np.ndarray:
         return flat.view(np.bool_) if flat.dtype == np.uint8 else flat.astype(np.bool_)
     if element_type in ("s4", "s2", "u4", "u2"):
         return flat.astype(dtypes.numpy_dtype(element_type))
+    if element_type in _BIT_FLOATS and flat.dtype == np.uint8:
+        return flat.view(dtypes.numpy_dtype(element_type))
     if element_type in ("c64", "c128") and flat.dtype.kind == "f":
         return flat.view(dtypes.numpy_dtype(element_type))
     return flat

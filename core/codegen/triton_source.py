@@ -24,6 +24,9 @@ RESERVED = frozenset({
 })
 
 #: HLO element type -> ``tl`` dtype spelling used in generated code.
+#: Float types Triton has no type for: kernels hold their storage byte (one element per byte).
+BIT_FLOAT_TYPES = frozenset({"f8e3m4", "f8e4m3", "f8e4m3fnuz", "f8e5m2fnuz", "f8e4m3b11fnuz", "f8e8m0fnu", "f4e2m1fn"})
+
 _TL_DTYPE = {
     "pred": "tl.int1", "s8": "tl.int8", "s16": "tl.int16", "s32": "tl.int32", "s64": "tl.int64",
     "u8": "tl.uint8", "u16": "tl.uint16", "u32": "tl.uint32", "u64": "tl.uint64",
@@ -31,11 +34,15 @@ _TL_DTYPE = {
     "f8e4m3fn": "tl.float8e4nv", "f8e5m2": "tl.float8e5",
     # sub-byte integers live one per byte (as numpy/ml_dtypes keep them) and compute in 8 bits
     "s4": "tl.int8", "u4": "tl.uint8", "s2": "tl.int8", "u2": "tl.uint8",
+    # float types Triton lacks: their storage byte, decoded / encoded by bit manipulation
+    # (fusegen.codegen.elemental.narrow_float)
+    **{t: "tl.uint8" for t in BIT_FLOAT_TYPES},
 }
 
 #: HLO element type -> storage element type of a kernel buffer (signature spelling ``*<this>``).
 _STORAGE = {
     "pred": "u8", "s4": "i8", "s2": "i8", "u4": "u8", "u2": "u8",
+    **{t: "u8" for t in BIT_FLOAT_TYPES},
     # complex buffers hold interleaved (re, im) parts
     "c64": "fp32", "c128": "fp64",
 }

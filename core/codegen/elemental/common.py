@@ -91,8 +91,23 @@ class Cx(tuple):
         return self[1]
 
 
+#: Opcodes that may produce or read a float type Triton lacks (held as its storage byte): data movement and
+#: select move the bits, ``convert`` and ``compare`` decode / encode them
+#: (:mod:`fusegen.codegen.elemental.narrow_float`), a constant is its byte.
+_BIT_FLOAT_OK = frozenset({
+    "parameter", "convert", "bitcast", "reshape", "broadcast", "copy", "transpose", "slice", "reverse",
+    "concatenate", "tuple", "get-tuple-element", "dynamic-slice", "dynamic-update-slice", "gather", "constant",
+    "compare", "select", "pad",
+})
+
+
 def _check_type(inst: Instruction, shape: Shape | None = None) -> None:
     shape = shape or inst.shape
+    if inst.opcode not in _BIT_FLOAT_OK:
+        for leaf in list(shape.leaves()) + [s for o in inst.operands for s in o.shape.leaves()]:
+            if leaf.element_type in ts.BIT_FLOAT_TYPES:
+                raise EmitterUnsupported(inst.opcode, inst.name, f"{inst.opcode} on {leaf.element_type} (its "
+                                         "kernels only move and convert the bits)")
     for leaf in shape.leaves():
         et = leaf.element_type
         if et in COMPLEX_PARTS:

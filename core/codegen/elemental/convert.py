@@ -10,6 +10,8 @@ from fusegen.codegen import triton_source as ts
 from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction
+from fusegen.codegen.elemental import narrow_float
+from fusegen.codegen.elemental.narrow_float import BIT_FLOATS
 from fusegen.codegen.elemental.common import COMPLEX_PARTS, Cx, Index, _LOW_FLOATS, _int_range, is_float
 
 
@@ -35,6 +37,16 @@ class ConvertMixin:
             return Cx((self.convert(x, src, part, inst), self.ctx.emit(ts.float_constant(0.0, part, self.ctx.block_shape), "k")))
         if src in COMPLEX_PARTS:
             raise EmitterUnsupported(inst.opcode, inst.name, f"convert {src} -> {dst}")
+        if src in BIT_FLOATS:  # exact in f32, then f32's rules
+            return self.convert(self.up(x, src), "f32", dst, inst)
+        if dst in BIT_FLOATS:
+            if src in ("f32", "f64"):
+                return narrow_float.encode(self.ctx.emit, x, src, dst)
+            if is_float(src):
+                return narrow_float.encode(self.ctx.emit, self.up(x, src), "f32", dst)
+            # integers and pred through f64, as the reference converts them (exact up to 32 bits)
+            wide = self.emit(f"{x}.to(tl.float64)", inst)
+            return narrow_float.encode(self.ctx.emit, wide, "f64", dst)
         if dst == "pred":
             if is_float(src):
                 xc = self.up(x, src)

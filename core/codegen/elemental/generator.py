@@ -9,6 +9,8 @@ from fusegen.codegen import triton_source as ts
 from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction, Shape
+from fusegen.codegen.elemental import narrow_float
+from fusegen.codegen.elemental.narrow_float import BIT_FLOATS
 from fusegen.codegen.elemental.common import (COMPLEX_PARTS, Cx, Index, _COMPLEX_OK, _LIBDEVICE_UNARY, _LOW_FLOATS,
                                               _check_type, _nest)
 from fusegen.codegen.elemental.context import KernelContext
@@ -287,7 +289,14 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         return ts.tl_dtype(et)
 
     def up(self, v: str, et: str) -> str:
-        """``v`` in its compute type (f16/bf16/fp8 -> f32)."""
+        """``v`` in its compute type (f16/bf16/fp8 -> f32; the types Triton lacks decoded from their bits)."""
+        if et in BIT_FLOATS:
+            key = ("up", v)
+            hit = self._lookup(self._scopes, key)
+            if hit is None:
+                hit = narrow_float.decode(self.ctx.emit, v, et)
+                self._scopes[-1][key] = hit
+            return hit
         if et in _LOW_FLOATS:
             key = ("up", v)
             hit = self._lookup(self._scopes, key)
@@ -298,12 +307,14 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         return v
 
     def down(self, v: str, et: str, hint: str) -> str:
+        if et in BIT_FLOATS:  # v is f32 (the compute type)
+            return narrow_float.encode(self.ctx.emit, v, "f32", et)
         if et in _LOW_FLOATS:
             return self.ctx.emit(f"{v}.to({self.tl(et)})", hint)
         return v
 
     def compute_type(self, et: str) -> str:
-        return "f32" if et in _LOW_FLOATS else et
+        return "f32" if et in _LOW_FLOATS or et in BIT_FLOATS else et
 
     def fconst(self, value: float, et: str) -> str:
         return self.ctx.emit(ts.float_constant(value, et, self.ctx.block_shape), "k")

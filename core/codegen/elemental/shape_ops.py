@@ -32,6 +32,9 @@ class ShapeOpsMixin:
             x = val.reshape(-1)[0]
             if et == "pred":
                 return self.ctx.emit(ts.int_constant(bool(x), "pred", self.ctx.block_shape), inst.name)
+            if et in ts.BIT_FLOAT_TYPES:  # its storage byte
+                byte = int(np.asarray(x).astype(dtypes.numpy_dtype(et)).reshape(1).view(np.uint8)[0])
+                return self.ctx.emit(ts.int_constant(byte, "u8", self.ctx.block_shape), inst.name)
             if is_float(et):
                 return self.ctx.emit(ts.float_constant(float(np.asarray(x).astype(np.float64)), et, self.ctx.block_shape), inst.name)
             return self.ctx.emit(ts.int_constant(int(x), et, self.ctx.block_shape), inst.name)
