@@ -182,6 +182,11 @@ class ExplainResult:
     rows: tuple = attrs.field(repr=False, eq=False)
     document: dict = attrs.field(repr=False, eq=False)
 
+    @property
+    def errors(self) -> list[str]:
+        """``fusion %NAME: REASON`` of each fusion a plugin failed on (the CLI prints them and exits 2)."""
+        return [f"fusion %{f.name}: {f.reason}" for f in self.fusions if f.status == "error"]
+
     def to_json(self) -> dict:
         """The ``explain --json`` document (a fresh copy)."""
         import copy
@@ -310,7 +315,7 @@ class RunResult:
     Attributes:
         module: the module name (``"a; b"`` for several).
         status: ``ok``, ``drift`` or ``mismatch`` (of every module).
-        ok: the exit status would be 0 (``ok`` or ``drift``).
+        ok: the exit status would be 0 (``ok`` or ``drift``, and no plugin failed: :attr:`errors`).
         outputs: the kernel path's outputs of the first module (a numpy array, or a tuple for tuple roots).
         fusions: every fusion's :class:`~fusegen.runtime.executor.FusionReport` (kind, emitter, backend,
             launch, ``max_abs_error``, ``status`` ...), all modules.
@@ -323,6 +328,12 @@ class RunResult:
     outputs: Any = attrs.field(repr=False, eq=False)
     fusions: tuple = attrs.field(repr=False)
     reports: tuple = attrs.field(repr=False, eq=False)
+
+    @property
+    def errors(self) -> list[str]:
+        """``fusion %NAME: REASON`` of each fusion a plugin failed on (matcher, factory, ``emit``, a kernel that
+        does not load or compile; the reason names the plugin): the CLI prints the rows, then these, exit 2."""
+        return [f"fusion %{f.name}: {f.reason}" for f in self.fusions if f.status == "error"]
 
     def to_json(self) -> dict:
         """The ``run --json`` document (``fusegen.cli.run.report_json``)."""

@@ -106,3 +106,36 @@ def test_import_fusegen_stays_light():
     code = "import sys, fusegen; print('fusegen.api' in sys.modules, 'triton' in sys.modules, callable(fusegen.run))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ).stdout
     assert out.split() == ["False", "False", "True"]
+
+
+class _RaisingEmitter:
+    """A plugin whose kLoop emitter raises in ``emit`` (the library reports the row, naming the plugin)."""
+
+    from fusegen.plugin_manager import hookimpl as _hookimpl
+
+    @_hookimpl
+    def fusegen_emitter_factories(self):
+        from fusegen.codegen.emitter import FusionEmitter
+        from fusegen.registry import EmitterFactory
+
+        class Broken(FusionEmitter):
+            name = "Broken"
+
+            def emit(self):
+                raise RuntimeError("emit is broken")
+
+        return [EmitterFactory(name="broken", kind="kLoop", rank=5, create=lambda a, c=None: Broken(a))]
+
+
+def test_a_plugin_failing_at_run_time_is_an_error_row_naming_it():
+    from fusegen.plugin_manager import PluginManager
+
+    pm = PluginManager(extra_plugins=[("raising_emitter", _RaisingEmitter())])
+    res = fusegen.run(EXAMPLE, compile=False, pm=pm)
+    assert not res.ok
+    (line,) = res.errors
+    assert line.startswith("fusion %wrapped_tanh: ") and "raising_emitter" in line and "emit is broken" in line
+    row = next(f for f in res.to_json()["fusions"] if f["name"] == "wrapped_tanh")
+    assert row["status"] == "error"
+    plan = fusegen.explain(EXAMPLE, pm=pm)
+    assert [e.split(":")[0] for e in plan.errors] == ["fusion %wrapped_tanh"]
