@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 import attrs
 import numpy as np
 
+
 ModuleLike = Any  # fusegen.hlo.ir.Module | list[Module] | str (path or HLO text) | pathlib.Path
 
 
@@ -314,7 +315,8 @@ class RunResult:
 
     Attributes:
         module: the module name (``"a; b"`` for several).
-        status: ``ok``, ``drift`` or ``mismatch`` (of every module).
+        status: ``ok``, ``drift`` or ``mismatch`` (of every module), or ``error`` when a plugin failed on a
+            fusion (:attr:`errors`; the CLI's exit 2): that fusion ran on the host, so outputs judge nothing of it.
         ok: the exit status would be 0 (``ok`` or ``drift``, and no plugin failed: :attr:`errors`).
         outputs: the kernel path's outputs of the first module (a numpy array, or a tuple for tuple roots).
         fusions: every fusion's :class:`~fusegen.runtime.executor.FusionReport` (kind, emitter, backend,
@@ -400,10 +402,12 @@ def run(module: ModuleLike, *, inputs: Any = None, seed: int = 0, expected: Any 
 
     Raises:
         fusegen.runtime.limits.ResourceLimitError: a limit was passed; InputError (inputs), and what
-            :func:`load_all`, :func:`session` and :func:`prepare` raise; a plugin failing is a
-            :class:`~fusegen.plugin_manager.PluginError` naming it.
+            :func:`load_all`, :func:`session` and :func:`prepare` raise; a plugin quarantined at load in strict
+            mode is a :class:`~fusegen.plugin_manager.PluginError` naming it. A plugin failing on a fusion
+            (matcher, factory, ``emit``, kernel load/run/compile) raises nothing: the result's ``status`` is
+            ``"error"`` and :attr:`RunResult.errors` names it (the CLI prints the rows and exits 2).
     """
-    from fusegen.runtime.executor import run_module
+    from fusegen.runtime.executor import combined_status, run_module
     from fusegen.runtime.inputs import InputError, leaves
     from fusegen.runtime.limits import RunLimits, check_module, default_max_memory
 
@@ -428,10 +432,10 @@ def run(module: ModuleLike, *, inputs: Any = None, seed: int = 0, expected: Any 
                               limits=limits, verify=verify, expected=expected, jobs=jobs)
         reports.append(rep)
         outputs.append(out)
-    status = ("mismatch" if any(r.status == "mismatch" for r in reports)
-              else "drift" if any(r.status == "drift" for r in reports) else "ok")
-    return RunResult(module="; ".join(r.module for r in reports), status=status, ok=all(r.ok for r in reports),
-                     outputs=outputs[0], fusions=tuple(f for r in reports for f in r.fusions), reports=tuple(reports))
+    result = RunResult(module="; ".join(r.module for r in reports), status=combined_status(r.status for r in reports),
+                       ok=all(r.ok for r in reports), outputs=outputs[0],
+                       fusions=tuple(f for r in reports for f in r.fusions), reports=tuple(reports))
+    return result
 
 
 # -------------------------------------------------------------------------------------------------- tune

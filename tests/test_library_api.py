@@ -132,7 +132,7 @@ def test_a_plugin_failing_at_run_time_is_an_error_row_naming_it():
 
     pm = PluginManager(extra_plugins=[("raising_emitter", _RaisingEmitter())])
     res = fusegen.run(EXAMPLE, compile=False, pm=pm)
-    assert not res.ok
+    assert not res.ok and res.status == res.to_json()["status"] == "error"
     (line,) = res.errors
     assert line.startswith("fusion %wrapped_tanh: ") and "raising_emitter" in line and "emit is broken" in line
     row = next(f for f in res.to_json()["fusions"] if f["name"] == "wrapped_tanh")

@@ -6,6 +6,8 @@ loading, run-time failures that name the plugin, one pipeline for every command,
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import textwrap
 from pathlib import Path
 
@@ -156,10 +158,43 @@ def test_a_run_time_failure_exits_2_naming_the_plugin(plugin_venv, plugin):
     for w in words:
         assert w in line, (w, line)
     assert "Traceback" not in p.stderr
-    rows = {f["name"]: f for f in json.loads(p.stdout)["fusions"]}  # every row is printed
+    doc = json.loads(p.stdout)
+    rows = {f["name"]: f for f in doc["fusions"]}  # every row is printed
     assert (rows["wrapped_tanh"]["status"], rows["wrapped_tanh"]["plugin"]) == ("error", plugin)
     other = rows["input_multiply_reduce_fusion"]
     assert other["status"] == ("error" if failing == 2 else "ok")
+    # the module is an error naming the plugin, not a "mismatch" whose outputs all say ok
+    assert doc["status"] == "error"
+    assert [(e["fusion"], e["plugin"]) for e in doc["plugin_errors"]] == \
+        [(n, plugin) for n, f in rows.items() if f["status"] == "error"]
+    assert doc["plugin_errors"][[e["fusion"] for e in doc["plugin_errors"]].index("wrapped_tanh")]["reason"] \
+        == rows["wrapped_tanh"]["reason"]
+
+
+LIBRARY_RUN = """
+import json, sys
+import fusegen
+res = fusegen.run(sys.argv[1], compile=False)
+print(json.dumps({"status": res.status, "doc": res.to_json()["status"], "errors": res.errors,
+                  "rows": [(f.name, f.status, f.plugin) for f in res.fusions]}))
+"""
+
+
+@pytest.mark.parametrize("plugin", ["rt_typo", "rt_bad_source"])
+def test_a_run_time_failure_says_so_in_the_summary_and_raises_in_the_library(plugin_venv, plugin):
+    p = fusegen_in(plugin_venv, "run", str(EXAMPLE), "--no-compile", env={"FUSEGEN_LOAD_PLUGINS": plugin})
+    assert p.returncode == 2, p.stderr
+    (said,) = [ln for ln in p.stdout.splitlines() if ln.startswith("outputs vs reference:")]
+    assert said.startswith(f"outputs vs reference: not judged: plugin {plugin!r} failed on fusion %wrapped_tanh")
+    assert "MISMATCH" not in p.stdout
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEGEN_") or k == "FUSEGEN_KERNEL_DIR"}
+    q = subprocess.run([str(plugin_venv), "-c", LIBRARY_RUN, str(EXAMPLE)], capture_output=True, text=True,
+                       env={**env, "FUSEGEN_AUTOLOAD_DISTRIBUTIONS": "fusegen", "FUSEGEN_LOAD_PLUGINS": plugin},
+                       timeout=300)
+    got = json.loads(q.stdout.strip().splitlines()[-1])
+    assert (got["status"], got["doc"]) == ("error", "error"), q.stderr
+    assert got["errors"][0].startswith("fusion %wrapped_tanh: plugin ") and plugin in got["errors"][0]
+    assert ["wrapped_tanh", "error", plugin] in got["rows"]
 
 
 def test_a_kernel_that_does_not_compile_for_sm90_exits_2_naming_plugin_and_file(plugin_venv):

@@ -161,6 +161,7 @@ def fusion_json(f) -> dict:
 
 def report_json(reports) -> dict:
     """The ``--json`` document: ``{"module", "fusions": [...], ...}`` (fusions in entry post order)."""
+    from fusegen.runtime.executor import combined_status
     if len(reports) == 1:
         r = reports[0]
         return {
@@ -172,6 +173,7 @@ def report_json(reports) -> dict:
             "output_max_abs_error": r.output_max_abs_error,
             "seconds": round(r.seconds, 3),
             "status": r.status,
+            "plugin_errors": r.plugin_errors,  # status "error": the plugin, fusion and reason of each failure
             **(r.verdict.to_json() if r.verdict is not None else {}),
             "timings": r.timings_json(),
             **(r.spmd_json() if hasattr(r, "spmd_json") else {}),  # num_partitions, collectives (SPMD runs)
@@ -182,8 +184,8 @@ def report_json(reports) -> dict:
         "module": "; ".join(r.module for r in reports),
         "modules": [report_json([r]) for r in reports],
         "fusions": [{**fusion_json(f), "module": r.module} for r in reports for f in r.fusions],
-        "status": ("mismatch" if any(r.status == "mismatch" for r in reports)
-                   else "drift" if any(r.status == "drift" for r in reports) else "ok"),
+        "status": combined_status(r.status for r in reports),
+        "plugin_errors": [{**e, "module": r.module} for r in reports for e in r.plugin_errors],
     }
 
 
@@ -420,6 +422,9 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             for line in verdict_lines(report):
                 console.print(line, markup=False)
             said = {"ok": "match", "drift": "drift (as accurate as the reference vs f64)"}.get(report.status, "MISMATCH")
+            if report.status == "error":  # the failed fusion ran on the host: its outputs prove nothing
+                said = "not judged: " + "; ".join(f"plugin {e['plugin']!r} failed on fusion %{e['fusion']}"
+                                                  for e in report.plugin_errors)
             console.print(f"outputs vs reference: {said} "
                           f"(max abs error {report.output_max_abs_error:.3g}); {report.seconds:.2f} s", markup=False)
             if profile:

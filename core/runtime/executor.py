@@ -220,11 +220,26 @@ class RunReport:
         return self.outputs_ok and all(f.status == "ok" for f in self.fusions)
 
     @property
+    def plugin_errors(self) -> list[dict[str, str]]:
+        """``{"fusion", "plugin", "reason"}`` of each fusion a plugin failed on (its row has ``status="error"``)."""
+        return [{"fusion": f.name, "plugin": f.plugin, "reason": f.reason} for f in self.fusions if f.status == "error"]
+
+    @property
     def status(self) -> str:
-        """``ok``, ``drift`` (outputs as accurate as the reference vs the f64 oracle) or ``mismatch``."""
+        """``error`` (a plugin failed on a fusion: :attr:`plugin_errors`; its outputs say nothing of the
+        plugin's kernel), ``ok``, ``drift`` (outputs as accurate as the reference vs the f64 oracle) or
+        ``mismatch``."""
+        if self.plugin_errors:
+            return "error"
         if not self.ok:
             return "mismatch"
         return self.verdict.status if self.verdict is not None else "ok"
+
+
+def combined_status(statuses) -> str:
+    """The status of several modules: the worst of ``error`` > ``mismatch`` > ``drift`` > ``ok``."""
+    statuses = set(statuses)
+    return next((s for s in ("error", "mismatch", "drift") if s in statuses), "ok")
 
 
 def _unflatten(shape: Shape, flat: list[np.ndarray]) -> Any:
