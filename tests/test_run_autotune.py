@@ -122,7 +122,10 @@ def test_run_autotune_applies_a_triton_winner_and_the_record_replays(tmp_path):
         kv.split("=") for kv in tuned["winner"].split(":", 1)[1].split(","))}).values
     bm, bn, warps = int(values["block_m"]), int(values["block_n"]), int(values["num_warps"])
     # The run's GEMM kernel is the winner's tiling: 4 batches x (256/bm) x (1024/bn) programs.
-    assert fusion["launch"] == f"grid={4 * math.ceil(256 / bm) * math.ceil(1024 / bn)} warps={warps}"
+    # (then the compiled kernel's shared memory, as XLA's thunk launches a Triton fusion with it)
+    smem = fusion["launch_dimensions"]["shared_memory_bytes"]
+    assert fusion["launch"] == f"grid={4 * math.ceil(256 / bm) * math.ceil(1024 / bn)} warps={warps}" + \
+        (f" smem={smem}B" if smem else "")
     assert (fusion["emitter"], fusion["status"], doc["status"]) == ("TritonGemmFusion", "ok", "ok")
     (record,) = rec.glob("*.json")
     body = json.loads(record.read_text())
