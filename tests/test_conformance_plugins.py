@@ -205,6 +205,8 @@ def test_suite_fails_a_kernel_that_does_not_compile_naming_the_plugin(broken_ven
     out = [r for t, r in failed.items() if t.startswith("test_corpus_output[")]
     assert out and all("plugin 'uncompilable_negate'" in r["message"] and "no_such_function" in r["message"]
                        for r in out), out
+    # the interpreter's failure points into the generated kernel file: k_<hash>.py:LINE
+    assert all(re.search(r"running the kernels failed at \S+/k_[0-9a-f]+\.py:\d+: ", r["message"]) for r in out), out
 
 
 @needs_corpus

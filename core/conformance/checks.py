@@ -118,8 +118,12 @@ def check_outputs(target: Any, fusion: Any, emitted: Any, ops: Sequence[Any], re
     try:
         outs = triton_runtime.run_fusion(emitted, list(ops), fusion)
     except Exception as e:
+        from fusegen.runtime.plugin_failures import kernel_location
+
+        where = kernel_location(e)  # the generated kernel file and line, when the failure is in it
         raise CheckFailed("output-matches-evaluator", f"plugin {target.name!r}, fusion %{fusion.name}: running the "
-                                                      f"kernels failed: {type(e).__name__}: {e}") from e
+                                                      f"kernels failed{f' at {where}' if where else ''}: "
+                                                      f"{type(e).__name__}: {e}") from e
     shapes = fusion.shape.leaves()
     refs = leaves(ref)
     if len(outs) != len(refs):
