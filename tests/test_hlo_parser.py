@@ -139,7 +139,9 @@ def test_instruction_counts_match_jaxlib(jaxlib_results):
         if not rec or not rec.get("ok"):
             continue  # jaxlib rejects split-input lit files
         (m,) = parse_modules(path.read_text(), str(path))
-        theirs = {name: n for name, n in rec["counts"]}
+        # XLA's parser wraps an async collective's sugar (`all-to-all-start(...)`) in an `async_wrapped`
+        # computation it makes itself; fusegen keeps the op as printed
+        theirs = {name: n for name, n in rec["counts"] if not name.startswith("async_wrapped")}
         synthesized = m.attrs.get("fusegen.synthesized_entry") == "true"
         mine = {c.name: len(c.instructions) for c in m.computations if not (synthesized and c is m.entry)}
         # XLA names inline `to_apply={...}` bodies `_`; fusegen names them `<instruction>.<attr>`.

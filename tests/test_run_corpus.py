@@ -19,7 +19,11 @@ JAX_MODULES = sorted(p.name for p in (CORPUS / "jax").glob("gpu_*.hlo")) if CORP
 XLA_MODULES = sorted(p.name for p in (CORPUS / "xla" / "modules").glob("*.hlo")) if CORPUS.exists() else []
 
 #: XLA test modules fusegen does not run yet, with the reason (strict: each must really fail).
-KNOWN_FAILURES: dict[str, str] = {}
+KNOWN_FAILURES: dict[str, str] = {
+    "backends__gpu__codegen__triton__tests__collectives__all_gather.hlo":
+        "an all-gather over replica group {0,1} in a module of one device: the other replica's half does not exist "
+        "(refused, exit 4; the old single-device tiling answered it from one device)",
+}
 
 
 def run_file(path):

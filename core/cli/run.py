@@ -18,7 +18,7 @@ import time
 
 import click
 
-from fusegen.cli.common import (EXIT_MISMATCH, device_option, fail, get_device_or_fail, internal_error,
+from fusegen.cli.common import (EXIT_MISMATCH, EXIT_UNSUPPORTED, device_option, fail, get_device_or_fail, internal_error,
                                 limit_options, load_modules, pipeline_option, prepare_modules, check_writable,
                                 resolve_limits, with_plugin)
 from fusegen.cli.config import config_options, resolve_config
@@ -287,6 +287,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     mismatch or failed tuning, 2 on bad input, 3 on an internal error.
     """
     from fusegen.dispatch import DispatchError
+    from fusegen.evaluator.collectives import MultiDeviceUnsupported
     from fusegen.evaluator.common import EvaluationError
     from fusegen.evaluator.evaluator import UnsupportedOpError
     from fusegen.plugin_manager import PluginError
@@ -365,6 +366,8 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                 out, report = run_module(module, args, device, compile_kernels=not no_compile, on_fusion=on_fusion,
                                          limits=limits, verify=verify, expected=expected,
                                          jobs=jobs or len(os.sched_getaffinity(0)))
+            except MultiDeviceUnsupported as e:  # a valid module fusegen cannot run as meant: exit 4
+                fail(f"{module_path}: {e}", EXIT_UNSUPPORTED)
             except (UnsupportedOpError, PluginError, InputError, ResourceLimitError, KernelDirError) as e:
                 fail(f"{module_path}: {e}")
             except DispatchError as e:  # e.g. [plugins] disable removed the question that would answer

@@ -215,6 +215,14 @@ def _single(inst: Instruction, ops: list) -> Any:
         result = exchange(inst, [operand_arrays(inst, ops)], pairs=[q for q in pairs if q == (0, 0)])[0]
     else:
         result = exchange(inst, [operand_arrays(inst, ops)])[0]
+    got = [np.shape(x) for x in (result if isinstance(result, tuple) else (result,))]
+    want = [tuple(s.dimensions) for s in (_result_shape(inst).leaves() if _result_shape(inst).is_tuple
+                                          else [_result_shape(inst)])]
+    if got != want:  # e.g. an all-gather of two replicas' halves: the other half does not exist here
+        raise MultiDeviceUnsupported(
+            f"%{inst.name} ({inst.opcode}) at line {inst.line}: its result {want} needs the other devices of groups "
+            f"{groups} but the module has one device (num_partitions * replica_count == 1); fusegen does not "
+            "answer it from one device")
     return start_value(inst, ops, result)
 
 

@@ -174,7 +174,7 @@ def _apply(inst: Instruction, operands: list, lifted: bool) -> Value:
         with np.errstate(all="ignore"):
             value = handler(inst, operands)
         return value if lifted else _check(inst, value, inst.shape)
-    except (UnsupportedOpError, KeyboardInterrupt):
+    except (UnsupportedOpError, collectives.MultiDeviceUnsupported, KeyboardInterrupt):
         raise
     except Exception as err:  # noqa: BLE001 - every failure is reported against its instruction
         if getattr(err, "located", False):
