@@ -99,19 +99,27 @@ def session(config: Any = None, device: Any = None, xla_flags: Sequence[str] = (
     """Resolve configuration (a ``fusegen.toml`` path, a ``ResolvedConfig``, or None: searched from the
     working directory as the CLI does, with ``XLA_FLAGS``), ``xla_flags`` (``["name=value"]``), the device (a
     preset name, a ``DeviceDescription``, or None: ``[device] name``, else h200) and the plugin manager (default:
-    the process-wide one, to which ``[plugins] enable/disable`` are applied).
+    the process-wide one; a configuration with ``[plugins] enable/disable`` gets a manager of its own, so that
+    the selection of one call does not hold for the next).
 
     Raises:
-        fusegen.config.toml.ConfigError, fusegen.plugin_manager.PluginError, ValueError (unknown device).
+        fusegen.config.toml.ConfigError, fusegen.plugin_manager.PluginError (also: a plugin was quarantined
+        and ``FUSEGEN_STRICT_PLUGINS`` or ``[plugins] strict`` asks for strict mode), ValueError (unknown device).
     """
-    from fusegen.config.loader import ResolvedConfig, load_config
+    from fusegen.config.loader import ResolvedConfig, load_config, read_plugins_table
     from fusegen.device import get_device
-    from fusegen.plugin_manager import default_plugin_manager
+    from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager, strict_from_env
 
-    pm = pm if pm is not None else default_plugin_manager()
+    opts = config.plugins if isinstance(config, ResolvedConfig) else read_plugins_table(config)
+    if pm is None:  # a call's [plugins] enable/disable hold for that call only: never applied to the shared one
+        pm = PluginManager(config=opts, lazy=True) if (opts.enable or opts.disable) else default_plugin_manager()
     cfg = config if isinstance(config, ResolvedConfig) else load_config(
         config_path=config, cli_flags=list(xla_flags or ()), pm=pm)
     pm.apply_config(cfg)
+    lines = pm.quarantine_lines()
+    if lines and (strict_from_env() or cfg.plugins.strict):  # the CLI's exit 2 in strict mode
+        raise PluginError(next(iter(pm.broken)), lines[0].split(" ", 2)[2] + " (strict plugins: "
+                          "FUSEGEN_STRICT_PLUGINS or [plugins] strict)")
     if device is None or isinstance(device, str):
         name = device or (cfg.device.name if getattr(cfg, "device", None) is not None else None) or "h200"
         device = get_device(name)

@@ -139,3 +139,15 @@ def test_a_plugin_failing_at_run_time_is_an_error_row_naming_it():
     assert row["status"] == "error"
     plan = fusegen.explain(EXAMPLE, pm=pm)
     assert [e.split(":")[0] for e in plan.errors] == ["fusion %wrapped_tanh"]
+
+
+def test_plugins_disable_of_one_call_does_not_hold_for_the_next(tmp_path):
+    off, on = tmp_path / "off.toml", tmp_path / "on.toml"
+    off.write_text('[plugins]\ndisable = ["loop"]\n')
+    on.write_text("[plugins]\ndisable = []\n")
+    emitters = lambda cfg: {f.name: f.emitter for f in fusegen.explain(EXAMPLE, config=cfg).fusions}  # noqa: E731
+    assert emitters(off)["wrapped_tanh"] == "-"  # no kLoop emitter left
+    assert emitters(on)["wrapped_tanh"] == "LoopFusion"
+    assert emitters(off)["wrapped_tanh"] == "-" and emitters(None)["wrapped_tanh"] == "LoopFusion"
+    assert [f.emitter for f in fusegen.run(EXAMPLE, config=off, compile=False).fusions][0] == "-"
+    assert [f.emitter for f in fusegen.run(EXAMPLE, config=on, compile=False).fusions][0] == "LoopFusion"
