@@ -107,9 +107,23 @@ def tracing() -> bool:
     return os.environ.get("FUSEGEN_TRACE_PLUGINS", "") not in ("", "0")
 
 
+_FALSE, _TRUE = ("", "0", "false", "no", "off"), ("1", "true", "yes", "on")
+
+
 def strict_from_env() -> bool:
-    """``FUSEGEN_STRICT_PLUGINS`` is set (to anything but ``0``)."""
-    return os.environ.get("FUSEGEN_STRICT_PLUGINS", "") not in ("", "0")
+    """``FUSEGEN_STRICT_PLUGINS``: ``1``/``true``/``yes``/``on`` turn strict mode on; unset, empty,
+    ``0``/``false``/``no``/``off`` leave it off (any case).
+
+    Raises:
+        fusegen.config.toml.ConfigError: any other value (the message names the variable and the values).
+    """
+    value = os.environ.get("FUSEGEN_STRICT_PLUGINS", "")
+    if value.strip().lower() in _FALSE + _TRUE:
+        return value.strip().lower() in _TRUE
+    from fusegen.config.toml import ConfigError
+
+    raise ConfigError(f"{value!r} is not a boolean; use one of {', '.join(_TRUE)} (on) or "
+                      f"{', '.join(v for v in _FALSE if v)} (off)", "FUSEGEN_STRICT_PLUGINS")
 
 
 def _version(dist: str) -> str:

@@ -91,6 +91,34 @@ def test_strict_mode_turns_a_quarantine_into_exit_2(plugin_venv, tmp_path):
     assert p.returncode == 2
 
 
+STRICT_LIBRARY = """
+import fusegen, sys
+from fusegen.plugin_manager import PluginError
+try:
+    fusegen.explain(sys.argv[1])
+except PluginError as e:
+    print("raised:", e)
+else:
+    print("ran")
+"""
+
+
+def test_strict_plugins_is_a_boolean_and_holds_in_the_library(plugin_venv, tmp_path):
+    for value, strict in (("false", False), ("no", False), ("OFF", False), ("0", False), ("", False),
+                          ("true", True), ("yes", True), ("on", True), ("1", True)):
+        p = fusegen_in(plugin_venv, "explain", str(EXAMPLE), dists=BROKEN, env={"FUSEGEN_STRICT_PLUGINS": value},
+                       cwd=tmp_path)
+        assert p.returncode == (2 if strict else 0), (value, p.stderr)
+    p = fusegen_in(plugin_venv, "explain", str(EXAMPLE), env={"FUSEGEN_STRICT_PLUGINS": "maybe"}, cwd=tmp_path)
+    assert p.returncode == 2 and "FUSEGEN_STRICT_PLUGINS: 'maybe' is not a boolean" in p.stderr, p.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FUSEGEN_") or k == "FUSEGEN_KERNEL_DIR"}
+    for value, said in (("1", "raised: plugin 'broken"), ("no", "ran")):
+        q = subprocess.run([str(plugin_venv), "-c", STRICT_LIBRARY, str(EXAMPLE)], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=300, env={**env, "FUSEGEN_AUTOLOAD_DISTRIBUTIONS": f"fusegen,{BROKEN}",
+                                                           "FUSEGEN_STRICT_PLUGINS": value})
+        assert q.stdout.startswith(said) and ("quarantined" in q.stdout or value != "1"), (value, q.stdout, q.stderr)
+
+
 def test_disable_applies_before_a_plugin_is_imported(plugin_venv, tmp_path):
     cfg = _toml(tmp_path / "fusegen.toml", '[plugins]\ndisable = ["broken_import", "Broken-Hook", "loop"]\n')
     p = fusegen_in(plugin_venv, "plugins", "--json", dists=BROKEN, cwd=tmp_path)
@@ -181,7 +209,7 @@ print(json.dumps({"status": res.status, "doc": res.to_json()["status"], "errors"
 
 
 @pytest.mark.parametrize("plugin", ["rt_typo", "rt_bad_source"])
-def test_a_run_time_failure_says_so_in_the_summary_and_raises_in_the_library(plugin_venv, plugin):
+def test_a_run_time_failure_says_so_in_the_summary_and_the_library(plugin_venv, plugin):
     p = fusegen_in(plugin_venv, "run", str(EXAMPLE), "--no-compile", env={"FUSEGEN_LOAD_PLUGINS": plugin})
     assert p.returncode == 2, p.stderr
     (said,) = [ln for ln in p.stdout.splitlines() if ln.startswith("outputs vs reference:")]

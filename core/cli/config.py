@@ -93,9 +93,10 @@ def resolve_config(config_path, xla_flags, pm=None, quiet: bool = False):
         pm.configure(read_plugins_table(config_path))  # [plugins] disable before any plugin is imported
         cfg = load_config(config_path=config_path, cli_flags=list(xla_flags or ()), pm=pm)
         pm.apply_config(cfg)  # [plugins] enable/disable
+        env_strict = strict_from_env()
     except (ConfigError, PluginError) as e:
         fail(str(e))
-    report_quarantine(pm, strict=_strict_requested() or strict_from_env() or cfg.plugins.strict)
+    report_quarantine(pm, strict=_strict_requested() or env_strict or cfg.plugins.strict)
     pm.set_context(config=cfg)
     if not quiet:
         for w in cfg.warnings:
