@@ -354,20 +354,26 @@ class RunResult:
 
 def inputs_for(module: Any, inputs: Any = None, seed: int = 0) -> list:
     """Entry arguments of ``module``: seeded random ones (``inputs=None``; index operands in range), an ``.npz``
-    path, a sequence (parameter order) or a mapping keyed ``p0``, ``p1`` ... or by parameter name.
+    path, a sequence (parameter order) or a mapping keyed ``p0``, ``p1`` ... or by parameter name. Checked as
+    the CLI checks an ``.npz`` (:func:`fusegen.runtime.inputs.check_array`): a numpy array must have the
+    parameter's shape and dtype (no silent cast); a Python number or list takes the parameter's type.
 
     Raises:
-        fusegen.runtime.inputs.InputError: a parameter is missing or has the wrong shape (named).
+        fusegen.runtime.inputs.InputError: a parameter is missing, a key names no parameter, or an array has
+            the wrong shape or dtype (named).
     """
     from fusegen.hlo import dtypes
-    from fusegen.runtime.inputs import InputError, load_inputs, make_inputs
+    from fusegen.runtime.inputs import (InputError, check_array, check_keys, from_npz_dtype, load_inputs,
+                                        make_inputs)
 
     if inputs is None:
         return make_inputs(module, seed)
     if isinstance(inputs, (str, Path)):
         return load_inputs(module, inputs)
     params = sorted(module.entry.parameters, key=lambda p: p.parameter_number)
+    where = f"module {module.name}"
     if isinstance(inputs, Mapping):
+        check_keys(where, params, inputs)
         missing = [f"p{p.parameter_number} (%{p.name})" for p in params
                    if f"p{p.parameter_number}" not in inputs and p.name not in inputs]
         if missing:
@@ -383,11 +389,13 @@ def inputs_for(module: Any, inputs: Any = None, seed: int = 0) -> list:
         if p.shape.is_tuple:
             out.append(v)
             continue
-        arr = np.asarray(v)
-        if tuple(arr.shape) != tuple(p.shape.dimensions):
-            raise InputError(f"module {module.name}: input for parameter {p.parameter_number} (%{p.name}) has shape "
-                             f"{list(arr.shape)}, the parameter {p.shape.element_type}{list(p.shape.dimensions)}")
-        out.append(arr.astype(dtypes.numpy_dtype(p.shape.element_type), copy=False))
+        key = f"p{p.parameter_number}"
+        if isinstance(v, np.ndarray) or isinstance(v, np.generic):  # typed: its dtype must be the parameter's
+            out.append(from_npz_dtype(np.asarray(v), check_array(where, key, p, np.shape(v), np.asarray(v).dtype)))
+            continue
+        arr = np.asarray(v)  # a Python number or list carries no type: it takes the parameter's
+        check_array(where, key, p, arr.shape, dtypes.numpy_dtype(p.shape.element_type))
+        out.append(arr.astype(dtypes.numpy_dtype(p.shape.element_type)))
     return out
 
 

@@ -71,7 +71,7 @@ def test_run_to_json_has_the_keys_of_run_json():
 def test_run_takes_text_a_sequence_of_inputs_and_judges_a_wrong_expected_answer():
     text = ("HloModule neg\nfused {\n  p = f32[6]{0} parameter(0)\n  ROOT n = f32[6]{0} negate(p)\n}\n"
             "ENTRY e {\n  p = f32[6]{0} parameter(0)\n  ROOT f = f32[6]{0} fusion(p), kind=kLoop, calls=fused\n}\n")
-    x = np.arange(6, dtype=np.float64)  # converted to the parameter's f32
+    x = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # a plain list takes the parameter's f32
     res = fusegen.run(text, inputs=[x], compile=False)
     assert res.status == "ok" and res.outputs.tolist() == [-0.0, -1.0, -2.0, -3.0, -4.0, -5.0]
     bad = fusegen.run(text, inputs=[x], expected=[np.zeros(6, np.float32)], compile=False)
@@ -87,8 +87,8 @@ def test_errors_are_exceptions_naming_what_is_wrong(tmp_path):
     with pytest.raises(HloParseError, match=r"<text>:4:1: error: expected an operand name"):
         fusegen.load("HloModule broken\nENTRY e {\n  ROOT x = f32[2] add(\n}\n")
     with pytest.raises(InputError, match=r"no input for parameter p0 \(%x.1\)"):
-        fusegen.run(EXAMPLE, inputs={"q": 1}, compile=False)
-    with pytest.raises(InputError, match=r"has shape \[3\], the parameter f32\[128, 512\]"):
+        fusegen.run(EXAMPLE, inputs={}, compile=False)
+    with pytest.raises(InputError, match=r"array 'p0' for parameter 0 \(%x.1\) has shape \[3\], expected \[128, 512\]"):
         fusegen.run(EXAMPLE, inputs=[np.zeros(3)], compile=False)
     with pytest.raises(KeyError, match="no fusion named 'nope'"):
         fusegen.explain(EXAMPLE, fusion="nope")
@@ -151,3 +151,15 @@ def test_plugins_disable_of_one_call_does_not_hold_for_the_next(tmp_path):
     assert emitters(off)["wrapped_tanh"] == "-" and emitters(None)["wrapped_tanh"] == "LoopFusion"
     assert [f.emitter for f in fusegen.run(EXAMPLE, config=off, compile=False).fusions][0] == "-"
     assert [f.emitter for f in fusegen.run(EXAMPLE, config=on, compile=False).fusions][0] == "LoopFusion"
+
+
+def test_library_inputs_are_checked_as_the_cli_checks_an_npz(tmp_path):
+    x = np.linspace(-1, 1, 128 * 512).reshape(128, 512)  # float64, the parameter is f32
+    with pytest.raises(InputError, match=r"array 'p0' for parameter 0 \(%x.1\) has dtype float64, expected float32"):
+        fusegen.run(EXAMPLE, inputs={"p0": x}, compile=False)
+    np.savez(tmp_path / "in.npz", p0=x)
+    with pytest.raises(InputError, match=r"in.npz: array 'p0' for parameter 0 \(%x.1\) has dtype float64, expected"):
+        fusegen.run(EXAMPLE, inputs=tmp_path / "in.npz", compile=False)
+    with pytest.raises(InputError, match=r"arrays \['p_0'\] match no parameter of the entry computation"):
+        fusegen.run(EXAMPLE, inputs={"p0": x.astype(np.float32), "p_0": x}, compile=False)
+    assert fusegen.run(EXAMPLE, inputs={"p0": x.astype(np.float32)}, compile=False).status == "ok"

@@ -222,24 +222,46 @@ def check_npz_headers(module: Module, path: str | Path) -> dict[str, str]:
             except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, SyntaxError) as e:
                 raise InputError(f"{path}: array '{key}' has no readable .npy header: "
                                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-            want = dtypes.numpy_dtype(p.shape.element_type)
-            if shape != tuple(p.shape.dimensions):
-                raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has shape {list(shape)}, "
-                                 f"expected {list(p.shape.dimensions)}")
-            if dtype != want and not (_is_ml_dtype(want) and dtype.kind == "V" and dtype.itemsize == want.itemsize):
-                raise InputError(f"{path}: array '{key}' for parameter {n} (%{p.name}) has dtype {dtype}, "
-                                 f"expected {want} ({p.shape.element_type})")
+            want = check_array(path, key, p, shape, dtype)
             data_bytes = want.itemsize * int(np.prod(shape, dtype=np.int64))
             if info.file_size > data_bytes + 65536:  # header (<64 KiB) + data, nothing more
                 raise InputError(f"{path}: array '{key}' inflates to {info.file_size:,} bytes, but its header "
                                  f"describes {data_bytes:,} bytes of data")
             keys[key] = info.filename
-        known = {f"p{p.parameter_number}" for p in params} | {p.name for p in params}
-        unknown = sorted(set(members) - known)
-        if unknown:  # a typo in a key would otherwise be silently replaced by nothing
-            raise InputError(f"{path}: arrays {unknown[:8]} match no parameter of the entry computation "
-                             f"(expected p0..p{len(params) - 1} or parameter names)")
+        check_keys(path, params, members)
     return keys
+
+
+def check_array(where: Any, key: str, p: Any, shape: tuple, dtype: np.dtype) -> np.dtype:
+    """Refuse an input array for parameter ``p`` (an entry ``parameter`` instruction) whose shape or dtype is
+    not the parameter's: no silent cast (``.npz`` inputs and :func:`fusegen.api.inputs_for` alike). ml_dtypes
+    types stored as raw bytes of the same item size (``np.savez``) pass. Returns the parameter's numpy dtype.
+
+    Raises:
+        InputError: ``WHERE: array 'KEY' for parameter N (%name) has shape/dtype ..., expected ...``.
+    """
+    n, want = p.parameter_number, dtypes.numpy_dtype(p.shape.element_type)
+    if tuple(shape) != tuple(p.shape.dimensions):
+        raise InputError(f"{where}: array '{key}' for parameter {n} (%{p.name}) has shape {list(shape)}, "
+                         f"expected {list(p.shape.dimensions)}")
+    if dtype != want and not (_is_ml_dtype(want) and dtype.kind == "V" and dtype.itemsize == want.itemsize):
+        raise InputError(f"{where}: array '{key}' for parameter {n} (%{p.name}) has dtype {dtype}, "
+                         f"expected {want} ({p.shape.element_type})")
+    return want
+
+
+def check_keys(where: Any, params: list, keys: Any) -> None:
+    """Refuse input keys that name no parameter (``p0``, ``p1`` ... or a parameter's name): a typo would
+    otherwise be silently replaced by nothing.
+
+    Raises:
+        InputError: naming the unknown keys.
+    """
+    known = {f"p{p.parameter_number}" for p in params} | {p.name for p in params}
+    unknown = sorted(set(keys) - known)
+    if unknown:
+        raise InputError(f"{where}: arrays {unknown[:8]} match no parameter of the entry computation "
+                         f"(expected p0..p{len(params) - 1} or parameter names)")
 
 
 def from_npz_dtype(arr: np.ndarray, want: np.dtype) -> np.ndarray:
