@@ -399,6 +399,33 @@ def inputs_for(module: Any, inputs: Any = None, seed: int = 0) -> list:
     return out
 
 
+def _devices(module: Any) -> int:
+    from fusegen.hlo.sharding import device_counts
+
+    p, r = device_counts(module)
+    return p * r
+
+
+def _run_spmd(m: Any, inputs: Any, seed: int, s: Any, compile: bool, limits: Any, verify: Any, expected: Any,
+              jobs: int) -> tuple[Any, Any]:
+    """A module of N devices: ``inputs`` are the global arrays (or an ``.npz`` / a folder of
+    ``part{K}.inputs.npz``), split by the parameters' shardings; the outputs are global."""
+    from fusegen.runtime.spmd import run_spmd_module
+    from fusegen.runtime.spmd_io import load_spmd_inputs, seeded_inputs, split_inputs
+    from fusegen.runtime.spmd_plan import plan_spmd
+
+    plan = plan_spmd(m)
+    if inputs is None:
+        args = seeded_inputs(m, plan, seed)
+    elif isinstance(inputs, (str, Path)):
+        args = load_spmd_inputs(m, plan, inputs)
+    else:
+        args = split_inputs(m, plan, [np.asarray(a) for a in inputs], "inputs")
+    _, out, rep = run_spmd_module(m, args, s.device, pm=s.pm, compile_kernels=compile, limits=limits, verify=verify,
+                                  expected=expected, jobs=jobs, plan=plan)
+    return out, rep
+
+
 def run(module: ModuleLike, *, inputs: Any = None, seed: int = 0, expected: Any = None, device: Any = None,
         config: Any = None, xla_flags: Sequence[str] = (), compile: bool = True, rtol: float | None = None,
         atol: float | None = None, limits: Any = None, jobs: int = 1, passes: Sequence[str] | None = None,
@@ -407,7 +434,10 @@ def run(module: ModuleLike, *, inputs: Any = None, seed: int = 0, expected: Any 
 
     Args:
         module: a Module, a list of them, a path or HLO text (:func:`load_all`).
-        inputs: see :func:`inputs_for` (one module); ``seed`` seeds random ones.
+        inputs: see :func:`inputs_for` (one module); ``seed`` seeds random ones. A module of N > 1 devices
+            (``num_partitions * replica_count``) runs as all of them: ``inputs`` are then the global arrays
+            (or an ``.npz`` of them, or a folder of ``part{K}.inputs.npz``), the outputs and ``expected``
+            global; refusals raise :class:`fusegen.evaluator.collectives.MultiDeviceUnsupported`.
         expected: a known answer per output leaf (arrays, or an ``.npz`` of ``o0``, ``o1`` ...), the third oracle.
         compile: also compile every kernel for sm_90 (the CLI's default; ``--no-compile`` is ``False``).
         rtol, atol: ``--rtol`` / ``--atol`` (the conditioning factor and the floor of every type).
@@ -443,6 +473,11 @@ def run(module: ModuleLike, *, inputs: Any = None, seed: int = 0, expected: Any 
         expected = [np.asarray(x) for x in leaves(expected if isinstance(expected, tuple) else tuple(expected))]
     reports, outputs = [], []
     for m in modules:
+        if _devices(m) > 1:  # every partition x replica, global inputs and outputs (fusegen.runtime.spmd)
+            out, rep = _run_spmd(m, inputs, seed, s, compile, limits, verify, expected, jobs)
+            reports.append(rep)
+            outputs.append(out)
+            continue
         check_module(m, limits)
         out, rep = run_module(m, inputs_for(m, inputs, seed), s.device, pm=s.pm, compile_kernels=compile,
                               limits=limits, verify=verify, expected=expected, jobs=jobs)

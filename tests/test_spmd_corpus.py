@@ -139,3 +139,14 @@ def test_eight_partition_programs_match_xla(name, tmp_path):
     if name == "ring_ppermute":
         assert " while(" in hlo.read_text() and doc["collectives"][0]["opcode"] == "collective-permute-start"
         assert len(doc["collectives"][0]["source_target_pairs"]) == 8
+
+
+def test_library_run_takes_global_arrays_of_a_multi_device_module():
+    from fusegen import api
+
+    hlo, base = SPMD / "tp_mlp_seqpar.h200x2_opt.hlo", SPMD / "tp_mlp_seqpar.h200x2"
+    with np.load(f"{base}.inputs.npz") as i, np.load(f"{base}.expected.npz") as e:
+        arrays, want = [i[f"p{k}"] for k in range(5)], e["o0"]
+    r = api.run(str(hlo), inputs=arrays, expected=f"{base}.expected.npz", compile=False)
+    assert r.status == "ok" and r.reports[0].num_partitions == 2
+    np.testing.assert_allclose(np.asarray(r.outputs), want, rtol=1e-4, atol=1e-4)
