@@ -416,14 +416,3 @@ def sort_order(comp: Computation, moved: list[np.ndarray]) -> tuple[np.ndarray, 
         if order is not None:
             return order, "merge"
     return comparison_sort_order(comp, moved), "per-comparison"
-
-
-def describe(comp: Computation, n_operands: int) -> str:
-    """How a sort with ``comp`` is evaluated, for ``--profile``: ``keys (operand 0 descending, operand 2)``,
-    ``merge`` or ``per-comparison (control flow in the comparator)``."""
-    plan = lexicographic_plan(comp, n_operands)
-    if plan is not None:
-        return "keys (" + ", ".join(f"operand {lv.operand}{' descending' if lv.descending else ''}"
-                                    for lv in plan) + ")"
-    return "merge" if is_liftable(comp) else "per-comparison (the comparator is not elementwise)"
-
