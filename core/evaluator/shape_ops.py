@@ -166,7 +166,7 @@ def _iota(inst: Instruction, ops: list) -> np.ndarray:
     shp = [1] * len(dims)
     shp[d] = dims[d]
     base = np.arange(dims[d], dtype=np.float64 if (is_float(dt) or is_complex(dt)) else np.int64).reshape(shp)
-    return as_array(np.broadcast_to(base, dims), dt).copy()
+    return np.broadcast_to(as_array(base, dt), dims).copy()  # convert the one row, then broadcast
 
 
 _CONST_CACHE: dict[int, tuple[Instruction, str | None, np.ndarray]] = {}
