@@ -107,3 +107,23 @@ def test_the_bit_float_types_are_the_ones_triton_source_stores_as_bytes():
 
     assert set(BIT_FLOATS) == BIT_FLOAT_TYPES
     assert {tl_dtype(t) for t in BIT_FLOATS} == {"tl.uint8"}
+
+
+def test_bitcast_convert_between_widths_runs_on_triton_little_endian():
+    """f32 -> u8[..., 4], u8[..., 4] -> f32 and s64 -> s16[..., 4] (bit patterns of NaN, -0, inf, denormals and
+    negative integers): kernels on Triton, equal to numpy's little-endian views."""
+    from fusegen.hlo.parser import parse_module
+    from fusegen.runtime.executor import run_module
+
+    path = Path(__file__).with_name("data") / "bitcast_widths.hlo"
+    m = parse_module(path.read_text(), str(path))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    x.reshape(-1)[:6] = [np.nan, -0.0, np.inf, -np.inf, 1e-45, -3.4e38]
+    y = rng.integers(0, 256, (6, 5, 4), dtype=np.uint8)
+    z = rng.integers(-2 ** 62, 2 ** 62, (6, 5), dtype=np.int64)
+    out, rep = run_module(m, [x, y, z], compile_kernels=False)
+    assert [f.backend for f in rep.fusions] == ["triton"] * 3, [(f.name, f.reason) for f in rep.fusions]
+    np.testing.assert_array_equal(out[0], x.view(np.uint8).reshape(6, 5, 4))
+    np.testing.assert_array_equal(out[1].view(np.uint32), y.reshape(-1).view(np.uint32).reshape(6, 5))
+    np.testing.assert_array_equal(out[2], z.view(np.int16).reshape(6, 5, 4))

@@ -86,14 +86,39 @@ class ConvertMixin:
         return self.wrap_subbyte(r, dst, inst.name)
 
     def _bitcast_convert(self, inst: Instruction, idx: Index) -> str:
-        (x,) = self._operands(inst, idx)
         src = inst.operands[0].shape.element_type
         dst = inst.shape.element_type
         if inst.operands[0].shape.dimensions != inst.shape.dimensions or dtypes.bit_width(src) != dtypes.bit_width(dst):
-            raise EmitterUnsupported(inst.opcode, inst.name, "bitcast-convert between different widths")
+            return self._bitcast_between_widths(inst, idx, src, dst)
+        (x,) = self._operands(inst, idx)
         if src == dst:
             return x
         return self._reinterpret(x, src, dst, inst)
+
+    def _bitcast_between_widths(self, inst: Instruction, idx: Index, src: str, dst: str) -> str:
+        """``bitcast-convert`` between widths, little-endian as XLA defines it: narrowing adds a minor dimension
+        (element ``j`` of it is bits ``[j * w, (j + 1) * w)`` of the source element), widening folds the source's
+        minor dimension into one element. Types with a Triton integer of their width only (no pred, complex,
+        sub-byte or bit-level float types)."""
+        sw, dw = dtypes.bit_width(src), dtypes.bit_width(dst)
+        sdims, ddims = tuple(inst.operands[0].shape.dimensions), tuple(inst.shape.dimensions)
+        odd = {"pred", "c64", "c128"} | set(ts.BIT_FLOAT_TYPES)
+        if src in odd or dst in odd or min(sw, dw) < 8 or (sw > dw and sdims + (sw // dw,) != ddims) or (
+                sw < dw and ddims + (dw // sw,) != sdims) or sw == dw:
+            raise EmitterUnsupported(inst.opcode, inst.name, f"bitcast-convert {src}{list(sdims)} -> {dst}{list(ddims)}")
+        em = self.ctx.emit
+        if sw > dw:  # narrowing
+            x = self.value(inst.operands[0], tuple(idx[:-1]))
+            xb = em(f"{x}.to(tl.uint{sw}, bitcast=True)", "bcn")
+            j = self.itensor(idx[-1])
+            part = em(f"(({xb} >> ({j}.to(tl.uint{sw}) * {dw})) & {(1 << dw) - 1}).to(tl.uint{dw})", "bcn")
+            return self.emit(f"{part}.to({self.tl(dst)}, bitcast=True)", inst)
+        acc = None
+        for k in range(dw // sw):  # widening: OR the source bytes (or words) into place
+            xk = self.value(inst.operands[0], tuple(idx) + (k,))
+            term = em(f"({xk}.to(tl.uint{sw}, bitcast=True).to(tl.uint{dw}) << {k * sw})", "bcw")
+            acc = term if acc is None else em(f"{acc} | {term}", "bcw")
+        return self.emit(f"{acc}.to({self.tl(dst)}, bitcast=True)", inst)
 
     def _reduce_precision(self, inst: Instruction, idx: Index) -> str:
         (x,) = self._operands(inst, idx)
