@@ -391,6 +391,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
         except OSError as e:
             fail(f"--save-outputs {outputs_path}: {e.strerror or e}")
     from fusegen.runtime.plugin_failures import failure_lines
+    from fusegen.verify.verdict import VACUOUS
 
     ok = all(r.ok for r in reports) and not any(r.error for _, r in tuned)
     failed = failure_lines(module_path, reports)  # a plugin failed on a fusion: every row printed, then exit 2
@@ -425,6 +426,9 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             for line in verdict_lines(report):
                 console.print(line, markup=False)
             said = {"ok": "match", "drift": "drift (as accurate as the reference vs f64)"}.get(report.status, "MISMATCH")
+            vacuous = [o.name for o in getattr(report.verdict, "outputs", ()) if o.reason == VACUOUS]
+            if report.status == "drift" and vacuous:
+                said = f"vacuous: {', '.join(vacuous)} all NaN/inf on both sides, nothing compared (try other inputs)"
             if report.status == "error":  # the failed fusion ran on the host: its outputs prove nothing
                 said = "not judged: " + "; ".join(f"plugin {e['plugin']!r} failed on fusion %{e['fusion']}"
                                                   for e in report.plugin_errors)

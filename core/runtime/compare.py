@@ -86,3 +86,17 @@ def compare(out: np.ndarray, ref: np.ndarray, element_type: str) -> Comparison:
     scale = max(1.0, float(finite.max())) if finite.size else 1.0
     ok = bool(np.all(diff <= atol * scale + rtol * np.abs(b)))
     return Comparison(m, rel, ok)
+
+
+def all_nonfinite(a: np.ndarray) -> bool:
+    """Every element of a non-empty floating-point (or complex) array is NaN or +-inf: comparing it with
+    another such array says nothing of the computation (NaN matches NaN, inf matches inf). False for integer
+    and boolean arrays and empty ones."""
+    a = np.asarray(a)
+    if a.size == 0 or a.dtype.kind in "biu" or a.dtype == np.bool_:
+        return False
+    try:
+        f = np.abs(a) if a.dtype.kind == "c" else a.astype(np.float64)  # bf16 / f8 (numpy kind "V") widen
+    except (TypeError, ValueError):
+        return False
+    return not bool(np.isfinite(f).any())
