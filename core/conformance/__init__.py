@@ -59,7 +59,8 @@ def pytest_addoption(parser: Any) -> None:
     g.addoption("--fusegen-tolerance", metavar="PATTERN=rtol:X,atol:Y", action="append", default=[],
                 help="Tolerance override for tests matching PATTERN (fnmatch on the test name). Repeatable.")
     g.addoption("--fusegen-max-corpus", type=int, default=8, metavar="N",
-                help="Most corpus fusions / instructions checked per plugin (default 8).")
+                help="Most shared-corpus fusions / instructions checked per plugin (default 8; every "
+                     "FUSEGEN_CORPUS fusion is checked).")
     g.addoption("--fusegen-max-examples", type=int, default=10, metavar="N",
                 help="Hypothesis examples per generated kind (default 10).")
     g.addoption("--fusegen-device", default="h200", metavar="NAME",

@@ -197,9 +197,10 @@ def all_fusions(roots: list[Path]) -> Iterator[tuple[Path, int, Any]]:
 
 def fusions_served_by(target: Any, roots: "list[Path] | Path", limit: int, max_elements: int = MAX_ELEMENTS,
                       dropped: Dropped | None = None) -> list[CorpusFusion]:
-    """Up to ``limit`` corpus fusions whose emitter comes from ``target``'s factories, spread over the corpus
-    (at most ``max_elements`` operand + output elements; larger ones are counted in ``dropped``), in a stable
-    order."""
+    """Up to ``limit`` shared-corpus fusions whose emitter comes from ``target``'s factories, spread over the
+    corpus, then every such fusion of the other roots (``$FUSEGEN_CORPUS``: a user's corpus is never
+    sampled); at most ``max_elements`` operand + output elements (larger ones are counted in ``dropped``), in
+    a stable order."""
     from fusegen.analysis.fusion_analysis import FusionAnalysis
     from fusegen.codegen.emitter import EmitterUnsupported
     from fusegen.dispatch import get_emitter_fusion_kind, get_fusion_emitter
@@ -230,10 +231,14 @@ def fusions_served_by(target: Any, roots: "list[Path] | Path", limit: int, max_e
         except Exception:
             pass  # anything else is the plugin's failure, reported by the tests
         found.append(CorpusFusion(path, mi, inst.name, kind, fac.name, size))
+    # the limit samples the shared corpus; a user's own ($FUSEGEN_CORPUS) fusions are always all taken
+    shared = shared_corpus_root()
+    mine = [f for f in found if shared is None or not f.path.resolve().is_relative_to(shared.resolve())]
+    found = [f for f in found if f not in mine]
     if len(found) <= limit:
-        return found
+        return found + mine
     step = len(found) / limit
-    return [found[int(i * step)] for i in range(limit)]
+    return [found[int(i * step)] for i in range(limit)] + mine
 
 
 def load_fusion(cf: CorpusFusion) -> tuple[Any, Any]:
@@ -247,12 +252,43 @@ def load_fusion(cf: CorpusFusion) -> tuple[Any, Any]:
     raise LookupError(f"{cf.path}: fusion {cf.fusion_name!r} not found")
 
 
+def vacuous_outputs(ref: Any) -> list[int]:
+    """Leaf indices of a reference value whose every element is NaN or inf (a kernel matching them there
+    proves nothing: :func:`fusegen.runtime.compare.all_nonfinite`)."""
+    from fusegen.runtime.compare import all_nonfinite
+    from fusegen.runtime.inputs import leaves
+
+    return [k for k, a in enumerate(leaves(ref)) if all_nonfinite(a)]
+
+
 def operands_and_reference(module: Any, fusion: Any, seed: int = 0) -> tuple[list[Any], Any]:
     """Operand values and reference value of ``fusion``.
 
     An entry-computation fusion gets the values the entry computes from seeded inputs (index operands in
-    range); a fusion elsewhere gets seeded random operands. The reference is the evaluator's.
+    range); a fusion elsewhere gets seeded random operands. The reference is the evaluator's. When an output
+    is all NaN/inf (e.g. ``log`` of the negative half of the inputs) the inputs are drawn again: their
+    absolute values, then ``1 + |x|`` (``log`` of those is positive too), then the same with the next seed;
+    the last draw is returned if every one is vacuous (:func:`vacuous_outputs` says so).
     """
+    tries = [(seed + d, positive) for d in range(2) for positive in (0, 1, 2)]
+    for s, positive in tries:
+        ops, ref = _operands_and_reference(module, fusion, s, positive)
+        if not vacuous_outputs(ref):
+            break
+    return ops, ref
+
+
+def _positive(v: Any, how: int) -> Any:
+    """Float arrays of ``v`` made ``|x|`` (``how`` 1) or ``1 + |x|`` (2), in their own type."""
+    if isinstance(v, tuple):
+        return tuple(_positive(x, how) for x in v)
+    a = np.asarray(v)
+    if a.dtype.kind not in "fcV" or a.dtype == np.bool_ or not how:
+        return a
+    return (np.abs(a) + (how - 1)).astype(a.dtype)
+
+
+def _operands_and_reference(module: Any, fusion: Any, seed: int, positive: int) -> tuple[list[Any], Any]:
     from fusegen.evaluator.evaluator import evaluate_instruction
     from fusegen.runtime.inputs import make_inputs, random_value
 
@@ -260,6 +296,7 @@ def operands_and_reference(module: Any, fusion: Any, seed: int = 0) -> tuple[lis
     if entry is not None and any(i is fusion for i in entry.instructions):
         try:
             args = make_inputs(module, seed=seed)
+            args = [_positive(a, positive) for a in args]
             vals: dict[int, Any] = {}
             for inst in entry.post_order():
                 if inst.opcode == "parameter":
@@ -273,6 +310,7 @@ def operands_and_reference(module: Any, fusion: Any, seed: int = 0) -> tuple[lis
             pass  # fall back to random operands
     rng = np.random.default_rng(seed)
     ops = [random_value(o.shape, rng) for o in fusion.operands]
+    ops = [_positive(a, positive) for a in ops]
     return ops, evaluate_instruction(fusion, ops)
 
 

@@ -195,7 +195,10 @@ def test_corpus_output(st: Any, case: Any, request: Any) -> None:
     _need(st, case, "corpus")
     st.require_device("cpu-interpreter")
     module, fusion, emitted = _corpus_emit(st, case, "output-matches-evaluator")
-    ops, ref = corpus.operands_and_reference(module, fusion)
+    ops, ref = corpus.operands_and_reference(module, fusion)  # inputs drawn again while an output is all NaN
+    if corpus.vacuous_outputs(ref):
+        pytest.skip(f"fusion %{fusion.name}: outputs {corpus.vacuous_outputs(ref)} are all NaN/inf for every "
+                    "input drawn (seeded, positive, next seeds): comparison vacuous")
     checks.check_outputs(st.target, fusion, emitted, ops, ref, _tol(st, request), st.device)
 
 
