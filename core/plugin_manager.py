@@ -180,12 +180,14 @@ class PluginManager:
         extra_plugins: ``(name, object)`` pairs registered after the entry points, checked the same way.
         config: ``[plugins] enable/disable`` to apply before importing anything.
         lazy: import nothing until first used (so :meth:`configure` can still apply ``disable``).
+        distributions: autoload only the entry points of these distributions (and the ``enable``d /
+            ``FUSEGEN_LOAD_PLUGINS`` ones); default ``FUSEGEN_AUTOLOAD_DISTRIBUTIONS`` (comma-separated), else all.
 
     A plugin that fails its checks is never raised: it lands in :attr:`broken`.
     """
 
     def __init__(self, autoload: bool | None = None, extra_plugins: list[tuple[str, Any]] = (), config: Any = None,
-                 *, lazy: bool = False):
+                 *, lazy: bool = False, distributions: Any = None):
         self._pluggy = pluggy.PluginManager("fusegen")
         self._pluggy.add_hookspecs(hookspecs)
         self._infos: dict[str, PluginInfo] = {}
@@ -199,6 +201,7 @@ class PluginManager:
         self.strict = False
         self._enabled: set[str] = set()
         self._autoload, self._extra = autoload, list(extra_plugins)
+        self._distributions = None if distributions is None else {normalize_name(d) for d in distributions}
         self._loaded = False
         self._config: Any = None
         self._device: Any = None
@@ -289,8 +292,9 @@ class PluginManager:
             autoload = os.environ.get("FUSEGEN_DISABLE_PLUGIN_AUTOLOAD", "") in ("", "0")
         wanted = {normalize_name(s.strip()) for s in os.environ.get("FUSEGEN_LOAD_PLUGINS", "").split(",") if s.strip()}
         wanted |= self._enabled
-        dists = {normalize_name(s.strip()) for s in os.environ.get("FUSEGEN_AUTOLOAD_DISTRIBUTIONS", "").split(",")
-                 if s.strip()}
+        dists = self._distributions if self._distributions is not None else {
+            normalize_name(s.strip()) for s in os.environ.get("FUSEGEN_AUTOLOAD_DISTRIBUTIONS", "").split(",")
+            if s.strip()}
         found = []
         for gi, group in enumerate(ENTRY_POINT_GROUPS):
             for k, ep in enumerate(md.entry_points(group=group)):

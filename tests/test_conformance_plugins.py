@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -121,6 +122,41 @@ ENTRY e {
 """
 
 
+# A wrong kLoop emitter: the built-in loop kernel with 1 added to every stored value (beyond even bf16 tolerances).
+OFF_BY_ONE = '''"""A kLoop emitter off by 1 everywhere (tests/test_conformance_plugins.py)."""
+import re
+
+import attrs
+
+from fusegen.plugin_manager import hookimpl
+from fusegen.registry import EmitterFactory
+from fusegen_plugins.emitters.loop import LoopFusion
+
+
+def _bump(k):
+    if k is None:
+        return None
+    src = re.sub(r"tl\\.store\\(([^,]+), ([^,]+), mask=mask\\)", r"tl.store(\\1, \\2 + 1.0, mask=mask)", k.source)
+    return attrs.evolve(k, source=src, interpret_variant=_bump(k.interpret_variant))  # the interpreter runs that
+
+
+class OffByOne(LoopFusion):
+    name = "OffByOne"
+
+    def emit(self):
+        e = super().emit()
+        return attrs.evolve(e, emitter=self.name, kernels=tuple(_bump(k) for k in e.kernels))
+
+
+@hookimpl
+def fusegen_emitter_factories():
+    return [EmitterFactory(name="off_by_one", kind="kLoop", rank=1, create=lambda a, c=None: OffByOne(a))]
+'''
+
+# seeded inputs give log of negatives: the output is all NaN (the shared corpus's own copy)
+VACUOUS_CASE = CORPUS / "xla" / "cases" / "gemm_fusion__GemmFusionProfitabilityTest__UnprofitableConvertOutput.hlo"
+
+
 def _guide_negate() -> str:
     text = DOC.read_text()
     return re.search(r"```python\n(# file: fusegen_negate\.py\n.*?)```", text, re.S).group(1)
@@ -147,8 +183,9 @@ def broken_venv(tmp_path_factory):
         "uncompilable_negate": _negate_variant("tl.store(out_ptr + lin, tl.no_such_function(x), mask=mask)"),
         "kabs_hooked": KABS.format(generators=HOOKED),
         "kabs_elementwise": KABS.format(generators=ELEMENTWISE),
+        "off_by_one": OFF_BY_ONE,
     }, {"fusegen.emitters": {n: n for n in ("wrong_negate", "uncompilable_negate", "kabs_hooked",
-                                             "kabs_elementwise")}}, version="0.2.0"))
+                                             "kabs_elementwise", "off_by_one")}}, version="0.2.0"))
     return venv
 
 
@@ -222,6 +259,29 @@ def test_plugin_kind_with_its_own_generator_passes_and_fusegen_corpus_adds_a_dir
     assert by["test_corpus_output[abs_transpose:f]"] == "passed", by  # from the added directory
     assert by["test_matcher_answers_over_corpus[corpus]"] == "passed"
     assert data["corpus"]["roots"] == [str(CORPUS), str(tmp_path / "my-corpus")]  # added, not replaced
+
+
+@needs_corpus
+def test_a_wrong_kernel_on_an_all_nan_output_fails_and_fusegen_corpus_is_never_sampled(broken_venv, tmp_path):
+    mine = tmp_path / "my-corpus"
+    mine.mkdir()
+    (mine / "vacuous_log.hlo").write_text(VACUOUS_CASE.read_text())
+    proc, data = broken_venv.conformance("off_by_one", tmp_path, "--fusegen-max-corpus", "1", "-k",
+                                         "test_corpus_output and vacuous_log", env={"FUSEGEN_CORPUS": str(mine)})
+    by = {r["test"]: r for r in data["results"]}
+    # collected although the shared corpus sample (1) is full; inputs redrawn until the output is finite; the
+    # venv's other distribution (broken-matchers: a matcher raising on every fusion) is not loaded
+    r = by["test_corpus_output[vacuous_log:fusion]"]
+    assert r["outcome"] == "failed" and r["check"] == "output-matches-evaluator", r
+    assert "plugin 'off_by_one', fusion %fusion" in r["message"] and "differs from the reference" in r["message"]
+    # the CLI says an all-NaN comparison is vacuous instead of calling the wrong kernel ok
+    p = broken_venv.run("-m", "fusegen.cli", "run", str(VACUOUS_CASE), "--no-compile", "--json", cwd=tmp_path,
+                        env={"FUSEGEN_AUTOLOAD_DISTRIBUTIONS": "fusegen", "FUSEGEN_LOAD_PLUGINS": "off_by_one"})
+    assert p.stdout.startswith("{"), p.stderr[-3000:]
+    doc = json.loads(p.stdout)
+    assert [f["emitter"] for f in doc["fusions"]][-1] == "OffByOne", doc["fusions"]
+    (o,) = doc["outputs"]
+    assert (doc["status"], o["status"]) == ("drift", "drift") and "comparison vacuous" in o["reason"], o
 
 
 def test_a_generator_that_never_reaches_the_kind_fails_saying_what_to_do(broken_venv, tmp_path):

@@ -123,13 +123,28 @@ class PluginNotFound(LookupError):
     """``--fusegen-plugin NAME`` names no installed plugin."""
 
 
+def _distributions_for(name: str) -> Any:
+    """``fusegen`` and the distribution(s) providing entry point ``name``; None (the environment decides)
+    when ``FUSEGEN_AUTOLOAD_DISTRIBUTIONS`` is set."""
+    import importlib.metadata as md
+    import os
+
+    from fusegen.plugin_manager import ENTRY_POINT_GROUPS
+    from fusegen.registry import normalize_name
+
+    if os.environ.get("FUSEGEN_AUTOLOAD_DISTRIBUTIONS", "").strip():
+        return None
+    return {"fusegen"} | {ep.dist.name for g in ENTRY_POINT_GROUPS for ep in md.entry_points(group=g)
+                          if ep.dist is not None and normalize_name(ep.name) == normalize_name(name)}
+
+
 class Target:
-    """The plugin under test, inside a plugin manager holding every installed plugin.
+    """The plugin under test, inside a plugin manager holding fusegen's own plugins and the plugin's.
 
     Args:
         name: the plugin's entry-point name (as ``fusegen plugins`` lists it; ``-``/``_``/case as pip compares).
-        pm: a plugin manager (default: a fresh one loading every entry point, and the plugin under test even
-            when autoload is off).
+        pm: a plugin manager (default: a fresh one loading fusegen's own plugins and the distribution of the
+            plugin under test, even when autoload is off; ``FUSEGEN_AUTOLOAD_DISTRIBUTIONS`` names others to load).
 
     Raises:
         PluginNotFound: no such plugin (the message lists the installed ones).
@@ -138,8 +153,10 @@ class Target:
     """
 
     def __init__(self, name: str, pm: PluginManager | None = None):
-        # the plugin under test is loaded even with FUSEGEN_DISABLE_PLUGIN_AUTOLOAD=1
-        self.pm = pm if pm is not None else PluginManager(config=PluginsOptions(enable=[name]))
+        # the plugin under test is loaded even with FUSEGEN_DISABLE_PLUGIN_AUTOLOAD=1; beside fusegen's own
+        # only its distribution's (another installed plugin failing is not this plugin's failure)
+        self.pm = pm if pm is not None else PluginManager(config=PluginsOptions(enable=[name]),
+                                                          distributions=_distributions_for(name))
         name = self.pm.lookup(name) or name  # input-slices == input_slices, as pip compares names
         from fusegen.registry import normalize_name
 
