@@ -237,3 +237,16 @@ def test_every_callable_of_a_plugin_gets_the_same_context_settings():
     assert (ctx.plugin, ctx.settings, ctx.device.name, ctx.config) == ("declares", {"min_elements": 7}, "h100", None)
     assert ctx.debug_options.xla_gpu_autotune_level == 4  # XLA's default without a configuration
     assert pm.context_for("declares", device=get_device("h100")) is ctx  # one per plugin and device
+
+
+def test_codegen_backend_ranks_follow_xlas_order_as_the_guide_says():
+    """factory_cuda.cc:85-100 builds cuDNN, Triton, cuBLASLt in that order (level 0 takes the first config);
+    docs/plugins.md section 2 gives the ranks."""
+    import re
+    from pathlib import Path
+
+    ranks = {b.name: b.rank for b in PluginManager().codegen_backends()}
+    assert (ranks["cudnn"], ranks["triton"], ranks["cublaslt"]) == (100, 200, 300)
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text()
+    said = re.search(r"cuDNN (\d+), Triton (\d+),\s+cuBLASLt (\d+)", doc).groups()
+    assert tuple(map(int, said)) == (ranks["cudnn"], ranks["triton"], ranks["cublaslt"])

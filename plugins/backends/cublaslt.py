@@ -354,6 +354,7 @@ class CublasLtBackend(CodegenBackend):
     """XLA's ``CublasLtBackend``: one config per heuristic algorithm (index + workspace bytes)."""
 
     name = "cublaslt"
+    rank = 300  # XLA's order (factory_cuda.cc:85-100): cuDNN, Triton, cuBLASLt; level 0 takes the first
     version = "1"
     compiles_in_process = True
 

@@ -396,6 +396,7 @@ class CudnnBackend(CodegenBackend):
     """XLA's ``CudnnBackend`` for ``__cudnn$fusion`` fusions: configs are execution plans (index + workspace)."""
 
     name = "cudnn"
+    rank = 100  # XLA's order (factory_cuda.cc:85-100): cuDNN, Triton, cuBLASLt; level 0 takes the first
     version = "1"
     compiles_in_process = True
 

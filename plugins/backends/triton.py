@@ -77,6 +77,7 @@ class TritonBackend(CodegenBackend):
     """
 
     name = "triton"
+    rank = 200  # XLA's order (factory_cuda.cc:85-100): cuDNN, Triton, cuBLASLt; level 0 takes the first
     version = "1"
     compiles_in_process = True
 
