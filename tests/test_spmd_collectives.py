@@ -200,10 +200,10 @@ def test_planted_identity_all_reduce_is_a_mismatch(monkeypatch):
 
     real = spmd.exchange
 
-    def identity_all_reduce(inst, contributions, pairs=None, members=None):
+    def identity_all_reduce(inst, contributions, pairs=None):
         if inst.opcode.startswith("all-reduce"):  # the old single-device shortcut
             return [c[0] for c in contributions]
-        return real(inst, contributions, pairs=pairs, members=members)
+        return real(inst, contributions, pairs=pairs)
 
     monkeypatch.setattr(spmd, "exchange", identity_all_reduce)
     m = parse_module(CASES["all_reduce_explicit_groups"][0])

@@ -54,7 +54,7 @@ def test_planted_identity_all_reduce_is_a_mismatch(monkeypatch):
     from fusegen.runtime import spmd
 
     real = spmd.exchange
-    monkeypatch.setattr(spmd, "exchange", lambda inst, c, pairs=None, members=None: (
+    monkeypatch.setattr(spmd, "exchange", lambda inst, c, pairs=None: (
         [x[0] for x in c] if inst.opcode.startswith("all-reduce") else real(inst, c, pairs=pairs)))
     base = SPMD / "dp_mlp_train.h200x2"
     res, doc = _run([SPMD / "dp_mlp_train.h200x2_opt.hlo", "--inputs", f"{base}.inputs.npz"])

@@ -111,15 +111,15 @@ def _dim(inst: Instruction) -> int:
     return int(dims[0])
 
 
-def exchange(inst: Instruction, contributions: list[list[np.ndarray]], pairs: list[tuple[int, int]] | None = None,
-             members: list[int] | None = None) -> list[Any]:
+def exchange(inst: Instruction, contributions: list[list[np.ndarray]],
+             pairs: list[tuple[int, int]] | None = None) -> list[Any]:
     """Every participant's result value of one collective.
 
     Args:
         inst: the collective (``COLLECTIVE_OPCODES``).
         contributions: per participant in group order, its operand arrays (:func:`operand_arrays`).
         pairs: ``collective-permute``: ``(source, target)`` as positions in ``contributions`` (the caller maps
-            device ids to positions); ``members`` is unused then.
+            device ids to positions).
 
     Returns:
         per participant, the value of the exchanged result (the ``-start`` tuple is built by :func:`start_value`).

@@ -75,7 +75,7 @@ def _one(inst: Instruction, op: str, stacked: np.ndarray, dims: Any) -> list[np.
 
 
 def exchange_stacked(inst: Instruction, contributions: list[list[np.ndarray]],
-                     pairs: list[tuple[int, int]] | None = None, members: list[int] | None = None) -> list[Any]:
+                     pairs: list[tuple[int, int]] | None = None) -> list[Any]:
     """Every participant's result of one collective (see :func:`fusegen.evaluator.collectives.exchange`)."""
     op = inst.opcode[:-6] if inst.opcode.endswith("-start") else inst.opcode
     g = len(contributions)

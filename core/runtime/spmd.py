@@ -120,8 +120,7 @@ class KernelCollectives:
         self.kernels: dict[tuple, Any] = {}
         self.info: dict[str, dict] = {}
 
-    def __call__(self, inst: Instruction, contributions: list, pairs: list | None = None,
-                 members: list | None = None) -> list:
+    def __call__(self, inst: Instruction, contributions: list, pairs: list | None = None) -> list:
         why = one_shot_declines(inst)
         if why is not None:
             self.info.setdefault(inst.name, {"backend": "host", "reason": why})
