@@ -137,3 +137,42 @@ def test_output_paths_know_exact_order_dependent_and_index_choices():
     assert maxes[0].exact and not maxes[0].order_dependent
     arg = output_paths(_program("reduce_argmax_f32_ax0")[0])
     assert any(p.index_choice for p in arg)
+
+
+REDUCE_SUM = """HloModule rs
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+%fused (p: f32[2,4]) -> f32[2] {
+  %p = f32[2,4]{1,0} parameter(0)
+  %z = f32[] constant(0)
+  ROOT %r = f32[2]{0} reduce(%p, %z), dimensions={1}, to_apply=%add
+}
+ENTRY %e (x: f32[2,4]) -> f32[2] {
+  %x = f32[2,4]{1,0} parameter(0)
+  ROOT %f = f32[2]{0} fusion(%x), kind=kInput, calls=%fused
+}
+"""
+
+
+def test_a_sum_the_sequential_reference_overflows_is_within_budget_where_the_kernel_gives_the_f64_answer():
+    """[MAX, MAX, -MAX, -MAX] summed in order overflows to inf (the reference); paired the other way it is 0
+    (the f64 answer): a kernel giving 0 is within its budget (the order is XLA's to choose), one giving 5 is not."""
+    from fusegen.evaluator.evaluator import evaluate_instruction
+    from fusegen.verify.budget import judge_fusion
+    from fusegen.verify.options import VerifyOptions
+
+    m = parse_module(REDUCE_SUM)
+    f = m.entry.root
+    big = np.finfo(np.float32).max
+    x = np.array([[big, big, -big, -big], [1.0, 2.0, 3.0, 4.0]], np.float32)
+    ref = evaluate_instruction(f, [x])
+    assert np.isinf(ref[0]) and ref[1] == 10
+    good = np.array([0.0, 10.0], np.float32)
+    assert judge_fusion(f, [x], [good], ref, VerifyOptions())[0].ratio <= 1.0
+    bad = np.array([5.0, 10.0], np.float32)
+    assert judge_fusion(f, [x], [bad], ref, VerifyOptions())[0].ratio > 1.0
+    lost = np.array([0.0, 11.0], np.float32)  # an ordinary row still has its budget
+    assert judge_fusion(f, [x], [lost], ref, VerifyOptions())[0].ratio > 1.0
