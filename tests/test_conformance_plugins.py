@@ -153,6 +153,25 @@ def fusegen_emitter_factories():
     return [EmitterFactory(name="off_by_one", kind="kLoop", rank=1, create=lambda a, c=None: OffByOne(a))]
 '''
 
+# An emitter plugin whose kind nothing reaches (its matcher never claims, no generator), and a kind typo.
+UNREACHED = '''"""Emitter factories never exercised (tests/test_conformance_plugins.py)."""
+from fusegen.plugin_manager import hookimpl
+from fusegen.registry import EmitterFactory, KindMatcher
+from fusegen_plugins.emitters.loop import LoopFusion
+
+FUSEGEN_CONFORMANCE = {KINDS}
+
+
+@hookimpl
+def fusegen_fusion_kind_matchers():
+    return [KindMatcher(name="{NAME}-never", rank=150, match=lambda a: None)]
+
+
+@hookimpl
+def fusegen_emitter_factories():
+    return [EmitterFactory(name="{NAME}", kind={KIND!r}, rank=100, create=lambda a, c=None: LoopFusion(a))]
+'''
+
 # seeded inputs give log of negatives: the output is all NaN (the shared corpus's own copy)
 VACUOUS_CASE = CORPUS / "xla" / "cases" / "gemm_fusion__GemmFusionProfitabilityTest__UnprofitableConvertOutput.hlo"
 
@@ -184,8 +203,13 @@ def broken_venv(tmp_path_factory):
         "kabs_hooked": KABS.format(generators=HOOKED),
         "kabs_elementwise": KABS.format(generators=ELEMENTWISE),
         "off_by_one": OFF_BY_ONE,
+        "kfoo_unreached": UNREACHED.replace("{KINDS}", '{"kinds": ["kFoo"]}').replace("{NAME}", "kfoo").replace(
+            "{KIND!r}", "'kFoo'"),
+        "kind_typo": UNREACHED.replace("{KINDS}", "{}").replace("{NAME}", "typo").replace("{KIND!r}", "'kLooop'"),
+        "kind_case": UNREACHED.replace("{KINDS}", "{}").replace("{NAME}", "case").replace("{KIND!r}", "'kloop'"),
     }, {"fusegen.emitters": {n: n for n in ("wrong_negate", "uncompilable_negate", "kabs_hooked",
-                                             "kabs_elementwise", "off_by_one")}}, version="0.2.0"))
+                                             "kabs_elementwise", "off_by_one", "kfoo_unreached",
+                                             "kind_typo", "kind_case")}}, version="0.2.0"))
     return venv
 
 
@@ -282,6 +306,25 @@ def test_a_wrong_kernel_on_an_all_nan_output_fails_and_fusegen_corpus_is_never_s
     assert [f["emitter"] for f in doc["fusions"]][-1] == "OffByOne", doc["fusions"]
     (o,) = doc["outputs"]
     assert (doc["status"], o["status"]) == ("drift", "drift") and "comparison vacuous" in o["reason"], o
+
+
+@needs_corpus
+def test_an_emitter_plugin_never_exercised_fails_and_a_kind_typo_is_refused(broken_venv, tmp_path):
+    proc, data = broken_venv.conformance("kfoo_unreached", tmp_path, "--fusegen-max-corpus", "2")
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    failed = _failed(data)
+    r = failed["test_emitters_exercised[emitters]"]
+    assert r["check"] == "emitters-exercised"
+    assert "plugin 'kfoo_unreached': nothing was exercised" in r["message"] and "kfoo (kFoo)" in r["message"]
+    assert "fusegen_conformance_generators hook" in r["message"] and "FUSEGEN_CORPUS" in r["message"]
+    for plugin, said in (("kind_typo", "factory 'typo' serves kind 'kLooop', which is not one of XLA's and the "
+                                       "plugin does not declare it"),
+                         ("kind_case", "factory 'case' kind 'kloop' is not a kind name like 'kLoop'")):
+        proc, data = broken_venv.conformance(plugin, tmp_path, "-k", "test_factory_kinds")
+        assert proc.returncode == 1, proc.stdout[-3000:]
+        r = _failed(data)["test_factory_kinds[all]"]
+        assert (r["check"], said in r["message"]) == ("factory-kinds", True), r
+        assert r["message"].endswith("did you mean 'kLoop'?")
 
 
 def test_a_generator_that_never_reaches_the_kind_fails_saying_what_to_do(broken_venv, tmp_path):

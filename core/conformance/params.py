@@ -85,6 +85,10 @@ def build_params(st: Any) -> dict[str, list]:
     if not t.capabilities.kinds:
         st.skip_reasons["generated"] = f"plugin {t.name!r} declares no fusion kinds"
     p["test_generated_output"] = gparams
+    runnable = [g.values[0][0] for g in gparams if g.values[0] is not None]
+    p["test_emitters_exercised"] = [pytest.param((fusions, runnable), id="emitters")] if t.factories else []
+    if not t.factories:
+        st.skip_reasons["exercised"] = f"plugin {t.name!r} registers no emitter factory"
 
     # execution backends
     p["test_execution_backend_declared"] = [pytest.param(b, id=b.name) for b in t.execution_backends]

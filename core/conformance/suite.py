@@ -85,8 +85,17 @@ def test_factory_kinds(st: Any, case: Any) -> None:
         if not (isinstance(f.name, str) and f.name):
             raise CheckFailed("factory-kinds", f"plugin {t.name!r}: factory with empty name")
         if not (isinstance(f.kind, str) and f.kind.startswith("k") and f.kind[1:2].isupper()):
+            from fusegen.config.xla_flags import did_you_mean
+
             raise CheckFailed("factory-kinds", f"plugin {t.name!r}: factory {f.name!r} kind {f.kind!r} is not a "
-                                               f"kind name like 'kLoop'")
+                                               f"kind name like 'kLoop'{did_you_mean(str(f.kind), _xla_kinds())}")
+        if f.kind not in _xla_kinds() and (t.capabilities.source == "inferred" or f.kind not in t.capabilities.kinds):
+            # a kind neither XLA's nor declared by the plugin: nothing ever answers it (e.g. 'kloop' for 'kLoop')
+            from fusegen.config.xla_flags import did_you_mean
+
+            raise CheckFailed("factory-kinds", f"plugin {t.name!r}: factory {f.name!r} serves kind {f.kind!r}, which "
+                                               f"is not one of XLA's and the plugin does not declare it "
+                                               f"(FUSEGEN_CONFORMANCE kinds){did_you_mean(f.kind, _xla_kinds())}")
         if not isinstance(f.rank, int) or isinstance(f.rank, bool):
             raise CheckFailed("factory-kinds", f"plugin {t.name!r}: factory {f.name!r} rank {f.rank!r} is not an int")
         if not callable(f.create):
@@ -95,6 +104,28 @@ def test_factory_kinds(st: Any, case: Any) -> None:
         if not (isinstance(m.rank, int) and callable(m.match) and m.name):
             raise CheckFailed("factory-kinds", f"plugin {t.name!r}: matcher {m.name!r} needs a name, an int rank and "
                                                f"a callable")
+
+
+def _xla_kinds() -> set[str]:
+    from fusegen.kinds import EMITTER_FUSION_KINDS
+
+    return set(EMITTER_FUSION_KINDS)
+
+
+def test_emitters_exercised(st: Any, case: Any) -> None:
+    """A plugin with emitter factories has some kernel run: a corpus fusion its factories serve, or a
+    generated fusion of a declared kind; otherwise the suite passing would say nothing about it."""
+    _need(st, case, "exercised")
+    t = st.target
+    fusions, kinds = case
+    if not fusions and not kinds:
+        msg = (f"plugin {t.name!r}: nothing was exercised: no corpus fusion is served by its emitter factories "
+               f"{[f'{f.name} ({f.kind})' for f in t.factories]} and no declared kind has a fusion generator; bring "
+               f"one through the fusegen_conformance_generators hook, or put fusions it serves in a directory named "
+               f"by FUSEGEN_CORPUS")
+        if t.execution_backends or t.codegen_backends:  # its backends are checked: say it, as a skip
+            pytest.skip(msg)
+        raise CheckFailed("emitters-exercised", msg)
 
 
 def _known_kinds(t: Any) -> set[str]:
