@@ -26,8 +26,6 @@ KNOWN_HOST: dict[tuple[str, str], str] = {
         "an all-gather over replica group {0,1} inside a kLoop fusion: a collective needs two devices",
     ("NestedDotFusionWithDynamicUpdateSlice.hlo", "fusion"):
         "an unstamped fusion whose dot reads nested kCustom fusions (Triton GEMM operands without the stamp)",
-    # the op sweep (issue 21, item 6 still open for it): the scatter emitter has no complex (re, im) pairs yet
-    ("scatter_add_drop_c64.h200_opt.hlo", "input_scatter_fusion"): "c64 scatter: complex scatter-add not lowered yet",
 }
 
 

@@ -55,14 +55,12 @@ XLA_CPU_DIFFERS: dict[str, str] = {
 FLUSHED = sorted(n for n, why in XLA_CPU_DIFFERS.items() if why.startswith(_FLUSH))
 
 #: Fusions that still run on the host backend ("no Triton type"), per program (issue 21 item 6 shrinks it).
-HOST_FUSIONS: dict[str, str] = {
-    "scatter_add_drop_c64": "c64 scatter has no Triton lowering yet",
-}
+HOST_FUSIONS: dict[str, str] = {}
 
-#: Programs of the quick (not ``slow``) check: one per fault issue 21 found.
+#: Programs of the quick (not ``slow``) check: one per fault issue 21 found (and the c64 scatter on a kernel).
 QUICK = ["int_arith_s32", "exp_f32", "convert_from_u8", "complex_f32", "reduce_sum_c64_ax1", "reduce_prod_f32_ax2",
          "reduce_sum_f32_ax2", "reduce_argmax_f32_ax0", "abs_c64", "convert_from_bf16_to_narrow",
-         "convert_from_f8e4m3b11fnuz"]
+         "convert_from_f8e4m3b11fnuz", "scatter_add_drop_c64"]
 
 
 def _paths(name: str) -> tuple[Path, Path, Path]:

@@ -14,7 +14,8 @@ How the combiner (``to_apply``) is applied:
 
 * ``atomic``: a plain binary op of its two parameters with a native atomic for the element type:
   ``tl.atomic_add`` (f32, f64, f16, bf16, s32/u32/s64/u64; f32 add is the hardware float atomic add, never a
-  compare-and-swap loop: bug B07), ``tl.atomic_max``/``atomic_min`` (32/64-bit integers; f32, f64 with NaN
+  compare-and-swap loop: bug B07; c64/c128: one f32/f64 atomic add per (re, im) part, complex buffers
+  holding interleaved parts), ``tl.atomic_max``/``atomic_min`` (32/64-bit integers; f32, f64 with NaN
   propagated: a first kernel gives NaNs already in the targeted elements the sign the atomics keep), ``tl.atomic_and``/``or``/``xor`` (32/64-bit integers).
 * ``store``: an overwrite combiner (returns its update parameters) with ``unique_indices=true``: a plain store.
 * ``keep``: a combiner returning its operand parameters: the output is the operand.
@@ -25,6 +26,9 @@ How the combiner (``to_apply``) is applied:
 ``ScatterWithDistributedIndices`` with an atomic combiner: each program walks a contiguous run of slices,
 combining consecutive updates of the same target element in registers and flushing with one atomic when the
 target changes (sorted indices make runs long); other combiners use the paths above.
+
+Complex (``c64``/``c128``) values are ``(re, im)`` pairs of the part type throughout (loaded, combined by the
+elemental generator's complex arithmetic, stored per part), as XLA:GPU lowers complex types the hardware lacks.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ import ctypes
 from typing import Any, Sequence
 
 from fusegen.codegen import triton_source as ts
-from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion
+from fusegen.codegen.elemental import (COMPLEX_PARTS, Cx, ElementalGenerator, KernelContext, choose_index_dtype,
+                                       deep_recursion)
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, build_linear_kernel, fusion_roots, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.codegen.launch import scatter_geometry
@@ -77,7 +82,7 @@ def classify_combiner(comp: Computation, n: int, element_type: str) -> tuple[str
     if root.shape.element_type != element_type:
         return "serial", None
     op = root.opcode
-    if op == "add" and element_type in ("f32", "f64", "f16", "bf16") + _INT_ATOMIC_TYPES:
+    if op == "add" and element_type in ("f32", "f64", "f16", "bf16", "c64", "c128") + _INT_ATOMIC_TYPES:
         return "atomic", op
     if op in ("maximum", "minimum") and element_type in ("f32", "f64") + _INT_ATOMIC_TYPES:
         return "atomic", op
@@ -144,7 +149,9 @@ class _Kernel:
         op_shapes = [o.shape for o in fusion.operands]
         self.idx_t = choose_index_dtype(op_shapes + [fusion.shape] + list(extra), block)
         self.ctx = KernelContext(self.idx_t, op_shapes)
-        for n in ("lane", "zero", "mask", "BLOCK", "w", "wc", "s_vec", "acc", "prev_off", "prev_ok"):
+        self.ctx.complex_values = True  # c64/c128 values are (re, im) pairs (loaded, combined, stored per part)
+        for n in ("lane", "zero", "mask", "BLOCK", "w", "wc", "s_vec", "acc", "acc_re", "acc_im", "prev_off",
+                  "prev_ok"):
             self.ctx.names.reserve(n)
         self.gen = ElementalGenerator(self.ctx, emitter.computation)
         self.block = block
@@ -279,6 +286,7 @@ class ScatterFusion(FusionEmitter):
             n_total = leaves[0].numel
 
             def body(gen: ElementalGenerator, lin_c: str) -> None:
+                gen.ctx.complex_values = True
                 for k in need_init:
                     ls = leaves[k]
                     idx = gen.delinearize(lin_c, ls.dimensions, ls.minor_to_major())
@@ -293,6 +301,13 @@ class ScatterFusion(FusionEmitter):
         ctx = gen.ctx
         o = gen.itensor(off)
         fn = _ATOMIC_FN[self.atomic_op]
+        if et in COMPLEX_PARTS:
+            # add only (classify_combiner). Complex buffers hold interleaved (re, im) parts and a complex add
+            # is one float add per part, so each part gets its own float atomic (there is no complex atomic).
+            o2 = ctx.emit(f"{o} * 2", "off")
+            for part, v in enumerate(val):
+                ctx.body.line(f"{fn}({ptr} + {o2} + {part}, {v}, mask={mask}, sem=\"relaxed\")")
+            return
         if self.atomic_op in ("maximum", "minimum") and et in ("f32", "f64"):
             # NaN must win. Non-NaN lanes take Triton's float max/min (signed max / unsigned min of the bits for
             # max, the mirror for min); a NaN lane does an integer max on the bit pattern: +NaN (0x7fc0..) beats
@@ -331,6 +346,7 @@ class ScatterFusion(FusionEmitter):
 
         def body(gen: ElementalGenerator, lin_c: str) -> None:
             ctx = gen.ctx
+            ctx.complex_values = True  # a complex update is an (re, im) pair, added part by part
             uidx = gen.delinearize(lin_c, upd.dimensions, upd.minor_to_major())
             cond, tidx = self._target(gen, uidx)
             if cond == "False":
@@ -400,7 +416,12 @@ class ScatterFusion(FusionEmitter):
                         ls = leaves[k]
                         off = gen.itensor(gen.linearize(tidx, ls.dimensions, ls.minor_to_major()))
                         ptr = ctx.param("output", k, ls, f"out{k}")
-                        cur = ctx.emit(f"tl.load({ptr} + {off}, mask={m}, other=0)", "cur")
+                        if ls.element_type in COMPLEX_PARTS:
+                            o2 = ctx.emit(f"{off} * 2", "off")
+                            cur = Cx(ctx.emit(f"tl.load({ptr} + {o2} + {p}, mask={m}, other=0)", "cur")
+                                     for p in (0, 1))
+                        else:
+                            cur = ctx.emit(f"tl.load({ptr} + {off}, mask={m}, other=0)", "cur")
                         if ls.element_type == "pred":
                             cur = ctx.emit(f"{cur} != 0", "cur")
                         curs.append(cur)
@@ -444,11 +465,15 @@ class ScatterFusion(FusionEmitter):
         programs = -(-d.num_slices // per)
         kb = _Kernel(self, block)
         ctx, gen = kb.ctx, kb.gen
-        t_et = ts.tl_dtype(et)
+        # a complex accumulator is the pair (acc_re, acc_im) of its part type
+        accs = ("acc_re", "acc_im") if et in COMPLEX_PARTS else ("acc",)
+        acc: Any = Cx(accs) if et in COMPLEX_PARTS else "acc"
+        t_et = ts.tl_dtype(COMPLEX_PARTS.get(et, et))
         ptr = ctx.param("output", 0, ls, "out0")
         t = ctx.names.fresh("t")
         with deep_recursion():
-            ctx.body.line(f"acc = tl.full([BLOCK], 0, {t_et})")
+            for a in accs:
+                ctx.body.line(f"{a} = tl.full([BLOCK], 0, {t_et})")
             ctx.body.line(f"prev_off = tl.full([BLOCK], -1, {kb.idx_t})")
             ctx.body.line("prev_ok = lane < 0")
             ctx.body.line(f"for {t} in range(0, PER):")
@@ -470,15 +495,17 @@ class ScatterFusion(FusionEmitter):
                 v = gen.value(d.updates[0], uidx)
                 same = ctx.emit(f"prev_ok & {ok} & ({off} == prev_off)", "same")
                 flush = ctx.emit(f"prev_ok & {ok} & ~{same}", "flush")
-                self._atomic_line(gen, ptr, "prev_off", "acc", flush, et)
-                merged = gen.call_computation(self.combiner, ["acc", v])
-                ctx.body.line(f"acc = tl.where({same}, {merged}, tl.where({ok}, {v}, acc))")
+                self._atomic_line(gen, ptr, "prev_off", acc, flush, et)
+                merged = gen.call_computation(self.combiner, [acc, v])
+                parts = zip(accs, merged, v) if et in COMPLEX_PARTS else [("acc", merged, v)]
+                for a, mv, vv in parts:
+                    ctx.body.line(f"{a} = tl.where({same}, {mv}, tl.where({ok}, {vv}, {a}))")
                 ctx.body.line(f"prev_off = tl.where({ok}, {off}, prev_off)")
                 ctx.body.line(f"prev_ok = prev_ok | {ok}")
             finally:
                 gen.pop_scope()
                 ctx.body.dedent()
-            self._atomic_line(gen, ptr, "prev_off", "acc", "prev_ok", et)
+            self._atomic_line(gen, ptr, "prev_off", acc, "prev_ok", et)
         entry = ts.sanitize_identifier(f"scatter_sorted_{self.fusion.name}", "k")
         prologue = ["lane = tl.arange(0, BLOCK)", f"zero = tl.full([BLOCK], 0, {kb.idx_t})",
                     "w = lane + tl.program_id(1) * BLOCK", "wc = tl.minimum(w, W - 1)"]
@@ -496,7 +523,7 @@ class ScatterFusion(FusionEmitter):
         if len(leaves) != d.n:
             raise EmitterUnsupported("fusion", self.fusion.name, "output leaves do not match the scattered operands")
         for ls in leaves:
-            if ls.element_type not in ("pred",):
+            if ls.element_type not in ("pred",) + tuple(COMPLEX_PARTS):
                 try:
                     ts.tl_dtype(ls.element_type)
                 except dtypes.UnsupportedTypeError:
