@@ -302,6 +302,11 @@ class PluginManager:
                 # fusegen's own first, in discovery order; then the others in a fixed order (first owns a name)
                 own = normalize_name(dist) == "fusegen"
                 found.append(((0, "", gi, k) if own else (1, normalize_name(dist), gi, ep.name), group, ep, dist))
+        # one entry-point name from two third-party distributions: neither may win by install order
+        dists_of: dict[str, set[str]] = {}
+        for _, _g, ep, dist in found:
+            if normalize_name(dist) != "fusegen":
+                dists_of.setdefault(normalize_name(ep.name), set()).add(dist)
         for _, group, ep, dist in sorted(found, key=lambda t: t[0]):
             key = normalize_name(ep.name)
             self.entry_point_names.add(key)
@@ -312,6 +317,12 @@ class PluginManager:
                 continue
             if key in self.disabled:
                 continue  # [plugins] disable: never imported
+            others = sorted(dists_of.get(key, set()) - {dist})
+            if others and normalize_name(dist) != "fusegen":
+                self._quarantine(ep.name, group, dist, ep.value, f"plugin name {ep.name!r} is also an entry point of "
+                                 f"distribution(s) {', '.join(others)}; neither is loaded (uninstall one, or rename "
+                                 f"its entry point)")
+                continue
             if key in self._replaced_by:
                 self._quarantine(ep.name, group, dist, ep.value, f"plugin name {ep.name!r} was replaced by plugin "
                                                                  f"{self._replaced_by[key]!r}; not imported")
@@ -463,7 +474,19 @@ class PluginManager:
             r = getattr(item, "replaces", None)
             if r and r != nm and (reg, r) in self._owner and self._owner[(reg, r)] not in gone:
                 took.append((reg, r))
+            elif r and (reg, r) not in self._owner and not self._was_disabled(reg, r):
+                from fusegen.config.xla_flags import did_you_mean
+
+                words = REGISTRIES[reg][2]
+                raise _Refused(f"{words} {nm!r} says replaces={r!r}, but no plugin registers a {words} {r!r}"
+                               f"{did_you_mean(r, [n for g, n in self._owner if g == reg])}")
         return took
+
+    def _was_disabled(self, reg: str, name: str) -> bool:
+        """``[plugins] disable`` dropped entry ``name`` of ``reg`` (or its plugin): replacing it is no typo."""
+        d = self.disabled
+        return bool({normalize_name(name), normalize_name(f"{reg}:{name}")} & d) or bool(
+            {f"{r}:{name}" for r in ("matcher", "emitter", "backend", "pass", "codegen")} & set(d))
 
     def _drop(self, name: str) -> None:
         plugin = self._pluggy.get_plugin(name)

@@ -364,3 +364,36 @@ def test_the_pipeline_of_the_file_holds_for_tune_and_report_too(plugin_venv, tmp
                    env={"FUSEGEN_LOAD_PLUGINS": "rt_emit_raises"})
     assert p.returncode == 2 and (tmp_path / "e.html").exists()
     assert "fusion %wrapped_tanh: plugin 'rt_emit_raises' RaisingFusion.emit" in p.stderr
+
+
+REPLACES_NOSUCH = '''from fusegen.plugin_manager import hookimpl
+from fusegen.registry import EmitterFactory
+from fusegen_plugins.emitters.loop import LoopFusion
+
+
+@hookimpl
+def fusegen_emitter_factories():
+    return [EmitterFactory(name="my_loop", kind="kLoop", rank=1, replaces={target!r},
+                           create=lambda a, c=None: LoopFusion(a))]
+'''
+
+
+def test_replacing_a_name_nobody_registered_and_one_name_from_two_distributions_are_refused(tmp_path):
+    from venv_plugins import PluginVenv, write_project
+
+    venv = PluginVenv(tmp_path / "venv")
+    for dist, mod, target in (("replaces-typo", "rep_typo", "lop"), ("same-name-a", "same_a", "my_loop"),
+                              ("same-name-b", "same_b", "my_loop")):
+        ep = "rep_typo" if mod == "rep_typo" else "same_name"
+        venv.install(write_project(tmp_path / dist, dist, {mod: REPLACES_NOSUCH.format(target=target)},
+                                   {"fusegen.emitters": {ep: mod}}))
+    env = {"FUSEGEN_DISABLE_PLUGIN_AUTOLOAD": "0", "FUSEGEN_LOAD_PLUGINS": "", "FUSEGEN_STRICT_PLUGINS": "",
+           "FUSEGEN_AUTOLOAD_DISTRIBUTIONS": "fusegen,replaces-typo,same-name-a,same-name-b"}
+    p = venv.run("-m", "fusegen.cli", "plugins", "--json", cwd=tmp_path, env=env)
+    broken = {b["name"]: b for b in json.loads(p.stdout)["plugins"] if b["status"] == "broken"}
+    assert broken["rep_typo"]["reason"] == ("emitter factory 'my_loop' says replaces='lop', but no plugin registers "
+                                            "a emitter factory 'lop'; did you mean 'loop'?"), broken
+    assert "plugin name 'same_name' is also an entry point of distribution(s) same-name-" in broken["same_name"]["reason"]
+    assert not [i for i in json.loads(p.stdout)["plugins"] if i["name"] == "same_name" and i["status"] == "loaded"]
+    p = venv.run("-m", "fusegen.cli", "explain", str(EXAMPLE), cwd=tmp_path, env=env)  # the rest still runs
+    assert p.returncode == 0 and "LoopFusion" in p.stdout, p.stderr
