@@ -397,3 +397,32 @@ def test_replacing_a_name_nobody_registered_and_one_name_from_two_distributions_
     assert not [i for i in json.loads(p.stdout)["plugins"] if i["name"] == "same_name" and i["status"] == "loaded"]
     p = venv.run("-m", "fusegen.cli", "explain", str(EXAMPLE), cwd=tmp_path, env=env)  # the rest still runs
     assert p.returncode == 0 and "LoopFusion" in p.stdout, p.stderr
+
+
+SAME_NAME_REPLACEMENT = '''from fusegen.plugin_manager import hookimpl
+from fusegen.registry import EmitterFactory
+from fusegen_plugins.emitters.loop import LoopFusion
+
+FUSEGEN_REPLACES = "loop"
+
+
+class EltFusion(LoopFusion):
+    name = "EltFusion"
+
+
+@hookimpl
+def fusegen_emitter_factories():
+    return [EmitterFactory(name="loop", kind="kLoop", rank=1000, create=lambda a, c=None: EltFusion(a))]
+'''
+
+
+def test_a_plugin_replacing_loop_under_its_name_is_shown_with_its_distribution(tmp_path):
+    from venv_plugins import PluginVenv, write_project
+
+    venv = PluginVenv(tmp_path / "venv")
+    venv.install(write_project(tmp_path / "elt", "elt-loop", {"elt_loop": SAME_NAME_REPLACEMENT},
+                               {"fusegen.emitters": {"loop": "elt_loop"}}))
+    p = venv.run("-m", "fusegen.cli", "explain", str(EXAMPLE), cwd=tmp_path,
+                 env={"FUSEGEN_AUTOLOAD_DISTRIBUTIONS": "fusegen,elt-loop", "FUSEGEN_DISABLE_PLUGIN_AUTOLOAD": "0"})
+    assert p.returncode == 0, p.stderr
+    assert "(loop from elt-loop)" in p.stdout, p.stdout

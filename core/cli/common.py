@@ -171,10 +171,13 @@ def resolve_limits(max_memory: str | None, timeout: float | None, max_while_iter
 
 def with_plugin(value: str, plugin: str) -> str:
     """A table cell naming what decided or emitted a fusion, with its plugin in brackets when that plugin is
-    not one of fusegen's own (a third-party or replacing plugin): ``loop (acme_loop)``."""
+    not one of fusegen's own (a third-party or replacing plugin): ``loop (acme_loop)``; a plugin that replaced
+    a plugin of its own name also names its distribution: ``EltFusion (loop from acme-loop)``."""
     from fusegen.plugin_manager import default_plugin_manager
 
     info = default_plugin_manager().infos.get(plugin)
     if value == "-" or info is None or info.distribution == "fusegen":
         return value
+    if any(r.split(" (")[0] == plugin for r in info.replaces):  # took the name of the plugin it replaced
+        return f"{value} ({plugin} from {info.distribution})"
     return f"{value} ({plugin})"
