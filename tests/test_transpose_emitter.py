@@ -426,3 +426,34 @@ def test_interpret_variant_with_wide_tiles_is_bitwise_the_kernel(name):
     plain = triton_runtime.run_fusion(attrs.evolve(em, kernels=(attrs.evolve(k, interpret_variant=None),)), ops, inst)
     for a, b in zip(wide, plain):
         assert np.array_equal(np.asarray(a).view(np.uint8), np.asarray(b).view(np.uint8))
+
+
+def _complex_transpose_module(et: str, in_dims: tuple[int, ...], perm: tuple[int, ...]) -> str:
+    out = ",".join(str(in_dims[p]) for p in perm)
+    s_in = ",".join(map(str, in_dims))
+    return f"""HloModule cx
+fused {{
+  p = {et}[{s_in}] parameter(0)
+  t = {et}[{out}] transpose(p), dimensions={{{','.join(map(str, perm))}}}
+  m = {et}[{out}] multiply(t, t)
+  n = {et}[{s_in}] negate(p)
+  ROOT r = ({et}[{out}], {et}[{s_in}]) tuple(m, n)
+}}
+ENTRY e {{
+  p = {et}[{s_in}] parameter(0)
+  ROOT f = ({et}[{out}], {et}[{s_in}]) fusion(p), kind=kInput, calls=fused
+}}
+"""
+
+
+@pytest.mark.parametrize("et,in_dims,perm", [("c64", (33, 65), (1, 0)), ("c128", (3, 40, 36), (0, 2, 1))])
+def test_complex_transpose_runs_as_pairs_of_float_tiles(et, in_dims, perm):
+    """Issue 21 item 6: c64/c128 transposes are (re, im) pairs, each part a tile of the part type; the hero is
+    followed by a complex multiply and a side output (negate) reads the input."""
+    m = parse_module(_complex_transpose_module(et, in_dims, perm), "cx")
+    f = entry_fusion(m)
+    em, factory = dispatch.get_fusion_emitter(analyse(f, "h200"))
+    assert isinstance(em, TransposeFusion), factory
+    emitted = run_checked(f, em, seed=3, compile_sm90=True)
+    src = emitted.kernels[0].source
+    assert src.count("tl.permute(") == 2  # one per part

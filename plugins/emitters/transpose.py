@@ -16,6 +16,9 @@ The fusion's transpose hero is described by its *normalized* form (``TransposeDe
   value at the output index and every transpose root (the hero, or an elementwise/bitcast epilogue of it)
   is computed there and stored coalesced.
 
+A complex (``c64``/``c128``) hero is an ``(re, im)`` pair: each part is a tile of the part type, permuted on
+its own, and the prologue/epilogue use the elemental generator's complex arithmetic.
+
 Tiles (per normalized output dim): ``TransposeFusion`` uses XLA's ``kTileSize`` 32 on the two swapped minor
 dims (plus the whole preserved minor dim of a "021" transpose); ``PackedTranspose`` uses XLA's
 ``GetPackedTransposeTileSizes`` (larger tiles along the packed dims for sub-32-bit types). Triton needs
@@ -37,7 +40,7 @@ from fusegen.analysis.transpose import (
     get_packed_transpose_tile_sizes,
 )
 from fusegen.codegen import triton_source as ts
-from fusegen.codegen.elemental import (ELEMENTWISE, ElementalGenerator, KernelContext, choose_index_dtype,
+from fusegen.codegen.elemental import (ELEMENTWISE, Cx, ElementalGenerator, KernelContext, choose_index_dtype,
                                       deep_recursion, int_list)
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions, interpret_tile_sizes
@@ -312,6 +315,7 @@ class TransposeFusion(FusionEmitter):
         for n in ("lane", "mask_all"):
             ctx.names.reserve(n)
         ctx.mask = "mask_all"  # every index is clamped into range; stores carry the real masks
+        ctx.complex_values = True  # c64/c128 are (re, im) pairs: each part is a tile of its own
         gen = ElementalGenerator(ctx, comp)
 
         tiled = [k for k in range(r) if tiles[k] > 1]
@@ -372,16 +376,16 @@ class TransposeFusion(FusionEmitter):
             lin_in = linear([c_in[k] for k in inverse_permutation(p)], in_stride)
             in_shape = [tiles[k] for k in in_order]
             axes = [in_order.index(k) for k in out_order]
-            transposed: list[str] = []
+            transposed: list[Any] = []
             for h in hero_list:
                 src = h.operands[0]
                 idx = gen.delinearize(lin_in, src.shape.dimensions, src.shape.minor_to_major())
                 x = gen.value(src, idx)
                 if isinstance(x, list):
                     raise EmitterUnsupported(h.opcode, h.name, "transpose of a tuple")
-                xt = ctx.emit(f"tl.reshape(tl.permute(tl.reshape({x}, {in_shape}), {tuple(axes)}), [BLOCK])",
-                              f"{h.name}_tile")
-                transposed.append(xt)
+                parts = [ctx.emit(f"tl.reshape(tl.permute(tl.reshape({xp}, {in_shape}), {tuple(axes)}), [BLOCK])",
+                                  f"{h.name}_tile") for xp in (x if isinstance(x, Cx) else [x])]
+                transposed.append(Cx(parts) if isinstance(x, Cx) else parts[0])
             for k, (root, tr) in enumerate(zip(roots, is_tr)):
                 if tr:
                     continue
