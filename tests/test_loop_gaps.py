@@ -527,3 +527,40 @@ ENTRY e {
     from fusegen.codegen.emitter import EmitterUnsupported
     with pytest.raises(EmitterUnsupported, match="c64"):
         gen.value(m.entry.root, ("lin_c",))
+
+
+
+def test_complex_tanh_and_tan_follow_xla_at_the_edges():
+    """c64 tanh/tan as XLA's ``EmitComplexUnaryOp`` (expm1 form, ±1 where e^2a overflows, its NaN/zero corner
+    cases): finite values match numpy's complex128 answer, each corner case gets XLA's listed value, and the
+    kernel matches the reference evaluator. tan gets the same inputs except ``nan+0j``, where XLA
+    (``-i tanh(-0 + nan i)`` = ``(nan, nan)``) and numpy (``nan+0j``) differ by definition."""
+    text = """HloModule m
+fused {
+  z = c64[16] parameter(0)
+  w = c64[16] parameter(1)
+  t = c64[16] tanh(z)
+  u = c64[16] tan(w)
+  ROOT r = (c64[16], c64[16]) tuple(t, u)
+}
+ENTRY e {
+  z = c64[16] parameter(0)
+  w = c64[16] parameter(1)
+  ROOT f = (c64[16], c64[16]) fusion(z, w), kind=kLoop, calls=fused
+}"""
+    inf, nan = np.inf, np.nan
+    fin = [0.3 + 0.7j, -2 + 1.5j, 1e-4 - 3e-4j, 12 + 0.2j, -40 + 3j, 0.5 + 20j, -1e-30 + 1.56j, 5 - 5j]
+    edge = [(0.0, 0.0), (2.0, inf), (2.0, nan), (inf, 0.5), (inf, inf), (-inf, nan), (nan, 0.0), (nan, 1.0)]
+    z = np.empty(16, np.complex64)
+    z[:8] = fin
+    z.real[8:], z.imag[8:] = [e[0] for e in edge], [e[1] for e in edge]
+    w = z.copy()
+    w[14] = complex(0.0, nan)
+    outs, _, _, _ = _run_loop(text, [z, w])
+    t, u = outs
+    np.testing.assert_allclose(t[:8], np.tanh(z[:8].astype(np.complex128)), rtol=2e-6, atol=1e-7)
+    np.testing.assert_allclose(u[:8], np.tan(w[:8].astype(np.complex128)), rtol=2e-6, atol=1e-7)
+    # XLA's corner cases: (0,0)->(0,0); (x, inf|nan)->(nan, nan); (inf, y)->(1, 0); (inf, inf|nan)->(1, 0);
+    # (nan, 0)->(nan, 0); (nan, y)->(nan, nan)
+    np.testing.assert_array_equal(t[8:].real, np.array([0.0, nan, nan, 1.0, 1.0, -1.0, nan, nan], np.float32))
+    np.testing.assert_array_equal(t[8:].imag, np.array([0.0, nan, nan, 0.0, 0.0, 0.0, 0.0, nan], np.float32))

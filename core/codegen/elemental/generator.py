@@ -210,7 +210,8 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         _check_type(inst)
         if self.ctx.complex_values and (op in ("complex", "real", "imag") or (
                 op in ("add", "subtract", "multiply", "divide", "negate") and inst.shape.element_type in COMPLEX_PARTS)
-                or (op == "abs" and inst.operands and inst.operands[0].shape.element_type in COMPLEX_PARTS)):
+                or (op in ("abs", "tanh", "tan") and inst.operands
+                    and inst.operands[0].shape.element_type in COMPLEX_PARTS)):
             return self._complex_op(inst, idx)
         has_complex = any(leaf.element_type in COMPLEX_PARTS for x in [inst] + list(inst.operands)
                           for leaf in x.shape.leaves())
@@ -220,7 +221,8 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             raise EmitterUnsupported(op, inst.name, f"element type {et} has no Triton type")
         if has_complex and op not in _COMPLEX_OK:
             raise EmitterUnsupported(op, inst.name, "complex operands are only supported by elementwise "
-                                     "add/subtract/multiply/divide/negate, compare EQ/NE, convert and data movement")
+                                     "add/subtract/multiply/divide/negate/abs/tanh/tan, compare EQ/NE, convert and "
+                                     "data movement")
         handler = _HANDLERS.get(op)
         if handler is not None:
             return handler(self, inst, idx)
@@ -240,8 +242,8 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
 
     def _complex_op(self, inst: Instruction, idx: Index) -> Any:
         """Complex arithmetic (``c64`` / ``c128``) on ``(re, im)`` pairs: add, subtract, multiply, divide
-        (Smith's algorithm, as numpy), negate, abs (XLA's ``EmitComplexAbs``), compare EQ/NE, select;
-        ``complex``/``real``/``imag``."""
+        (Smith's algorithm, as numpy), negate, abs (XLA's ``EmitComplexAbs``), tanh and tan (XLA's
+        ``EmitComplexUnaryOp`` kTanh/kTan), compare EQ/NE, select; ``complex``/``real``/``imag``."""
         op = inst.opcode
         name = inst.name
         em = self.ctx.emit
@@ -268,6 +270,8 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             q = em(f"{mn} / {mx}", "cab")
             r = em(f"{mx} * tl.sqrt_rn(1.0 + {q} * {q})", "cab")
             return em(f"tl.where({r} != {r}, {mn} + {mx}, {r})", name)
+        if op in ("tanh", "tan"):
+            return self._complex_tanh(vals[0], COMPLEX_PARTS[inst.shape.element_type], op == "tan", name)
         a, b = vals
         if op in ("add", "subtract"):
             sym = "+" if op == "add" else "-"
@@ -284,6 +288,33 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             im = em(f"tl.where({big}, ({a.im} - {a.re} * {r1}) / {d1}, ({a.im} * {r2} - {a.re}) / {d2})", name)
             return Cx((re, im))
         raise EmitterUnsupported(op, name, f"{op} on {inst.operands[0].shape.element_type}")
+
+    def _complex_tanh(self, x: Cx, part: str, is_tan: bool, name: str) -> Cx:
+        """XLA's complex tanh (``elemental_ir_emitter.cc``, ``EmitComplexUnaryOp`` kTanh; kTan as
+        ``tan(x + yi) = -i * tanh(-y + xi)``): ``(e^2a - e^-2a + i 4 cos b sin b) / (e^2a + e^-2a - 2 + 4 cos^2 b)``
+        with expm1 for the exponentials, ``±1`` for the real part where ``e^2a + e^-2a`` overflows, and XLA's
+        corner cases: real NaN where ``sin 2b`` is NaN and ``a`` finite, imag +0 where ``b == 0`` or
+        (``a`` infinite and ``sin 2b`` NaN)."""
+        em = self.ctx.emit
+        a, b = (em(f"-{x.im}", "cth"), x.re) if is_tan else (x.re, x.im)
+        e_p = em(f"libdevice.expm1({a} + {a})", "cth")
+        e_n = em(f"libdevice.expm1(-({a} + {a}))", "cth")
+        cb, sb = em(f"libdevice.cos({b})", "cth"), em(f"libdevice.sin({b})", "cth")
+        e_sum = em(f"{e_p} + {e_n}", "cth")
+        denom = em(f"{e_sum} + {cb} * {cb} * 4.0", "cth")
+        inum = em(f"4.0 * ({cb} * {sb})", "cth")
+        inf, nan, zero = self.fconst(float("inf"), part), self.fconst(float("nan"), part), self.fconst(0.0, part)
+        # e_sum is +inf only for |a| large (never for a NaN a): the limit is copysign(1, a)
+        re = em(f"tl.where({e_sum} == {inf}, tl.where({a} < 0, -1.0, 1.0).to({ts.tl_dtype(part)}), "
+                f"({e_p} - {e_n}) / {denom})", "cth")
+        im = em(f"{inum} / {denom}", "cth")
+        a_inf = em(f"tl.abs({a}) == {inf}", "cth")
+        s_nan = em(f"{inum} != {inum}", "cth")
+        re = em(f"tl.where({s_nan} & ~{a_inf}, {nan}, {re})", "cth")
+        im = em(f"tl.where(({b} == 0) | ({a_inf} & {s_nan}), {zero}, {im})", "cth")
+        if is_tan:
+            return Cx((em(im, name), em(f"-{re}", name)))
+        return Cx((em(re, name), em(im, name)))
 
     def tl(self, et: str) -> str:
         return ts.tl_dtype(et)
