@@ -353,7 +353,8 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
         with deep_recursion():
             if registers:
                 # p: the partner's position, lane ^ xm its lane (blocks are whole tiles, xm < tile)
-                act = "act = live & (tl.where(lower, p, qr) < NSORT)" if padded else "act = live"
+                # the pair's upper position, max(p, qr), must be real
+                act = "act = live & (tl.maximum(p, qr) < NSORT)" if padded else "act = live"
                 for line in ("p = qr ^ xm", "lower = qr < p", act, "src = lane ^ xm"):
                     b.line(line)
                 part = [ctx.emit(f"tl.gather({v}, src, 0)", "w") for v in vals]
