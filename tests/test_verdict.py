@@ -100,6 +100,26 @@ def test_f64_oracle_keeps_a_float_bitcast_convert_at_its_own_width():
     assert got.dtype == np.float64 and list(got) == [1.0, -1.0]  # 0xBF800000 is -1.0
 
 
+
+def test_f64_oracle_keeps_an_element_type_bitcast_at_its_own_width():
+    # XLA's optimised HLO writes the total-order comparator's f32 -> s32 as `bitcast` (benchmarks/data top_k)
+    m = parse_module("HloModule b\nENTRY e {\n  p = f32[4]{0} parameter(0)\n  ROOT r = s32[4]{0} bitcast(p)\n}\n")
+    x = np.array([1.0, -2.5, 0.1, -0.0], np.float32)
+    np.testing.assert_array_equal(evaluate_promoted(m, [x]), x.view(np.int32))
+    topk = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "top_k_50.h200_opt.hlo"
+    text = topk.read_text().replace("512,", "4,").replace("[0:512]", "[0:4]").replace("32000", "64")
+    m = parse_module(text)
+    x = np.random.default_rng(3).standard_normal((4, 64)).astype(np.float32)
+    x[0, :3] = [np.nan, -0.0, 0.0]
+    vals, idx = evaluate_promoted(m, [x])
+    # descending in the total order (NaN first, 0.0 before -0.0): the s32 keys of the f32 bits
+    bits = x.view(np.int32)
+    keys = np.where(bits < 0, bits ^ 0x7FFFFFFF, bits).astype(np.int64)
+    order = np.argsort(-keys, axis=1, kind="stable")[:, :50]
+    assert list(order[0, :1]) == [0] and list(idx[0]).index(2) < list(idx[0]).index(1)
+    np.testing.assert_array_equal(idx, order)
+    np.testing.assert_array_equal(vals.astype(np.float32).view(np.int32), np.take_along_axis(bits, order, 1))
+
 TOPK_BITS = """HloModule topk_bits
 %cmp (a: f32[], b: f32[], i: s32[], j: s32[]) -> pred[] {
   %a = f32[] parameter(0)

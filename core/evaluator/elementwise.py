@@ -372,11 +372,18 @@ def _reinterpret(x: np.ndarray, dt: np.dtype, dims: tuple[int, ...]) -> np.ndarr
     return x.view(dt).reshape(dims)  # widening: the minor dim folds into one element
 
 
-def _bitcast_convert(inst: Instruction, ops: list) -> np.ndarray:
+#: Attribute the f64 oracle (:func:`fusegen.verify.promote.keep_bit_width`) sets on a promoted float
+#: ``bitcast-convert`` / element-type-changing ``bitcast``: its (operand, result) types before promotion.
+BIT_WIDTH_ATTR = "_fusegen_bit_width_types"
+
+
+def bitcast_convert(inst: Instruction, ops: list) -> np.ndarray:
+    """``bitcast-convert`` (and a ``bitcast`` that changes the element type): the operand's bits as the
+    result type, at the widths of :data:`BIT_WIDTH_ATTR` where the f64 oracle promoted it."""
     x = contiguous(ops[0])
     dt = shape_dtype(inst.shape)
     dims = tuple(inst.shape.dimensions)
-    widths = inst.attrs.get("_fusegen_bit_width_types")  # set by the f64 oracle (fusegen.verify.promote)
+    widths = inst.attrs.get(BIT_WIDTH_ATTR)  # set by the f64 oracle (fusegen.verify.promote)
     if widths is not None:
         # promoted: reinterpret the bits at the program's widths, then widen the result
         src, dst = numpy_dtype(widths[0]), numpy_dtype(widths[1])
@@ -445,7 +452,7 @@ HANDLERS.update({
     "select": _select,
     "clamp": _clamp,
     "convert": _convert,
-    "bitcast-convert": _bitcast_convert,
+    "bitcast-convert": bitcast_convert,
     "reduce-precision": _reduce_precision,
 })
 

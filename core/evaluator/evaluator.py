@@ -161,6 +161,8 @@ def _apply(inst: Instruction, operands: list, lifted: bool) -> Value:
     if lifted and inst.opcode in _SCALAR_IDENTITY:
         if inst.opcode == "bitcast" and inst.shape.element_type != inst.operands[0].shape.element_type:
             # a scalar bitcast between element types of one width (XLA's ComparisonExpander writes them)
+            if elementwise.BIT_WIDTH_ATTR in inst.attrs:  # the f64 oracle's: bits at the program's widths
+                return elementwise.bitcast_convert(inst, operands)
             return contiguous(operands[0]).view(shape_dtype(inst.shape))
         return operands[0]
     if lifted and inst.opcode in ("call", "fusion"):

@@ -56,6 +56,10 @@ def _reshape(inst: Instruction, ops: list) -> np.ndarray:
 
 
 def _bitcast(inst: Instruction, ops: list) -> np.ndarray:
+    from fusegen.evaluator.elementwise import BIT_WIDTH_ATTR, bitcast_convert
+
+    if BIT_WIDTH_ATTR in inst.attrs:  # promoted by the f64 oracle: reinterpret at the program's widths
+        return bitcast_convert(inst, ops)
     x = np.asarray(ops[0])
     src = inst.operands[0].shape
     # reshape: layout_util's round trip through ascontiguousarray makes scalars 1-D

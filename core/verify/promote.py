@@ -67,9 +67,11 @@ def keep_bit_width(inst) -> None:
     """Mark a ``bitcast-convert`` of a floating operand or result so that, promoted, it still reinterprets the
     bits at the original widths (the evaluator rounds its operand to the original type, bitcasts, and widens
     the result): a sort comparator's total-order key (f32 -> s32) stays what the program compares."""
-    if inst.opcode != "bitcast-convert" or BIT_WIDTH_ATTR in inst.attrs or not inst.operands:
+    if inst.opcode not in ("bitcast-convert", "bitcast") or BIT_WIDTH_ATTR in inst.attrs or not inst.operands:
         return
     src, dst = inst.operands[0].shape.element_type, inst.shape.element_type
+    if inst.opcode == "bitcast" and src == dst:  # a layout bitcast: promoted like any reshape
+        return
     if promoted_type(src) != src or promoted_type(dst) != dst:
         inst.attrs[BIT_WIDTH_ATTR] = (src, dst)
 
