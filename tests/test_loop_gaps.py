@@ -564,3 +564,57 @@ ENTRY e {
     # (nan, 0)->(nan, 0); (nan, y)->(nan, nan)
     np.testing.assert_array_equal(t[8:].real, np.array([0.0, nan, nan, 1.0, 1.0, -1.0, nan, nan], np.float32))
     np.testing.assert_array_equal(t[8:].imag, np.array([0.0, nan, nan, 0.0, 0.0, 0.0, 0.0, nan], np.float32))
+
+
+def test_complex_power_and_tanh_match_xla_cpu_at_the_edges():
+    """c64 power (XLA's ``EmitComplexPower`` with its 0^c, x^0, 1^y, inf^c cases) and tanh on edge values:
+    the kernel gives XLA:CPU's answer (the same elemental emitter), NaN positions included. numpy differs
+    at some of these by definition (``(1+0j) ** (nan+nanj)`` is NaN there, 1 in XLA)."""
+    if JAX_ERROR is not None:
+        pytest.skip(f"jaxlib not usable: {JAX_ERROR}")
+    fused = """HloModule m
+fused {
+  x = c64[16] parameter(0)
+  y = c64[16] parameter(1)
+  p = c64[16] power(x, y)
+  t = c64[16] tanh(x)
+  ROOT r = (c64[16], c64[16]) tuple(p, t)
+}
+ENTRY e {
+  x = c64[16] parameter(0)
+  y = c64[16] parameter(1)
+  ROOT f = (c64[16], c64[16]) fusion(x, y), kind=kLoop, calls=fused
+}"""
+    plain = """HloModule x
+ENTRY e {
+  x = c64[16]{0} parameter(0)
+  y = c64[16]{0} parameter(1)
+  p = c64[16]{0} power(x, y)
+  t = c64[16]{0} tanh(x)
+  ROOT r = (c64[16]{0}, c64[16]{0}) tuple(p, t)
+}"""
+    inf, nan = np.inf, np.nan
+
+    def cx(pairs):
+        z = np.empty(len(pairs), np.complex64)
+        z.real[:], z.imag[:] = [p[0] for p in pairs], [p[1] for p in pairs]
+        return z
+
+    x = cx([(0, 0), (0, 0), (0, 0), (3, 1), (1, 0), (inf, 0), (inf, 0), (2, inf), (nan, 0), (-inf, nan),
+            (0.5, -2), (-3, 0), (1e-3, 2e-3), (-7, -0.5), (40, 2), (0, -1)])
+    y = cx([(0, 0), (2, 0), (-1, 0), (0, 0), (nan, nan), (2, 0), (-2, 0), (1, 1), (1, 0), (1, 0),
+            (1.5, 0.3), (0.5, 0), (2, -1), (-0.5, 0.25), (0.1, 0), (3, 0)])
+    m = load(fused)
+    (f,) = [i for i in m.entry.post_order() if i.opcode == "fusion"]
+    ops, _ = operands_and_reference(m, f, args=[x, y])
+    emitted = pick_emitter(FusionAnalysis.create(f)).emit()
+    assert emitted.emitter == "LoopFusion"
+    outs = triton_runtime.run_fusion(emitted, ops, f)
+    xla = run_xla(plain, [x, y])
+    assert outs[0][0] == 1 and outs[0][1] == 0  # 0^0 = 1, 0^2 = 0
+    assert outs[0][4] == 1 and outs[0][5] == np.inf and outs[0][6] == 0  # 1^nan, inf^2, inf^-2
+    for k, name in enumerate(("power", "tanh")):
+        for part in ("real", "imag"):
+            o, r = getattr(outs[k], part), getattr(np.asarray(xla[k]), part)
+            np.testing.assert_array_equal(np.isnan(o), np.isnan(r), err_msg=f"{name} {part}: NaN positions")
+            np.testing.assert_allclose(o, r, rtol=4e-6, atol=1e-6, equal_nan=True, err_msg=f"{name} {part}")

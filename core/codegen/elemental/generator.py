@@ -209,7 +209,8 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         op = inst.opcode
         _check_type(inst)
         if self.ctx.complex_values and (op in ("complex", "real", "imag") or (
-                op in ("add", "subtract", "multiply", "divide", "negate") and inst.shape.element_type in COMPLEX_PARTS)
+                op in ("add", "subtract", "multiply", "divide", "negate", "power")
+                and inst.shape.element_type in COMPLEX_PARTS)
                 or (op in ("abs", "tanh", "tan") and inst.operands
                     and inst.operands[0].shape.element_type in COMPLEX_PARTS)):
             return self._complex_op(inst, idx)
@@ -221,7 +222,7 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             raise EmitterUnsupported(op, inst.name, f"element type {et} has no Triton type")
         if has_complex and op not in _COMPLEX_OK:
             raise EmitterUnsupported(op, inst.name, "complex operands are only supported by elementwise "
-                                     "add/subtract/multiply/divide/negate/abs/tanh/tan, compare EQ/NE, convert and "
+                                     "add/subtract/multiply/divide/negate/power/abs/tanh/tan, compare EQ/NE, convert and "
                                      "data movement")
         handler = _HANDLERS.get(op)
         if handler is not None:
@@ -243,7 +244,7 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
     def _complex_op(self, inst: Instruction, idx: Index) -> Any:
         """Complex arithmetic (``c64`` / ``c128``) on ``(re, im)`` pairs: add, subtract, multiply, divide
         (Smith's algorithm, as numpy), negate, abs (XLA's ``EmitComplexAbs``), tanh and tan (XLA's
-        ``EmitComplexUnaryOp`` kTanh/kTan), compare EQ/NE, select; ``complex``/``real``/``imag``."""
+        ``EmitComplexUnaryOp`` kTanh/kTan), power (``EmitComplexPower``), compare EQ/NE, select; ``complex``/``real``/``imag``."""
         op = inst.opcode
         name = inst.name
         em = self.ctx.emit
@@ -263,16 +264,12 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         if op == "abs":
             # XLA's EmitComplexAbs (elemental_ir_emitter.cc): max * sqrt(1 + (min / max)^2) with NaN-propagating
             # max/min, falling back to min + max where that is NaN ((0, 0), (inf, inf), a NaN part)
-            (x,) = vals
-            ar, ai = em(f"tl.abs({x.re})", "cab"), em(f"tl.abs({x.im})", "cab")
-            mx = em(f"tl.where({ar} != {ar}, {ar}, tl.where({ai} != {ai}, {ai}, tl.maximum({ar}, {ai})))", "cab")
-            mn = em(f"tl.where({ar} != {ar}, {ar}, tl.where({ai} != {ai}, {ai}, tl.minimum({ar}, {ai})))", "cab")
-            q = em(f"{mn} / {mx}", "cab")
-            r = em(f"{mx} * tl.sqrt_rn(1.0 + {q} * {q})", "cab")
-            return em(f"tl.where({r} != {r}, {mn} + {mx}, {r})", name)
+            return self._complex_abs(vals[0], name)
         if op in ("tanh", "tan"):
             return self._complex_tanh(vals[0], COMPLEX_PARTS[inst.shape.element_type], op == "tan", name)
         a, b = vals
+        if op == "power":
+            return self._complex_pow(a, b, COMPLEX_PARTS[inst.shape.element_type], name)
         if op in ("add", "subtract"):
             sym = "+" if op == "add" else "-"
             return Cx((em(f"{a.re} {sym} {b.re}", name), em(f"{a.im} {sym} {b.im}", name)))
@@ -288,6 +285,40 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             im = em(f"tl.where({big}, ({a.im} - {a.re} * {r1}) / {d1}, ({a.im} * {r2} - {a.re}) / {d2})", name)
             return Cx((re, im))
         raise EmitterUnsupported(op, name, f"{op} on {inst.operands[0].shape.element_type}")
+
+    def _complex_abs(self, x: Cx, name: str) -> str:
+        """XLA's EmitComplexAbs (elemental_ir_emitter.cc): max * sqrt(1 + (min / max)^2) with NaN-propagating
+        max/min, falling back to min + max where that is NaN ((0, 0), (inf, inf), a NaN part)."""
+        em = self.ctx.emit
+        ar, ai = em(f"tl.abs({x.re})", "cab"), em(f"tl.abs({x.im})", "cab")
+        mx = em(f"tl.where({ar} != {ar}, {ar}, tl.where({ai} != {ai}, {ai}, tl.maximum({ar}, {ai})))", "cab")
+        mn = em(f"tl.where({ar} != {ar}, {ar}, tl.where({ai} != {ai}, {ai}, tl.minimum({ar}, {ai})))", "cab")
+        q = em(f"{mn} / {mx}", "cab")
+        r = em(f"{mx} * tl.sqrt_rn(1.0 + {q} * {q})", "cab")
+        return em(f"tl.where({r} != {r}, {mn} + {mx}, {r})", name)
+
+    def _complex_pow(self, x: Cx, y: Cx, part: str, name: str) -> Cx:
+        """XLA's EmitComplexPower (elemental_ir_emitter.cc): ``|x|^c e^(-d arg x) (cos q + i sin q)``,
+        ``q = c arg x + d ln|x|`` for ``y = c + di``, then its cases in order: ``0^(c >= 0 real)`` = 1 for
+        c == 0 else 0; ``x^0`` = 1; ``1^y`` = 1; ``inf^(c > 0 real)`` = inf; ``inf^(c < 0 real)`` = 0."""
+        em = self.ctx.emit
+        a, b, c, d = x.re, x.im, y.re, y.im
+        ab = self._complex_abs(x, "cpw")
+        arg = em(f"libdevice.atan2({b}, {a})", "cpw")
+        coeff = em(f"libdevice.pow({ab}, {c}) * libdevice.exp(-{d} * {arg})", "cpw")
+        q = em(f"{c} * {arg} + {d} * libdevice.log({ab})", "cpw")
+        re, im = em(f"{coeff} * libdevice.cos({q})", "cpw"), em(f"{coeff} * libdevice.sin({q})", "cpw")
+        one, zero, inf = self.fconst(1.0, part), self.fconst(0.0, part), self.fconst(float("inf"), part)
+        real_inf_base = f"({a} == {inf}) & ({b} == 0) & ({d} == 0)"
+        for cond, r_val, i_val in (
+                (f"({ab} == 0) & ({d} == 0) & ({c} >= 0)", f"tl.where({c} == 0, {one}, {zero})", zero),
+                (f"({c} == 0) & ({d} == 0)", one, zero),
+                (f"({a} == 1) & ({b} == 0)", one, zero),
+                (f"{real_inf_base} & ({c} > 0)", inf, zero),
+                (f"{real_inf_base} & ({c} < 0)", zero, zero)):
+            k = em(cond, "cpw")
+            re, im = em(f"tl.where({k}, {r_val}, {re})", "cpw"), em(f"tl.where({k}, {i_val}, {im})", "cpw")
+        return Cx((em(re, name), em(im, name)))
 
     def _complex_tanh(self, x: Cx, part: str, is_tan: bool, name: str) -> Cx:
         """XLA's complex tanh (``elemental_ir_emitter.cc``, ``EmitComplexUnaryOp`` kTanh; kTan as
