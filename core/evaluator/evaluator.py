@@ -49,6 +49,7 @@ from fusegen.evaluator import (
     vectorized_scatter,
 )
 from fusegen.evaluator.common import EvaluationError, Value, as_array, contiguous, shape_dtype
+from fusegen.hlo.dtypes import numpy_dtype
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 
 __all__ = [
@@ -125,7 +126,8 @@ def is_liftable(comp: Computation) -> bool:
         elif inst.opcode not in _LIFTABLE:
             ok = False
         elif inst.opcode in ("bitcast-convert", "bitcast"):
-            ok = inst.operands[0].shape.element_type == inst.shape.element_type or (
+            ok = inst.opcode == "bitcast" and elementwise.BIT_WIDTH_ATTR in inst.attrs  # widths kept, equal
+            ok = ok or inst.operands[0].shape.element_type == inst.shape.element_type or (
                 np.dtype(shape_dtype(inst.operands[0].shape)).itemsize == np.dtype(shape_dtype(inst.shape)).itemsize)
         if not ok:
             break
@@ -161,8 +163,11 @@ def _apply(inst: Instruction, operands: list, lifted: bool) -> Value:
     if lifted and inst.opcode in _SCALAR_IDENTITY:
         if inst.opcode == "bitcast" and inst.shape.element_type != inst.operands[0].shape.element_type:
             # a scalar bitcast between element types of one width (XLA's ComparisonExpander writes them)
-            if elementwise.BIT_WIDTH_ATTR in inst.attrs:  # the f64 oracle's: bits at the program's widths
-                return elementwise.bitcast_convert(inst, operands)
+            widths = inst.attrs.get(elementwise.BIT_WIDTH_ATTR)
+            if widths is not None:  # the f64 oracle's: the bits at the program's (equal) widths, then widened
+                src, dst = numpy_dtype(widths[0]), numpy_dtype(widths[1])
+                bits = contiguous(elementwise.convert_array(np.asarray(operands[0]), src)).view(dst)
+                return elementwise.convert_array(bits, shape_dtype(inst.shape))
             return contiguous(operands[0]).view(shape_dtype(inst.shape))
         return operands[0]
     if lifted and inst.opcode in ("call", "fusion"):
