@@ -94,6 +94,19 @@ def test_global_inputs_of_the_wrong_shape_are_bad_input(tmp_path):
     assert "one partition's shard" in res.output and "%param.1" in res.output
 
 
+def test_global_inputs_are_header_checked_before_they_are_read(tmp_path):
+    # a member inflating past what its header describes is refused as for one device (no 10 MB read)
+    import zipfile
+    header = tmp_path / "h.npy"
+    np.save(header, np.zeros((64, 256), np.float32))
+    bomb = tmp_path / "in.npz"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("p0.npy", header.read_bytes() + bytes(10 << 20))
+    res, _ = _run([SPMD / "ring_ppermute.h200x2_opt.hlo", "--inputs", bomb])
+    assert res.exit_code == 2
+    assert "inflates to" in res.output and "in.npz" in res.output
+
+
 def test_explain_lists_partitions_and_collectives():
     res = CliRunner().invoke(cli, ["explain", str(SPMD / "tp_mlp_seqpar.h200x2_opt.hlo"), "--json"])
     assert res.exit_code == 0, res.output

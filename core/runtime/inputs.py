@@ -184,8 +184,11 @@ def _not_npz(path: Path) -> str:
     return f"{path}: not an .npz archive ({what}; {hint})"
 
 
-def check_npz_headers(module: Module, path: str | Path) -> dict[str, str]:
+def check_npz_headers(module: Module, path: str | Path, check: Any = None) -> dict[str, str]:
     """Check an ``.npz``'s arrays against the entry parameters from their headers alone.
+
+    ``check(path, key, parameter, shape, dtype) -> numpy dtype`` judges each header (default
+    :func:`check_array`: the parameter's own shape; an SPMD module's global inputs pass their own).
 
     Nothing is decompressed past each member's ``.npy`` header, so a small file that would inflate to
     gigabytes (or an array of the wrong shape) is refused before any memory is spent on it. Also checks
@@ -222,7 +225,7 @@ def check_npz_headers(module: Module, path: str | Path) -> dict[str, str]:
             except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error, SyntaxError) as e:
                 raise InputError(f"{path}: array '{key}' has no readable .npy header: "
                                  f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-            want = check_array(path, key, p, shape, dtype)
+            want = (check or check_array)(path, key, p, shape, dtype)
             data_bytes = want.itemsize * int(np.prod(shape, dtype=np.int64))
             if info.file_size > data_bytes + 65536:  # header (<64 KiB) + data, nothing more
                 raise InputError(f"{path}: array '{key}' inflates to {info.file_size:,} bytes, but its header "

@@ -24,7 +24,8 @@ import numpy as np
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Module
 from fusegen.hlo.sharding import Sharding, ShardingError, iota_devices, parse_sharding
-from fusegen.runtime.inputs import InputError, _read_npz_member, from_npz_dtype, load_inputs
+from fusegen.runtime.inputs import (InputError, _read_npz_member, check_array, check_npz_headers, from_npz_dtype,
+                                    load_inputs)
 from fusegen.runtime.spmd_plan import SpmdPlan
 
 __all__ = ["param_shardings", "split_inputs", "load_spmd_inputs", "load_expected_parts", "output_shardings",
@@ -75,6 +76,12 @@ def split_inputs(module: Module, plan: SpmdPlan, arrays: list[np.ndarray], where
 
 
 def _read_global(module: Module, path: Path) -> list[np.ndarray]:
+    # headers first, as for one device: a small file inflating to gigabytes is refused before it is read;
+    # a global shape is judged by split_inputs (against the sharding), so only the dtype is checked here
+    def check_global(where: Any, key: str, p: Any, shape: tuple, dtype: np.dtype) -> np.dtype:
+        return check_array(where, key, p, tuple(p.shape.dimensions), dtype)
+
+    check_npz_headers(module, path, check_global)
     try:
         data = np.load(path, allow_pickle=False)
     except Exception as e:
