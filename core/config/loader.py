@@ -190,6 +190,25 @@ def _check_device(name: str) -> str | None:
     return None
 
 
+def _read_config_file(config_path: Any, cwd: Any) -> tuple[TomlDocument | None, list]:
+    """The file ``--config`` names, else the nearest ``fusegen.toml`` / ``pyproject.toml`` (None: no file), with
+    the lookup's warnings.
+
+    Raises:
+        ConfigError: a named file that is missing or not a file, or not TOML.
+    """
+    if config_path is not None:
+        p = Path(config_path)
+        if not p.is_file():
+            raise ConfigError("config file not found" if not p.exists() else "config path is not a file", p)
+        return read_toml(p, PYPROJECT_PREFIX if p.name == "pyproject.toml" else ()), []
+    found = find_config_file(cwd)
+    if found is None:
+        return None, []
+    path, prefix, warns = found
+    return read_toml(path, prefix), list(warns)
+
+
 def load_config(
     config_path: str | Path | None = None,
     cli_flags: Mapping[str, Any] | list[str] | tuple[str, ...] | None = None,
@@ -247,18 +266,8 @@ def load_config(
     installed = set(installed_plugins) if installed_plugins is not None else set(plugin_options)
     b = _Builder()
 
-    doc: TomlDocument | None = None
-    if config_path is not None:
-        p = Path(config_path)
-        if not p.is_file():
-            raise ConfigError("config file not found" if not p.exists() else "config path is not a file", p)
-        doc = read_toml(p, PYPROJECT_PREFIX if p.name == "pyproject.toml" else ())
-    else:
-        found = find_config_file(cwd)
-        if found is not None:
-            path, prefix, warns = found
-            b.warnings.extend(warns)
-            doc = read_toml(path, prefix)
+    doc, warns = _read_config_file(config_path, cwd)
+    b.warnings.extend(warns)
 
     data: dict[str, Any] = doc.data if doc is not None else {}
     if doc is not None:
@@ -434,16 +443,9 @@ def read_plugins_table(config_path: str | Path | None = None, cwd: str | Path | 
     Raises:
         ConfigError: the file is missing or not TOML, or one of the three keys has the wrong type (``PATH:LINE``).
     """
-    if config_path is not None:
-        p = Path(config_path)
-        if not p.is_file():
-            raise ConfigError("config file not found" if not p.exists() else "config path is not a file", p)
-        doc = read_toml(p, PYPROJECT_PREFIX if p.name == "pyproject.toml" else ())
-    else:
-        found = find_config_file(cwd)
-        if found is None:
-            return PluginsOptions()
-        doc = read_toml(found[0], found[1])
+    doc, _ = _read_config_file(config_path, cwd)
+    if doc is None:
+        return PluginsOptions()
     table = doc.data.get("plugins")
     if not isinstance(table, dict):
         return PluginsOptions()
