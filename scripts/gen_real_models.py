@@ -104,6 +104,19 @@ def mistral():
     return _keras_program(m, {"token_ids": ids, "padding_mask": mask})
 
 
+def mixtral(seed: int = 10):
+    """A keras-hub Mixtral (sparse MoE, bf16): each token's router picks its top-2 of 4 experts."""
+    import keras
+    import keras_hub
+
+    keras.utils.set_random_seed(seed)
+    m = keras_hub.models.MixtralBackbone(vocabulary_size=64, num_layers=2, num_query_heads=4, num_key_value_heads=2,
+                                         hidden_dim=32, intermediate_dim=64, num_experts=4, top_k=2,
+                                         sliding_window=4, dtype="bfloat16")
+    ids, mask = _tokens(np.random.default_rng(seed), 2, 8, 64)
+    return _keras_program(m, {"token_ids": ids, "padding_mask": mask})
+
+
 def vit():
     import jax.numpy as jnp
     import keras_hub
@@ -303,7 +316,7 @@ def flax_odd_mlp():
     return (lambda v, x: net.apply(v, x)), (variables, x)
 
 
-PROGRAMS = {f.__name__: f for f in (flax_odd_mlp, gpt2, bert, llama_bf16, gemma, mistral, vit, resnet, adamw_step, flax_block,
+PROGRAMS = {f.__name__: f for f in (flax_odd_mlp, gpt2, bert, llama_bf16, gemma, mistral, mixtral, vit, resnet, adamw_step, flax_block,
                                     equinox_gru_scan, equinox_mlp, adamw_logit_offset, equinox_rnn_chaotic,
                                     flax_batchnorm_offset)}
 

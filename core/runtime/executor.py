@@ -34,6 +34,7 @@ from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
 from fusegen.verify.options import VerifyOptions
+from fusegen.verify.ties import record_ties
 from fusegen.verify.verdict import judge_module, record_fusion
 from fusegen.runtime.compile_jobs import CompileJobs, apply_compiled_shared
 from fusegen.runtime.kernel_reuse import KernelReuse
@@ -288,6 +289,7 @@ class Executor:
         self._emitted: dict[int, tuple[Any, FusionReport]] = {}
         self.verify = verify or VerifyOptions()
         self.events: list = []  # fusegen.verify.verdict.FusionEvent per compared execution, in order
+        self.ties: list = []  # fusegen.verify.ties.Tie: near-ties of the sorts on the kernel path, in order
         self.timings = Timings()  # module-level phases outside fusions (fusegen.runtime.timings)
         self.compiles = CompileJobs(jobs)
         self.kernel_reuse = KernelReuse()  # identical fusions run the first one's kernels
@@ -421,8 +423,11 @@ class Executor:
         self.other[backend.name] = self.other.get(backend.name, 0) + 1
         self.other_instructions.setdefault(inst.name, (inst.name, op, backend.name))
         with self.timings.phase("other"):
-            return self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops,
-                                       self._context(backend.plugin))
+            out = self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops,
+                                      self._context(backend.plugin))
+        if op == "sort":
+            record_ties(self, inst, out)
+        return out
 
     def _run_fusion(self, inst: Instruction, ops: list[Any]) -> Any:
         emitted, plan = self.plan_fusion(inst)
@@ -466,6 +471,7 @@ class Executor:
                     self._pending.append((rep, handle, fresh))
         with tm.phase("compare"):
             self._record(rep, inst, out, ref, ops)
+            record_ties(self, inst, out)
         if first and self.on_fusion is not None:
             self.on_fusion(rep)
         return out
@@ -551,7 +557,8 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
         with ex.timings.phase("reference"):  # the module's reference run and the verdict's f64 oracle
             ref = oracles.reference(ex.fusion_references)
             ex.fusion_references.clear()
-            verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected, f64=oracles.f64())
+            verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected, f64=oracles.f64(),
+                                   ties=ex.ties, budget=ex.budget)
     finally:
         oracles.close()
     ok = verdict.status != "mismatch"

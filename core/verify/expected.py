@@ -231,15 +231,17 @@ def order_free(k: np.ndarray, r: np.ndarray, x: np.ndarray | None, edge: float, 
     return involved & (agree | (~_finite(k) & (edge > 0)))
 
 
-def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray,
-                   path: OutputPath, options: VerifyOptions) -> ExpectedJudgement:
-    """Judge kernel output ``k`` (element type ``t``) against the expected array ``e`` (see module docstring).
-
-    ``r``: the reference evaluator's output; ``o``: the f64 oracle's (``None`` when unavailable). All arrays
-    share one shape (the caller checks).
-    """
+def failing(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray, path: OutputPath,
+            options: VerifyOptions) -> np.ndarray:
+    """The elements of ``k`` that :func:`judge_expected` fails against ``e`` (a bool array of ``k``'s shape)."""
     if k.dtype.kind in "biu" or k.dtype == np.bool_ or not _is_float(t):
-        return _judge_exact_ints(k, r, e, path)
+        return _int_failing(k, r, e, path)
+    return _float_judgement(t, k, r, o, e, path, options)[5]
+
+
+def _float_judgement(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray, path: OutputPath,
+                     options: VerifyOptions) -> tuple:
+    """``(diff, allowed, ratio, nonfinite, free, failing, what)`` of a floating output (see judge_expected)."""
     diff, eb = abs_error(k, e)
     nonfinite = np.isinf(diff)
     if path.exact:
@@ -282,7 +284,28 @@ def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e
                 tm = np.abs(np.asarray(path.terms).astype(np.complex128 if np.iscomplexobj(path.terms) else np.float64))
                 scale = np.where(np.isfinite(tm), tm, np.inf)
             free |= bad & ~nonfinite & (diff <= options.floor(t) * scale)
-    rest = bad & ~free
+    return diff, allowed, ratio, nonfinite, free, bad & ~free, what
+
+
+def _tie_drift(tied: np.ndarray, shape: tuple[int, ...], reason: str) -> str:
+    first = tuple(int(x) for x in np.argwhere(tied)[0]) if tied.ndim else ()
+    return (f"{int(tied.sum())} element(s) (first at {list(first)}) take the other side of a near-tie: {reason}")
+
+
+def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray,
+                   path: OutputPath, options: VerifyOptions,
+                   tied: tuple[np.ndarray, str] | None = None) -> ExpectedJudgement:
+    """Judge kernel output ``k`` (element type ``t``) against the expected array ``e`` (see module docstring).
+
+    ``r``: the reference evaluator's output; ``o``: the f64 oracle's (``None`` when unavailable). All arrays
+    share one shape (the caller checks). ``tied``: ``(mask, reason)``, elements that a re-run of the reference
+    with a near-tie flipped explains (:mod:`fusegen.verify.ties`): failing there is ``drift`` with ``reason``.
+    """
+    if k.dtype.kind in "biu" or k.dtype == np.bool_ or not _is_float(t):
+        return _judge_exact_ints(k, r, e, path, tied)
+    diff, allowed, ratio, nonfinite, free, rest, what = _float_judgement(t, k, r, o, e, path, options)
+    tmask = rest & tied[0] if tied is not None else np.zeros(diff.shape, bool)
+    rest = rest & ~tmask
     if rest.any():  # the figures at the worst failing element (error > allowed there)
         ridx = _worst(np.where(rest, ratio, 0.0), k.shape)
         return ExpectedJudgement("mismatch", float(diff[ridx]), float(allowed[ridx]), ridx,
@@ -290,21 +313,36 @@ def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e
                                  f"at {list(ridx)}" + (" (a non-finite value where the other has another)"
                                                        if nonfinite[ridx] else ""))
     # the largest error outside the free elements and the allowance there (error <= allowed)
-    held = np.where(free, 0.0, diff)
+    held = np.where(free | tmask, 0.0, diff)
     hidx = _worst(held, k.shape)
     err, allow_at = (float(held[hidx]), float(allowed[hidx])) if hidx is not None else (0.0, 0.0)
-    if not free.any():
+    if not free.any() and not tmask.any():
         return ExpectedJudgement("ok", err, allow_at, hidx)
-    fidx = _worst(np.where(free, ratio, 0.0), k.shape)
-    return ExpectedJudgement("drift", err, allow_at, fidx,
-                             f"{int(free.sum())} element(s) overflow or turn NaN depending on the order of a "
-                             f"reduction (first at {list(fidx)}): the kernel's value is the reference's or the "
-                             "f64 oracle's there, inf/NaN from edge-value inputs, or within the rounding of a sum of "
-                             "±MAX-size terms")
+    reasons = []
+    if free.any():
+        fidx = _worst(np.where(free, ratio, 0.0), k.shape)
+        reasons.append(f"{int(free.sum())} element(s) overflow or turn NaN depending on the order of a "
+                       f"reduction (first at {list(fidx)}): the kernel's value is the reference's or the "
+                       "f64 oracle's there, inf/NaN from edge-value inputs, or within the rounding of a sum of "
+                       "±MAX-size terms")
+    else:
+        fidx = _worst(np.where(tmask, ratio, 0.0), k.shape)
+    if tmask.any():
+        reasons.append(_tie_drift(tmask, k.shape, tied[1]))
+    return ExpectedJudgement("drift", err, allow_at, fidx, "; ".join(reasons))
 
 
-def _judge_exact_ints(k: np.ndarray, r: np.ndarray, e: np.ndarray, path: OutputPath) -> ExpectedJudgement:
-    """Integer / pred outputs: exact, except an argmax-style index where the kernel agrees with the reference."""
+def _int_failing(k: np.ndarray, r: np.ndarray, e: np.ndarray, path: OutputPath) -> np.ndarray:
+    wide = np.float64 if k.dtype == np.uint64 else np.int64
+    a, b = k.astype(wide), e.astype(wide)
+    bad = a != b
+    return bad & (a != r.astype(wide)) if path.index_choice else bad
+
+
+def _judge_exact_ints(k: np.ndarray, r: np.ndarray, e: np.ndarray, path: OutputPath,
+                      tied: tuple[np.ndarray, str] | None = None) -> ExpectedJudgement:
+    """Integer / pred outputs: exact, except an argmax-style index where the kernel agrees with the reference
+    and elements a near-tie explains (``tied``)."""
     wide = np.float64 if k.dtype == np.uint64 else np.int64
     a, b = k.astype(wide), e.astype(wide)
     diff = np.abs(a - b).astype(np.float64)
@@ -312,15 +350,19 @@ def _judge_exact_ints(k: np.ndarray, r: np.ndarray, e: np.ndarray, path: OutputP
     if err == 0:
         return ExpectedJudgement("ok", 0.0, 0.0)
     idx = _worst(diff, k.shape)
-    if path.index_choice:
-        bad = (a != b) & (a != r.astype(wide))
-        if not bad.any():
-            n = int((a != b).sum())
-            return ExpectedJudgement("drift", err, 0.0, idx,
-                                     f"{n} index(es) of a reduce over floating keys differ from expected but equal "
-                                     "the reference: with tied keys or two NaNs in a row the index depends on the "
-                                     "reduction order")
-        idx = _worst(np.where(bad, diff, 0.0), k.shape)
+    bad = _int_failing(k, r, e, path)
+    tmask = bad & tied[0] if tied is not None else np.zeros(bad.shape, bool)
+    if not (bad & ~tmask).any():
+        reasons = []
+        if (a != b).sum() > tmask.sum():
+            n = int((a != b).sum() - tmask.sum())
+            reasons.append(f"{n} index(es) of a reduce over floating keys differ from expected but equal "
+                           "the reference: with tied keys or two NaNs in a row the index depends on the "
+                           "reduction order")
+        if tmask.any():
+            reasons.append(_tie_drift(tmask, k.shape, tied[1]))
+        return ExpectedJudgement("drift", err, 0.0, idx, "; ".join(reasons))
+    idx = _worst(np.where(bad & ~tmask, diff, 0.0), k.shape)
     return ExpectedJudgement("mismatch", err, 0.0, idx,
                              f"kernel vs expected {float(diff[idx]):.3g} at {list(idx)} (integer outputs compare "
                              "exactly)")

@@ -161,6 +161,7 @@ class OutputVerdict:
     index: tuple[int, ...] | None = None
     values: dict[str, Any] = attrs.field(factory=dict)
     reason: str = ""
+    ties: list = attrs.field(factory=list)  # fusegen.verify.ties.Tie: the near-ties that explain a difference
 
     def to_json(self) -> dict:
         d = {"name": self.name, "element_type": self.element_type, "status": self.status,
@@ -174,17 +175,19 @@ class OutputVerdict:
             d.update({f"{k}_value": _py(v) for k, v in self.values.items()})
         if self.reason:
             d["reason"] = self.reason
+        if self.ties:
+            d["ties"] = [t.to_json() for t in self.ties]
         return d
 
 
 def _expected(v: OutputVerdict, t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray,
-              options: VerifyOptions, path: OutputPath | None) -> bool:
+              options: VerifyOptions, path: OutputPath | None, tied: tuple | None = None) -> bool:
     """Apply the third oracle to ``v`` (status, figures, reason, worst element); False on a shape mismatch."""
     e = np.asarray(e)
     if e.shape != k.shape:
         v.status, v.reason = "mismatch", f"expected array has shape {e.shape}, output {k.shape}"
         return False
-    j = judge_expected(t, k, r, o, e, path or OutputPath(False, False, False, 0.0), options)
+    j = judge_expected(t, k, r, o, e, path or OutputPath(False, False, False, 0.0), options, tied)
     v.expected_error, v.expected_allowed = j.error, j.allowed
     if j.status == "mismatch" or (j.status == "drift" and v.status == "ok"):
         v.status = j.status
@@ -202,7 +205,8 @@ def _max(d: np.ndarray) -> float:
 
 
 def _judge_output(i: int, t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray | None,
-                  options: VerifyOptions, budgets_ok: bool, path: OutputPath | None = None) -> OutputVerdict:
+                  options: VerifyOptions, budgets_ok: bool, path: OutputPath | None = None,
+                  tied: tuple | None = None) -> OutputVerdict:
     if e is not None:
         e = typed(e, k)  # np.savez stores bfloat16 arrays as raw bytes
     c = compare(k, r, t)
@@ -211,7 +215,7 @@ def _judge_output(i: int, t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | 
         return v
     if k.dtype.kind in "biu" or k.dtype == np.bool_:
         if e is not None:
-            _expected(v, t, k, r, None, e, options, path)
+            _expected(v, t, k, r, None, e, options, path, tied)
         return v
     floor = options.floor(t)
     worst = None
@@ -234,7 +238,7 @@ def _judge_output(i: int, t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | 
         v.reason = "no f64 oracle to tell drift from a mismatch"
     if e is not None:
         e = np.asarray(e)
-        if not _expected(v, t, k, r, o, e, options, path):
+        if not _expected(v, t, k, r, o, e, options, path, tied):
             return v
     idx = v.index  # the element the third oracle named, if it found one
     if idx is None:
@@ -314,12 +318,16 @@ class ModuleVerdict:
 
 def judge_module(module: Module, args: list[Any], out: Any, ref: Any, events: list[FusionEvent],
                  options: VerifyOptions, expected: list[np.ndarray] | None = None,
-                 f64: list[np.ndarray] | OracleUnavailable | None = None) -> ModuleVerdict:
+                 f64: list[np.ndarray] | OracleUnavailable | None = None, ties: list | None = None,
+                 budget: Any = None) -> ModuleVerdict:
     """Judge every module output of a run (see the module docstring).
 
     The f64 oracle is always evaluated, so every output carries its figures: ``f64`` gives it already
     evaluated (one array per output leaf, or the :class:`OracleUnavailable` saying why there is none, as
     :class:`fusegen.runtime.oracles.ModuleOracles` computes it beside the kernels); ``None`` evaluates it here.
+    ``ties``: the kernel path's near-ties (:mod:`fusegen.verify.ties`): an output that is a mismatch while
+    every fusion kept its budget is judged again against the reference re-run with those choices
+    (``budget``: the run's :class:`~fusegen.runtime.limits.Budget`, whose ``another_run`` each re-run gets).
     """
     from fusegen.runtime.inputs import leaves
 
@@ -343,4 +351,74 @@ def judge_module(module: Module, args: list[Any], out: Any, ref: Any, events: li
     outs = [_judge_output(i, s.element_type, k, r, os_[i] if os_ else None,
                           expected[i] if expected is not None else None, options, first is None, p)
             for i, (s, k, r, p) in enumerate(zip(shapes, ks, rs, paths))]
+    if ties and first is None and any(o.status == "mismatch" for o in outs):
+        _judge_ties(module, args, shapes, ks, rs, os_, expected, paths, outs, options, ties, budget)
     return ModuleVerdict(outs, oracle, first)
+
+
+def _judge_ties(module: Module, args: list[Any], shapes: list, ks: list, rs: list, os_: list | None,
+                expected: list | None, paths: list, outs: list[OutputVerdict], options: VerifyOptions,
+                ties: list, budget: Any) -> None:
+    """Replace each mismatching verdict of ``outs`` that near-ties explain (:mod:`fusegen.verify.ties`).
+
+    First the reference re-run with every tie in the kernel path's order: an output that differed from the
+    reference is judged against it (drift when that passes, naming the ties the reference had taken the other
+    way). Then, for an output that fails only ``--expected``, one re-run per tie flipped (the closest
+    :data:`~fusegen.verify.ties.FLIPS_TRIED`): elements where a flipped re-run gives the expected value within
+    the same allowance are drift, the tie named."""
+    from fusegen.verify.expected import failing
+    from fusegen.verify.ties import FLIPS_TRIED, describe, rerun
+
+    def run(flipped=None):
+        try:
+            return rerun(module, args, ties, flipped, budget.another_run() if budget is not None else None)
+        except Exception:  # a re-run that fails (a limit, the evaluator) explains nothing
+            return None
+
+    got = run()
+    if got is None:
+        return
+    base, changed = got
+    flips: dict[int, Any] = {}
+    for i, (s, v) in enumerate(zip(shapes, outs)):
+        if v.status != "mismatch" or i >= len(base) or base[i].shape != ks[i].shape:
+            continue
+        t, k, o = s.element_type, ks[i], os_[i] if os_ else None
+        e = typed(expected[i], k) if expected is not None else None
+        r, noted = rs[i], []
+        if changed and not compare(k, r, t).ok:
+            r, noted = base[i], changed
+        alone = _judge_output(i, t, k, r, o, None, options, True, paths[i])
+        if alone.status == "mismatch":
+            continue  # the kernels differ from the reference that took their choices: not a tie
+        tied, used = None, []
+        if e is not None and e.shape == k.shape and _judge_output(i, t, k, r, o, e, options, True,
+                                                                  paths[i]).status == "mismatch":
+            fails = failing(t, k, r, o, e, paths[i] or OutputPath(False, False, False, 0.0), options)
+            explained = np.zeros(fails.shape, bool)
+            for tie in sorted(ties, key=lambda x: x.ratio)[:FLIPS_TRIED]:
+                if id(tie) not in flips:
+                    flips[id(tie)] = run(tie)
+                alt = flips[id(tie)]
+                if alt is None or i >= len(alt[0]) or alt[0][i].shape != k.shape or tie not in alt[1]:
+                    continue
+                now = fails & ~explained & ~failing(t, alt[0][i], r, o, e, paths[i] or OutputPath(False, False, False, 0.0), options)
+                if now.any():
+                    explained |= now
+                    used.append(tie)
+                if not (fails & ~explained).any():
+                    break
+            if not used:
+                continue
+            tied = (explained, f"the reference re-run with {describe(used)} flipped gives the expected value there")
+        if not noted and tied is None:
+            continue
+        nv = _judge_output(i, t, k, r, o, e, options, True, paths[i], tied)
+        if nv.status == "mismatch":
+            continue
+        if noted:
+            why = (f"the reference took the other side of {len(noted)} near-tie(s) ({describe(noted)}); judged "
+                   "against its re-run with the kernels' choice")
+            nv.reason = "; ".join(x for x in (why, nv.reason) if x)
+        nv.status, nv.ties = "drift", noted + used
+        outs[i] = nv
