@@ -142,7 +142,8 @@ def find_ties(inst: Instruction, value: Any, options: VerifyOptions, execution: 
     found = np.argwhere(near)
     if not found.size:
         return []
-    ratio = np.where(budget > 0, gap / np.where(budget > 0, budget, 1.0), 0.0)[near]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(budget > 0, gap / np.where(budget > 0, budget, 1.0), 0.0)[near]
     found = found[np.argsort(ratio, kind="stable")[:TIES_PER_EXECUTION]]
     return [Tie(inst.name, execution, tuple(int(x) for x in f[:-1]), int(f[-1]), int(ids[tuple(f)]),
                 int(ids[tuple(f[:-1]) + (f[-1] + 1,)]), float(a[tuple(f)]), float(b[tuple(f)]), float(budget[tuple(f)]))
