@@ -87,7 +87,8 @@ def test_find_ties_takes_keys_within_their_budget_and_never_keys_far_apart():
     ids = np.array([[1, 0], [0, 1], [1, 0], [1, 0]], np.int32)
     (t,) = find_ties(f, (keys, ids), VerifyOptions(), 0)
     assert (t.instruction, t.row, t.position, t.first, t.second) == ("f", (0,), 0, 1, 0)
-    assert t.first_key - t.second_key == pytest.approx(2.0 ** -23) and t.budget == pytest.approx(1e-4 * one_ulp + 1e-5 * 4)
+    assert t.first_key - t.second_key == pytest.approx(2.0 ** -23)
+    assert t.budget == pytest.approx(1e-4 * one_ulp + 1e-5 * 4)
     far = keys.copy()
     far[0] = [2.0, 1.0]
     assert find_ties(f, (far, ids), VerifyOptions(), 0) == []
@@ -228,3 +229,77 @@ def test_mixtral_sort_kernel_that_flips_the_tie_on_its_own_operands_is_a_mismatc
     bad = {f.name: f.status for f in rep.fusions if f.status != "ok"}
     assert bad == {"fusion.42": "mismatch"}
     assert rep.verdict.first_out_of_budget.fusion == "fusion.42"
+
+
+#: The router with an argmax (a variadic reduce of keys and ids, as XLA writes ``jnp.argmax``) in place of
+#: the sort: the chosen expert's output vector.
+ARGMAX_ROUTER = """HloModule argmax_router
+%argmax (a: f32[], i: s32[], b: f32[], j: s32[]) -> (f32[], s32[]) {
+  %a = f32[] parameter(0)
+  %i = s32[] parameter(1)
+  %b = f32[] parameter(2)
+  %j = s32[] parameter(3)
+  %gt = pred[] compare(%a, %b), direction=GT
+  %eq = pred[] compare(%a, %b), direction=EQ
+  %lt = pred[] compare(%i, %j), direction=LT
+  %tie = pred[] and(%eq, %lt)
+  %take = pred[] or(%gt, %tie)
+  %k = f32[] select(%take, %a, %b)
+  %n = s32[] select(%take, %i, %j)
+  ROOT %r = (f32[], s32[]) tuple(%k, %n)
+}
+%scaled (p: f32[4,2]) -> f32[4,2] {
+  %p = f32[4,2]{1,0} parameter(0)
+  %one = f32[] constant(1)
+  %b1 = f32[4,2]{1,0} broadcast(%one), dimensions={}
+  ROOT %m = f32[4,2]{1,0} multiply(%p, %b1)
+}
+%fused_argmax (p0: f32[4,2]) -> (f32[4], s32[4]) {
+  %p0 = f32[4,2]{1,0} parameter(0)
+  %io = s32[4,2]{1,0} iota(), iota_dimension=1
+  %ninf = f32[] constant(-inf)
+  %zero = s32[] constant(0)
+  ROOT %r = (f32[4]{0}, s32[4]{0}) reduce(%p0, %io, %ninf, %zero), dimensions={1}, to_apply=%argmax
+}
+ENTRY %e (x: f32[4,2], w: f32[2,3]) -> f32[4,3] {
+  %x = f32[4,2]{1,0} parameter(0)
+  %w = f32[2,3]{1,0} parameter(1)
+  %k = f32[4,2]{1,0} fusion(%x), kind=kLoop, calls=%scaled
+  %f = (f32[4]{0}, s32[4]{0}) fusion(%k), kind=kInput, calls=%fused_argmax
+  %top1 = s32[4]{0} get-tuple-element(%f), index=1
+  %tb = s32[4,2]{1,0} broadcast(%top1), dimensions={0}
+  %io2 = s32[4,2]{1,0} iota(), iota_dimension=1
+  %eq = pred[4,2]{1,0} compare(%tb, %io2), direction=EQ
+  %oh = f32[4,2]{1,0} convert(%eq)
+  ROOT %y = f32[4,3]{1,0} dot(%oh, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+"""
+
+
+ONE_ULP_UP = float(np.nextafter(np.float32(1.0), np.float32(2.0)))
+
+
+@pytest.mark.parametrize("second, drift", [(ONE_ULP_UP, True), (1.5, False)])
+def test_argmax_router_flip_is_drift_at_one_ulp_and_a_mismatch_far_apart(second, drift):
+    m = parse_module(ARGMAX_ROUTER)
+    x = _router_inputs(second)
+    other = x.copy()
+    other[0, 1] = 1.0 if drift else 0.5
+    _, rep = run_module(m, [x, W], compile_kernels=False, expected=_answer(other)[1:])
+    assert all(f.status == "ok" for f in rep.fusions)
+    (o,) = rep.verdict.outputs
+    if drift:
+        assert o.status == "drift" and "%f row [0]: ids 1 and 0" in o.reason, o.reason
+        assert [(t.row, t.position, t.first, t.second) for t in o.ties] == [((0,), 1, 1, 0)]
+    else:
+        assert o.status == "mismatch" and not o.ties
+
+
+def test_argmax_kernel_chain_that_took_the_other_side_of_a_tie_is_drift(monkeypatch):
+    m = parse_module(ARGMAX_ROUTER)
+    x = _router_inputs(float(np.nextafter(np.float32(1.0), np.float32(2.0))))
+    _nudged(monkeypatch, "k", 2.0)
+    _, rep = run_module(m, [x, W], compile_kernels=False)
+    (o,) = rep.verdict.outputs
+    assert rep.status == "drift" and "the reference took the other side of 1 near-tie(s)" in o.reason, o.reason
+    assert [(t.row, t.first, t.second) for t in o.ties] == [((0,), 0, 1)] and o.max_abs_error == 0

@@ -425,8 +425,8 @@ class Executor:
         with self.timings.phase("other"):
             out = self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops,
                                       self._context(backend.plugin))
-        if op == "sort":
-            record_ties(self, inst, out)
+        if op in ("sort", "reduce"):
+            record_ties(self, inst, out, ops)
         return out
 
     def _run_fusion(self, inst: Instruction, ops: list[Any]) -> Any:
@@ -471,7 +471,7 @@ class Executor:
                     self._pending.append((rep, handle, fresh))
         with tm.phase("compare"):
             self._record(rep, inst, out, ref, ops)
-            record_ties(self, inst, out)
+            record_ties(self, inst, out, ops)
         if first and self.on_fusion is not None:
             self.on_fusion(rep)
         return out

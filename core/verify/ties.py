@@ -1,4 +1,4 @@
-"""Near-ties at discrete choices: a sort (top-k, argsort) whose order turns on keys closer than their budget.
+"""Near-ties at discrete choices: a sort (top-k, argsort) or an argmax that turns on keys closer than their budget.
 
 A mixture-of-experts router picks each token's top-k experts by sorting their probabilities. Two
 probabilities one bf16 ulp apart are a near-tie: a kernel, the reference evaluator, the f64 oracle and
@@ -7,15 +7,16 @@ downstream of that token differs by far more than any rounding: a false mismatch
 flip from a bug in three steps:
 
 1. **Find the near-ties** on the kernel path (:func:`record_ties`, per execution of a ``sort`` with an
-   integer payload, the element ids, whose keys are its first operand, top-level or the root of a
-   fusion): adjacent sorted positions whose keys differ by no more than the keys' budget at that point,
-   ``rtol(t) * max(|a|, |b|) + floor(t) * max|keys|`` (the per-fusion budget of
-   :mod:`fusegen.verify.budget` for the keys' type ``t``).
+   integer payload, the element ids, whose keys are its first operand, or of an argmax / argmin, a
+   ``reduce`` of floating keys and integer ids; top-level or the root of a fusion): adjacent sorted
+   positions, or the chosen key and the closest other one of its row, whose keys differ by no more than
+   the keys' budget at that point, ``rtol(t) * max(|a|, |b|) + floor(t) * max|keys|`` (the per-fusion
+   budget of :mod:`fusegen.verify.budget` for the keys' type ``t``).
 2. **Re-run the reference downstream with the other choice** (:func:`rerun`): the module's reference run
    again, where at each such sort execution the two tied elements are put in the kernels' order (the chain
    the kernels took), and for one tie at a time in the other order (the chain another oracle may have
    taken). A swap moves every output of the sort at the two positions together, so each element keeps its
-   own key and payload.
+   own key and payload; an argmax takes the other id with its own key.
 3. **Judge the rest** (:mod:`fusegen.verify.verdict`): an output that differs from the reference is
    re-judged against the re-run that took the kernels' choices; elements that differ from ``--expected``
    are explained where a re-run with one tie flipped gives the expected value within the same allowance.
@@ -117,14 +118,93 @@ def _rows(a: np.ndarray, dim: int) -> np.ndarray:
     return np.moveaxis(np.asarray(a), dim, -1)
 
 
-def find_ties(inst: Instruction, value: Any, options: VerifyOptions, execution: int) -> list[Tie]:
-    """The near-ties of one execution of ``inst`` (see :func:`choice_sort`) with value ``value`` (the sort's
-    output tuple), closest first, at most :data:`TIES_PER_EXECUTION`."""
+def choice_reduce(inst: Instruction) -> Instruction | None:
+    """The argmax / argmin ``reduce`` whose value ``inst``'s is (itself or its fusion's root): two inputs, floating
+    keys and integer ids, reduced together to ``(key, id)``; else ``None``."""
+    r = inst.fused_computation.root if inst.opcode == "fusion" else inst
+    if r.opcode != "reduce" or len(r.operands) != 4:
+        return None
+    t = [o.shape.element_type for o in r.operands[:2]]
+    ops = {i.opcode for i in r.attrs["to_apply"].instructions} if r.attrs.get("to_apply") is not None else set()
+    # a choice selects by a comparison; a combiner that adds or multiplies (a sum and a count) chooses nothing
+    chooses = {"compare", "select"} <= ops and not ops & {"add", "multiply", "subtract", "divide"}
+    return r if chooses and dtypes.is_floating(t[0]) and dtypes.is_integral(t[1]) else None
+
+
+def _reduce_inputs(inst: Instruction, red: Instruction, ops: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The keys and ids an argmax ``red`` reduces, as arrays with the reduced dimensions last and flattened
+    (``inst``: ``red`` or its fusion, on operands ``ops``; inside a fusion they are evaluated from them)."""
+    from fusegen.evaluator.evaluator import evaluate_instruction
+
+    vals: dict[int, Any] = {}
+
+    def value(x: Instruction) -> Any:
+        stack = [x]
+        while stack:
+            i = stack[-1]
+            if id(i) in vals:
+                stack.pop()
+            elif i.opcode == "parameter":
+                vals[id(i)] = ops[i.parameter_number]
+            elif all(id(o) in vals for o in i.operands):
+                vals[id(i)] = evaluate_instruction(i, [vals[id(o)] for o in i.operands])
+            else:
+                stack.extend(o for o in i.operands if id(o) not in vals)
+        return vals[id(x)]
+
+    pair = ops[:2] if red is inst else [value(o) for o in red.operands[:2]]
+    dims = sorted(int(d) for d in red.attrs.get("dimensions", ()))
+    out = [np.moveaxis(np.asarray(a), dims, range(-len(dims), 0)) for a in pair]
+    return tuple(a.reshape(a.shape[:a.ndim - len(dims)] + (-1,)) for a in out)
+
+
+def _budget(t: str, a: np.ndarray, b: np.ndarray, scale: float, options: VerifyOptions) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return tolerance(t)[0] * np.maximum(np.abs(a), np.abs(b)) + options.floor(t) * scale
+
+
+def _scale(keys: np.ndarray) -> float:
+    fin = np.isfinite(keys)
+    return float(np.abs(keys[fin]).max()) if fin.any() else 0.0
+
+
+def _argmax_ties(inst: Instruction, red: Instruction, value: Any, ops: list[Any], options: VerifyOptions,
+                 execution: int) -> list[Tie]:
+    """Rows of an argmax whose chosen key has another within its budget (the closest such one)."""
+    keys, ids = _reduce_inputs(inst, red, ops)
+    keys = keys.astype(np.float64)
+    chosen = np.asarray(value[1])[..., None]
+    at = ids == chosen
+    if keys.shape[-1] < 2 or not at.any(axis=-1).all():
+        return []
+    pos = np.argmax(at, axis=-1)[..., None]
+    best = np.take_along_axis(keys, pos, -1)
+    with np.errstate(invalid="ignore"):
+        gap = np.where(at, np.inf, np.abs(keys - best))
+    gap = np.where(np.isnan(gap), np.inf, gap)
+    other = np.argmin(gap, axis=-1)[..., None]
+    runner = np.take_along_axis(keys, other, -1)
+    g = np.take_along_axis(gap, other, -1)[..., 0]
+    budget = _budget(red.operands[0].shape.element_type, best, runner, _scale(keys), options)[..., 0]
+    near = np.isfinite(g) & (g <= budget)
+    order = np.argsort(np.where(near, g / np.where(budget > 0, budget, 1.0), np.inf).reshape(-1), kind="stable")
+    found = [np.unravel_index(int(f), near.shape) for f in order[:TIES_PER_EXECUTION] if near.reshape(-1)[f]]
+    return [Tie(inst.name, execution, tuple(int(x) for x in f), int(pos[f][0]), int(chosen[f][0]),
+                int(np.take_along_axis(ids, other, -1)[f][0]), float(best[f][0]), float(runner[f][0]), float(budget[f]))
+            for f in found]
+
+
+def find_ties(inst: Instruction, value: Any, options: VerifyOptions, execution: int,
+              ops: list[Any] | None = None) -> list[Tie]:
+    """The near-ties of one execution of ``inst`` (see :func:`choice_sort` and :func:`choice_reduce`) with value
+    ``value`` (the sort's output tuple, or the argmax's ``(key, id)`` on operands ``ops``), closest first, at
+    most :data:`TIES_PER_EXECUTION`. For an argmax, ``position`` is the chosen id's place in its row."""
     from fusegen.runtime.inputs import leaves
 
     s = choice_sort(inst)
     if s is None:
-        return []
+        red = choice_reduce(inst) if ops is not None else None
+        return _argmax_ties(inst, red, value, ops, options, execution) if red is not None else []
     outs = leaves(value)
     dim = int(s.attrs["dimensions"][0])
     t = s.operands[0].shape.element_type
@@ -150,23 +230,43 @@ def find_ties(inst: Instruction, value: Any, options: VerifyOptions, execution: 
             for f in found]
 
 
-def record_ties(executor: Any, inst: Instruction, out: Any) -> None:
+def is_choice(inst: Instruction) -> bool:
+    """Whether ``inst`` is a sort or argmax the tie rule looks at (:func:`choice_sort`, :func:`choice_reduce`)."""
+    return choice_sort(inst) is not None or choice_reduce(inst) is not None
+
+
+def record_ties(executor: Any, inst: Instruction, out: Any, ops: list[Any]) -> None:
     """Count the execution of ``inst`` on the kernel path and append its near-ties to ``executor.ties``."""
     sorts = executor.__dict__.setdefault("_tie_sorts", {})
     if id(inst) not in sorts:
-        sorts[id(inst)] = choice_sort(inst) is not None
+        sorts[id(inst)] = is_choice(inst)
     if not sorts[id(inst)]:
         return
     counts = executor.__dict__.setdefault("_tie_counts", {})
     n = counts.get(inst.name, 0)
     counts[inst.name] = n + 1
     if len(executor.ties) < TIES_PER_RUN:
-        executor.ties.extend(find_ties(inst, out, executor.verify, n)[:TIES_PER_RUN - len(executor.ties)])
+        try:
+            found = find_ties(inst, out, executor.verify, n, ops)
+        except Exception:  # an argmax's keys the evaluator cannot recompute: no ties to offer, nothing else
+            found = []
+        executor.ties.extend(found[:TIES_PER_RUN - len(executor.ties)])
 
 
-def _force(inst: Instruction, value: Any, tie: Tie, first_first: bool) -> tuple[Any, bool]:
-    """``value`` (the sort's output) with ``tie``'s two elements in the order asked for; True when swapped."""
+def _force(inst: Instruction, value: Any, tie: Tie, first_first: bool, ops: list[Any]) -> tuple[Any, bool]:
+    """``value`` (the sort's output) with ``tie``'s two elements in the order asked for (an argmax's: the id
+    asked for, with its key, ``first`` or ``second``); True when changed."""
     s = choice_sort(inst)
+    if s is None:
+        red = choice_reduce(inst)
+        keys, ids = (a[tie.row] for a in _reduce_inputs(inst, red, ops))
+        want = tie.first if first_first else tie.second
+        at = np.flatnonzero(ids == want)
+        key, idx = (np.array(x) for x in value[:2])
+        if not at.size or idx[tie.row] == want:
+            return value, False
+        key[tie.row], idx[tie.row] = keys[at[0]], want
+        return (key, idx) + tuple(value[2:]), True
     dim = int(s.attrs["dimensions"][0])
     outs = list(value) if isinstance(value, tuple) else [value]
     ids = _rows(outs[_payload(s)], dim)[tie.row]
@@ -204,11 +304,11 @@ def rerun(module: Module, args: list[Any], ties: list[Tie], flipped: Tie | None 
 
     def apply(inst: Instruction, ops: list[Any]) -> Any:
         v = evaluate_instruction(inst, ops)
-        if inst.name in names and choice_sort(inst) is not None:
+        if inst.name in names and is_choice(inst):
             n = counts.get(inst.name, 0)
             counts[inst.name] = n + 1
             for t in at.get((inst.name, n), ()):
-                v, swapped = _force(inst, v, t, t != flipped)
+                v, swapped = _force(inst, v, t, t != flipped, ops)
                 if swapped:
                     changed.append(t)
         return v

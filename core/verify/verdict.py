@@ -392,9 +392,10 @@ def _judge_ties(module: Module, args: list[Any], shapes: list, ks: list, rs: lis
         if alone.status == "mismatch":
             continue  # the kernels differ from the reference that took their choices: not a tie
         tied, used = None, []
+        path = paths[i] or OutputPath(False, False, False, 0.0)
         if e is not None and e.shape == k.shape and _judge_output(i, t, k, r, o, e, options, True,
                                                                   paths[i]).status == "mismatch":
-            fails = failing(t, k, r, o, e, paths[i] or OutputPath(False, False, False, 0.0), options)
+            fails = failing(t, k, r, o, e, path, options)
             explained = np.zeros(fails.shape, bool)
             for tie in sorted(ties, key=lambda x: x.ratio)[:FLIPS_TRIED]:
                 if id(tie) not in flips:
@@ -402,7 +403,7 @@ def _judge_ties(module: Module, args: list[Any], shapes: list, ks: list, rs: lis
                 alt = flips[id(tie)]
                 if alt is None or i >= len(alt[0]) or alt[0][i].shape != k.shape or tie not in alt[1]:
                     continue
-                now = fails & ~explained & ~failing(t, alt[0][i], r, o, e, paths[i] or OutputPath(False, False, False, 0.0), options)
+                now = fails & ~explained & ~failing(t, alt[0][i], r, o, e, path, options)
                 if now.any():
                     explained |= now
                     used.append(tie)
