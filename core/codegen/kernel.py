@@ -104,8 +104,9 @@ class KernelSource:
             and before the constexprs (one compiled kernel serves every value).
         scalar_launches: the kernel is launched once per entry, in order, with that entry's scalar
             arguments, over the same buffers (each launch sees the previous launches' writes: XLA's
-            multi-launch sorts). Empty: one launch without scalars. The interpreter variant runs the
-            same launches. ``launch`` is every launch's grid.
+            multi-launch sorts). Empty: one launch without scalars. The interpreter variant runs its own
+            ``scalar_launches``: the same launches, or fewer doing the same steps in the same order
+            (a variant whose programs hold whole rows). ``launch`` is every launch's grid.
     """
 
     name: str

@@ -508,8 +508,10 @@ def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: An
                 bufs.append(scratch_buffer(p))
             else:
                 raise ValueError(f"unknown kernel parameter kind {p.kind!r}")
-        for args in ks.launch_args:
-            run_interpreted(ks, bufs, scalars=args, max_programs=interpret_max_programs)
+        variant = ks.interpret_variant
+        runner = variant if variant is not None and variant.params == ks.params else ks
+        for args in runner.launch_args:  # a variant may merge launches (the same steps, in order)
+            run_interpreted(runner, bufs, scalars=args, max_programs=interpret_max_programs)
     return [from_physical(from_storage(b, s.element_type), s) for b, s in zip(outs, leaves)]
 
 
