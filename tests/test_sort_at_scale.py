@@ -20,7 +20,7 @@ from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.parser import parse_module
 from fusegen.runtime.inputs import leaves, random_array
 from fusegen_plugins.emitters.sort import MAX_SORT_SIZE
-from fusegen_plugins.emitters.sort_scale import launch_schedule
+from fusegen_plugins.emitters.sort_scale import emit_at_scale, launch_schedule
 from test_sort_comparators import JAX_SORT, _input
 from test_sort_emitter import _cmp, _sort_module
 
@@ -157,8 +157,17 @@ def test_argsort_longer_than_one_program(n):
 
 
 def test_only_indices_output_sorts_keys_in_scratch():
+    # JAX's comparator is a key order: the launches move packed s64 keys, no buffer for the keys operand
     em, emitted = _check([5000], 0, outputs="indices")
-    assert any(p.kind == "scratch" and p.index == 1 for p in emitted.kernels[1].params)
+    scratch = {(p.index, p.shape.element_type) for k in emitted.kernels for p in k.params if p.kind == "scratch"}
+    assert scratch == {(0, "s64")}
+    # the comparator network sorts the keys operand in scratch buffer 1, with the same result
+    network = emit_at_scale(em, packed_keys=False)
+    assert any(p.kind == "scratch" and p.index == 1 for p in network.kernels[1].params)
+    inst = _emit(_argsort_module([5000], 0, "indices"), "kSort")[0]
+    x = _keys([5000])
+    np.testing.assert_array_equal(triton_runtime.run_fusion(network, [x], inst)[-1],
+                                  triton_runtime.run_fusion(emitted, [x], inst)[-1])
 
 
 @pytest.mark.parametrize("dims,dim", [([3, 2100], 1), ([1500, 2], 0), ([2, 1100, 3], 1)])

@@ -20,19 +20,12 @@ the same buffers in place:
 
 The network is a runtime loop, so the kernels compile in about a second for any length. In Triton's
 interpreter the tiled kernel runs as a variant holding whole tiles of many rows in one program (partners
-fetched with ``tl.gather``, one load and one store per launch) and the global one with wide programs.
+fetched with ``tl.gather``, one load and one store per launch) and the global one, where a padded row fits
+the interpreter's block, as the same variant over whole rows (a stage's consecutive global steps then are
+one interpreted launch), else with wide programs.
 
 Positions ``>= NSORT`` are virtual padding that sorts last: a pair whose upper position is padding is left as
 it is. Ties (neither element before the other) are broken by the original position (the stable order).
-
-**Packed keys.** Where the comparator is a lexicographic order over per-operand keys
-(:func:`fusegen.evaluator.vectorized_sort.lexicographic_plan`: JAX's total order after ``ComparisonExpander``,
-``(key, iota)`` tie-breaks, descending, ``num_keys > 1``) whose integer keys fit 63 bits together with the
-position, the preparation kernel also writes each element's packed key (keys biased to unsigned, most
-significant first, then the original position) into an ``s64`` scratch buffer, and every compare-exchange step
-compares those keys instead of calling the comparator twice. Packed keys are unique, so the network gives the
-stable order, the same as the comparator network with its position tie-break; the launches are XLA's. A
-trailing ascending key on the sorted dimension's ``iota`` is the position itself and takes no bits.
 """
 
 from __future__ import annotations
@@ -131,14 +124,21 @@ def merge_launches(launches: list[tuple[int, int, int, int]]) -> list[tuple[int,
 
 def emit_at_scale(em: Any, packed_keys: bool = True) -> EmittedFusion:
     """The multi-launch sort of ``em`` (a :class:`fusegen_plugins.emitters.sort.SortFusion` whose padded
-    dimension exceeds one program): a preparation kernel, then tiled and global bitonic launches; the steps
-    compare packed keys where :func:`key_packing` reads the comparator as keys (unless ``packed_keys`` is
-    false: the comparator network, for tests comparing the two).
+    dimension exceeds one program): a preparation kernel, then tiled and global bitonic launches. Where the
+    comparator is a key order that packs into one ``s64`` (:func:`fusegen_plugins.emitters.sort_keys.key_packing`)
+    the launches move packed keys (:func:`~fusegen_plugins.emitters.sort_keys.emit_keyed`), unless
+    ``packed_keys`` is false (the comparator network, for tests comparing the two).
 
     Raises:
         EmitterUnsupported: an operand is output by two leaves, or the comparator returns a tuple.
     """
+    from fusegen_plugins.emitters.sort_keys import emit_keyed, key_packing
+
     sort, fusion = em.sort, em.fusion
+    if packed_keys:
+        packing = key_packing(em.comparator, sort.operands, em.n, _position_operand(sort, em.dim))
+        if packing is not None:
+            return emit_keyed(em, packing)
     leaves = fusion.shape.leaves()
     shape0 = sort.operands[0].shape
     ets = [o.shape.element_type for o in sort.operands]
@@ -154,15 +154,11 @@ def emit_at_scale(em: Any, packed_keys: bool = True) -> EmittedFusion:
         else:
             bufs.append(("scratch", k + 1, o.shape))
     pos = _position_operand(sort, em.dim)
-    packing = key_packing(em.comparator, sort.operands, em.n, pos) if packed_keys else None
-    ets_all = list(ets)
-    if packing is not None:  # the packed keys hold the positions
-        bufs.append(("scratch", len(sort.operands) + 1, attrs.evolve(shape0, element_type="s64")))
-        ets_all.append("s64")
-    elif pos is None:
+    if pos is None:
         bufs.append(("scratch", 0, attrs.evolve(shape0, element_type="s32")))
-        ets_all.append("s32")
-    # else an iota along the sorted dimension already holds every element's original position
+        ets_all = ets + ["s32"]
+    else:  # an iota along the sorted dimension already holds every element's original position
+        ets_all = list(ets)
     bits = [1 if et == "pred" else dtypes.bit_width(et) for et in ets]
     n, rows, npad = em.n, em.rows, em.npad
     stages = npad.bit_length() - 1
@@ -170,14 +166,10 @@ def emit_at_scale(em: Any, packed_keys: bool = True) -> EmittedFusion:
     idx_t = "tl.int64" if rows * npad >= 2 ** 31 - 1 else "tl.int32"
     base = ts.sanitize_identifier(f"sort_{fusion.name}", "k")
 
-    extra = "key" if packing is not None else "position" if pos is None else None
-    init = _init_kernel(em, bufs, ets_all, idx_t, f"{base}_init", extra, packing)
-    # the tie-break (or, with packed keys, the whole order): the last buffer or the iota operand
-    pos = len(bufs) - 1 if extra else pos
-    derived = _position_operand(sort, em.dim) if packing is not None else None
-    kw = {"packing": packing, "derived": derived}
-    sort_src, params = _sort_source(em, bufs, ets_all, idx_t, f"{base}_bitonic", pos, **kw)
-    reg_src, _ = _sort_source(em, bufs, ets_all, idx_t, f"{base}_bitonic", pos, registers=True, **kw)
+    init = _init_kernel(em, bufs, ets_all, idx_t, f"{base}_init", pos is None)
+    pos = len(bufs) - 1 if pos is None else pos
+    sort_src, params = _sort_source(em, bufs, ets_all, idx_t, f"{base}_bitonic", pos)
+    reg_src, _ = _sort_source(em, bufs, ets_all, idx_t, f"{base}_bitonic", pos, registers=True)
     scalars = ("i32", "i32", "i32", "i32")
     rounded = -(-n // tile) * tile
     xla = sort_launches(shape0, em.dim, bits, em.analysis.device)
@@ -243,76 +235,6 @@ def _position_operand(sort: Any, dim: int) -> int | None:
     return None
 
 
-#: Key element types the packed key takes: bits, and how their compare orders them.
-_INT_KEYS = {"pred": (1, False), "s8": (8, True), "s16": (16, True), "s32": (32, True), "u8": (8, False),
-             "u16": (16, False), "u32": (32, False)}
-_FLOAT_KEYS = {"f16": 16, "bf16": 16, "f32": 32}
-
-
-@attrs.frozen
-class KeyPacking:
-    """How a lexicographic comparator's keys pack into one ``s64`` per element: ``levels`` (``KeyLevel``,
-    bits, kind ``int`` / ``uint`` / ``float``) most significant first, then ``idx_bits`` of position."""
-
-    levels: tuple
-    idx_bits: int
-
-
-def key_packing(comparator: Any, operands: list, n: int, pos: int | None) -> KeyPacking | None:
-    """The packing of ``comparator``'s keys for a sort of ``n`` elements per row, or ``None`` where the
-    comparator is no key order (:func:`~fusegen.evaluator.vectorized_sort.lexicographic_plan`), a key is an
-    IEEE (partial-order) float compare, a wide or complex type, or the keys need more than 63 bits."""
-    from fusegen.evaluator.vectorized_sort import lexicographic_plan
-
-    plan = lexicographic_plan(comparator, len(operands))
-    if plan is None:
-        return None
-    plan = list(plan)
-    # an ascending last key that is the position operand itself decides what the position does
-    if (plan and pos is not None and plan[-1].operand == pos and not plan[-1].descending
-            and plan[-1].expr.opcode == "parameter"):
-        plan.pop()
-    levels = []
-    for lv in plan:
-        et = lv.expr.shape.element_type
-        if lv.expr.shape.rank or lv.mode != "total":
-            return None
-        if et in _INT_KEYS:
-            bits, signed = _INT_KEYS[et]
-            levels.append((lv, bits, "int" if signed else "uint"))
-        elif et in _FLOAT_KEYS:
-            levels.append((lv, _FLOAT_KEYS[et], "float"))
-        else:
-            return None
-    idx_bits = max(1, (n - 1).bit_length())
-    if sum(b for _, b, _ in levels) + idx_bits > 63:
-        return None
-    return KeyPacking(levels=tuple(levels), idx_bits=idx_bits)
-
-
-def _emit_packed_key(gen: ElementalGenerator, comparator: Any, packing: KeyPacking, values: list[str],
-                     position: str) -> str:
-    """The packed ``tl.int64`` key of the element whose sort operands are ``values`` (comparator domain) at
-    ``position``: each key evaluated by the comparator's own instructions, biased to ``[0, 2**bits)``
-    (floats by their total-order bits), reversed if descending, shifted into place."""
-    shift = packing.idx_bits + sum(b for _, b, _ in packing.levels)
-    terms = [f"{position}.to(tl.int64)"]
-    for lv, bits, kind in packing.levels:
-        shift -= bits
-        sub = ElementalGenerator(gen.ctx, comparator, {lv.param: values[lv.operand]}, parent=gen)
-        k = sub.value(lv.expr, ())
-        if kind == "float":  # XLA's total order: negative floats' magnitude bits flipped, then signed order
-            b = gen.ctx.emit(f"{k}.to(tl.int{bits}, bitcast=True)", "kb")
-            k = gen.ctx.emit(f"{b} ^ (({b} >> {bits - 1}) & {(1 << (bits - 1)) - 1})", "kt")
-        u = gen.ctx.emit(f"{k}.to(tl.int64)", "ku")
-        if kind != "uint":
-            u = gen.ctx.emit(f"{u} + {1 << (bits - 1)}", "ku")
-        if lv.descending:
-            u = gen.ctx.emit(f"{(1 << bits) - 1} - {u}", "ku")
-        terms.append(f"({u} << {shift})" if shift else u)
-    return gen.ctx.emit(" | ".join(reversed(terms)), "key")
-
-
 _ASSIGN = re.compile(r"^(\s*)([A-Za-z_]\w*) = (.*)$")
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
 
@@ -365,9 +287,9 @@ def _register(ctx: KernelContext, bufs: list[tuple[str, int, Any]]) -> list[str]
 
 
 def _init_kernel(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_t: str, entry: str,
-                 extra: str | None, packing: KeyPacking | None = None) -> KernelSource:
-    """Launch 0: every sorted operand (elemental generator) and, if ``extra`` is ``"position"``, each
-    element's position or, if ``"key"``, its packed key (``packing``) into the last buffer."""
+                 positions: bool) -> KernelSource:
+    """Launch 0: every sorted operand (elemental generator) and, if ``positions``, each element's position
+    (the last buffer), into the buffers."""
     fusion, sort = em.fusion, em.sort
     shape0 = sort.operands[0].shape
     total = em.rows * em.n
@@ -386,21 +308,15 @@ def _init_kernel(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
         if shape0.rank:
             idx[em.dim] = "loc"
         index = tuple(idx)
-        values = []
         for k, o in enumerate(sort.operands):
             v = gen.value(o, index)
-            values.append(v)
             s = bufs[k][2]
             off = gen.linearize(index, s.dimensions, s.minor_to_major()) if s.rank else 0
             store_line(gen, names[k], off, v, ets[k], "mask")
-        if extra is not None:
+        if positions:
             s = bufs[-1][2]
             off = gen.linearize(index, s.dimensions, s.minor_to_major()) if s.rank else 0
-            if extra == "key":
-                key = _emit_packed_key(gen, em.comparator, packing, values, "loc")
-                store_line(gen, names[-1], off, key, "s64", "mask")
-            else:
-                store_line(gen, names[-1], off, "loc.to(tl.int32)", "s32", "mask")
+            store_line(gen, names[-1], off, "loc.to(tl.int32)", "s32", "mask")
     prologue = ["lane = tl.arange(0, BLOCK)", f"e = tl.program_id(0).to({idx_t}) * BLOCK + lane", "mask = e < N",
                 "ec = tl.minimum(e, N - 1)", "row = ec // NSORT", "loc = ec % NSORT",
                 f"zero = tl.full([BLOCK], 0, {idx_t})"]
@@ -412,15 +328,9 @@ def _init_kernel(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
 
 
 def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_t: str,
-                 entry: str, pos: int, registers: bool = False,
-                 packing: KeyPacking | None = None, derived: int | None = None) -> tuple[str, tuple]:
+                 entry: str, pos: int, registers: bool = False) -> tuple[str, tuple]:
     """The bitonic compare-exchange kernel: runtime ``(S0, S1, MTOP, MBOT)``; buffer ``pos`` holds the
     original positions (the tie-break), the sort operands are the first ``len(sort.operands)`` buffers.
-    With ``packing``, buffer ``pos`` holds unique packed keys (:func:`key_packing`) and the steps compare
-    those; buffer ``derived`` (the ``iota`` operand, if any) is not moved but written from the keys'
-    position bits. The interpreter variant then gives lanes past the row (positions ``>= NSORT``) the
-    largest ``s64`` key: such keys never leave those positions (the network puts the smaller element of a
-    pair lower), so no pair needs a padding test.
 
     ``registers=False`` (both launched instances): constexprs ``BLOCK`` (pairs per program), ``PR`` (pairs
     per row the grid covers), ``NSORT``, ``ROWS``; every step loads and stores its pairs. ``registers=True``
@@ -455,17 +365,10 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
         bases.append(ctx.emit(" + ".join(terms), "base") if terms else "")
         sdim.append(st[em.dim] if shape0.rank else 0)
     b = ctx.body
-    keyed = packing is not None
-    pos_mask = (1 << packing.idx_bits) - 1 if keyed else 0
-    moved = [k for k in range(len(bufs)) if k != derived]
     if registers:  # qr is the element's position in its row
         ctx.body.line("valid = live & (qr < NSORT)")
         offs = [ctx.emit(_offset(base, "qr", sd), "off") for base, sd in zip(bases, sdim)]
-        vals = [ctx.emit(f"tl.load({names[k]} + {offs[k]}, mask=valid, other="
-                         f"{(1 << 63) - 1 if keyed and k == pos else 0})", "v") for k in moved]
-        vals = dict(zip(moved, vals))
-        if keyed:
-            prologue.append("lane64 = lane.to(tl.int64)")  # np.take's index type: no conversion per gather
+        vals = [ctx.emit(f"tl.load({nm} + {o}, mask=valid, other=0)", "v") for nm, o in zip(names, offs)]
     loop_at = len(b.lines)
     b.line("for s in range(S0, S1 + 1):")
     b.level += 1
@@ -479,55 +382,42 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
     gen.push_scope()
     try:
         with deep_recursion():
-            if registers and keyed:
-                # lanes and positions agree below the tile: bit m tells the lower element of a pair
-                b.line("src = lane64 ^ xm")
-                b.line("lower = (lane & h) == 0")
-                part = {k: ctx.emit(f"tl.gather({v}, src, 0)", "w") for k, v in vals.items()}
-                b.line(f"swap = ({part[pos]} < {vals[pos]}) == lower")
-            elif registers:
+            if registers:
                 # p: the partner's position, lane ^ xm its lane (blocks are whole tiles, xm < tile)
                 # the pair's upper position, max(p, qr), must be real
                 act = "act = live & (tl.maximum(p, qr) < NSORT)" if padded else "act = live"
                 for line in ("p = qr ^ xm", "lower = qr < p", act, "src = lane ^ xm"):
                     b.line(line)
-                part = {k: ctx.emit(f"tl.gather({v}, src, 0)", "w") for k, v in vals.items()}
+                part = [ctx.emit(f"tl.gather({v}, src, 0)", "w") for v in vals]
                 lo, hi = vals, part  # (self, partner): lower / upper sorted out by the swap below
             else:
                 # i: the pair's lower position (a zero bit inserted at m), p: its partner
                 act = "act = live & (p < NSORT)" if padded else "act = live"
                 for line in ("i = qr + (qr & (0 - h))", "p = i ^ xm", act):
                     b.line(line)
-                lo, hi, offs = {}, {}, {}
-                for k, (nm, base, sd) in enumerate(zip(names, bases, sdim)):
-                    offs[k] = (ctx.emit(_offset(base, "i", sd), "oi"), ctx.emit(_offset(base, "p", sd), "op"))
-                    if k != derived:
-                        lo[k] = ctx.emit(f"tl.load({nm} + {offs[k][0]}, mask=act, other=0)", "a")
-                        hi[k] = ctx.emit(f"tl.load({nm} + {offs[k][1]}, mask=act, other=0)", "b")
-                if derived is not None:  # the iota operand: the keys' position bits
-                    t = ts.tl_dtype(ets[derived])
-                    lo[derived] = ctx.emit(f"({lo[pos]} & {pos_mask}).to({t})", "a")
-                    hi[derived] = ctx.emit(f"({hi[pos]} & {pos_mask}).to({t})", "b")
-            if keyed and not registers:  # unique keys: the upper element goes first iff its key is smaller
-                b.line(f"swap = act & ({hi[pos]} < {lo[pos]})")
-            elif not keyed:
-                k = len(sort.operands)
-                vl = [ctx.emit(f"{lo[j]} != 0", "pv") if ets[j] == "pred" else lo[j] for j in range(k)]
-                vh = [ctx.emit(f"{hi[j]} != 0", "pv") if ets[j] == "pred" else hi[j] for j in range(k)]
-                less_lh, less_hl = compare_both(gen, sort, em.comparator, vl, vh)
-                # the upper element goes first: it is less, or neither is and it came first
-                hi_first = f"{less_hl} | (({less_lh} ^ True) & ({hi[pos]} < {lo[pos]}))"
-                if registers:  # lo is this lane's element: swap if the upper one of the pair goes first
-                    lo_first = f"{less_lh} | (({less_hl} ^ True) & ({lo[pos]} < {hi[pos]}))"
-                    b.line(f"swap = act & tl.where(lower, {hi_first}, {lo_first})")
-                else:
-                    b.line(f"swap = act & ({hi_first})")
-            if registers:
-                for k, v in vals.items():
-                    b.line(f"{v} = tl.where(swap, {part[k]}, {v})")
+                lo, hi, offs = [], [], []
+                for nm, base, sd in zip(names, bases, sdim):
+                    oi = ctx.emit(_offset(base, "i", sd), "oi")
+                    op = ctx.emit(_offset(base, "p", sd), "op")
+                    offs.append((oi, op))
+                    lo.append(ctx.emit(f"tl.load({nm} + {oi}, mask=act, other=0)", "a"))
+                    hi.append(ctx.emit(f"tl.load({nm} + {op}, mask=act, other=0)", "b"))
+            k = len(sort.operands)
+            vl = [ctx.emit(f"{v} != 0", "pv") if et == "pred" else v for v, et in zip(lo[:k], ets)]
+            vh = [ctx.emit(f"{v} != 0", "pv") if et == "pred" else v for v, et in zip(hi[:k], ets)]
+            less_lh, less_hl = compare_both(gen, sort, em.comparator, vl, vh)
+            # the upper element goes first: it is less, or neither is and it came first
+            hi_first = f"{less_hl} | (({less_lh} ^ True) & ({hi[pos]} < {lo[pos]}))"
+            if registers:  # lo is this lane's element: swap if the upper one of the pair goes first
+                lo_first = f"{less_lh} | (({less_hl} ^ True) & ({lo[pos]} < {hi[pos]}))"
+                b.line(f"swap = act & tl.where(lower, {hi_first}, {lo_first})")
             else:
-                for k, nm in enumerate(names):
-                    (oi, op), a, c = offs[k], lo[k], hi[k]
+                b.line(f"swap = act & ({hi_first})")
+            if registers:
+                for v, w in zip(vals, part):
+                    b.line(f"{v} = tl.where(swap, {w}, {v})")
+            else:
+                for nm, (oi, op), a, c in zip(names, offs, lo, hi):
                     b.line(f"tl.store({nm} + {oi}, {c}, mask=swap)")
                     b.line(f"tl.store({nm} + {op}, {a}, mask=swap)")
                 b.line("tl.debug_barrier()")
@@ -537,11 +427,7 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
     b.level -= 2
     b.lines[loop_at:] = _hoist(b.lines[loop_at:], 2)
     if registers:
-        for k, nm in enumerate(names):
-            if k == derived:
-                v = ctx.emit(f"({vals[pos]} & {pos_mask}).to({ts.tl_dtype(ets[k])})", "v")
-            else:
-                v = vals[k]
-            b.line(f"tl.store({nm} + {offs[k]}, {v}, mask=valid)")
+        for nm, o, v in zip(names, offs, vals):
+            b.line(f"tl.store({nm} + {o}, {v}, mask=valid)")
     source = ctx.render(entry, ["BLOCK", "PR", "NSORT", "ROWS"], prologue, scalars=["S0", "S1", "MTOP", "MBOT"])
     return source, tuple(ctx.params)
