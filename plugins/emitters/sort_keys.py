@@ -177,9 +177,9 @@ def _network_source(em: Any, packing: KeyPacking, key_shape: Any, idx_t: str, en
     shape0 = em.sort.operands[0].shape
     leaves = em.fusion.shape.leaves()
     ctx = KernelContext(idx_t, [o.shape for o in em.fusion.operands])
-    for nm in ("lane", "lane64", "q", "row", "qr", "live", "row_c", "s", "t", "top", "m", "h", "xm", "i", "p",
-               "act", "lower", "src", "swap", "mask", "valid", "zero", "k", "w", "a", "c", "oi", "op", "BLOCK", "PR", "NSORT", "ROWS", "LAST",
-               "S0", "S1", "MTOP", "MBOT"):
+    for nm in ("lane", "lane64", "q", "row", "qr", "qc", "live", "row_c", "s", "t", "top", "m", "h", "xm", "i", "p",
+               "act", "lower", "src", "swap", "mask", "valid", "zero", "k", "w", "a", "c", "oi", "op", "BLOCK", "PR",
+               "NSORT", "ROWS", "LAST", "S0", "S1", "MTOP", "MBOT"):
         ctx.names.reserve(nm)
     gen = ElementalGenerator(ctx, em.computation)
     kb = ctx.param("scratch", 0, key_shape, "keys")
@@ -204,7 +204,9 @@ def _network_source(em: Any, packing: KeyPacking, key_shape: Any, idx_t: str, en
     if registers:
         prologue.append("lane64 = lane.to(tl.int64)")  # np.take's index type: no conversion per gather
         b.line("valid = live & (qr < NSORT)")
-        koff = ctx.emit(_offset(base, "qr", sd), "off")
+        # offsets clamped into the row: a lane the masks should drop never addresses past its buffer
+        b.line("qc = tl.minimum(qr, NSORT - 1)")
+        koff = ctx.emit(_offset(base, "qc", sd), "off")
         b.line(f"k = tl.load({kb} + {koff}, mask=valid, other={_KEY_PAD})")
     loop_at = len(b.lines)
     b.line("for s in range(S0, S1 + 1):")
@@ -221,7 +223,8 @@ def _network_source(em: Any, packing: KeyPacking, key_shape: Any, idx_t: str, en
             b.line(line)
     else:
         for line in ("i = qr + (qr & (0 - h))", "p = i ^ xm", "act = live & (p < NSORT)" if padded else "act = live",
-                     f"oi = {_offset(base, 'i', sd)}", f"op = {_offset(base, 'p', sd)}",
+                     f"oi = {_offset(base, 'tl.minimum(i, NSORT - 1)', sd)}",
+                     f"op = {_offset(base, 'tl.minimum(p, NSORT - 1)', sd)}",
                      f"a = tl.load({kb} + oi, mask=act, other=0)", f"c = tl.load({kb} + op, mask=act, other=0)",
                      "swap = act & (c < a)", f"tl.store({kb} + oi, c, mask=swap)", f"tl.store({kb} + op, a, mask=swap)",
                      "tl.debug_barrier()"):
@@ -237,19 +240,21 @@ def _network_source(em: Any, packing: KeyPacking, key_shape: Any, idx_t: str, en
     try:
         with deep_recursion():
             if registers:
-                spots = [("qr", "valid", "k")]
+                spots = [("qr", "qc", "valid", "k")]
             else:  # the program's pairs cover positions 2 qr and 2 qr + 1 of its row
                 spots = []
                 for j, e in enumerate(("qr * 2", "qr * 2 + 1")):
                     pe = ctx.emit(e, "pe")
                     ve = ctx.emit(f"live & ({pe} < NSORT)", "ve")
-                    ke = ctx.emit(f"tl.load({kb} + {_offset(base, pe, sd)}, mask={ve}, other=0)", "ke")
-                    spots.append((pe, ve, ke))
-            for pe, ve, ke in spots:
+                    pc = ctx.emit(f"tl.minimum({pe}, NSORT - 1)", "pc")
+                    ke = ctx.emit(f"tl.load({kb} + {_offset(base, pc, sd)}, mask={ve}, other=0)", "ke")
+                    spots.append((pe, pc, ve, ke))
+            for pe, pc, ve, ke in spots:
                 ctx.mask = ve
-                orig = ctx.emit(f"tl.where({ve}, {ke} & {(1 << packing.idx_bits) - 1}, 0).to({idx_t})", "orig")
+                # a real key's position is below NSORT: the clamp only bounds what a dropped mask would read
+                orig = ctx.emit(f"tl.minimum({ke} & {(1 << packing.idx_bits) - 1}, NSORT - 1).to({idx_t})", "orig")
                 src_index = _row_index(gen, em, "row_c", orig)
-                dst_index = _row_index(gen, em, "row_c", pe)
+                dst_index = _row_index(gen, em, "row_c", pc)
                 for j, k in enumerate(em.leaf_operand):
                     v = gen.value(em.sort.operands[k], src_index)
                     store_line(gen, outs[j], _offset_of(gen, leaves[j], dst_index), v, leaves[j].element_type, ve)
@@ -289,7 +294,8 @@ def emit_keyed(em: Any, packing: KeyPacking) -> EmittedFusion:
 
     def instance(kind: str, launches: list[tuple[int, int, int, int]]) -> KernelSource:
         if kind == "tile":
-            cx, launch, total, row = {"BLOCK": max(1, tile // 2), "PR": rounded // 2}, tiled_launch, tiled_pairs, rounded
+            cx, total, row = {"BLOCK": max(1, tile // 2), "PR": rounded // 2}, tiled_pairs, rounded
+            launch = tiled_launch
         else:
             blk = min(GLOBAL_BLOCK, _pow2_floor(global_pairs))
             cx, total, row = {"BLOCK": blk, "PR": npad // 2}, global_pairs, npad

@@ -367,7 +367,8 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
     b = ctx.body
     if registers:  # qr is the element's position in its row
         ctx.body.line("valid = live & (qr < NSORT)")
-        offs = [ctx.emit(_offset(base, "qr", sd), "off") for base, sd in zip(bases, sdim)]
+        # offsets clamped into the row: a lane the masks should drop never addresses past its buffer
+        offs = [ctx.emit(_offset(base, "tl.minimum(qr, NSORT - 1)", sd), "off") for base, sd in zip(bases, sdim)]
         vals = [ctx.emit(f"tl.load({nm} + {o}, mask=valid, other=0)", "v") for nm, o in zip(names, offs)]
     loop_at = len(b.lines)
     b.line("for s in range(S0, S1 + 1):")
@@ -397,8 +398,8 @@ def _sort_source(em: Any, bufs: list[tuple[str, int, Any]], ets: list[str], idx_
                     b.line(line)
                 lo, hi, offs = [], [], []
                 for nm, base, sd in zip(names, bases, sdim):
-                    oi = ctx.emit(_offset(base, "i", sd), "oi")
-                    op = ctx.emit(_offset(base, "p", sd), "op")
+                    oi = ctx.emit(_offset(base, "tl.minimum(i, NSORT - 1)", sd), "oi")
+                    op = ctx.emit(_offset(base, "tl.minimum(p, NSORT - 1)", sd), "op")
                     offs.append((oi, op))
                     lo.append(ctx.emit(f"tl.load({nm} + {oi}, mask=act, other=0)", "a"))
                     hi.append(ctx.emit(f"tl.load({nm} + {op}, mask=act, other=0)", "b"))
