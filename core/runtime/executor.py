@@ -34,6 +34,7 @@ from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
 from fusegen.verify.options import VerifyOptions
+from fusegen.verify.compare_ties import reference_recording
 from fusegen.verify.ties import record_ties
 from fusegen.verify.verdict import judge_module, record_fusion
 from fusegen.runtime.compile_jobs import CompileJobs, apply_compiled_shared
@@ -290,6 +291,7 @@ class Executor:
         self.verify = verify or VerifyOptions()
         self.events: list = []  # fusegen.verify.verdict.FusionEvent per compared execution, in order
         self.ties: list = []  # fusegen.verify.ties.Tie: near-ties of the sorts on the kernel path, in order
+        self.compare_ties: list = []  # fusegen.verify.compare_ties.CompareTie: near-ties of float compares
         self.timings = Timings()  # module-level phases outside fusions (fusegen.runtime.timings)
         self.compiles = CompileJobs(jobs)
         self.kernel_reuse = KernelReuse()  # identical fusions run the first one's kernels
@@ -427,6 +429,8 @@ class Executor:
                                       self._context(backend.plugin))
         if op in ("sort", "reduce"):
             record_ties(self, inst, out, ops)
+        elif op == "compare":
+            reference_recording(self, inst, ops)  # the reference's outcome at near-ties on these operands
         return out
 
     def _run_fusion(self, inst: Instruction, ops: list[Any]) -> Any:
@@ -438,7 +442,7 @@ class Executor:
             self.reports[inst.name] = rep
         tm = rep.timings
         with tm.phase("reference"):
-            ref = evaluate_instruction(inst, ops)
+            ref = reference_recording(self, inst, ops)  # records its float compares' near-ties
         if self.keep_references:
             self.fusion_references[id(inst)] = (ops, ref)
         if emitted is None:
@@ -558,7 +562,7 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
             ref = oracles.reference(ex.fusion_references)
             ex.fusion_references.clear()
             verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected, f64=oracles.f64(),
-                                   ties=ex.ties, budget=ex.budget)
+                                   ties=ex.ties + ex.compare_ties, budget=ex.budget)
     finally:
         oracles.close()
     ok = verdict.status != "mismatch"

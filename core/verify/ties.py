@@ -282,10 +282,12 @@ def _force(inst: Instruction, value: Any, tie: Tie, first_first: bool, ops: list
     return (tuple(swapped) if isinstance(value, tuple) else swapped[0]), True
 
 
-def rerun(module: Module, args: list[Any], ties: list[Tie], flipped: Tie | None = None,
-          budget: Any = None) -> tuple[list[np.ndarray], list[Tie]]:
+def rerun(module: Module, args: list[Any], ties: list[Any], flipped: Any = None,
+          budget: Any = None) -> tuple[list[np.ndarray], list[Any]]:
     """The module's reference run with every tie of ``ties`` in the kernel path's order and ``flipped`` (one
     of them) in the other order; returns its output leaves and the ties whose order it had to change.
+    ``ties`` may hold :class:`fusegen.verify.compare_ties.CompareTie` too: those compares' elements take the
+    kernel chain's outcome (:func:`fusegen.verify.compare_ties.evaluate_forced`).
 
     Raises:
         what the reference evaluator raises; ResourceLimitError from ``budget``
@@ -295,15 +297,25 @@ def rerun(module: Module, args: list[Any], ties: list[Tie], flipped: Tie | None 
     from fusegen.runtime.executor import interpret
     from fusegen.runtime.inputs import leaves
 
+    from fusegen.verify.compare_ties import CompareTie, compares, evaluate_forced
+
     at: dict[tuple[str, int], list[Tie]] = {}
+    cat: dict[tuple[str, int], list[CompareTie]] = {}
     for t in ties:
-        at.setdefault((t.instruction, t.execution), []).append(t)
+        (cat if isinstance(t, CompareTie) else at).setdefault((t.instruction, t.execution), []).append(t)
     counts: dict[str, int] = {}
-    changed: list[Tie] = []
-    names = {t.instruction for t in ties}
+    ccounts: dict[str, int] = {}
+    changed: list[Any] = []
+    names = {t.instruction for t in ties if not isinstance(t, CompareTie)}
+    cnames = {t.instruction for t in ties if isinstance(t, CompareTie)}
 
     def apply(inst: Instruction, ops: list[Any]) -> Any:
-        v = evaluate_instruction(inst, ops)
+        if inst.name in cnames and compares(inst):  # executions counted as the kernel path counts them
+            n = ccounts.get(inst.name, 0)
+            ccounts[inst.name] = n + 1
+            v = evaluate_forced(inst, ops, cat.get((inst.name, n), []), flipped, changed)
+        else:
+            v = evaluate_instruction(inst, ops)
         if inst.name in names and is_choice(inst):
             n = counts.get(inst.name, 0)
             counts[inst.name] = n + 1

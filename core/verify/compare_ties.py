@@ -1,0 +1,224 @@
+"""Near-ties at compares: a ``compare`` (a ``jnp.where`` threshold, a mask) whose operands are within their budget.
+
+``jnp.where(x > t, a, b)`` with ``x`` one ulp from ``t`` is a choice like a top-k's (:mod:`fusegen.verify.ties`):
+the kernels' chain, the reference evaluator and XLA:CPU (``--expected``) may round ``x`` either side of
+``t`` and take the other branch, and every value downstream of that element differs by far more than any
+rounding. The same three steps tell such a flip from a bug:
+
+1. **Find the near-ties** on the kernel path (:func:`reference_recording`): each execution of a fusion whose
+   computation has a floating ``compare`` (its own instructions, not called computations) has its reference
+   evaluated on its kernel-path operands, as the executor does anyway, instruction by instruction; each
+   element of such a compare whose operands differ by no more than their budget there,
+   ``rtol(t) * max(|a|, |b|) + floor(t) * max|a, b|`` (ties.py's rule, for the operands' type ``t``), is a
+   :class:`CompareTie` with the outcome the reference gave on those operands. A top-level compare is
+   recorded the same way on its operands.
+2. **Re-run the reference with that outcome** (:func:`evaluate_forced`, called by :func:`fusegen.verify.ties.rerun`):
+   at each recorded element the compare's value is the kernel chain's outcome (or, for the one flipped, the
+   other), only where the re-run's own operands there are within the same budget.
+3. **Judge** as :mod:`fusegen.verify.verdict` does for sorts: the reason names the compare (instruction,
+   fusion, execution, element, the two operand values, the budget).
+
+The outcome forced is the reference evaluator's on the kernel-path operands, never the kernel's own value:
+a kernel whose compare goes the wrong way on the same operands is out of budget at its fusion (the tie rule
+then does not run), and a wrong direction in the program moves elements far from any tie as well.
+Elements with a gap are kept before exact ties (a value both chains compute exactly rarely flips), closest
+first, at most :data:`COMPARES_PER_EXECUTION` per execution and :data:`COMPARES_PER_RUN` per run.
+
+No XLA counterpart (XLA's tests compare outputs within an error bound, where a flipped select fails).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import attrs
+import numpy as np
+
+from fusegen.hlo import dtypes
+from fusegen.hlo.ir import Instruction
+from fusegen.verify.options import VerifyOptions
+
+#: Compare elements kept per execution and per run (with a gap before exact ties, closest by gap / budget).
+COMPARES_PER_EXECUTION = 16
+COMPARES_PER_RUN = 256
+
+
+@attrs.frozen
+class CompareTie:
+    """One element of a floating ``compare`` whose two operands were within their budget on the kernel path.
+
+    Attributes:
+        instruction: the fusion holding the compare (or the top-level compare); ``execution`` its 0-based
+            execution.
+        compare / direction: the compare instruction's name and direction (``GT``, ``EQ``, ...).
+        index: the element's index in the compare's shape.
+        lhs / rhs: its two operand values on the kernel path (widened to float); ``budget``: their budget.
+        outcome: the compare's value there (the reference evaluator's, on the kernel-path operands).
+    """
+
+    instruction: str
+    execution: int
+    compare: str
+    direction: str
+    index: tuple[int, ...]
+    lhs: float
+    rhs: float
+    outcome: bool
+    budget: float
+
+    @property
+    def ratio(self) -> float:
+        return abs(self.lhs - self.rhs) / self.budget if self.budget > 0 else 0.0
+
+    def describe(self) -> str:
+        where = f" in %{self.instruction}" if self.instruction != self.compare else ""
+        ex = f" execution {self.execution}" if self.execution else ""
+        return (f"compare %{self.compare} ({self.direction}){where}{ex} at {list(self.index)}: operands "
+                f"{self.lhs:.9g} and {self.rhs:.9g} ({abs(self.lhs - self.rhs):.3g} apart, budget "
+                f"{self.budget:.3g}), the kernels' chain took {str(self.outcome).lower()}")
+
+    def to_json(self) -> dict:
+        return {"kind": "compare", "instruction": self.instruction, "execution": self.execution,
+                "compare": self.compare, "direction": self.direction, "index": list(self.index),
+                "operands": [self.lhs, self.rhs], "outcome": self.outcome, "budget": self.budget}
+
+
+def _float_compare(i: Instruction) -> bool:
+    return i.opcode == "compare" and len(i.operands) == 2 and not i.shape.is_tuple and \
+        dtypes.is_floating(i.operands[0].shape.element_type)
+
+
+def compares(inst: Instruction) -> list[Instruction]:
+    """The floating compares whose outcomes :func:`reference_recording` records for ``inst``: ``inst`` itself
+    (a top-level compare) or the compares among its fused computation's own instructions (a fusion)."""
+    if inst.opcode == "fusion":
+        return [i for i in inst.fused_computation.instructions if _float_compare(i)]
+    return [inst] if _float_compare(inst) else []
+
+
+def _evaluate(inst: Instruction, ops: list[Any], hook: Callable[[Instruction, list[Any], Any], Any]) -> Any:
+    """``evaluate_instruction(inst, ops)`` with ``hook(compare, operands, value)`` giving each float compare's
+    value (a fusion's computation is evaluated instruction by instruction, as the evaluator does)."""
+    from fusegen.evaluator import evaluator as ev
+    from fusegen.evaluator.control_flow import _bind_operand
+
+    if inst.opcode != "fusion":
+        v = ev.evaluate_instruction(inst, ops)
+        return hook(inst, ops, v) if _float_compare(inst) else v
+    comp = inst.fused_computation
+    params = {p.parameter_number: p for p in comp.parameters}
+    args = [(_bind_operand(params[k], v, inst) if k in params else v) for k, v in enumerate(ops)]
+    order, last = ev._plan(comp)
+    vals: dict[int, Any] = {}
+    for k, i in enumerate(order):
+        if i.opcode == "parameter":
+            v = args[i.parameter_number]
+        else:
+            got = [vals[id(o)] for o in i.operands]
+            v = ev.evaluate_instruction(i, got)
+            if _float_compare(i):
+                v = hook(i, got, v)
+        vals[id(i)] = v
+        for o in i.operands:
+            if last.get(id(o)) == k:
+                vals.pop(id(o), None)
+    return ev._check(inst, vals[id(comp.root)], inst.shape)
+
+
+def _near(cmp: Instruction, a: Any, b: Any, options: VerifyOptions) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                                np.ndarray]:
+    """The operands widened to f64, their gap, their budget (ties.py's rule) and where the gap is within it."""
+    from fusegen.verify.ties import _budget, _scale
+
+    a, b = (np.asarray(x).astype(np.float64) for x in (a, b))
+    with np.errstate(invalid="ignore"):
+        gap = np.abs(a - b)
+        budget = _budget(cmp.operands[0].shape.element_type, a, b, max(_scale(a), _scale(b)), options)
+    return a, b, budget, np.isfinite(gap) & (gap <= budget)
+
+
+def find_compare_ties(inst: Instruction, cmp: Instruction, a: Any, b: Any, value: Any, options: VerifyOptions,
+                      execution: int) -> list[CompareTie]:
+    """The elements of ``cmp`` (in ``inst``, on operands ``a``, ``b`` with outcome ``value``) whose operands are
+    within their budget: those with a gap first, closest first, at most :data:`COMPARES_PER_EXECUTION`."""
+    a, b, budget, near = _near(cmp, a, b, options)
+    flat = np.flatnonzero(near)
+    if not flat.size:
+        return []
+    gap = np.abs(a - b).reshape(-1)[flat]
+    bud = budget.reshape(-1)[flat]
+    key = np.where(gap > 0, gap / np.where(bud > 0, bud, 1.0), 2.0)  # exact ties after any with a gap
+    if flat.size > COMPARES_PER_EXECUTION:
+        part = np.argpartition(key, COMPARES_PER_EXECUTION - 1)[:COMPARES_PER_EXECUTION]
+        flat, key = flat[part], key[part]
+    flat = flat[np.argsort(key, kind="stable")]
+    out = np.asarray(value).reshape(-1)
+    direction = str(cmp.attrs.get("direction", "?"))
+    return [CompareTie(inst.name, execution, cmp.name, direction,
+                       tuple(int(x) for x in np.unravel_index(int(f), a.shape)), float(a.reshape(-1)[f]),
+                       float(b.reshape(-1)[f]), bool(out[f]), float(budget.reshape(-1)[f])) for f in flat]
+
+
+def reference_recording(executor: Any, inst: Instruction, ops: list[Any]) -> Any:
+    """The reference value of ``inst`` (a fusion, or a top-level compare) on the kernel path's operands ``ops``,
+    counting the execution and appending its compares' near-ties to ``executor.compare_ties``.
+
+    Raises:
+        what :func:`fusegen.evaluator.evaluator.evaluate_instruction` raises.
+    """
+    from fusegen.evaluator.evaluator import evaluate_instruction
+
+    known = executor.__dict__.setdefault("_cmp_insts", {})
+    if id(inst) not in known:
+        known[id(inst)] = bool(compares(inst))
+    if not known[id(inst)]:
+        return evaluate_instruction(inst, ops)
+    counts = executor.__dict__.setdefault("_cmp_counts", {})
+    n = counts.get(inst.name, 0)
+    counts[inst.name] = n + 1
+    found: list[CompareTie] = executor.compare_ties
+    if len(found) >= COMPARES_PER_RUN:
+        return evaluate_instruction(inst, ops)
+
+    def hook(cmp: Instruction, got: list[Any], v: Any) -> Any:
+        if len(found) < COMPARES_PER_RUN:
+            ties = find_compare_ties(inst, cmp, got[0], got[1], v, executor.verify, n)
+            found.extend(ties[:COMPARES_PER_RUN - len(found)])
+        return v
+
+    return _evaluate(inst, ops, hook)
+
+
+def evaluate_forced(inst: Instruction, ops: list[Any], ties: list[CompareTie], flipped: Any,
+                    changed: list) -> Any:
+    """``inst``'s reference value on ``ops`` with each of ``ties`` (this execution's) at the kernel chain's
+    outcome, ``flipped`` (one of them, or another choice) at the other; each tie whose value it changed is
+    appended to ``changed``. An element whose operands here are farther apart than its budget keeps its own
+    value (the re-run did not reach that near-tie).
+
+    Raises:
+        what :func:`fusegen.evaluator.evaluator.evaluate_instruction` raises.
+    """
+    by: dict[str, list[CompareTie]] = {}
+    for t in ties:
+        by.setdefault(t.compare, []).append(t)
+
+    def hook(cmp: Instruction, got: list[Any], v: Any) -> Any:
+        mine = by.get(cmp.name)
+        if not mine:
+            return v
+        a, b = (np.asarray(x) for x in got)
+        out = None
+        for t in mine:
+            if t.index and (len(t.index) != a.ndim or any(i >= d for i, d in zip(t.index, a.shape))):
+                continue
+            want = t.outcome != (t == flipped)
+            ai, bi = float(a[t.index]), float(b[t.index])
+            if bool(np.asarray(v)[t.index]) == want or not abs(ai - bi) <= t.budget:
+                continue
+            out = np.array(v) if out is None else out
+            out[t.index] = want
+            changed.append(t)
+        return v if out is None else out
+
+    return _evaluate(inst, ops, hook)
