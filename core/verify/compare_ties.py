@@ -222,3 +222,12 @@ def evaluate_forced(inst: Instruction, ops: list[Any], ties: list[CompareTie], f
         return v if out is None else out
 
     return _evaluate(inst, ops, hook)
+
+
+def flip_order(ties: list[Any], tried: int) -> list[Any]:
+    """The ties a verdict re-runs flipped, in order: the closest ``tried`` of the sorts' and argmaxes'
+    (:class:`fusegen.verify.ties.Tie`), then the closest ``tried`` compares', those with a gap before exact
+    ties (a causal mask's ``iota >= iota`` diagonal ties exactly on every chain and never flips)."""
+    choices = sorted((t for t in ties if not isinstance(t, CompareTie)), key=lambda x: x.ratio)[:tried]
+    cmps = sorted((t for t in ties if isinstance(t, CompareTie)), key=lambda x: (x.lhs == x.rhs, x.ratio))
+    return choices + cmps[:tried]

@@ -364,9 +364,10 @@ def _judge_ties(module: Module, args: list[Any], shapes: list, ks: list, rs: lis
     First the reference re-run with every tie in the kernel path's order: an output that differed from the
     reference is judged against it (drift when that passes, naming the ties the reference had taken the other
     way). Then, for an output that fails only ``--expected``, one re-run per tie flipped (the closest
-    :data:`~fusegen.verify.ties.FLIPS_TRIED`): elements where a flipped re-run gives the expected value within
-    the same allowance are drift, the tie named."""
+    :data:`~fusegen.verify.ties.FLIPS_TRIED`, and as many compares', :mod:`fusegen.verify.compare_ties`):
+    elements where a flipped re-run gives the expected value within the same allowance are drift, the tie named."""
     from fusegen.verify.expected import failing
+    from fusegen.verify.compare_ties import flip_order
     from fusegen.verify.ties import FLIPS_TRIED, describe, rerun
 
     def run(flipped=None):
@@ -397,7 +398,7 @@ def _judge_ties(module: Module, args: list[Any], shapes: list, ks: list, rs: lis
                                                                   paths[i]).status == "mismatch":
             fails = failing(t, k, r, o, e, path, options)
             explained = np.zeros(fails.shape, bool)
-            for tie in sorted(ties, key=lambda x: x.ratio)[:FLIPS_TRIED]:
+            for tie in flip_order(ties, FLIPS_TRIED):
                 if tie not in flips:
                     flips[tie] = run(tie)
                 alt = flips[tie]
