@@ -9,9 +9,14 @@ branch on the reference's own operands stay a mismatch.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from fusegen.cli.main import cli
 from fusegen.codegen import triton_runtime
 from fusegen.hlo.parser import parse_module
 from fusegen.runtime.executor import run_module
@@ -179,3 +184,50 @@ def test_kernel_chain_moved_far_past_the_threshold_is_a_mismatch(monkeypatch):
     _, rep = _run(m, _x(ONE_ULP_UP))
     assert rep.status == "mismatch" and rep.verdict.first_out_of_budget.fusion == "k"
     assert all(not o.ties for o in rep.verdict.outputs)
+
+
+#: ``jnp.where(x * 3.0 > 1.5, a, b)`` as XLA compiles it for an H200 (``fusegen.capture``, the jax CUDA
+#: plugin's deviceless compile): one loop fusion ``%loop_select_fusion`` whose ``%gt.1.3`` compares the
+#: product with the threshold.
+CAPTURED = Path(__file__).parent / "data" / "compare_ties" / "gate.h200_opt.hlo"
+
+
+def _gate_cli(tmp_path, x: np.ndarray, expected: np.ndarray) -> dict:
+    a = np.arange(12, dtype=np.float32).reshape(4, 3) + 1.0
+    np.savez(tmp_path / "in.npz", p0=x, p1=a, p2=-10.0 * a)
+    np.savez(tmp_path / "exp.npz", o0=expected)
+    res = CliRunner().invoke(cli, ["run", str(CAPTURED), "--no-compile", "--json", "--inputs",
+                                   str(tmp_path / "in.npz"), "--expected", str(tmp_path / "exp.npz")])
+    assert res.exit_code in (0, 1), res.output
+    return json.loads(res.output)
+
+
+def _xla_cpu(x: np.ndarray) -> np.ndarray:
+    """XLA:CPU's answer of the captured program (jaxlib; this venv has no GPU backend)."""
+    jax = pytest.importorskip("jax")
+    a = np.arange(12, dtype=np.float32).reshape(4, 3) + 1.0
+    return np.asarray(jax.jit(lambda x, a, b: jax.numpy.where(x * 3.0 > 1.5, a, b))(x, a, -10.0 * a))
+
+
+def test_captured_where_one_ulp_from_its_threshold_is_drift_when_expected_took_the_other_branch(tmp_path):
+    """x[0, 0] one ulp above 0.5: x * 3 rounds two ulps above 1.5 and every chain here takes ``a``; an oracle
+    whose product rounded onto 1.5 (a fused multiply, another order) took ``b``: drift naming the compare,
+    XLA:CPU's own answer ok, and the other branch where the product is far from 1.5 a mismatch."""
+    x = np.tile(np.array([[0.5], [0.9], [-0.3], [0.1]], np.float32), (1, 3))
+    x[0, 0] = np.nextafter(np.float32(0.5), np.float32(1.0))
+    cpu = _xla_cpu(x)
+    assert _gate_cli(tmp_path, x, cpu)["status"] == "ok"
+    other = cpu.copy()
+    other[0, 0] = -10.0 * 1.0  # b there
+    doc = _gate_cli(tmp_path, x, other)
+    (o0,) = doc["outputs"]
+    assert doc["status"] == "drift" and o0["status"] == "drift", o0
+    assert "compare %gt.1.3 (GT) in %loop_select_fusion at [0, 0]: operands 1.50000024 and 1.5" in o0["reason"]
+    (t,) = o0["ties"]
+    assert (t["kind"], t["instruction"], t["compare"], t["direction"], t["index"], t["outcome"]) == \
+        ("compare", "loop_select_fusion", "gt.1.3", "GT", [0, 0], True)
+    assert all(f["status"] == "ok" for f in doc["fusions"])
+    far = cpu.copy()
+    far[1, 0] = -10.0 * 4.0  # b where x * 3 = 2.7: no tie
+    doc = _gate_cli(tmp_path, x, far)
+    assert doc["status"] == "mismatch" and "ties" not in doc["outputs"][0]
