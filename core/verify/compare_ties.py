@@ -22,7 +22,8 @@ The outcome forced is the reference evaluator's on the kernel-path operands, nev
 a kernel whose compare goes the wrong way on the same operands is out of budget at its fusion (the tie rule
 then does not run), and a wrong direction in the program moves elements far from any tie as well.
 Elements with a gap are kept before exact ties (a value both chains compute exactly rarely flips), closest
-first, at most :data:`COMPARES_PER_EXECUTION` per execution and :data:`COMPARES_PER_RUN` per run.
+first, at most :data:`COMPARES_PER_EXECUTION` per execution and :data:`COMPARES_PER_RUN` per run (a full
+run's list gives up its exact ties, earliest first, for later ones with a gap).
 
 No XLA counterpart (XLA's tests compare outputs within an error bound, where a flipped select fails).
 """
@@ -177,13 +178,19 @@ def reference_recording(executor: Any, inst: Instruction, ops: list[Any]) -> Any
     n = counts.get(inst.name, 0)
     counts[inst.name] = n + 1
     found: list[CompareTie] = executor.compare_ties
-    if len(found) >= COMPARES_PER_RUN:
+    if len(found) >= COMPARES_PER_RUN and all(t.lhs != t.rhs for t in found):
         return evaluate_instruction(inst, ops)
 
     def hook(cmp: Instruction, got: list[Any], v: Any) -> Any:
-        if len(found) < COMPARES_PER_RUN:
-            ties = find_compare_ties(inst, cmp, got[0], got[1], v, executor.verify, n)
-            found.extend(ties[:COMPARES_PER_RUN - len(found)])
+        for t in find_compare_ties(inst, cmp, got[0], got[1], v, executor.verify, n):
+            if len(found) < COMPARES_PER_RUN:
+                found.append(t)
+            elif t.lhs != t.rhs:  # a full run's list gives up an exact tie for one with a gap
+                exact = next((k for k, x in enumerate(found) if x.lhs == x.rhs), None)
+                if exact is None:
+                    break
+                del found[exact]
+                found.append(t)
         return v
 
     return _evaluate(inst, ops, hook)
