@@ -252,3 +252,33 @@ def test_a_full_run_gives_up_exact_ties_for_one_with_a_gap():
     gaps = SimpleNamespace(compare_ties=[attrs.evolve(exact, rhs=2.0001)] * ct.COMPARES_PER_RUN, verify=VerifyOptions())
     ct.reference_recording(gaps, f, [_x(ONE_ULP_UP), A, B])
     assert all(t.compare == "ge" for t in gaps.compare_ties) and gaps._cmp_counts == {"f": 1}
+
+
+#: The gate's compare and select at the top level (no fusion): recorded on the compare's own operands.
+TOP = """HloModule top_gate
+ENTRY %e (x: f32[4], a: f32[4], b: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %a = f32[4]{0} parameter(1)
+  %b = f32[4]{0} parameter(2)
+  %t = f32[] constant(1)
+  %tb = f32[4]{0} broadcast(%t), dimensions={}
+  %gt = pred[4]{0} compare(%x, %tb), direction=GT
+  ROOT %s = f32[4]{0} select(%gt, %a, %b)
+}
+"""
+
+
+@pytest.mark.parametrize("first, drift", [(ONE_ULP_UP, True), (1.5, False)])
+def test_top_level_compare_flip_is_drift_at_one_ulp_and_a_mismatch_far_apart(first, drift):
+    m = parse_module(TOP)
+    x = _x(first)
+    other = x.copy()
+    other[0] = 1.0 if drift else 0.5
+    _, rep = run_module(m, [x, A[:, 0], B[:, 0]], compile_kernels=False,
+                        expected=[np.where(other > 1.0, A[:, 0], B[:, 0])])
+    (o,) = rep.verdict.outputs
+    if drift:
+        assert o.status == "drift" and "compare %gt (GT) at [0]: operands 1.00000012 and 1" in o.reason, o.reason
+        assert [(t.instruction, t.compare, t.index) for t in o.ties] == [("gt", "gt", (0,))]
+    else:
+        assert o.status == "mismatch" and not o.ties
