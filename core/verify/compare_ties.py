@@ -128,7 +128,7 @@ def _evaluate(inst: Instruction, ops: list[Any], hook: Callable[[Instruction, li
 
 def _near(cmp: Instruction, a: Any, b: Any, options: VerifyOptions) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                                                 np.ndarray]:
-    """The operands widened to f64, their gap, their budget (ties.py's rule) and where the gap is within it."""
+    """The operands widened to f64, their budget (ties.py's rule) and where their gap is within it (finite)."""
     from fusegen.verify.ties import _budget, _scale
 
     a, b = (np.asarray(x).astype(np.float64) for x in (a, b))
