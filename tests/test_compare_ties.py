@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from fusegen.cli.main import cli
 from fusegen.codegen import triton_runtime
+from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.parser import parse_module
 from fusegen.runtime.executor import run_module
 from fusegen.verify.compare_ties import CompareTie, find_compare_ties
@@ -245,12 +246,12 @@ def test_a_full_run_gives_up_exact_ties_for_one_with_a_gap():
     f = next(i for i in m.entry.instructions if i.name == "f")
     exact = CompareTie("mask", 0, "ge", "GE", (0,), 2.0, 2.0, True, 1e-4)
     ex = SimpleNamespace(compare_ties=[exact] * ct.COMPARES_PER_RUN, verify=VerifyOptions())
-    out = ct.reference_recording(ex, f, [_x(ONE_ULP_UP), A, B])
+    out = ct.reference_recording(ex, f, [_x(ONE_ULP_UP), A, B], evaluate_instruction)
     np.testing.assert_array_equal(out, _answer(_x(ONE_ULP_UP)))
     assert len(ex.compare_ties) == ct.COMPARES_PER_RUN
     assert [(t.compare, t.index) for t in ex.compare_ties if t.lhs != t.rhs] == [("gt", (0,))]
     gaps = SimpleNamespace(compare_ties=[attrs.evolve(exact, rhs=2.0001)] * ct.COMPARES_PER_RUN, verify=VerifyOptions())
-    ct.reference_recording(gaps, f, [_x(ONE_ULP_UP), A, B])
+    ct.reference_recording(gaps, f, [_x(ONE_ULP_UP), A, B], evaluate_instruction)
     assert all(t.compare == "ge" for t in gaps.compare_ties) and gaps._cmp_counts == {"f": 1}
 
 

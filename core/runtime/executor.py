@@ -430,7 +430,7 @@ class Executor:
         if op in ("sort", "reduce"):
             record_ties(self, inst, out, ops)
         elif op == "compare":
-            reference_recording(self, inst, ops)  # the reference's outcome at near-ties on these operands
+            reference_recording(self, inst, ops, evaluate_instruction)  # its near-ties, the reference's outcome
         return out
 
     def _run_fusion(self, inst: Instruction, ops: list[Any]) -> Any:
@@ -442,7 +442,7 @@ class Executor:
             self.reports[inst.name] = rep
         tm = rep.timings
         with tm.phase("reference"):
-            ref = reference_recording(self, inst, ops)  # records its float compares' near-ties
+            ref = reference_recording(self, inst, ops, evaluate_instruction)  # and its compares' near-ties
         if self.keep_references:
             self.fusion_references[id(inst)] = (ops, ref)
         if emitted is None:

@@ -160,15 +160,15 @@ def find_compare_ties(inst: Instruction, cmp: Instruction, a: Any, b: Any, value
                        float(b.reshape(-1)[f]), bool(out[f]), float(budget.reshape(-1)[f])) for f in flat]
 
 
-def reference_recording(executor: Any, inst: Instruction, ops: list[Any]) -> Any:
+def reference_recording(executor: Any, inst: Instruction, ops: list[Any],
+                        evaluate_instruction: Callable[[Instruction, list[Any]], Any]) -> Any:
     """The reference value of ``inst`` (a fusion, or a top-level compare) on the kernel path's operands ``ops``,
-    counting the execution and appending its compares' near-ties to ``executor.compare_ties``.
+    counting the execution and appending its compares' near-ties to ``executor.compare_ties``;
+    ``evaluate_instruction`` (the executor's) gives it where nothing is recorded.
 
     Raises:
         what :func:`fusegen.evaluator.evaluator.evaluate_instruction` raises.
     """
-    from fusegen.evaluator.evaluator import evaluate_instruction
-
     known = executor.__dict__.setdefault("_cmp_insts", {})
     if id(inst) not in known:
         known[id(inst)] = bool(compares(inst))
