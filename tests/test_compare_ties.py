@@ -79,7 +79,7 @@ def test_find_compare_ties_takes_operands_within_their_budget_and_never_far_apar
     (t,) = find_compare_ties(f, gt, x, np.ones(4, np.float32), x > 1, VerifyOptions(), 2)
     assert (t.instruction, t.compare, t.direction, t.index, t.execution, t.outcome) == ("f", "gt", "GT", (0,), 2, True)
     assert t.lhs - t.rhs == pytest.approx(2.0 ** -23)
-    assert t.budget == pytest.approx(1e-4 * ONE_ULP_UP + 1e-5 * 3)  # f32's rtol and floor * max|operands|
+    assert t.budget == pytest.approx((1e-4 + 1e-5) * ONE_ULP_UP)  # f32's rtol and floor, times the pair's size
     assert find_compare_ties(f, gt, _x(1.5), np.ones(4, np.float32), _x(1.5) > 1, VerifyOptions(), 0) == []
 
 
@@ -111,6 +111,30 @@ def test_expected_that_took_the_other_branch_far_from_the_threshold_is_a_mismatc
     _, rep = _run(m, x, expected=[_answer(other)])
     (o,) = rep.verdict.outputs
     assert rep.status == "mismatch" and o.status == "mismatch" and not o.ties and "near-tie" not in o.reason
+
+
+def test_a_large_operand_elsewhere_makes_no_element_a_near_tie():
+    """The budget is each element's own: a 1e7 elsewhere must not absorb a branch taken 0.7 from the
+    threshold."""
+    m = parse_module(GATE)
+    x = np.array([1e7, 3.0, 0.3, 1.5], np.float32)
+    other = x.copy()
+    other[2] = 1.5
+    _, rep = _run(m, x, expected=[_answer(other)])
+    (o,) = rep.verdict.outputs
+    assert rep.status == "mismatch" and o.status == "mismatch" and not o.ties
+
+
+def test_a_compare_of_entry_parameters_has_no_near_tie():
+    """A top-level compare of an input with a constant is the same for every oracle: no flip to absorb."""
+    m = parse_module(TOP.replace("%gt = pred[4]{0} compare(%y, %tb)", "%gt = pred[4]{0} compare(%x, %tb)"))
+    x = _x(ONE_ULP_UP)
+    other = x.copy()
+    other[0] = 1.0
+    _, rep = run_module(m, [x, A[:, 0], B[:, 0]], compile_kernels=False,
+                        expected=[np.where(other > 1.0, A[:, 0], B[:, 0])])
+    (o,) = rep.verdict.outputs
+    assert o.status == "mismatch" and not o.ties
 
 
 def test_a_compare_planted_the_wrong_way_round_is_a_mismatch():
@@ -263,7 +287,8 @@ ENTRY %e (x: f32[4], a: f32[4], b: f32[4]) -> f32[4] {
   %b = f32[4]{0} parameter(2)
   %t = f32[] constant(1)
   %tb = f32[4]{0} broadcast(%t), dimensions={}
-  %gt = pred[4]{0} compare(%x, %tb), direction=GT
+  %y = f32[4]{0} multiply(%x, %tb)
+  %gt = pred[4]{0} compare(%y, %tb), direction=GT
   ROOT %s = f32[4]{0} select(%gt, %a, %b)
 }
 """

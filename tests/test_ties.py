@@ -88,7 +88,7 @@ def test_find_ties_takes_keys_within_their_budget_and_never_keys_far_apart():
     (t,) = find_ties(f, (keys, ids), VerifyOptions(), 0)
     assert (t.instruction, t.row, t.position, t.first, t.second) == ("f", (0,), 0, 1, 0)
     assert t.first_key - t.second_key == pytest.approx(2.0 ** -23)
-    assert t.budget == pytest.approx(1e-4 * one_ulp + 1e-5 * 4)
+    assert t.budget == pytest.approx((1e-4 + 1e-5) * one_ulp)  # f32's rtol and floor, times the pair's own size
     far = keys.copy()
     far[0] = [2.0, 1.0]
     assert find_ties(f, (far, ids), VerifyOptions(), 0) == []
@@ -123,6 +123,31 @@ def test_expected_that_took_the_other_expert_far_from_a_tie_is_a_mismatch():
     assert rep.status == "mismatch"
     assert {o.name: o.status for o in rep.verdict.outputs} == {"o0": "mismatch", "o1": "mismatch"}
     assert all(not o.ties and "near-tie" not in o.reason for o in rep.verdict.outputs)
+
+
+def test_a_large_key_elsewhere_makes_no_pair_a_near_tie():
+    """The budget is each pair's own: a 1e30 logit in another row must not absorb a flip 4 apart."""
+    m = parse_module(ROUTER)
+    x = _router_inputs(1.5)
+    x[2] = [1e30, 2.0]
+    other = x.copy()
+    other[1] = [-1.0, 3.0]  # row 1's expert the other way round: a real difference
+    _, rep = run_module(m, [x, W], compile_kernels=False, expected=_answer(other))
+    assert rep.status == "mismatch"
+    assert all(not o.ties and "near-tie" not in o.reason for o in rep.verdict.outputs)
+
+
+def test_keys_that_are_entry_parameters_have_no_near_tie():
+    """Keys straight from the program's inputs are the same for every oracle: a stable sort of them cannot
+    flip, so an expected file that swapped two equal keys is a mismatch."""
+    m = parse_module(ROUTER.replace(
+        "%f = (f32[4,2]{1,0}, s32[4,2]{1,0}) fusion(%k)", "%f = (f32[4,2]{1,0}, s32[4,2]{1,0}) fusion(%x)"))
+    x = _router_inputs(float(np.nextafter(np.float32(1.0), np.float32(2.0))))
+    other = x.copy()
+    other[0, 1] = 1.0
+    _, rep = run_module(m, [x, W], compile_kernels=False, expected=_answer(other))
+    assert rep.status == "mismatch"
+    assert all(not o.ties for o in rep.verdict.outputs)
 
 
 def _nudged(monkeypatch, fusion: str, by: float) -> None:

@@ -10,8 +10,10 @@ flip from a bug in three steps:
    integer payload, the element ids, whose keys are its first operand, or of an argmax / argmin, a
    ``reduce`` of floating keys and integer ids; top-level or the root of a fusion): adjacent sorted
    positions, or the chosen key and the closest other one of its row, whose keys differ by no more than
-   the keys' budget at that point, ``rtol(t) * max(|a|, |b|) + floor(t) * max|keys|`` (the per-fusion
-   budget of :mod:`fusegen.verify.budget` for the keys' type ``t``).
+   the pair's own budget, ``(rtol(t) + floor(t)) * max(|a|, |b|)`` (the per-fusion tolerances of
+   :mod:`fusegen.verify.budget` for the keys' type ``t``), and only where the keys are computed: keys that are
+   entry parameters or constants moved without arithmetic are the same for every oracle
+   (:func:`exact_operand`).
 2. **Re-run the reference downstream with the other choice** (:func:`rerun`): the module's reference run
    again, where at each such sort execution the two tied elements are put in the kernels' order (the chain
    the kernels took), and for one tie at a time in the other order (the chain another oracle may have
@@ -158,14 +160,34 @@ def _reduce_inputs(inst: Instruction, red: Instruction, ops: list[Any]) -> tuple
     return tuple(a.reshape(a.shape[:a.ndim - len(dims)] + (-1,)) for a in out)
 
 
-def _budget(t: str, a: np.ndarray, b: np.ndarray, scale: float, options: VerifyOptions) -> np.ndarray:
+def _budget(t: str, a: np.ndarray, b: np.ndarray, options: VerifyOptions) -> np.ndarray:
+    """The two keys' own budget, ``(rtol(t) + floor(t)) * max(|a|, |b|)``: relative to the pair, never to the
+    rest of the row or array (one large key elsewhere must not make every pair a near-tie)."""
     with np.errstate(invalid="ignore"):
-        return tolerance(t)[0] * np.maximum(np.abs(a), np.abs(b)) + options.floor(t) * scale
+        return (tolerance(t)[0] + options.floor(t)) * np.maximum(np.abs(a), np.abs(b))
 
 
-def _scale(keys: np.ndarray) -> float:
-    fin = np.isfinite(keys)
-    return float(np.abs(keys[fin]).max()) if fin.any() else 0.0
+_PASS = frozenset({"bitcast", "copy", "reshape", "transpose", "broadcast", "slice"})
+
+
+def exact_operand(inst: Instruction, x: Instruction) -> bool:
+    """Whether ``x`` (an operand of a sort or compare inside ``inst``, a fusion, or at ``inst``'s own level)
+    is an entry parameter or a constant moved around without arithmetic: every oracle then sees the same
+    values, so their order cannot flip and no tie is a near-tie."""
+    seen = 0
+    while seen < 64:
+        seen += 1
+        while x.opcode in _PASS and x.operands:
+            x = x.operands[0]
+        if x.opcode in ("constant", "iota"):
+            return True
+        if x.opcode != "parameter" or x.parent is None:
+            return False
+        if inst is not None and inst.opcode == "fusion" and x.parent is inst.attrs.get("calls"):
+            x, inst = inst.operands[x.parameter_number], None  # the fusion operand, in the caller
+            continue
+        return bool(x.parent.is_entry)
+    return False
 
 
 def _argmax_ties(inst: Instruction, red: Instruction, value: Any, ops: list[Any], options: VerifyOptions,
@@ -185,7 +207,7 @@ def _argmax_ties(inst: Instruction, red: Instruction, value: Any, ops: list[Any]
     other = np.argmin(gap, axis=-1)[..., None]
     runner = np.take_along_axis(keys, other, -1)
     g = np.take_along_axis(gap, other, -1)[..., 0]
-    budget = _budget(red.operands[0].shape.element_type, best, runner, _scale(keys), options)[..., 0]
+    budget = _budget(red.operands[0].shape.element_type, best, runner, options)[..., 0]
     near = np.isfinite(g) & (g <= budget)
     order = np.argsort(np.where(near, g / np.where(budget > 0, budget, 1.0), np.inf).reshape(-1), kind="stable")
     found = [np.unravel_index(int(f), near.shape) for f in order[:TIES_PER_EXECUTION] if near.reshape(-1)[f]]
@@ -204,7 +226,11 @@ def find_ties(inst: Instruction, value: Any, options: VerifyOptions, execution: 
     s = choice_sort(inst)
     if s is None:
         red = choice_reduce(inst) if ops is not None else None
-        return _argmax_ties(inst, red, value, ops, options, execution) if red is not None else []
+        if red is None or exact_operand(inst, red.operands[0]):
+            return []
+        return _argmax_ties(inst, red, value, ops, options, execution)
+    if exact_operand(inst, s.operands[0]):
+        return []
     outs = leaves(value)
     dim = int(s.attrs["dimensions"][0])
     t = s.operands[0].shape.element_type
@@ -212,12 +238,10 @@ def find_ties(inst: Instruction, value: Any, options: VerifyOptions, execution: 
     ids = _rows(outs[_payload(s)], dim)
     if keys.shape[-1] < 2:
         return []
-    fin = np.isfinite(keys)
-    scale = float(np.abs(keys[fin]).max()) if fin.any() else 0.0
     a, b = keys[..., :-1], keys[..., 1:]
     with np.errstate(invalid="ignore"):
         gap = np.abs(a - b)
-        budget = tolerance(t)[0] * np.maximum(np.abs(a), np.abs(b)) + options.floor(t) * scale
+        budget = _budget(t, a, b, options)
         near = np.isfinite(gap) & (gap <= budget) & (ids[..., :-1] != ids[..., 1:])
     found = np.argwhere(near)
     if not found.size:
