@@ -176,3 +176,19 @@ def test_a_sum_the_sequential_reference_overflows_is_within_budget_where_the_ker
     assert judge_fusion(f, [x], [bad], ref, VerifyOptions())[0].ratio > 1.0
     lost = np.array([0.0, 11.0], np.float32)  # an ordinary row still has its budget
     assert judge_fusion(f, [x], [lost], ref, VerifyOptions())[0].ratio > 1.0
+
+
+def test_argmax_index_off_from_expected_on_finite_inputs_is_a_mismatch():
+    """An argmax whose kernel equals the reference is not excused from ``--expected`` when the inputs hold no
+    NaN or inf (two NaNs in a row cannot happen): expected indices moved to 0 are a mismatch; on the sweep's
+    edge-value inputs the same agreement is drift (the order-dependent two-NaN case)."""
+    m, args, _ = _program("reduce_argmax_f32_ax0")
+    finite = [np.random.default_rng(3).standard_normal(np.shape(a)).astype(np.asarray(a).dtype)
+              if np.asarray(a).dtype.kind == "f" else a for a in args]
+    out, rep = run_module(m, finite, compile_kernels=False)
+    outs = [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+    wrong = [np.zeros_like(o) if o.dtype.kind in "iu" else o for o in outs]
+    assert any(o.dtype.kind in "iu" and (o != 0).any() for o in outs)
+    _, rep = run_module(m, finite, compile_kernels=False, expected=wrong)
+    assert rep.status == "mismatch"
+    assert any(o.status == "mismatch" and "compare exactly" in o.reason for o in rep.verdict.outputs)
