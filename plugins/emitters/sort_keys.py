@@ -34,11 +34,12 @@ from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, deep_recursion
 from fusegen.codegen.emitter import store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
-from fusegen.codegen.launch import sort_launches, sort_tile_size
+from fusegen.codegen.launch import sort_tile_size
 from fusegen.hlo import dtypes
 from fusegen.hlo.layout_util import physical_strides
 from fusegen_plugins.emitters.sort_scale import (
-    GLOBAL_BLOCK, INIT_BLOCK, INTERPRET_BLOCK, _hoist, _offset, _pow2_floor, launch_schedule, merge_launches,
+    GLOBAL_BLOCK, INIT_BLOCK, INTERPRET_BLOCK, _hoist, _offset, _pow2_floor, merge_launches, schedule_kernels,
+    tiled_launch_dims,
 )
 
 #: Key element types a packed key takes: bits, and whether their compare is signed.
@@ -269,8 +270,10 @@ def _network_source(em: Any, packing: KeyPacking, key_shape: Any, idx_t: str, en
 
 def emit_keyed(em: Any, packing: KeyPacking) -> EmittedFusion:
     """The multi-launch sort of ``em`` (a :class:`fusegen_plugins.emitters.sort.SortFusion` whose padded
-    dimension exceeds one program) over packed keys: launch 0 writes the keys, then XLA's tiled and global
-    bitonic launches move them, the last one writing the output leaves."""
+    dimension exceeds one program) over packed keys (``packing``: :func:`key_packing`'s answer): launch 0
+    writes the keys (one ``s64`` scratch buffer, 8 bytes per element), then XLA's tiled and global bitonic
+    launches (``EmitBitonicSortLLVMIR``'s schedule, ``xla/service/llvm_ir/sort_util.cc``) move them, the last
+    one writing the output leaves. Raises nothing beyond the elemental generator's ``EmitterUnsupported``."""
     sort, fusion = em.sort, em.fusion
     shape0 = sort.operands[0].shape
     bits = [1 if o.shape.element_type == "pred" else dtypes.bit_width(o.shape.element_type) for o in sort.operands]
@@ -284,12 +287,8 @@ def emit_keyed(em: Any, packing: KeyPacking) -> EmittedFusion:
     src, params = _network_source(em, packing, key_shape, idx_t, f"{base}_bitonic", registers=False)
     reg_src, _ = _network_source(em, packing, key_shape, idx_t, f"{base}_bitonic", registers=True)
     rounded = -(-n // tile) * tile
-    xla = sort_launches(shape0, em.dim, bits, em.analysis.device)
     tiled_pairs, global_pairs = rows * rounded // 2, rows * npad // 2
-    tiled_launch = LaunchDimensions(grid=(rows * rounded // tile,), num_warps=max(1, min(32, tile // 128)),
-                                    threads=(max(1, tile // 4), 1, 1))
-    if xla and xla[0].grid3 == tiled_launch.grid3 and xla[0].threads3 == tiled_launch.threads3:
-        tiled_launch = attrs.evolve(xla[0], num_warps=tiled_launch.num_warps)
+    tiled_launch = tiled_launch_dims(em, shape0, bits, tile, rounded)
     common = {"NSORT": n, "ROWS": rows, "LAST": stages - 1}
 
     def instance(kind: str, launches: list[tuple[int, int, int, int]]) -> KernelSource:
@@ -312,15 +311,5 @@ def emit_keyed(em: Any, packing: KeyPacking) -> EmittedFusion:
                                scalar_launches=tuple(merge_launches(launches) if kind == "global" else launches))
         return attrs.evolve(ks, interpret_variant=variant)
 
-    kernels: list[KernelSource] = [init]
-    run: list[tuple[int, int, int, int]] = []
-    kind_now = ""
-    for kind, args in launch_schedule(stages, tile):
-        if kind != kind_now and run:
-            kernels.append(instance(kind_now, run))
-            run = []
-        kind_now = kind
-        run.append(args)
-    if run:
-        kernels.append(instance(kind_now, run))
+    kernels = [init] + schedule_kernels(stages, tile, instance)
     return EmittedFusion(emitter=em.name, kernels=tuple(kernels), primary=1)

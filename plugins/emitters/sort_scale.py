@@ -122,6 +122,34 @@ def merge_launches(launches: list[tuple[int, int, int, int]]) -> list[tuple[int,
     return out
 
 
+def tiled_launch_dims(em: Any, shape0: Any, bits: list[int], tile: int, rounded: int) -> LaunchDimensions:
+    """The tiled kernel's launch (one program per ``tile`` of a row padded to ``rounded``), XLA's own
+    (:func:`fusegen.codegen.launch.sort_launches`, ``BuildKernelThunkForSort``) where grid and threads agree."""
+    xla = sort_launches(shape0, em.dim, bits, em.analysis.device)
+    dims = LaunchDimensions(grid=(em.rows * rounded // tile,), num_warps=max(1, min(32, tile // 128)),
+                            threads=(max(1, tile // 4), 1, 1))
+    if xla and xla[0].grid3 == dims.grid3 and xla[0].threads3 == dims.threads3:
+        dims = attrs.evolve(xla[0], num_warps=dims.num_warps)
+    return dims
+
+
+def schedule_kernels(stages: int, tile: int, instance: Any) -> list[KernelSource]:
+    """One kernel per run of consecutive same-kind launches of :func:`launch_schedule`: ``instance(kind,
+    launches)`` builds it."""
+    kernels: list[KernelSource] = []
+    run: list[tuple[int, int, int, int]] = []
+    kind_now = ""
+    for kind, args in launch_schedule(stages, tile):
+        if kind != kind_now and run:
+            kernels.append(instance(kind_now, run))
+            run = []
+        kind_now = kind
+        run.append(args)
+    if run:
+        kernels.append(instance(kind_now, run))
+    return kernels
+
+
 def emit_at_scale(em: Any, packed_keys: bool = True) -> EmittedFusion:
     """The multi-launch sort of ``em`` (a :class:`fusegen_plugins.emitters.sort.SortFusion` whose padded
     dimension exceeds one program): a preparation kernel, then tiled and global bitonic launches. Where the
@@ -172,12 +200,8 @@ def emit_at_scale(em: Any, packed_keys: bool = True) -> EmittedFusion:
     reg_src, _ = _sort_source(em, bufs, ets_all, idx_t, f"{base}_bitonic", pos, registers=True)
     scalars = ("i32", "i32", "i32", "i32")
     rounded = -(-n // tile) * tile
-    xla = sort_launches(shape0, em.dim, bits, em.analysis.device)
     tiled_pairs = rows * rounded // 2
-    tiled_launch = LaunchDimensions(grid=(rows * rounded // tile,), num_warps=max(1, min(32, tile // 128)),
-                                    threads=(max(1, tile // 4), 1, 1))
-    if xla and xla[0].grid3 == tiled_launch.grid3 and xla[0].threads3 == tiled_launch.threads3:
-        tiled_launch = attrs.evolve(xla[0], num_warps=tiled_launch.num_warps)
+    tiled_launch = tiled_launch_dims(em, shape0, bits, tile, rounded)
     global_pairs = rows * npad // 2
 
     def instance(kind: str, launches: list[tuple[int, int, int, int]]) -> KernelSource:
@@ -212,17 +236,7 @@ def emit_at_scale(em: Any, packed_keys: bool = True) -> EmittedFusion:
             ks = attrs.evolve(ks, interpret_variant=variant)
         return ks
 
-    kernels: list[KernelSource] = [init]
-    run: list[tuple[int, int, int, int]] = []
-    kind_now = ""
-    for kind, args in launch_schedule(stages, tile):
-        if kind != kind_now and run:
-            kernels.append(instance(kind_now, run))
-            run = []
-        kind_now = kind
-        run.append(args)
-    if run:
-        kernels.append(instance(kind_now, run))
+    kernels = [init] + schedule_kernels(stages, tile, instance)
     return EmittedFusion(emitter=em.name, kernels=tuple(kernels), primary=1)
 
 
