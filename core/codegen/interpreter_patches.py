@@ -5,7 +5,10 @@
 * :func:`patch_bool_logic`: ``&``, ``|``, ``^`` of ``int1`` tensors skip the interpreter's ``int8`` round trip;
 * :func:`patch_overflow_check`: no dead integer-overflow checks while the interpreter's asserts are off;
 * :func:`patch_np_dtype`: the interpreter's Triton -> numpy dtype lookup memoised;
-* :func:`patch_select_gather`: ``tl.where`` as a bitwise select, 1-D ``tl.gather`` as ``np.take``.
+* :func:`patch_select_gather`: ``tl.where`` as a bitwise select, 1-D ``tl.gather`` as ``np.take``;
+* :func:`patch_dot`: ``tl.dot`` reads bf16/fp8 operands as their values (not raw bits), multiplies f32 operands
+  at tf32 as the tensor cores do when ``input_precision="tf32"``, accumulates in f32 (s32 for 8-bit integers);
+* :func:`patch_inline_asm`: the one inline-asm idiom fusegen's kernels use, ``cvt.rna.tf32.f32``, in numpy.
 """
 
 from __future__ import annotations
@@ -235,6 +238,120 @@ def patch_select_gather() -> None:
     builder.create_select, builder.create_gather = create_select, create_gather
 
 
+def _bit_float_types() -> dict[Any, Any]:
+    """Triton type -> ml_dtypes type of the narrow floats the interpreter stores as raw bits (uint16/uint8)."""
+    import ml_dtypes
+    import triton.language as tl
+
+    return {tl.bfloat16: ml_dtypes.bfloat16, tl.float8e4nv: ml_dtypes.float8_e4m3fn, tl.float8e5: ml_dtypes.float8_e5m2}
+
+
+#: Mask keeping a float32's sign, exponent and the 10 mantissa bits of tf32 (19 bits in all).
+TF32_MASK = np.uint32(0xFFFFE000)
+
+
+def tf32_truncate(x: np.ndarray) -> np.ndarray:
+    """``x`` (float32) with the 13 low mantissa bits cleared: what an sm_80/sm_90 tensor core reads of an f32
+    operand of a ``.tf32`` MMA (``mma.sync``/``wgmma`` take the upper 19 bits and ignore the rest)."""
+    return (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & TF32_MASK).view(np.float32)
+
+
+def tf32_round(x: np.ndarray) -> np.ndarray:
+    """``cvt.rna.tf32.f32`` in numpy: float32 ``x`` rounded to tf32, to nearest with ties away from zero
+    (adding half a tf32 ulp to the magnitude bits, then truncating; a carry rounds up into the exponent, to
+    inf past the largest value); NaN stays NaN."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    u = x.view(np.uint32)
+    r = ((u + np.uint32(0x1000)) & TF32_MASK).view(np.float32)
+    nan = np.isnan(x)
+    return np.where(nan, x, r) if nan.any() else r
+
+
+@functools.cache  # once per process
+def patch_dot() -> None:
+    """Make ``tl.dot`` in Triton's interpreter compute what the GPU kernel computes (idempotent).
+
+    Triton 3.9's ``InterpreterBuilder.create_dot`` multiplies the operands' storage arrays: bf16 tiles are
+    uint16 bit patterns there, so a bf16 ``tl.dot`` multiplies raw bits as integers; fp8 goes through
+    ``_convert_float`` (no NaN); and f32 operands are multiplied in full f32 whatever ``input_precision`` says.
+    Here the operands are read as their values (bf16/fp8 via ml_dtypes), f32 operands of a ``tf32`` dot are
+    truncated to tf32 as the tensor core reads them, the product is formed in f32 (f64 for f64, int32 with
+    wrap-around for 8-bit integers; every bf16/f16/fp8 product is exact in f32) and added to the accumulator
+    in its own type, as ``D = A @ B + C`` of the MMA instructions. Other operand types keep the original.
+    """
+    from triton._C.libtriton import ir
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    original = builder.create_dot
+    bits = _bit_float_types()
+    tf32 = ir.INPUT_PRECISION.TF32
+
+    def operand(h: Any, precision: Any) -> np.ndarray | None:
+        s = h.dtype.scalar if hasattr(h.dtype, "scalar") else h.dtype
+        d = h.data
+        if s in bits:
+            return d.view(bits[s]).astype(np.float32)
+        if d.dtype == np.float32:
+            return tf32_truncate(d) if precision == tf32 else d
+        if d.dtype in (np.float16, np.float64, np.int8, np.uint8):
+            return d
+        return None
+
+    def create_dot(self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any) -> Any:
+        av, bv = operand(a, input_precision), operand(b, input_precision)
+        acc = d.data
+        if av is None or bv is None:
+            return original(self, a, b, d, input_precision, max_num_imprecise_acc)
+        if acc.dtype.kind == "i":
+            prod = np.matmul(av.astype(np.int32), bv.astype(np.int32))
+            out = (prod + acc.astype(np.int32)).astype(acc.dtype)
+        else:
+            wide = np.float64 if np.float64 in (av.dtype, bv.dtype, acc.dtype) else np.float32
+            prod = np.matmul(av.astype(wide, copy=False), bv.astype(wide, copy=False))
+            out = (prod + acc.astype(wide, copy=False)).astype(acc.dtype, copy=False)
+        return interp.TensorHandle(np.ascontiguousarray(out), d.dtype.scalar)
+
+    builder.create_dot = create_dot
+
+
+#: The inline-asm texts the interpreter runs (numpy implementations, one output per input element).
+_INLINE_ASM = {"cvt.rna.tf32.f32 $0, $1;": tf32_round}
+
+
+class _AsmCall:
+    """What ``create_inline_asm`` returns: the results, read back through ``get_result(i)``."""
+
+    def __init__(self, results: list[Any]):
+        self.results = results
+
+    def get_result(self, i: int) -> Any:
+        return self.results[i]
+
+
+@functools.cache  # once per process
+def patch_inline_asm() -> None:
+    """Run :data:`_INLINE_ASM`'s inline assembly (``tl.inline_asm_elementwise``) in Triton's interpreter, which
+    otherwise raises ``NotImplementedError`` for any; every other text still does (idempotent). XLA's Triton
+    pipeline rounds the f32 operands of a tf32 dot with ``cvt.rna.tf32.f32`` (its
+    ``RoundF32ToTF32ForTf32DotRewritePass``), and fusegen's GEMM kernels emit that instruction as XLA does."""
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    original = builder.create_inline_asm
+
+    def create_inline_asm(self: Any, asm: str, constraints: str, values: list, types: list, is_pure: bool,
+                          pack: int) -> Any:
+        fn = _INLINE_ASM.get(" ".join(str(asm).split()))
+        if fn is None or len(values) != 1 or len(types) != 1:
+            return original(self, asm, constraints, values, types, is_pure, pack)
+        ty = types[0]
+        scalar = ty.scalar if hasattr(ty, "scalar") else ty
+        return _AsmCall([interp.TensorHandle(fn(values[0].data), scalar)])
+
+    builder.create_inline_asm = create_inline_asm
+
+
 def patch_all() -> None:
     """Every patch above (each applied once per process)."""
     patch_float_casts()
@@ -243,3 +360,5 @@ def patch_all() -> None:
     patch_overflow_check()
     patch_np_dtype()
     patch_select_gather()
+    patch_dot()
+    patch_inline_asm()
