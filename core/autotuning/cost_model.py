@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import attrs
 
+from fusegen.perf.fusion_model import shape_bytes as _bytes
+
 if TYPE_CHECKING:  # pragma: no cover
     from fusegen.codegen_backend import CodegenBackend, Config
     from fusegen.hlo.ir import Instruction, Shape
@@ -50,17 +52,6 @@ class DeviceCaps:
         fpus = int(getattr(device, "fpus_per_core", 0) or 64)
         clock = float(getattr(device, "clock_rate_ghz", 0) or 1.0)
         return cls(bw, cores * fpus * 2 * clock * 1e9, cores)
-
-
-def _bytes(shape: "Shape") -> int:
-    from fusegen.hlo.dtypes import bit_width
-
-    total = 0
-    for leaf in shape.leaves():
-        if leaf.element_type in ("token", "tuple"):
-            continue
-        total += (leaf.numel * bit_width(leaf.element_type) + 7) // 8
-    return total
 
 
 def find_dot(instr: "Instruction") -> "Instruction | None":

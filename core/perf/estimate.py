@@ -1,0 +1,307 @@
+"""An estimated H200 time for each fusion and module, from what fusegen knows without a GPU.
+
+Which model a fusion gets (the model's *terms*, stated so tests can hold each estimate to them):
+
+* **Triton fusions** with a tiling (``triton_gemm_config`` or ``block_level_fusion_config``): the tiled model
+  (:mod:`fusegen.perf.tiled`, XLA's ``EstimateRunTimeForTriton``), dots through :mod:`fusegen.perf.dot_model`.
+* **Emitter kernels** (loop, reduction, transpose, concatenate, scatter, sort, in-place DUS): the indexing
+  model over the emitter's own launch (:mod:`fusegen.perf.fusion_model`, XLA's
+  ``GpuPerformanceModelWithIndexingAnalysis``).
+* **Copies** (a memcpy fusion, no kernel): each copied byte read and written once at the DRAM bandwidth.
+* **Library calls and fusions without a kernel** (cuBLAS, cuDNN, custom fusions, host fallbacks): a roofline,
+  ``max(flops / tensor-core peak, (operand + output bytes) / bandwidth)``; ``model="roofline"``.
+* **Extra launches** (a kernel launched several times, e.g. a sort's steps, or a fusion's preparation kernels):
+  each moves its buffers once more at the DRAM bandwidth, plus one launch overhead.
+
+Every estimate adds XLA's ``kKernelLaunchOverhead`` (1 µs) per launch to :attr:`FusionEstimate.total_seconds`;
+``seconds`` is the kernel's own time (XLA's ``exec_time``). :data:`MODEL_VERSION` changes whenever a change
+moves estimates; cache entries record it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+import attrs
+
+from fusegen.perf import base
+from fusegen.perf.device_rates import PerfDevice
+from fusegen.perf.flops import instruction_flops
+from fusegen.perf.fusion_model import OperandRead, estimate_kernel_fusion, shape_bytes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fusegen.hlo.ir import Instruction, Module
+
+#: Bumped when the model's figures change (cache entries and reports say which version estimated them).
+MODEL_VERSION = 1
+#: What every estimate is labelled with in tables (it is not a measurement).
+LABEL = "estimate"
+
+
+@attrs.frozen
+class FusionEstimate:
+    """One fusion's (or library call's) estimated time on a device.
+
+    Attributes:
+        name: the instruction's name; device: the device preset name (``h200``).
+        model: ``tiled``, ``indexing``, ``copy``, ``roofline`` or ``none`` (nothing to estimate: ``seconds`` 0).
+        data: the kernel's :class:`~fusegen.perf.base.RunTimeData` (seconds, bytes, flops).
+        launches: kernel launches (each adds :data:`~fusegen.perf.base.KERNEL_LAUNCH_OVERHEAD_S`).
+        reads: per-operand read terms (indexing model only).
+        num_blocks, threads_per_block: the launch the estimate assumed.
+        machine_code: adjustments read from the sm_90 machine code (:mod:`fusegen.perf.machine_code`), if any.
+        note: why a fusion got a coarser model than its kind would.
+    """
+
+    name: str
+    device: str
+    model: str
+    data: base.RunTimeData
+    launches: int = 1
+    reads: tuple[OperandRead, ...] = ()
+    num_blocks: int = 0
+    threads_per_block: int = 0
+    machine_code: dict = attrs.field(factory=dict)
+    note: str = ""
+    version: int = MODEL_VERSION
+
+    @property
+    def seconds(self) -> float:
+        """The kernel's time without launch overhead (XLA's ``exec_time``), seconds."""
+        return self.data.exec_time
+
+    @property
+    def total_seconds(self) -> float:
+        """:attr:`seconds` plus 1 µs per launch (what the fusion adds to a module's time)."""
+        return self.data.exec_time + self.launches * base.KERNEL_LAUNCH_OVERHEAD_S
+
+    @property
+    def us(self) -> float:
+        """:attr:`total_seconds` in microseconds."""
+        return self.total_seconds * 1e6
+
+    @property
+    def bound(self) -> str:
+        """``compute`` when compute time exceeds memory time, else ``memory``."""
+        d = self.data
+        return "compute" if d.compute_time > d.read_time + d.write_time else "memory"
+
+    def to_json(self) -> dict:
+        """``{"us", "kernel_us", "model", "bound", "device", "model_version", "launches", ...RunTimeData}``."""
+        inf = self.data.is_infinite
+        out = {"us": None if inf else round(self.us, 6), "kernel_us": None if inf else round(self.seconds * 1e6, 6),
+               "model": self.model, "bound": self.bound, "device": self.device, "model_version": self.version,
+               "launches": self.launches, "num_blocks": self.num_blocks, "threads_per_block": self.threads_per_block,
+               **self.data.to_json(), "label": LABEL}
+        if self.reads:
+            out["reads"] = [r.to_json() for r in self.reads]
+        if self.machine_code:
+            out["machine_code"] = dict(self.machine_code)
+        if self.note:
+            out["note"] = self.note
+        return out
+
+
+def _device_name(device: Any) -> str:
+    return str(getattr(device, "name", "custom"))
+
+
+def roofline_instruction(instr: "Instruction", device: Any, note: str = "") -> FusionEstimate:
+    """``max(flops / peak, bytes / bandwidth)`` of an instruction run by a library (cuBLAS, cuDNN) or the host:
+    the flops of its dots and convolutions at the tensor-core peak of their input type, every operand and output
+    byte once at the DRAM bandwidth."""
+    dev = PerfDevice.of(device)
+    flops, peak_type = 0, "f32"
+    comps = instr.called_computations if instr.opcode == "fusion" else []
+    body = [i for c in comps for i in c.instructions] or [instr]
+    for i in body:
+        if i.opcode in ("dot", "convolution") or (i.opcode == "custom-call" and i.operands):
+            f = instruction_flops(i, dev.compute_capability) if i.opcode != "custom-call" else _library_flops(i)
+            if f:
+                flops += f
+                peak_type = i.operands[0].shape.element_type if i.operands[0].shape.is_array else peak_type
+    read = sum(shape_bytes(o.shape) for o in instr.operands)
+    written = shape_bytes(instr.shape)
+    compute_s = flops / dev.peak_matrix_flops(peak_type) if flops else 0.0
+    read_s, write_s = read / dev.memory_bandwidth, written / dev.memory_bandwidth
+    data = base.RunTimeData(flops, read, written, read_s, write_s, compute_s, max(compute_s, read_s + write_s))
+    return FusionEstimate(instr.name, _device_name(device), "roofline", data, 1, note=note)
+
+
+def _library_flops(call: "Instruction") -> int:
+    """Flops of a cuBLAS GEMM custom call (``2 x M x N x K`` from its ``gemm_backend_config``), else 0."""
+    bc = call.backend_config if isinstance(call.backend_config, dict) else {}
+    gbc = bc.get("gemm_backend_config") if isinstance(bc.get("gemm_backend_config"), dict) else None
+    if gbc is None:
+        return 0
+    dn = gbc.get("dot_dimension_numbers") or {}
+    lhs = call.operands[0].shape
+    k = math.prod(lhs.dimensions[int(d)] for d in dn.get("lhs_contracting_dimensions", ()) if int(d) < lhs.rank)
+    out = call.shape.tuple_shapes[0] if call.shape.is_tuple else call.shape
+    return 2 * out.numel * max(k, 1)
+
+
+def _extra_launch_seconds(emitted: Any, fusion: "Instruction", dev: PerfDevice) -> tuple[int, float]:
+    """Launches beyond the one the model priced, and the seconds their buffers take to move once each."""
+    kernels = list(getattr(emitted, "kernels", ()) or ())
+    launches = sum(len(k.launch_args) for k in kernels)
+    extra_s = 0.0
+    primary = min(getattr(emitted, "primary", 0), len(kernels) - 1) if kernels else -1
+    for j, k in enumerate(kernels):
+        n = len(k.launch_args) - (1 if j == primary else 0)
+        if n <= 0:
+            continue
+        moved = sum(shape_bytes(p.shape) for p in k.params if p.kind in ("operand", "output", "scratch"))
+        extra_s += n * moved / dev.memory_bandwidth
+    return max(launches, 1), extra_s
+
+
+def estimate_fusion(fusion: "Instruction", device: Any = None, *, emitted: Any = None, sass: Any = None,
+                    coalescing: str = "heuristic") -> FusionEstimate:
+    """The estimated time of one fusion (or library call) on ``device`` (see the module docstring).
+
+    Args:
+        fusion: a ``fusion`` or ``custom-call`` instruction of a parsed module.
+        device: a :class:`fusegen.device.DeviceDescription` (default H200).
+        emitted: the fusion's :class:`fusegen.codegen.kernel.EmittedFusion` (its launch and kernels), as
+            ``fusegen.api.plan_fusions`` gives it; ``None``: a Triton fusion is tiled from its backend config, any
+            other fusion gets XLA's fallback launch.
+        sass: :class:`fusegen.codegen.sass.SassStats` of the fusion's primary kernel (or a list, one per kernel):
+            tensor-core use, spills and occupancy adjust the estimate (:mod:`fusegen.perf.machine_code`).
+        coalescing: see :func:`fusegen.perf.fusion_model.estimate_kernel_fusion`.
+
+    Raises:
+        ValueError: the device lacks bandwidth, cores or clock.
+    """
+    from fusegen.autotuning.tuned_backend import tuned_execution_backend
+    from fusegen.device import DEFAULT_DEVICE
+    from fusegen.perf import machine_code
+
+    device = device if device is not None else DEFAULT_DEVICE
+    dev = PerfDevice.of(device)
+    name = _device_name(device)
+    if fusion.opcode != "fusion":
+        return roofline_instruction(fusion, device, note=f"{fusion.opcode} run by a library")
+    if tuned_execution_backend(fusion) is not None:
+        return roofline_instruction(fusion, device, note=f"autotuned to the {tuned_execution_backend(fusion)} "
+                                                          f"execution backend: no kernel to model")
+    adjust = machine_code.adjustments(sass, dev, device) if sass is not None else machine_code.Adjustments()
+    kind = fusion.fusion_backend_kind or ""
+    if kind.startswith("__triton"):
+        from fusegen.perf.tiled import TilingError, config_from_backend_config, estimate_tiled_fusion, gemm_config
+
+        try:
+            cfg = config_from_backend_config(fusion)
+            note = ""
+        except TilingError as e:
+            cfg, note = gemm_config(fusion, {}), f"{e}; XLA's default tile 64x64, block_k 32"
+        try:
+            data = estimate_tiled_fusion(fusion, device, cfg, machine_peak=adjust.dot_peak(fusion, dev))
+        except (TilingError, ValueError, KeyError, IndexError) as e:
+            return roofline_instruction(fusion, device, note=f"tiled model failed ({e}); roofline instead")
+        blocks = _tiled_blocks(fusion, cfg)
+        warps = cfg.num_warps or 4
+        est = FusionEstimate(fusion.name, name, "tiled", data, 1, (), blocks, warps * dev.warp_size, note=note)
+        return machine_code.apply(est, adjust, dev)
+    if emitted is not None and not getattr(emitted, "kernels", ()):
+        if getattr(emitted, "copies", ()):  # a memcpy fusion: device-to-device copies
+            moved = sum(shape_bytes(fusion.operands[i].shape) for i, _leaf in emitted.copies)
+            t = 2 * moved / dev.memory_bandwidth
+            data = base.RunTimeData(0, moved, moved, moved / dev.memory_bandwidth, moved / dev.memory_bandwidth, 0.0, t)
+            return FusionEstimate(fusion.name, name, "copy", data, len(emitted.copies))
+        return roofline_instruction(fusion, device, note="no kernel: run by an execution backend")
+    if emitted is None and kind in ("__cudnn$fusion", "__custom_fusion"):
+        return roofline_instruction(fusion, device, note=f"{kind} runs in a library")
+    launch = emitted.launch if emitted is not None else None
+    kt = estimate_kernel_fusion(fusion, device, launch, coalescing=coalescing)
+    launches, extra_s = _extra_launch_seconds(emitted, fusion, dev) if emitted is not None else (1, 0.0)
+    data = kt.data if not extra_s else attrs.evolve(kt.data, exec_time=kt.data.exec_time + extra_s)
+    est = FusionEstimate(fusion.name, name, "indexing", data, launches, kt.reads, kt.num_blocks, kt.threads_per_block,
+                         note="" if launch is not None else "no emitter launch: XLA's fallback of 128 threads a block")
+    return machine_code.apply(est, adjust, dev)
+
+
+def _tiled_blocks(fusion: "Instruction", cfg: Any) -> int:
+    from fusegen.indexing.analysis import FusionAdaptor
+
+    root = FusionAdaptor.for_instruction(fusion).roots[0]
+    shape = root.shape
+    while shape.is_tuple and shape.tuple_shapes:
+        shape = shape.tuple_shapes[0]
+    return math.prod(math.ceil(n / max(t, 1)) for n, t in zip(shape.dimensions, cfg.output_tiles[0])) or 1
+
+
+@attrs.frozen
+class ModuleEstimate:
+    """Every fusion's and library call's estimate of a module, in execution order, and their sum.
+
+    Attributes:
+        module: the module's name; device: the device preset; fusions: :class:`FusionEstimate` per instruction.
+    """
+
+    module: str
+    device: str
+    fusions: tuple[FusionEstimate, ...]
+
+    @property
+    def total_seconds(self) -> float:
+        """Sum of every instruction's :attr:`FusionEstimate.total_seconds` (launch overheads included)."""
+        return sum(f.total_seconds for f in self.fusions)
+
+    @property
+    def us(self) -> float:
+        return self.total_seconds * 1e6
+
+    def by_name(self) -> dict[str, FusionEstimate]:
+        return {f.name: f for f in self.fusions}
+
+    def ranked(self) -> list[FusionEstimate]:
+        """Slowest first (infinite estimates first)."""
+        return sorted(self.fusions, key=lambda f: -f.total_seconds)
+
+    def to_json(self) -> dict:
+        return {"us": round(self.us, 6), "device": self.device, "model_version": MODEL_VERSION, "label": LABEL,
+                "fusions": {f.name: f.to_json() for f in self.fusions}}
+
+
+def estimate_rows(rows: Sequence, device: Any, library_calls: Iterable["Instruction"] = (),
+                  module_name: str = "") -> ModuleEstimate:
+    """Estimates of planned fusions (``fusegen.api.plan_fusions`` rows: ``(instruction, (emitted, report))``)
+    and of library calls outside fusions. A fusion the model cannot read gets a roofline with the reason."""
+    out = []
+    for inst, (emitted, _rep) in rows:
+        out.append(_safe(inst, device, emitted))
+    for call in library_calls:
+        out.append(_safe(call, device, None))
+    return ModuleEstimate(module_name, _device_name(device), tuple(out))
+
+
+def _safe(inst: "Instruction", device: Any, emitted: Any) -> FusionEstimate:
+    try:
+        return estimate_fusion(inst, device, emitted=emitted)
+    except (ValueError, KeyError, IndexError, TypeError, ZeroDivisionError, NotImplementedError) as e:
+        return roofline_instruction(inst, device, note=f"model failed ({type(e).__name__}: {e}); roofline instead")
+
+
+def library_calls(module: "Module") -> list["Instruction"]:
+    """Custom calls outside fusions that a library runs (cuBLAS GEMMs, cuDNN convolutions)."""
+    fused = {id(i.fused_computation) for c in module.computations for i in c.instructions if i.opcode == "fusion"}
+    return [i for c in module.computations if id(c) not in fused for i in c.instructions
+            if i.opcode == "custom-call" and str(i.attrs.get("custom_call_target", "")).strip('"').startswith(
+                ("__cublas", "__cudnn"))]
+
+
+def estimate_module(module: "Module", device: Any = None, pm: Any = None) -> ModuleEstimate:
+    """Plan every fusion of ``module`` (dispatch and emit, nothing runs) and estimate each, plus its cuBLAS/cuDNN
+    calls (a module that is not fused yet should go through ``fusegen.api.prepare`` first).
+
+    Raises:
+        fusegen.plugin_manager.PluginError, fusegen.dispatch.DispatchError: planning failed.
+    """
+    from fusegen.api import plan_fusions
+    from fusegen.device import DEFAULT_DEVICE
+
+    device = device if device is not None else DEFAULT_DEVICE
+    rows, _ = plan_fusions([module], device, pm)
+    return estimate_rows(rows, device, library_calls(module), module.name)
