@@ -41,7 +41,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
-    from fusegen.cli.common import load_modules
+    from fusegen.api import load_all
     from fusegen.runtime.executor import run_module
     from fusegen.runtime.spmd import run_spmd_module
     from fusegen.runtime.spmd_io import load_spmd_inputs
@@ -50,7 +50,7 @@ def main() -> int:
     rows = []
     for name in PROGRAMS:
         hlo = DATA / f"{name}.h200x8_opt.hlo"
-        module = load_modules(str(hlo))[0]
+        module = load_all(str(hlo))[0]
         plan = plan_spmd(module)
         args = load_spmd_inputs(module, plan, DATA / f"{name}.h200x8.inputs.npz")
         single = copy.deepcopy(module)

@@ -14,7 +14,7 @@ a plugin that fails to import, raises in a hook, returns the wrong type, takes a
 option whose default does not fit its type is left out and recorded in :attr:`PluginManager.broken`
 (:meth:`PluginManager.quarantine_lines`: one line each, plugin, entry point, distribution, reason);
 everything else loads. Strict mode (``FUSEGEN_STRICT_PLUGINS=1``, ``[plugins] strict = true``,
-``--strict-plugins``) makes the command exit 2 on any quarantine (:func:`fusegen.cli.config.resolve_config`).
+``--strict-plugins``) makes the command exit 2 on any quarantine (the CLI's ``resolve_config``).
 
 Environment:
     ``FUSEGEN_TRACE_PLUGINS=1``: print every hook call, its arguments and result to stderr.

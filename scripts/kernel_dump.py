@@ -36,14 +36,12 @@ def _files(pattern: str) -> list[str]:
 
 
 def _modules(f: str):
-    from fusegen.cli.common import load_modules, prepare_modules
-    from fusegen.cli.config import resolve_config
-    from fusegen.device import get_device
+    from fusegen.api import load_all, prepare, session
 
-    dev = get_device("h200")
-    mods = load_modules(f)
-    prepare_modules(mods, resolve_config(None, ()), dev)
-    return mods, dev
+    s = session(device="h200")
+    mods = load_all(f)
+    prepare(mods, s)
+    return mods, s.device
 
 
 def dump(out_path: str, pattern: str) -> None:

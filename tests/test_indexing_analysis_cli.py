@@ -1,4 +1,4 @@
-"""The module modes of ``fusegen indexing`` (``fusegen.indexing.analysis_cli.run_module_mode``): JSON shapes,
+"""The module modes of ``fusegen indexing`` (``fusegen.cli.indexing_modes.run_module_mode``): JSON shapes,
 text output and one-line errors with exit code 2."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from fusegen.indexing.analysis_cli import run_module_mode
+from fusegen.cli.indexing_modes import run_module_mode
 
 HLO = """
 HloModule m

@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from fusegen.cli.common import (device_option, fail, get_device_or_fail, internal_error, load_modules, pipeline_option,
-                                prepare_modules, with_plugin)
+from fusegen.cli.common import (device_option, fail, get_device_or_fail, load_modules, pipeline_option,
+                                pipeline_passes, with_plugin)
 from fusegen.cli.config import config_options, resolve_config
-from fusegen.cli.run_spmd import explain_devices
+from fusegen.cli.errors import plan_errors
 
 
 @click.command()
@@ -28,39 +28,24 @@ from fusegen.cli.run_spmd import explain_devices
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def explain(module_path, fusion_name, show_indexing, compile_triton, device_name, config_path, xla_flags, as_json):
     """Show, for every fusion, its kind, what decided it, its emitter, backend and launch dimensions."""
-    from fusegen.api import explain_document, plan_fusions, shared_memory_reasons
-    from fusegen.dispatch import DispatchError
-    from fusegen.plugin_manager import PluginError
+    from fusegen.api import device_summary, explain
+    from fusegen.api.explaining import FusionNotFound
+    from fusegen.plugin_manager import default_plugin_manager
 
+    if show_indexing and fusion_name is None:
+        fail("--indexing needs --fusion NAME")
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
     modules = load_modules(module_path)
-    ran = [n for r in prepare_modules(modules, cfg, device) if r is not None for n in r.passes]
-    try:
-        rows, calls = plan_fusions(modules, device)  # the order `fusegen run` reports them in (first execution)
-    except PluginError as e:
-        fail(f"{module_path}: {e}")
-    except DispatchError as e:
-        fail(f"{module_path}: {e} (check [plugins] disable in the config)")
-    except Exception as e:  # never a bare traceback
-        internal_error(module_path, e)
-    smem_reason = shared_memory_reasons(rows, compile_triton)  # Triton fusions without a compiled smem: why
-    if fusion_name is not None and fusion_name.lstrip("%") not in {i.name for i, _ in rows}:
-        fail(f"{module_path}: no fusion named {fusion_name!r}")
-    if show_indexing and fusion_name is None:
-        fail("--indexing needs --fusion NAME")
-    indexing = None
-    if show_indexing:
-        from fusegen.codegen.thread_indexing import fusion_thread_indexing
-
-        inst = next(i for i, _ in rows if i.name == fusion_name.lstrip("%"))
+    with plan_errors(module_path):
         try:
-            indexing = fusion_thread_indexing(inst, device)
-        except Exception as e:  # never a bare traceback
-            internal_error(f"{module_path}: indexing maps of %{inst.name}", e)
+            res = explain(modules, fusion=fusion_name, indexing=show_indexing, compile=compile_triton, device=device,
+                          config=cfg, passes=pipeline_passes(cfg), pm=default_plugin_manager())
+        except FusionNotFound:
+            fail(f"{module_path}: no fusion named {fusion_name!r}")
+    rows, calls, indexing = res.rows, res.library_calls, res.indexing
     if as_json:
-        out = explain_document(modules, rows, calls, fusion_name, indexing, ran, smem_reason)
-        click.echo(json.dumps(out, indent=2))
+        click.echo(json.dumps(res.to_json(), indent=2))
         _fail_on_plugin_errors(module_path, rows)
         return
     from rich.console import Console
@@ -77,7 +62,9 @@ def explain(module_path, fusion_name, show_indexing, compile_triton, device_name
     for c in calls:
         console.print(f"library call %{c['name']}: custom-call {c['target']} on backend {c['backend']}", markup=False)
     for m in modules:
-        for line in explain_devices(m)[1]:
+        with plan_errors(module_path):
+            lines = device_summary(m)[1]
+        for line in lines:
             console.print(line, markup=False)
     if fusion_name:
         for inst, (emitted, rep) in rows:

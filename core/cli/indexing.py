@@ -76,7 +76,7 @@ def indexing(ctx: click.Context, module: str | None, map_text: str | None, simpl
     if module is not None:
         if map_text is not None:
             fail("indexing: --map takes no MODULE argument")
-        from fusegen.indexing.analysis_cli import run_module_mode
+        from fusegen.cli.indexing_modes import run_module_mode
 
         try:
             rc = run_module_mode(module, instruction=instruction, fusion=fusion, output_to_input=output_to_input,

@@ -18,12 +18,12 @@ import time
 
 import click
 
-from fusegen.cli.common import (EXIT_MISMATCH, EXIT_UNSUPPORTED, device_option, fail, get_device_or_fail, internal_error,
-                                limit_options, load_modules, pipeline_option, prepare_modules, check_writable,
-                                resolve_limits, with_plugin)
+from fusegen.cli.common import (EXIT_MISMATCH, check_writable, device_option, fail, get_device_or_fail, limit_options,
+                                load_modules, pipeline_option, prepare_modules, resolve_limits, with_plugin)
 from fusegen.cli.config import config_options, resolve_config
-from fusegen.cli.run_spmd import is_multi_device, run_partitioned
-from fusegen.cli.verify_options import budget_cell, expected_for, verdict_lines, verify_options
+from fusegen.cli.errors import run_errors, tune_errors
+from fusegen.cli.progress import rich_progress
+from fusegen.cli.verify_options import budget_cell, verdict_lines, verify_options
 
 
 def _fmt(x):
@@ -46,83 +46,17 @@ def report_table(report, title: str):
     return t
 
 
-def autotune_json(tuned: list, compiles: int, cache_stats: dict) -> dict:
-    """The ``autotune`` part of ``--json``: one entry per instruction, plus totals.
+def autotune_step(modules, cfg, device, module_path, record_dir, cache_dir, top_k, show_progress):
+    """``--autotune``: the library's tuning step (:func:`fusegen.api.autotune_modules`), errors as one line."""
+    from fusegen.api import Session, autotune_modules
+    from fusegen.plugin_manager import default_plugin_manager
 
-    Each entry: ``name``, ``configs`` (tried), ``supported``, ``compiled``, ``failures`` (kind -> count),
-    ``winner``, ``duration_us``, ``scratch_bytes``, ``tie_break``, ``cache`` (``memory`` | ``directory`` |
-    ``miss``), ``cache_hit``, ``step``, ``error`` (and ``module`` for multi-module files), and for a
-    profiled instruction ``candidates``: ``[{"name", "backend", "trusted", "duration_us", "scratch_bytes",
-    "failure": null | kind}]`` in config order.
-    """
-    multi = len({m for m, _ in tuned}) > 1
-    entries = []
-    for module_name, r in tuned:
-        d = r.to_json()
-        d["candidates"] = [{"name": c.name, "backend": getattr(c.config, "backend", ""), "trusted": bool(c.trusted),
-                            "duration_us": c.duration_us, "scratch_bytes": c.scratch_bytes,
-                            "failure": c.failure.kind.name if c.failure else None} for c in r.results]
-        if multi:
-            d["module"] = module_name
-        entries.append(d)
-    return {"autotune": entries, "autotune_compiles": compiles, "autotune_cache": dict(cache_stats)}
-
-
-def _autotune(modules, cfg, device, module_path, record_dir, cache_dir, top_k, show_progress):
-    """Tune every module's tunable instructions in place; returns ``(tuner, [(module name, report)])``."""
-    from fusegen.autotuning.autotuner import AutotuneOptions, Autotuner, discover_backends
-    from fusegen.autotuning.selection import AutotuneError
-    from fusegen.plugin_manager import PluginError
-
-    overrides = {"retune_configured": True}
-    if cache_dir is not None:
-        overrides["xla_gpu_per_fusion_autotune_cache_dir"] = cache_dir
-    if top_k is not None:
-        overrides["cost_model_top_k"] = top_k
-    try:
-        options = AutotuneOptions.from_debug_options(cfg.debug_options, **overrides)
-    except (ValueError, TypeError) as e:
-        fail(str(e))
-    try:
-        backends = discover_backends()
-    except PluginError as e:
-        fail(str(e))
-    if not backends:
-        fail("--autotune: no codegen backends are registered (plugins contribute them through the "
-             "fusegen_codegen_backends hook)")
-    progress = None
-    if show_progress:
-        from rich.console import Console
-        from rich.progress import Progress
-
-        progress = Progress(console=Console(stderr=True), transient=True)
-    try:
-        tuner = Autotuner(backends, options, device, record_dir=record_dir, progress=progress)
-    except ValueError as e:
-        fail(str(e))
-    tuned = []
-    from fusegen.cli.tune_xla import dump_results, load_results
-
-    with tuner:
-        load_results(tuner, cfg.debug_options)  # xla_gpu_load_autotune_results_from
-        for module in modules:
-            try:
-                if progress is not None:
-                    with progress:
-                        reps = tuner.tune_module(module, raise_on_error=False)
-                else:
-                    reps = tuner.tune_module(module, raise_on_error=False)
-            except AutotuneError as e:
-                fail(f"{module_path}: {e.code}: {e.message}")
-            except OSError as e:  # cache or record directory not writable
-                fail(f"{module_path}: autotuning: {e}")
-            except PluginError as e:
-                fail(f"{module_path}: {e}")
-            except Exception as e:  # never a bare traceback
-                internal_error(f"{module_path}: autotuning module {module.name}", e)
-            tuned.extend((module.name, r) for r in reps)
-        dump_results(tuner, cfg.debug_options)  # xla_gpu_dump_autotune_results_to
-    return tuner, tuned
+    with tune_errors(module_path), rich_progress(show_progress) as progress:
+        run = autotune_modules(modules, Session(cfg, device, default_plugin_manager()), cache_dir=cache_dir,
+                               record_dir=record_dir, cost_model_top_k=top_k, progress=progress)
+    for note in run.notes:
+        click.echo(f"fusegen: warning: {note}", err=True)
+    return run
 
 
 def _others_line(report) -> str:
@@ -132,61 +66,6 @@ def _others_line(report) -> str:
         names = [f"%{n} {o}" for n, o, b in report.other_instructions if b == backend]
         parts.append(f"{count} on {backend} ({', '.join(names)})" if names else f"{count} on {backend}")
     return "; ".join(parts) or "none"
-
-
-def launch_dimensions_json(f) -> dict | None:
-    """The structured launch of a fusion report's kernel (the one its ``launch`` string names):
-    ``{"grid": [x, y, z], "threads": [x, y, z], "shared_memory_bytes": N}``, ``None`` without a kernel."""
-    kernels = list(getattr(f, "kernels", None) or [])
-    for k in kernels:
-        if str(k.launch) == f.launch:
-            return k.launch.to_json()
-    return kernels[0].launch.to_json() if kernels else None
-
-
-def fusion_json(f) -> dict:
-    """One fusion of ``--json``: the report's keys plus ``launch_dimensions``. A Triton fusion that was not
-    compiled (``--no-compile``, a failed compile) has no known shared memory: ``null`` and a
-    ``"shared_memory_reason"``, never a placeholder 0."""
-    from fusegen import kinds
-
-    d = f.to_json()
-    d["launch_dimensions"] = launch_dimensions_json(f)
-    if d["launch_dimensions"] is not None and f.kind == kinds.TRITON and f.compiled != "ok":
-        d["launch_dimensions"]["shared_memory_bytes"] = None
-        d["shared_memory_reason"] = ("not compiled for sm_90 (--no-compile): the shared memory of a Triton kernel "
-                                     "is known after its compile" if f.compiled == "-" else f"sm_90 compile {f.compiled}")
-    return d
-
-
-def report_json(reports) -> dict:
-    """The ``--json`` document: ``{"module", "fusions": [...], ...}`` (fusions in entry post order)."""
-    from fusegen.runtime.executor import combined_status
-    if len(reports) == 1:
-        r = reports[0]
-        return {
-            "module": r.module,
-            "fusions": [fusion_json(f) for f in r.fusions],
-            "other_instructions": r.other,
-            "non_fusion_instructions": [{"name": n, "opcode": o, "backend": b} for n, o, b in r.other_instructions],
-            "outputs_match": r.outputs_ok,
-            "output_max_abs_error": r.output_max_abs_error,
-            "seconds": round(r.seconds, 3),
-            "status": r.status,
-            "plugin_errors": r.plugin_errors,  # status "error": the plugin, fusion and reason of each failure
-            **(r.verdict.to_json() if r.verdict is not None else {}),
-            "timings": r.timings_json(),
-            **(r.spmd_json() if hasattr(r, "spmd_json") else {}),  # num_partitions, collectives (SPMD runs)
-            "reference_profile": reference_profile_json(r),
-        }
-    # A file of several modules (XLA tests separate them with `// -----`): one list, each row names its module.
-    return {
-        "module": "; ".join(r.module for r in reports),
-        "modules": [report_json([r]) for r in reports],
-        "fusions": [{**fusion_json(f), "module": r.module} for r in reports for f in r.fusions],
-        "status": combined_status(r.status for r in reports),
-        "plugin_errors": [{**e, "module": r.module} for r in reports for e in r.plugin_errors],
-    }
 
 
 def profile_table(report, n: int = 10):
@@ -208,25 +87,12 @@ def profile_table(report, n: int = 10):
     return t
 
 
-def reference_profile_json(report, n: int = 20) -> dict:
-    """The ``reference_profile`` part of ``--json``: the module's reference run and f64 oracle per instruction.
-
-    ``{"reference_s", "f64_s"}`` (seconds over all instructions of each run, where it ran: in the process
-    beside the kernels with ``--jobs`` above 1), ``"instructions"``: the ``n`` slowest, ``[{"name", "opcode",
-    "reference_s", "f64_s", "calls"}]``, and ``"per_element"``: ``[{"name", "opcode", "computation",
-    "reason"}]``, each instruction whose computation the evaluator runs per element (not liftable)."""
-    from fusegen.runtime.instruction_profile import merge_profiles
-
-    prof = getattr(report, "reference_profile", None) or {}
-    ref, f64 = prof.get("reference", {}), prof.get("f64", {})
-    return {"reference_s": round(sum(r[1] for r in ref.values()), 6), "f64_s": round(sum(r[1] for r in f64.values()), 6),
-            "instructions": merge_profiles(ref, f64, n), "per_element": list(getattr(report, "per_element", []))}
-
-
 def reference_profile_table(report, n: int = 10):
     """A rich table of the ``n`` slowest instructions of the module's reference run and f64 oracle (seconds),
     with a note on each instruction whose computation runs per element."""
     from rich.table import Table
+
+    from fusegen.runtime.run_json import reference_profile_json
 
     d = reference_profile_json(report, n)
     notes = {p["name"]: p["reason"] for p in d["per_element"]}
@@ -286,16 +152,9 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     reference itself (and every fusion within its error budget) are "drift", exit 0. Exit 1 on any
     mismatch or failed tuning, 2 on bad input, 3 on an internal error.
     """
-    from fusegen.dispatch import DispatchError
-    from fusegen.evaluator.collectives import MultiDeviceUnsupported
-    from fusegen.evaluator.common import EvaluationError
-    from fusegen.evaluator.evaluator import UnsupportedOpError
-    from fusegen.plugin_manager import PluginError
-    from fusegen.runtime.executor import run_module
-    from fusegen.api import inputs_for
-    from fusegen.runtime.inputs import InputError, leaves, save_npz
-    from fusegen.runtime.limits import ResourceLimitError, check_module
-    from fusegen.codegen.kernel_dir import KernelDirError
+    from fusegen.api import Session, run_modules
+    from fusegen.plugin_manager import default_plugin_manager
+    from fusegen.runtime.inputs import leaves, save_npz
 
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
@@ -317,89 +176,40 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     if (inputs_path or outputs_path or expected_path) and len(modules) > 1:
         fail(f"{module_path}: holds {len(modules)} modules; --inputs/--save-outputs/--expected need a single-module "
              "file")
-    verify = cfg.verify.with_overrides(rtol, atol)
-    expected = expected_for(modules[0], expected_path) if expected_path and not is_multi_device(modules[0]) else None
-    tuner, tuned = None, []
+    tuned = None
     if autotune:
-        tuner, tuned = _autotune(modules, cfg, device, module_path, record_dir, autotune_cache_dir, top_k,
-                                 show_progress=not as_json and sys.stderr.isatty())
+        tuned = autotune_step(modules, cfg, device, module_path, record_dir, autotune_cache_dir, top_k,
+                              show_progress=not as_json and sys.stderr.isatty())
         from rich.console import Console
 
         from fusegen.autotuning.autotuner import summary_table
 
         tconsole = Console(stderr=as_json, width=None if (sys.stderr if as_json else sys.stdout).isatty() else 160)
-        tconsole.print(summary_table([r for _, r in tuned], title=f"autotuning {module_path} on {device.name}"))
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    reports, outputs = [], []
-    n_fusions = sum(1 for m in modules for c in m.computations for i in c.instructions if i.opcode == "fusion")
-    progress = None
-    if not as_json and sys.stderr.isatty():
-        from rich.progress import Progress
-
-        progress = Progress(transient=True)
-        progress.start()
-        task = progress.add_task("running fusions", total=n_fusions)
-    try:
-        for module, passes_s in zip(modules, t_passes):
-            if is_multi_device(module):  # every partition x replica, global arrays (fusegen.cli.run_spmd)
-                out, report = run_partitioned(module, module_path, inputs_path, expected_path, seed, device, limits,
-                                              verify, not no_compile, (lambda r: progress.advance(task))
-                                              if progress is not None else None, jobs or len(os.sched_getaffinity(0)))
-                report.timings.add("parse", t_parse)
-                report.timings.add("passes", passes_s)
-                reports.append(report)
-                outputs.append(out)
-                continue
-            try:
-                check_module(module, limits)
-                args = inputs_for(module, inputs_path, seed)  # the library's (fusegen.api)
-            except InputError as e:
-                fail(str(e))
-            except ResourceLimitError as e:
-                fail(f"{module_path}: {e}")
-            except MemoryError as e:
-                fail(f"{module_path}: the inputs of module {module.name} do not fit in memory ({e})")
-            except Exception as e:  # never a bare traceback
-                internal_error(f"{module_path}: inputs of module {module.name}", e)
-            on_fusion = (lambda r: progress.advance(task)) if progress is not None else None
-            try:
-                out, report = run_module(module, args, device, compile_kernels=not no_compile, on_fusion=on_fusion,
-                                         limits=limits, verify=verify, expected=expected,
-                                         jobs=jobs or len(os.sched_getaffinity(0)))
-            except MultiDeviceUnsupported as e:  # a valid module fusegen cannot run as meant: exit 4
-                fail(f"{module_path}: {e}", EXIT_UNSUPPORTED)
-            except (UnsupportedOpError, PluginError, InputError, ResourceLimitError, KernelDirError) as e:
-                fail(f"{module_path}: {e}")
-            except DispatchError as e:  # e.g. [plugins] disable removed the question that would answer
-                fail(f"{module_path}: {e} (check [plugins] disable in the config)")
-            except EvaluationError as e:  # the HLO is inconsistent in a way the parser does not check
-                fail(f"{module_path}: cannot evaluate: {e}")
-            except MemoryError as e:
-                fail(f"{module_path}: module {module.name} needs more memory than this machine has ({e})")
-            except Exception as e:  # never a bare traceback
-                internal_error(f"{module_path}: module {module.name}", e)
-            report.timings.add("parse", t_parse)
-            report.timings.add("passes", passes_s)
-            reports.append(report)
-            outputs.append(out)
-    finally:
-        if progress is not None:
-            progress.stop()
+        tconsole.print(summary_table([r for _, r in tuned.tuned], title=f"autotuning {module_path} on {device.name}"))
+    session = Session(cfg, device, default_plugin_manager())
+    with run_errors(module_path), rich_progress(not as_json and sys.stderr.isatty()) as progress:
+        result = run_modules(modules, session, inputs=inputs_path, seed=seed, expected=expected_path,
+                             compile=not no_compile, limits=limits, verify=cfg.verify.with_overrides(rtol, atol),
+                             jobs=jobs or len(os.sched_getaffinity(0)), progress=progress, parse_seconds=t_parse,
+                             pass_seconds=t_passes)
+    reports = list(result.reports)
     if outputs_path:
         try:
-            save_npz(outputs_path, {f"o{i}": a for i, a in enumerate(leaves(outputs[0]))})
+            save_npz(outputs_path, {f"o{i}": a for i, a in enumerate(leaves(result.outputs))})
         except OSError as e:
             fail(f"--save-outputs {outputs_path}: {e.strerror or e}")
     from fusegen.runtime.plugin_failures import failure_lines
     from fusegen.verify.verdict import VACUOUS
 
-    ok = all(r.ok for r in reports) and not any(r.error for _, r in tuned)
+    ok = result.ok and (tuned is None or tuned.ok)
     failed = failure_lines(module_path, reports)  # a plugin failed on a fusion: every row printed, then exit 2
     if as_json:
-        doc = report_json(reports)
-        if tuner is not None:
-            doc.update(autotune_json(tuned, tuner.compiles, tuner.cache.stats))
-            if any(r.error for _, r in tuned):
+        from fusegen.runtime.run_json import autotune_json
+
+        doc = result.to_json()
+        if tuned is not None:
+            doc.update(autotune_json(tuned.tuned, tuned.compiles, tuned.cache))
+            if not tuned.ok:
                 doc["status"] = "autotune-error" if doc.get("status") in ("ok", "drift") else doc.get("status")
         click.echo(json.dumps(doc, indent=2))
         if profile:

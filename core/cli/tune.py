@@ -15,15 +15,16 @@ Exit codes: 0 success, 1 an instruction could not be tuned (or the replay found 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sys
 
 import click
 
 from fusegen.cli.common import (EXIT_MISMATCH, check_writable, device_option, fail, get_device_or_fail, load_module,
-                                pipeline_option, prepare_modules)
+                                pipeline_option, pipeline_passes)
 from fusegen.cli.config import config_options, resolve_config
+from fusegen.cli.errors import tune_errors
+from fusegen.cli.progress import rich_progress
 
 
 def _replay(path: str, as_json: bool) -> None:
@@ -90,85 +91,30 @@ def tune(module_paths, replay_path, as_json, device_name, cache_dir, cache_mode,
         fail("missing MODULE.hlo (or --replay RECORD.json)")
     if output_path and len(module_paths) > 1:
         fail("-o/--output writes one module; give one MODULE.hlo")
-    if shard_spec and cluster:
-        fail("give --shard K/N or --cluster, not both")
-    shard_kn = None
-    if shard_spec:
-        from fusegen.autotuning.sharding import parse_shard
-
-        try:
-            shard_kn = parse_shard(shard_spec)
-        except ValueError as e:
-            fail(str(e))
-    ray_opts = None
-    if cluster:
-        from fusegen.autotuning.distributed import RayOptions, parse_cluster
-
-        try:
-            ray_opts = RayOptions(parse_cluster(cluster), ray_num_cpus, kill_worker_once=kill_marker)
-        except ValueError as e:
-            fail(str(e))
-
-    from fusegen.autotuning.autotuner import AutotuneOptions, Autotuner, discover_backends, summary_table
-    from fusegen.autotuning.selection import AutotuneError
-    from fusegen.plugin_manager import PluginError
+    from fusegen.api import tune as tune_modules
+    from fusegen.api.tuning import tune_options
+    from fusegen.autotuning.autotuner import summary_table
+    from fusegen.plugin_manager import default_plugin_manager
 
     cfg = resolve_config(config_path, xla_flags)
-    overrides = {}
-    if cache_dir is not None:
-        overrides["xla_gpu_per_fusion_autotune_cache_dir"] = cache_dir
-    if cache_mode is not None:
-        overrides["xla_gpu_experimental_autotune_cache_mode"] = cache_mode.upper()
-    if level is not None:
-        overrides["xla_gpu_autotune_level"] = level
-    if backends_spec is not None:
-        overrides["xla_gpu_experimental_autotune_backends"] = backends_spec
-    if workers is not None:
-        overrides["compile_workers"] = workers
-    if cost_model_top_k is not None:
-        overrides["cost_model_top_k"] = cost_model_top_k
-    if retune:
-        overrides["retune_configured"] = True
-    if compile_timeout is not None:
-        overrides["compile_timeout_s"] = compile_timeout
-    try:
-        options = AutotuneOptions.from_debug_options(cfg.debug_options, **overrides)
-    except (ValueError, TypeError) as e:
-        fail(str(e))
+    options = dict(backends=backends_spec, level=level, cache_dir=cache_dir, cache_mode=cache_mode, retune=retune,
+                   workers=workers, cost_model_top_k=cost_model_top_k, record_dir=record_dir,
+                   compile_timeout=compile_timeout, shard=shard_spec, cluster=cluster, ray_num_cpus=ray_num_cpus,
+                   _kill_worker_once=kill_marker)
+    with tune_errors(module_paths[0]):  # bad option values: one line before anything is loaded
+        if shard_spec and cluster:
+            raise ValueError("give --shard K/N or --cluster, not both")
+        tune_options(cfg.debug_options, xla_gpu_autotune_level=level, cost_model_top_k=cost_model_top_k,
+                     compile_timeout_s=compile_timeout)
     check_writable(output_path, "--output")
     device = get_device_or_fail(device_name, cfg)
     modules = [load_module(p) for p in module_paths]
-    prepare_modules(modules, cfg, device)  # an unoptimized module is fused first, as `run` does
-    try:
-        backends = discover_backends()
-    except PluginError as e:
-        fail(str(e))
-    if not backends:
-        fail("no codegen backends are registered (plugins contribute them through the fusegen_codegen_backends hook)")
-
-    progress = None
-    if not as_json and sys.stderr.isatty():
-        from rich.console import Console
-        from rich.progress import Progress
-
-        progress = Progress(console=Console(stderr=True), transient=True)
-    try:
-        tuner = Autotuner(backends, options, device, record_dir=record_dir, progress=None if ray_opts else progress)
-    except ValueError as e:
-        fail(str(e))
-    extra: dict = {}
-    with tuner:
-        from fusegen.cli.tune_xla import dump_results, load_results
-
-        extra.update(load_results(tuner, cfg.debug_options))
-        try:
-            with progress if progress is not None else contextlib.nullcontext():
-                reports = _tune_all(tuner, modules, shard_kn, ray_opts, progress, extra)
-        except AutotuneError as e:
-            fail(f"{module_paths[0]}: {e.code}: {e.message}")
-        except OSError as e:  # cache or record directory not writable
-            fail(f"{module_paths[0]}: autotuning: {e}")
-        extra.update(dump_results(tuner, cfg.debug_options))
+    with tune_errors(module_paths[0]), rich_progress(not as_json and sys.stderr.isatty()) as progress:
+        res = tune_modules(modules, device=device, config=cfg, passes=pipeline_passes(cfg), pm=default_plugin_manager(),
+                           progress=progress, **options)
+    for note in res.notes:
+        click.echo(f"fusegen: warning: {note}", err=True)
+    reports = list(res.instructions)
     if not reports and not as_json:
         click.echo("fusegen: note: nothing to tune (no __triton_gemm, cuBLASLt, cuDNN or custom fusion without a "
                    "config" + ("" if retune else "; --retune also tunes instructions that carry one") + ")", err=True)
@@ -178,41 +124,12 @@ def tune(module_paths, replay_path, as_json, device_name, cache_dir, cache_mode,
         with open(output_path, "w") as fh:
             fh.write(print_module(modules[0]) + "\n")
     if as_json:
-        from fusegen.api import TuneResult
-
-        doc = TuneResult(module_paths[0], tuple(module_paths), tuple(reports), tuner.cache.stats, tuple(modules))
-        click.echo(json.dumps({**doc.to_json(), **extra}, indent=1))
+        click.echo(json.dumps(res.to_json(), indent=1))
     else:
         from rich.console import Console
 
         title = f"autotuning {', '.join(module_paths)}" + (f" (shard {shard_spec})" if shard_spec else "") + \
             (f" on {cluster}" if cluster else "")
         Console(width=None if sys.stdout.isatty() else 160).print(summary_table(reports, title=title))
-    if any(r.error for r in reports):
+    if not res.ok:
         sys.exit(EXIT_MISMATCH)
-
-
-def _tune_all(tuner, modules, shard_kn, ray_opts, progress, extra: dict) -> list:
-    """Tune ``modules`` in this process, one shard of them, or on Ray; fills ``extra`` (JSON keys)."""
-    if ray_opts is not None:
-        from fusegen.autotuning.distributed import DistributedUnavailable, tune_on_ray
-
-        try:
-            run = tune_on_ray(tuner, modules, ray_opts, progress)
-        except DistributedUnavailable as e:
-            fail(str(e))
-        extra["cluster"] = {"address": ray_opts.address or "local", "cpus": run.cpus, "gpus": run.gpus,
-                            "tuned": run.tuned, "measured_on": run.measured_on, "settled": run.settled,
-                            "seconds": round(run.seconds, 3)}
-        return run.reports
-    if shard_kn is not None:
-        from fusegen.autotuning.sharding import tune_shard
-
-        k, n = shard_kn
-        sr = tune_shard(tuner, modules, k, n)
-        extra["shard"] = {"index": k, "count": n, "unique": sr.unique, "keys": sr.keys}
-        return sr.reports
-    reports = []
-    for m in modules:
-        reports.extend(tuner.tune_module(m, raise_on_error=False))
-    return reports

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import click
 
-from fusegen.cli.common import fail
-
 
 def verify_options(f):
     """Add ``--rtol``, ``--atol`` and ``--expected`` (parameters ``rtol``, ``atol``, ``expected_path``)."""
@@ -25,17 +23,6 @@ def verify_options(f):
                      help="Conditioning factor: an output may be this many times further from the f64 oracle "
                           "than the reference is and still be drift, not a mismatch (default 4; [verify] rtol).")(f)
     return f
-
-
-def expected_for(module, path: str) -> list:
-    """The ``--expected`` arrays for ``module``'s output leaves; exit 2 with one line when unusable."""
-    from fusegen.verify.verdict import load_expected
-
-    types = [s.element_type for s in module.entry.root.shape.leaves()]
-    try:
-        return load_expected(path, len(types), types=types)
-    except ValueError as e:
-        fail(str(e))
 
 
 def budget_cell(f) -> str:

@@ -50,6 +50,12 @@ def numpy_dtype(element_type: str) -> np.dtype:
         raise UnsupportedTypeError(f"unsupported HLO element type {element_type!r}") from None
 
 
+def element_type_of(dtype: np.dtype) -> str:
+    """The HLO element type of a numpy (ml_dtypes) dtype (``float32`` -> ``f32``), else the dtype's own name."""
+    dt = np.dtype(dtype)
+    return next((k for k, v in _NUMPY.items() if v == dt), dt.name)
+
+
 def bit_width(element_type: str) -> int:
     """Storage bits of one element as XLA counts them (``pred`` is 8, ``s4`` is 4)."""
     if element_type in _BITS:

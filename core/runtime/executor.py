@@ -195,6 +195,34 @@ class FusionReport:
         d["timings"] = self.timings.to_json()
         return d
 
+    @property
+    def compiled_sm90(self) -> str:
+        """``to_json()``'s name for :attr:`compiled`: ``"ok"``, ``"-"`` (not compiled) or ``"failed: ..."``."""
+        return self.compiled
+
+    @property
+    def launch_dimensions(self) -> dict | None:
+        """The launch of the kernel ``launch`` names: ``{"grid": [x, y, z], "threads": [x, y, z],
+        "shared_memory_bytes": N}`` (bytes), ``None`` without a kernel. A Triton fusion that was not compiled for
+        sm_90 has no known shared memory: ``None`` there, never a placeholder 0 (:attr:`shared_memory_reason`)."""
+        from fusegen import kinds
+        from fusegen.runtime.run_json import launch_dimensions_json
+
+        d = launch_dimensions_json(self)
+        if d is not None and self.kind == kinds.TRITON and self.compiled != "ok":
+            d["shared_memory_bytes"] = None
+        return d
+
+    @property
+    def shared_memory_reason(self) -> str | None:
+        """Why :attr:`launch_dimensions` has no shared memory (a Triton kernel not compiled), else ``None``."""
+        from fusegen import kinds
+
+        if not self.kernels or self.kind != kinds.TRITON or self.compiled == "ok":
+            return None
+        return ("not compiled for sm_90 (--no-compile): the shared memory of a Triton kernel is known after its "
+                "compile" if self.compiled == "-" else f"sm_90 compile {self.compiled}")
+
 
 @attrs.define
 class RunReport:

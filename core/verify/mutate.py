@@ -276,12 +276,12 @@ def run_check(paths, kinds=KINDS, max_sites: int = 2, max_fusions: int | None = 
     ``inputs_for(path, module)`` may return the arguments (e.g. a real model's weights); default seeded random.
     Returns ``([(module, fusion, error/budget) of each unmutated kernel], mutants)``.
     """
-    from fusegen.cli.common import load_modules
+    from fusegen.api import load_all
     from fusegen.runtime.inputs import make_inputs
 
     controls, mutants = [], []
     for p in paths:
-        for m in load_modules(str(p)):
+        for m in load_all(str(p)):
             args = (inputs_for(p, m) if inputs_for else None) or make_inputs(m, seed)
             c, ms = check_module(m, args, kinds, max_sites, options, max_fusions)
             controls.extend((m.name, f, r) for f, r in c)

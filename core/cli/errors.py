@@ -1,0 +1,137 @@
+"""The library's exceptions as the CLI's one-line errors and exit codes (2 bad input, 3 internal, 4 unsupported).
+
+Each command calls the library inside one of these context managers; nothing here decides anything the
+library does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from fusegen.cli.common import EXIT_UNSUPPORTED, fail, internal_error
+
+
+@contextlib.contextmanager
+def run_errors(module_path: str) -> Iterator[None]:
+    """Errors of loading inputs and expected answers and of running a module (``run``, ``report --run``)."""
+    from fusegen.codegen.kernel_dir import KernelDirError
+    from fusegen.dispatch import DispatchError
+    from fusegen.evaluator.collectives import MultiDeviceUnsupported
+    from fusegen.evaluator.common import EvaluationError
+    from fusegen.evaluator.evaluator import UnsupportedOpError
+    from fusegen.hlo.sharding import ShardingError
+    from fusegen.plugin_manager import PluginError
+    from fusegen.runtime.inputs import InputError
+    from fusegen.runtime.limits import ResourceLimitError
+
+    try:
+        yield
+    except MultiDeviceUnsupported as e:  # a valid module fusegen cannot run as meant: exit 4
+        fail(f"{module_path}: cannot run as all its devices: {e}", EXIT_UNSUPPORTED)
+    except InputError as e:  # names the module or the file already
+        fail(str(e))
+    except (ShardingError, ResourceLimitError, UnsupportedOpError, PluginError, KernelDirError) as e:
+        fail(f"{module_path}: {e}")
+    except DispatchError as e:  # e.g. [plugins] disable removed the question that would answer
+        fail(f"{module_path}: {e} (check [plugins] disable in the config)")
+    except EvaluationError as e:  # the HLO is inconsistent in a way the parser does not check
+        fail(f"{module_path}: cannot evaluate: {e}")
+    except ValueError as e:  # an unreadable --expected / --inputs file (the message names it)
+        fail(str(e))
+    except MemoryError as e:
+        fail(f"{module_path}: needs more memory than this machine has ({e})")
+    except Exception as e:  # never a bare traceback
+        internal_error(f"{module_path}: running", e)
+
+
+def _fail_tuning(module_path: str, e: Exception) -> None:
+    """An instruction that could not be tuned, or XLA's results file that could not be read."""
+    from fusegen.autotuning.selection import AutotuneError
+
+    if isinstance(e, AutotuneError):
+        fail(f"{module_path}: {e.code}: {e.message}")
+    fail(f"xla_gpu_load_autotune_results_from: {e}")
+
+
+@contextlib.contextmanager
+def tune_errors(module_path: str) -> Iterator[None]:
+    """Errors of tuning (``tune``, ``run --autotune``, ``report --autotune``)."""
+    from fusegen.autotuning.distributed import DistributedUnavailable
+    from fusegen.autotuning.selection import AutotuneError
+    from fusegen.cache.xla_results import XlaResultsError
+    from fusegen.passes.pipeline import PassError
+    from fusegen.plugin_manager import PluginError
+
+    try:
+        yield
+    except (AutotuneError, XlaResultsError) as e:
+        _fail_tuning(module_path, e)
+    except (ValueError, TypeError, DistributedUnavailable) as e:  # bad options, no codegen backend, no Ray
+        fail(str(e))
+    except OSError as e:  # cache, record directory or results file not writable
+        fail(f"{module_path}: autotuning: {e}")
+    except (PluginError, PassError) as e:
+        fail(f"{module_path}: {e}")
+    except Exception as e:  # never a bare traceback
+        internal_error(f"{module_path}: autotuning", e)
+
+
+@contextlib.contextmanager
+def plan_errors(module_path: str, what: str = "") -> Iterator[None]:
+    """Errors of dispatching and emitting without running (``explain``, the report's cards)."""
+    from fusegen.dispatch import DispatchError
+    from fusegen.hlo.sharding import ShardingError
+    from fusegen.passes.pipeline import PassError
+    from fusegen.plugin_manager import PluginError
+
+    try:
+        yield
+    except (PluginError, ShardingError, PassError) as e:
+        fail(f"{module_path}: {e}")
+    except DispatchError as e:
+        fail(f"{module_path}: {e} (check [plugins] disable in the config)")
+    except Exception as e:  # never a bare traceback
+        internal_error(f"{module_path}{': ' + what if what else ''}", e)
+
+
+@contextlib.contextmanager
+def load_errors() -> Iterator[None]:
+    """A module file the library could not read or parse: its one line, exit 2."""
+    import sys
+
+    import click
+
+    from fusegen.api import LoadError
+    from fusegen.cli.common import EXIT_BAD_INPUT
+    from fusegen.hlo.errors import HloParseError
+
+    try:
+        yield
+    except HloParseError as e:  # FILE:LINE:COL: error: ...
+        click.echo(str(e).splitlines()[0], err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except LoadError as e:
+        fail(str(e))
+
+
+@contextlib.contextmanager
+def report_errors(module_path: str, output_path: str) -> Iterator[None]:
+    """``fusegen report``: tuning, records, the vendored page assets and writing the page; the rest as a run."""
+    from fusegen.autotuning.replay import RecordError
+    from fusegen.autotuning.selection import AutotuneError
+    from fusegen.cache.xla_results import XlaResultsError
+    from fusegen.codegen.kernel_dir import KernelDirError
+    from fusegen.report.graph import VendorError
+
+    with load_errors(), run_errors(module_path):
+        try:
+            yield
+        except (AutotuneError, XlaResultsError) as e:
+            _fail_tuning(module_path, e)
+        except (RecordError, VendorError) as e:  # unreadable records; a broken install: which file
+            fail(str(e))
+        except KernelDirError as e:
+            fail(f"{module_path}: {e}")
+        except OSError as e:  # the page or its data cannot be written
+            fail(f"{output_path}: {e.strerror or e}")
