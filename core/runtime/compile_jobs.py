@@ -3,8 +3,10 @@
 Fusions with the same canonical computation, fusion backend config (tiling, GEMM config) and operand/result
 shapes and layouts get the same kernels up to names, so the first one's compile result stands for all of
 them (XLA deduplicates such fusions too: ``deduplicated_name`` in the metadata). With ``jobs > 1`` compiles
-run on a ``forkserver`` process pool while the interpreter goes on in the main process; Triton's on-disk
-cache (``TRITON_CACHE_DIR``, inherited by the workers) keeps them warm between runs.
+run on worker processes while the interpreter goes on in the main process
+(:class:`~fusegen.runtime.worker_pool.WorkerPool`: ``python -m`` workers that never re-run the caller's
+``__main__``, so a plain script needs no ``if __name__ == "__main__":`` guard); Triton's on-disk cache
+(``TRITON_CACHE_DIR``, inherited by the workers) keeps them warm between runs.
 
 Mirrors the role of XLA's parallel LLVM compilation (``xla_gpu_force_compilation_parallelism``,
 ``xla/service/gpu/gpu_compiler.cc``: ``CompileModuleToLlvmIrImpl`` + the thread pool of ``CompileAndLink``).
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from typing import Any, Sequence
 
 from fusegen.codegen import compile_record
@@ -123,7 +125,7 @@ class CompileJobs:
     def __init__(self, jobs: int = 1, pool_after: int = 4):
         self.jobs = max(1, int(jobs))
         self.pool_after = pool_after
-        self._pool: ProcessPoolExecutor | None = None
+        self._pool: Any = None  # fusegen.runtime.worker_pool.WorkerPool, started after pool_after compiles
         self._by_key: dict[tuple, Future | tuple[str, float, tuple[int, ...]]] = {}
         self._deferred: dict[tuple, tuple] = {}  # key -> kernels, waiting for the pool or for result()
         self.distinct = 0  # compiles actually run (the rest were served by an identical fusion's)
@@ -139,9 +141,9 @@ class CompileJobs:
             return key, True
         self._deferred[key] = tuple(kernels)
         if self._pool is None and self.distinct >= self.pool_after:
-            import multiprocessing
+            from fusegen.runtime.worker_pool import WorkerPool
 
-            self._pool = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("forkserver"))
+            self._pool = WorkerPool(self.jobs)
         if self._pool is not None:
             for k, ks in self._deferred.items():
                 self._by_key[k] = self._pool.submit(compile_kernels, ks)
@@ -157,7 +159,7 @@ class CompileJobs:
         if isinstance(r, Future):
             try:
                 r = r.result()
-            except Exception as e:  # BrokenProcessPool, a pickling problem: the compile did not happen
+            except Exception as e:  # WorkerDied, a pickling problem: the compile did not happen
                 r = (f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 0.0, ())
             self._done(handle, r)
         return r
