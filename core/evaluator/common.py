@@ -148,6 +148,51 @@ def backend_config(inst: Instruction) -> dict:
     return {}
 
 
+_FFI_ITEM = re.compile(r'\s*([A-Za-z_][\w.]*)\s*=\s*("(?:[^"\\]|\\.)*"|[^,:{}]+?)\s*(?::\s*[a-z]\w*)?\s*(?:,|$)')
+
+
+def ffi_attrs(inst: Instruction) -> dict:
+    """A typed-FFI custom call's attributes: its ``backend_config`` as the MLIR dictionary jax writes,
+    ``{lower = true, algorithm = 0 : ui8, magma = "auto"}`` -> ``{"lower": True, "algorithm": 0, "magma": "auto"}``.
+
+    Booleans, integers, floats and strings are typed; a JSON backend config is returned as parsed. An empty or
+    missing config gives ``{}``.
+
+    Raises:
+        EvaluationError: text that is neither JSON nor an MLIR dictionary of scalars (names the instruction).
+    """
+    bc = inst.attrs.get("backend_config")
+    if bc is None or isinstance(bc, dict):
+        return dict(bc or {})
+    text = str(bc).strip()
+    if text.startswith("{") and '"' in text.split("=", 1)[0]:
+        return backend_config(inst)  # JSON (the __cublas$ / __cudnn$ targets)
+    body = text[1:-1].strip() if text.startswith("{") and text.endswith("}") else text
+    out: dict = {}
+    pos = 0
+    while pos < len(body):
+        m = _FFI_ITEM.match(body, pos)
+        if m is None or m.end() == pos:
+            raise EvaluationError(f"custom-call %{inst.name}: cannot read backend_config {text!r} "
+                                  f"(at {body[pos:pos + 20]!r})")
+        key, raw = m.group(1), m.group(2).strip()
+        if raw.startswith('"'):
+            val: Any = json.loads(raw)
+        elif raw in ("true", "false"):
+            val = raw == "true"
+        else:
+            try:
+                val = int(raw)
+            except ValueError:
+                try:
+                    val = float(raw)
+                except ValueError:
+                    val = raw
+        out[key] = val
+        pos = m.end()
+    return out
+
+
 def computation_attr(inst: Instruction, *keys: str) -> Computation:
     """The called computation under the first of ``keys`` present (first element of a list)."""
     for k in keys:

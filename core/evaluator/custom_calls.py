@@ -15,10 +15,9 @@ Targets and the semantics mirrored (XLA ``xla/service/gpu/transforms/gemm_rewrit
   once. A tuple result is ``(D, [aux], workspace)``; the workspace is zeros. ``$f8``: operands after A, B (and C)
   are a_scale, b_scale, c_scale, d_scale; ``D = epilogue(a_scale * b_scale * alpha * AB + beta * c_scale * C)
   * d_scale`` (best effort).
-* ``__cudnn$convForward`` / ``__cudnn$convBiasActivationForward`` (``cudnn_conv_backend_config``):
-  ``y = act(conv_result_scale * conv(x, w) + side_input_scale * side_input + bias)``, bias along the output
-  feature dim (``f`` in ``dim_labels``); activation_mode kNone / kRelu / kRelu6 / kReluX / kElu / kLeakyRelu
-  (``leakyrelu_alpha``) / kSigmoid / kTanh. Result tuple ``(y, scratch)``.
+* the cuDNN convolution family (forward, backward input / filter, bias + activation):
+  :mod:`fusegen.evaluator.conv_calls`; the solver families: :mod:`fusegen.evaluator.solver_calls` and
+  :mod:`fusegen.evaluator.solver_spectral`; the threefry PRNG: :mod:`fusegen.evaluator.prng_calls`.
 * ``__cudnn$norm`` (``cudnn_norm_backend_config``, best effort): layer norm over the trailing dims of ``x``
   that the scale covers, ``y = (x - mean) * rsqrt(var + epsilon) * scale + bias``; training forms also give
   mean and 1/stddev.
@@ -138,56 +137,6 @@ def _gemm(inst: Instruction, ops: list):
     return _pack(inst, out, pre if epilogue.endswith("_AUX") else None)
 
 
-def _activation(y: np.ndarray, mode: str, alpha: float) -> np.ndarray:
-    m = mode.lower().lstrip("k")
-    if m in ("none", "", "identity"):
-        return y
-    if m == "relu":
-        return np.maximum(y, 0)
-    if m == "relu6":
-        return np.clip(y, 0, 6)
-    if m == "relux":
-        return np.clip(y, 0, alpha) if alpha else np.maximum(y, 0)
-    if m == "elu":
-        return np.where(y > 0, y, np.expm1(y))
-    if m == "leakyrelu":
-        return np.where(y > 0, y, alpha * y)
-    if m == "sigmoid":
-        return 1.0 / (1.0 + np.exp(-y))
-    if m == "tanh":
-        return np.tanh(y)
-    raise EvaluationError(f"unsupported cuDNN activation_mode {mode!r}")
-
-
-def _conv(inst: Instruction, ops: list):
-    from fusegen.evaluator.reduce import parse_window
-
-    cfg = backend_config(inst).get("cudnn_conv_backend_config") or {}
-    main_shape, _ = _result_shapes(inst)
-    out_dt = shape_dtype(main_shape)
-    labels = inst.attrs.get("dim_labels")
-    if labels is None:
-        raise EvaluationError(f"custom-call %{inst.name}: convolution custom call without dim_labels")
-    ls, _, os_ = parse_dim_labels(labels)
-    w = parse_window(inst, len(ls) - 2)
-    y = conv_general(up(np.asarray(ops[0])), up(np.asarray(ops[1])), w, labels,
-                     attr_int(inst, "feature_group_count", 1), attr_int(inst, "batch_group_count", 1), out_dt)
-    y = y * float(cfg.get("conv_result_scale", 1) if cfg.get("conv_result_scale") is not None else 1)
-    target = str(inst.attrs.get("custom_call_target", ""))
-    if target == "__cudnn$convBiasActivationForward":
-        if len(ops) > 3:
-            s = float(cfg.get("side_input_scale", 0) or 0)
-            if s:
-                y = y + s * up(np.asarray(ops[3])).astype(y.dtype)
-        if len(ops) > 2:
-            bias = up(np.asarray(ops[2])).astype(y.dtype).reshape(-1)
-            shp = [1] * y.ndim
-            shp[os_.index("f")] = bias.size
-            y = y + bias.reshape(shp)
-        y = _activation(y, str(cfg.get("activation_mode", "kNone")), float(cfg.get("leakyrelu_alpha", 0) or 0))
-    return _pack(inst, as_array(y, out_dt).reshape(main_shape.dimensions))
-
-
 def _norm(inst: Instruction, ops: list):
     cfg = backend_config(inst).get("cudnn_norm_backend_config") or {}
     eps = float(cfg.get("epsilon", 1e-5))
@@ -260,8 +209,6 @@ TARGETS: dict[str, Callable] = {
     "__cublas$gemm": _gemm,
     "__cublas$lt$matmul": _gemm,
     "__cublas$lt$matmul$f8": _gemm,
-    "__cudnn$convForward": _conv,
-    "__cudnn$convBiasActivationForward": _conv,
     "__cudnn$norm": _norm,
     "__cudnn$fmhaSoftmax": _fmha,
     "__cudnn$fmhaScaleBiasSoftmax": _fmha,
@@ -270,11 +217,20 @@ TARGETS: dict[str, Callable] = {
 }
 
 
+def library_targets() -> dict[str, Callable]:
+    """Every custom-call target the host runs (target -> ``handler(inst, operands)``): the ones above, cuDNN's
+    convolutions, the solver families and the threefry PRNG (see the module docstring)."""
+    from fusegen.evaluator import conv_calls, prng_calls, solver_calls, solver_spectral
+
+    return {**TARGETS, **conv_calls.TARGETS, **solver_calls.TARGETS, **solver_spectral.TARGETS,
+            **prng_calls.TARGETS}
+
+
 def _custom_call(inst: Instruction, ops: list):
     from fusegen.evaluator.evaluator import UnsupportedOpError
 
     target = str(inst.attrs.get("custom_call_target", "")).strip('"')
-    fn = TARGETS.get(target)
+    fn = library_targets().get(target)
     if fn is None:
         raise UnsupportedOpError(inst, target=target)
     return fn(inst, ops)

@@ -111,9 +111,9 @@ def _matches_dynamic_slice(fusion: Instruction) -> bool:
     hero = _ds_hero(fusion)
     if hero is None:
         return False
-    from fusegen.evaluator.custom_calls import TARGETS
+    from fusegen.evaluator.custom_calls import library_targets
 
-    if str(hero.attrs.get("custom_call_target", "")) not in TARGETS:
+    if str(hero.attrs.get("custom_call_target", "")) not in library_targets():
         return False  # the CPU path runs the hero through the evaluator's library-call semantics
     for o in hero.operands:
         s = _strip_bitcasts(o)
