@@ -1,179 +1,348 @@
-"""fusegen's sm_90 PTX against XLA's own kernel for the same fusion (a static proxy for bandwidth).
+"""fusegen's sm_90 kernels against XLA's own kernels for the same fusions, in SASS (static, no GPU needed).
 
-For every native-emitter fusion of ``../shared/corpus/jax/launch/`` (loop, reduction, transpose,
-concatenate, scatter, in-place DUS, sort: the rows of ``LAUNCH.tsv`` XLA emits as ``kLoop`` / ``kInput`` or
-as a sort kernel, one per distinct kernel), XLA's PTX is the ``.entry`` of that kernel in ``NAME.xla.ptx``;
-fusegen's is its generated kernel compiled for ``GPUTarget("cuda", 90, 32)`` on the CPU
-(:func:`fusegen.codegen.triton_runtime.compile_for_target`). Per kernel, counted statically in the PTX:
+For every XLA kernel launch of a fusion in a launch corpus (default ``../shared/corpus/jax/launch``; pairing and
+the rows left out: ``benchmarks/launch_rows.py``), both kernels are assembled by the same ``ptxas -arch=sm_90a -v``
+and disassembled by ``cuobjdump -sass`` (:mod:`fusegen.codegen.sass`): XLA's from its PTX (``NAME.xla.ptx``, the
+module holding the thunk's kernel), fusegen's compiled from its Triton source (buffers 16-byte aligned, as XLA's).
+Per kernel, fusegen's against XLA's:
 
-* **vector width**: mean bytes moved per ``ld.global*`` / ``st.global*`` instruction (``.v4.b32`` = 16 B);
-* **global memory instructions per output element**: static ``ld/st.global`` count x threads launched
-  (grid x threads per block) / output elements (exact for straight-line kernels; both sides alike);
-* **registers**: virtual registers declared (``.reg .b32 %r<N>``: N - 1 each, summed).
+* tensor-core instructions (HMMA / IMMA / HGMMA / QGMMA ...);
+* mean global access width: bytes a thread moves per global load / store / atomic instruction;
+* global memory instructions per output element: static count x threads launched / output elements (XLA's
+  block rounded up to whole warps; fusegen's grid x 32 x ``num_warps``). Static counts see a loop body once: a
+  kernel that loops (``loops`` column) does more than this says;
+* registers, spill bytes, shared memory (static + the launch's dynamic), SASS instructions x threads;
+* launch dimensions: grid and block, and the same with the kernel's shared memory.
 
-Printed per emitter kind: kernels, median fusegen / XLA ratio of each, and the share of kernels whose
-vector width is at least XLA's (goal: >= 90%). ``--module SUBSTR`` limits the programs, ``--limit N`` the
-kernels, ``--json`` prints the rows. Compiling takes about 1-15 s per kernel on a CPU.
+Counts per kind and overall, as issue 28's "Done when" reads them: tensor cores where XLA uses them, spills where
+XLA has none, kernels narrower than XLA's, over 1.5x XLA's memory instructions per output, over 1.25x XLA's
+registers, launch dimensions (with shared memory) equal. A launch fusegen cannot pair or compile is a failure,
+printed and counted, never dropped.
+
+Usage: ``python benchmarks/ptx_vs_xla.py [--launch-dir DIR] [--module SUBSTR] [--limit N] [--jobs N] [--kernels]
+[--markdown] [--json] [--cache-dir DIR | --no-cache]``. Compiling a kernel takes 1-15 s on a CPU; results are
+cached (``fusegen.codegen.sass``), so reruns take seconds.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import re
+import os
 import statistics
 import sys
-from collections import defaultdict
+import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-LAUNCH = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "jax" / "launch"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from launch_rows import SHARED_LAUNCH, Launch, plan_launches, read_rows, xla_kind, xla_launch  # noqa: E402
 
-_GLOBAL = re.compile(r"^\s*(?:@!?%p\d+\s+)?(ld|st)\.global[.\w]*?(?:\.v(\d))?\.([bfsu])(\d+)\b", re.M)
-_REG = re.compile(r"\.reg\s+\.\w+\s+%\w+<(\d+)>;")
-
-
-def ptx_entry(ptx: str, name: str) -> str | None:
-    """The text of ``.entry NAME(`` up to its closing brace, or ``None``."""
-    m = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\(", ptx)
-    if m is None:
-        return None
-    start = ptx.find("{", m.end())
-    depth, i = 0, start
-    while i < len(ptx):
-        c = ptx[i]
-        depth += c == "{"
-        depth -= c == "}"
-        if depth == 0:
-            return ptx[m.start():i + 1]
-        i += 1
-    return ptx[m.start():]
+#: ``--launch-dir`` default (kept as ``LAUNCH`` for callers of the earlier PTX version)
+LAUNCH = SHARED_LAUNCH
 
 
-def ptx_stats(text: str) -> dict:
-    """``{"mem_insts", "mean_bytes", "max_bytes", "registers"}`` of one kernel's PTX."""
-    sizes = []
-    for _op, vec, _t, bits in _GLOBAL.findall(text):
-        sizes.append(int(vec or 1) * int(bits) // 8)
-    regs = sum(max(0, int(n) - 1) for n in _REG.findall(text))
-    return {"mem_insts": len(sizes), "mean_bytes": statistics.fmean(sizes) if sizes else 0.0,
-            "max_bytes": max(sizes, default=0), "registers": regs}
+# --------------------------------------------------------------------------------------------------
+# measuring
+# --------------------------------------------------------------------------------------------------
+def _measure(job: tuple) -> dict:
+    """One compile in a worker: ``{"stats": SassStats.to_json()}`` or ``{"error": one line}``."""
+    from fusegen.codegen import sass
+
+    what, *args, cache_dir = job
+    cache = {"cache_dir": cache_dir, "use_cache": cache_dir is not None}
+    try:
+        if what == "kernel":
+            st = sass.kernel_sass_stats(args[0], **cache)
+        else:
+            path, entry, dyn = args
+            st = sass.ptx_sass_stats(Path(path).read_text(), entry, dyn, **cache)
+        return {"stats": st.to_json()}
+    except Exception as e:  # noqa: BLE001 - every failure is a row's finding
+        return {"error": f"{type(e).__name__}: {str(e)[:600]}"}
 
 
-def native_rows(module_filter: str = "") -> list[dict]:
-    """LAUNCH.tsv rows of native-emitter kernels, one per distinct kernel (reused kernels dropped)."""
-    with open(LAUNCH / "LAUNCH.tsv") as f:
-        rows = [r for r in csv.DictReader(f, delimiter="\t")]
-    out = []
-    for r in rows:
-        if r["thunk_kind"] != "kCustomKernel" or r["hlo_opcode"] != "fusion":
-            continue
-        if not (r["fusion_kind"] in ("kLoop", "kInput") or r["note"].startswith("kernel_named_after_inner")):
-            continue
-        if r["note"].startswith("kernel_reused") or module_filter not in r["module_file"]:
-            continue
-        out.append(r)
-    return out
+def _kernel_key(ks) -> tuple:
+    return (ks.source, tuple(sorted(ks.constexprs.items())), ks.launch.num_warps, ks.num_stages, tuple(ks.scalar_types),
+            tuple(p.shape.element_type for p in ks.params))
 
 
-def compare(rows: list[dict], limit: int | None = None, log=print) -> list[dict]:
-    """One result per row: kind, XLA's and fusegen's :func:`ptx_stats`, threads and output elements."""
-    from fusegen.codegen import triton_runtime
-    from fusegen.device import get_device
-    from fusegen.hlo.parser import parse_module
-    from fusegen.runtime.executor import Executor
+def _jobs(launches: list[Launch], launch_dir: Path, cache_dir) -> tuple[list[tuple], list[tuple[int | None, int | None]]]:
+    """Distinct compiles (XLA's first: they are quick), and per launch the indices of its (XLA, fusegen) jobs."""
+    jobs: list[tuple] = []
+    index: dict[tuple, int] = {}
 
-    device = get_device("h200")
-    cache: dict[str, tuple] = {}
-    results = []
-    for r in rows[:limit]:
-        mf = r["module_file"]
-        if mf not in cache:
-            m = parse_module((LAUNCH / mf).read_text(), mf)
-            ptx_file = LAUNCH / mf.replace(".h200_opt.hlo", ".xla.ptx")
-            ptx = ptx_file.read_text() if ptx_file.exists() else ""
-            fus = {i.name: i for c in m.computations for i in c.instructions if i.opcode == "fusion"}
-            cache[mf] = (Executor(m, device, compile_kernels=False), fus, ptx)
-        ex, fus, ptx = cache[mf]
-        xla_text = ptx_entry(ptx, r["kernel_name"])
-        emitted, rep = ex.plan_fusion(fus[r["fusion_name"]])
-        row = {"module": mf, "fusion": r["fusion_name"], "kind": rep.kind, "emitter": rep.emitter}
-        if xla_text is None or emitted is None or not emitted.kernels:
-            row["skipped"] = "no XLA PTX" if xla_text is None else f"no fusegen kernel ({rep.reason})"
-            results.append(row)
-            continue
-        ks = emitted.kernels[emitted.primary]
-        try:
-            ours = triton_runtime.compile_for_target(ks, pointer_alignment=16).ptx
-        except Exception as e:  # a kernel that does not compile is a finding, not a crash
-            row["skipped"] = f"sm_90 compile failed: {type(e).__name__}"
-            results.append(row)
-            continue
-        out_elems = sum(s.numel for s in fus[r["fusion_name"]].shape.leaves() if s.is_array)
-        grid = int(r["grid_x"]) * int(r["grid_y"]) * int(r["grid_z"])
-        threads = int(r["threads_x"]) * int(r["threads_y"]) * int(r["threads_z"])
-        lj = ks.launch.to_json()
-        our_threads = lj["grid"][0] * lj["grid"][1] * lj["grid"][2] * 32 * ks.launch.num_warps
-        row.update(xla=ptx_stats(xla_text), fusegen=ptx_stats(ours), xla_threads=grid * threads,
-                   fusegen_threads=our_threads, output_elements=max(1, out_elems))
-        for side, t in (("xla", grid * threads), ("fusegen", our_threads)):
-            row[side]["insts_per_output"] = row[side]["mem_insts"] * t / row["output_elements"]
-        log(f"{rep.kind:13} {r['fusion_name'][:36]:36} bytes/inst fusegen {row['fusegen']['mean_bytes']:5.1f} "
-            f"xla {row['xla']['mean_bytes']:5.1f}  regs {row['fusegen']['registers']:4d} / {row['xla']['registers']:4d}")
-        results.append(row)
+    def add(key: tuple, job: tuple) -> int:
+        if key not in index:
+            index[key] = len(jobs)
+            jobs.append(job)
+        return index[key]
+
+    per: list[list[int | None]] = []
+    for ln in launches:
+        ptx = launch_dir / ln.row["module_file"].replace(".h200_opt.hlo", ".xla.ptx")
+        dyn = xla_launch(ln.row)["shared_memory_bytes"]
+        x = add(("ptx", str(ptx), ln.row["kernel_name"], dyn), ("ptx", str(ptx), ln.row["kernel_name"], dyn, cache_dir))
+        per.append([x, None])
+    for ln, p in zip(launches, per):
+        if ln.kernel is not None:
+            p[1] = add(("kernel",) + _kernel_key(ln.kernel), ("kernel", ln.kernel, cache_dir))
+    return jobs, [tuple(p) for p in per]
+
+
+def _run_jobs(jobs: list[tuple], n_workers: int, log) -> list[dict]:
+    t0 = time.time()
+    results: list[dict] = [{}] * len(jobs)
+    step = max(1, len(jobs) // 10)
+    if n_workers <= 1 or len(jobs) <= 1:
+        for i, j in enumerate(jobs):
+            results[i] = _measure(j)
+            if (i + 1) % step == 0:
+                log(f"  measured {i + 1}/{len(jobs)} ({time.time() - t0:.0f} s)")
+        return results
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(n_workers, mp_context=mp.get_context("fork")) as pool:
+        for i, res in enumerate(pool.map(_measure, jobs)):
+            results[i] = res
+            if (i + 1) % step == 0:
+                log(f"  measured {i + 1}/{len(jobs)} ({time.time() - t0:.0f} s)")
     return results
 
 
-def summarize(results: list[dict]) -> dict:
-    """Per kind: kernels, median ratios (fusegen / XLA) and the share with vector width >= XLA's."""
-    by_kind = defaultdict(list)
-    for r in results:
-        if "xla" in r:
-            by_kind[r["kind"]].append(r)
-    out = {}
-    for kind, rs in sorted(by_kind.items()):
-        def ratio(key: str) -> float:
-            vals = [r["fusegen"][key] / r["xla"][key] for r in rs if r["xla"][key]]
-            return statistics.median(vals) if vals else float("nan")
-        wide = sum(1 for r in rs if r["fusegen"]["mean_bytes"] + 1e-9 >= r["xla"]["mean_bytes"])
-        out[kind] = {"kernels": len(rs), "vector_width_ratio": ratio("mean_bytes"),
-                     "insts_per_output_ratio": ratio("insts_per_output"), "registers_ratio": ratio("registers"),
-                     "vector_width_at_least_xla": wide}
-    total = sum(v["kernels"] for v in out.values())
-    wide = sum(v["vector_width_at_least_xla"] for v in out.values())
-    out["all"] = {"kernels": total, "vector_width_at_least_xla": wide,
-                  "share_at_least_xla": wide / total if total else float("nan"),
-                  "skipped": sum(1 for r in results if "skipped" in r)}
-    return out
+def _side(stats: dict, threads: int, output_elements: int) -> dict:
+    s = dict(stats, threads=threads)
+    s["mem_insts_per_output"] = s["global_memory_instructions"] * threads / output_elements
+    s["sass_x_threads"] = s["sass_instructions"] * threads
+    return s
+
+
+def _ratio(a: float, b: float) -> float | None:
+    if b:
+        return a / b
+    return None if a == 0 else float("inf")
+
+
+def _prod(v) -> int:
+    n = 1
+    for x in v:
+        n *= int(x)
+    return n
+
+
+def row_of(ln: Launch, xla: dict, ours: dict | None) -> dict:
+    """One output row: the launch, both sides' statistics and derived figures, ratios and flags."""
+    r = ln.row
+    xl = xla_launch(r)
+    row: dict = {"module": r["module_file"], "fusion": r["fusion_name"], "kernel": r["kernel_name"], "kind": ln.kind,
+                 "xla_kind": xla_kind(r), "emitter": ln.emitter, "paired": ln.how,
+                 "output_elements": ln.output_elements, "xla_launch": xl}
+    if "error" in xla:
+        row["failure"] = f"XLA's kernel: {xla['error']}"
+    else:
+        warps = -(-_prod(xl["threads"]) // 32)
+        row["xla"] = _side(xla["stats"], _prod(xl["grid"]) * 32 * warps, ln.output_elements)
+    if ln.failure is not None:
+        row["failure"] = ln.failure
+        return row
+    lj = ln.kernel.launch.to_json()
+    row["fusegen_launch"] = {"kernel": ln.kernel.name, "grid": lj["grid"], "threads": lj["threads"],
+                             "num_warps": ln.kernel.launch.num_warps}
+    if "error" in ours:
+        row["failure"] = ours["error"]
+        return row
+    f = ours["stats"]
+    row["fusegen"] = _side(f, _prod(lj["grid"]) * 32 * (f["num_warps"] or ln.kernel.launch.num_warps),
+                           ln.output_elements)
+    if "xla" in row and "failure" not in row:
+        x, f = row["xla"], row["fusegen"]
+        row["ratios"] = {k: _ratio(f[k], x[k]) for k in ("registers", "mem_insts_per_output", "mean_global_access_bytes",
+                                                         "sass_x_threads")}
+        grid_block = lj["grid"] == xl["grid"] and lj["threads"] == xl["threads"]
+        row["launch_equal"] = grid_block
+        row["launch_shared_equal"] = grid_block and f["shared_bytes"] == x["shared_bytes"]
+        row["flags"] = flags(row)
+    return row
+
+
+def flags(row: dict) -> dict[str, bool]:
+    """Which of the "Done when" conditions a compared row misses."""
+    f, x, q = row["fusegen"], row["xla"], row["ratios"]
+    return {"tensor_cores_missing": x["tensor_core_instructions"] > 0 and f["tensor_core_instructions"] == 0,
+            "spills": f["spill_bytes"] > 0 and x["spill_bytes"] == 0,
+            "narrower": x["global_memory_instructions"] > 0
+            and f["mean_global_access_bytes"] + 1e-9 < x["mean_global_access_bytes"],
+            "mem_insts_over_1_5": (q["mem_insts_per_output"] or 0) > 1.5,
+            "registers_over_1_25": (q["registers"] or 0) > 1.25,
+            "loop_where_xla_has_none": f["has_loop"] and not x["has_loop"]}
+
+
+def compare(launch_dir: Path = LAUNCH, module_filter: str = "", limit: int | None = None, jobs: int = 2,
+            cache_dir: str | os.PathLike | None = "", log=print) -> dict:
+    """Rows, the rows left out, and the summary. ``cache_dir``: ``""`` the default SASS cache, ``None`` none."""
+    from fusegen.codegen import sass
+
+    if cache_dir == "":
+        cache_dir = str(sass.default_cache_dir())
+    rows, left = read_rows(launch_dir, module_filter)
+    rows = rows[:limit] if limit is not None else rows
+    log(f"{launch_dir}: {len(rows)} kernel launches ({len(left)} rows left out)")
+    launches = plan_launches(launch_dir, rows, log)
+    job_list, per = _jobs(launches, launch_dir, cache_dir)
+    log(f"{len(job_list)} distinct kernels to measure, {jobs} workers")
+    results = _run_jobs(job_list, jobs, log)
+    out = [row_of(ln, results[x], results[f] if f is not None else None) for ln, (x, f) in zip(launches, per)]
+    return {"launch_dir": str(launch_dir), "rows": out, "left_out": left, "summary": summarize(out)}
+
+
+# --------------------------------------------------------------------------------------------------
+# summary
+# --------------------------------------------------------------------------------------------------
+def _median(vals) -> float | None:
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def _counts(rs: list[dict], failed: int) -> dict:
+    tc = [r for r in rs if r["xla"]["tensor_core_instructions"]]
+    fl = lambda k: sum(r["flags"][k] for r in rs)  # noqa: E731
+    return {"kernels": len(rs), "failed": failed,
+            "tensor_cores_xla": len(tc), "tensor_cores_fusegen": sum(1 for r in tc if r["fusegen"]["tensor_core_instructions"]),
+            "spills": fl("spills"), "narrower": fl("narrower"), "mem_insts_over_1_5": fl("mem_insts_over_1_5"),
+            "registers_over_1_25": fl("registers_over_1_25"), "loops_where_xla_has_none": fl("loop_where_xla_has_none"),
+            "launch_equal": sum(r["launch_equal"] for r in rs), "launch_shared_equal": sum(r["launch_shared_equal"] for r in rs),
+            "registers_ratio_median": _median(r["ratios"]["registers"] for r in rs),
+            "width_ratio_median": _median(r["ratios"]["mean_global_access_bytes"] for r in rs),
+            "mem_insts_per_output_ratio_median": _median(r["ratios"]["mem_insts_per_output"] for r in rs),
+            "sass_x_threads_ratio_median": _median(r["ratios"]["sass_x_threads"] for r in rs)}
+
+
+def summarize(rows: list[dict]) -> dict:
+    """``{"kinds": {kind: counts}, "all": counts}``; counts as in :func:`_counts` (failures: rows not compared)."""
+    kinds = sorted({r["kind"] for r in rows})
+    comp = [r for r in rows if "ratios" in r]
+    per = {k: _counts([r for r in comp if r["kind"] == k], sum(1 for r in rows if r["kind"] == k and "ratios" not in r))
+           for k in kinds}
+    return {"kinds": per, "all": _counts(comp, len(rows) - len(comp))}
+
+
+# --------------------------------------------------------------------------------------------------
+# printing
+# --------------------------------------------------------------------------------------------------
+def _f(v, nd: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return "inf" if v == float("inf") else f"{v:.{nd}f}"
+    return str(v)
+
+
+COLUMNS = ["kind", "kernels", "failed", "tensor cores", "spills", "narrower", "mem/out >1.5x", "regs >1.25x",
+           "launch =", "launch+smem =", "width med", "mem/out med", "regs med", "sass*thr med", "loops"]
+
+
+def kind_cells(kind: str, c: dict) -> list[str]:
+    """One summary line's cells, in :data:`COLUMNS` order (ratios are fusegen / XLA medians)."""
+    if not c["kernels"]:
+        return [kind, "0", str(c["failed"])] + ["-"] * (len(COLUMNS) - 3)
+    return [kind, str(c["kernels"]), str(c["failed"]), f"{c['tensor_cores_fusegen']}/{c['tensor_cores_xla']}",
+            str(c["spills"]), str(c["narrower"]), str(c["mem_insts_over_1_5"]), str(c["registers_over_1_25"]),
+            str(c["launch_equal"]), str(c["launch_shared_equal"]), _f(c["width_ratio_median"]),
+            _f(c["mem_insts_per_output_ratio_median"]), _f(c["registers_ratio_median"]),
+            _f(c["sass_x_threads_ratio_median"]), str(c["loops_where_xla_has_none"])]
+
+
+def headline(summary: dict) -> list[str]:
+    """The "Done when" lines, each with its goal."""
+    a = summary["all"]
+    n = a["kernels"]
+    pct = lambda k: f"{100 * a[k] / n:.0f}%" if n else "-"  # noqa: E731
+    return [f"{n} kernels compared, {a['failed']} failed or unpaired",
+            f"tensor cores where XLA uses them: {a['tensor_cores_fusegen']}/{a['tensor_cores_xla']} (goal: all)",
+            f"spills where XLA has none: {a['spills']} (goal 0)",
+            f"kernels narrower than XLA's (mean global access width): {a['narrower']} (goal 0)",
+            f"over 1.5x XLA's global memory instructions per output: {a['mem_insts_over_1_5']} (goal 0)",
+            f"over 1.25x XLA's registers: {a['registers_over_1_25']} = {pct('registers_over_1_25')} (goal <= 5%)",
+            f"launch (grid, block) equal: {a['launch_equal']}/{n}; with shared memory: {a['launch_shared_equal']}/{n} "
+            f"= {pct('launch_shared_equal')} (goal >= 95%)",
+            f"runtime loops where XLA's kernel has none: {a['loops_where_xla_has_none']}"]
+
+
+def _w(d: dict) -> str:
+    return ",".join(f"{k}:{v}" for k, v in sorted(d.items(), key=lambda kv: -int(kv[0]))) or "-"
+
+
+def print_kernels(rows: list[dict]) -> None:
+    print("\nper kernel, fusegen / XLA (widths: bytes:count of global loads and stores; mem/out: global memory "
+          "instructions x threads / outputs; smem: static + dynamic bytes)")
+    print(f"{'module':26} {'kernel':30} {'kind':13} {'regs':>9} {'spill':>7} {'smem':>13} {'tc':>7} "
+          f"{'loads f | x':>24} {'stores f | x':>20} {'mem/out':>13} {'loops':>5} {'launch':>7}")
+    for r in rows:
+        mod = r["module"].replace(".h200_opt.hlo", "")[:26]
+        if "ratios" not in r:
+            print(f"{mod:26} {r['kernel'][:30]:30} {r['kind'][:13]:13} FAILED: {r.get('failure')}")
+            continue
+        f, x = r["fusegen"], r["xla"]
+        launch = "=" if r["launch_shared_equal"] else ("smem" if r["launch_equal"] else "differs")
+        print(f"{mod:26} {r['kernel'][:30]:30} {r['kind'][:13]:13} {f['registers']:>4}/{x['registers']:<4} "
+              f"{f['spill_bytes']:>3}/{x['spill_bytes']:<3} {f['shared_bytes']:>6}/{x['shared_bytes']:<6} "
+              f"{f['tensor_core_instructions']:>3}/{x['tensor_core_instructions']:<3} "
+              f"{_w(f['global_loads']):>11} | {_w(x['global_loads']):<10} {_w(f['global_stores']):>9} | "
+              f"{_w(x['global_stores']):<8} {f['mem_insts_per_output']:>6.2f}/{x['mem_insts_per_output']:<6.2f} "
+              f"{int(f['has_loop'])}/{int(x['has_loop'])} {launch:>7}")
+
+
+def print_summary(res: dict, markdown: bool = False) -> None:
+    s = res["summary"]
+    lines = [kind_cells(k, c) for k, c in s["kinds"].items()] + [kind_cells("all", s["all"])]
+    if markdown:
+        print("| " + " | ".join(COLUMNS) + " |")
+        print("|" + "---|" * len(COLUMNS))
+        for cells in lines:
+            print("| " + " | ".join(cells) + " |")
+    else:
+        widths = [max(len(c), *(len(ln[i]) for ln in lines)) for i, c in enumerate(COLUMNS)]
+        print("\n" + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(COLUMNS, widths))))
+        for cells in lines:
+            print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))))
+    print()
+    for line in headline(s):
+        print(("- " if markdown else "  ") + line)
+    fails = [r for r in res["rows"] if "ratios" not in r]
+    if fails:
+        print(f"\nfailed or unpaired launches ({len(fails)}), counted against fusegen:")
+        for r in fails:
+            print(f"  {r['module']} {r['fusion']} ({r['kernel']}): {r.get('failure')}")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--launch-dir", type=Path, default=LAUNCH, help="a launch corpus (LAUNCH.tsv, HLO, XLA's PTX)")
     ap.add_argument("--module", default="", help="only programs whose file name contains this")
-    ap.add_argument("--limit", type=int, default=None, help="at most this many kernels")
-    ap.add_argument("--json", action="store_true", help="print rows and summary as JSON")
+    ap.add_argument("--limit", type=int, default=None, help="at most this many launches")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="parallel compiles")
+    ap.add_argument("--kernels", action="store_true", help="also print one line per kernel")
+    ap.add_argument("--markdown", action="store_true", help="print the summary as a markdown table")
+    ap.add_argument("--json", action="store_true", help="print rows and summary as JSON (progress goes to stderr)")
+    ap.add_argument("--cache-dir", default="", help="SASS cache directory (default: fusegen.codegen.sass's)")
+    ap.add_argument("--no-cache", action="store_true", help="compile everything, cache nothing")
     a = ap.parse_args(argv)
-    if not (LAUNCH / "LAUNCH.tsv").exists():
-        print(f"{LAUNCH} is absent: nothing to compare", file=sys.stderr)
-        return 0
-    log = (lambda *x: print(*x, file=sys.stderr)) if a.json else print
-    results = compare(native_rows(a.module), a.limit, log)
-    summary = summarize(results)
+    if not (a.launch_dir / "LAUNCH.tsv").exists():
+        print(f"ptx_vs_xla: no LAUNCH.tsv in {a.launch_dir}: nothing to compare", file=sys.stderr)
+        return 2
+    from fusegen.codegen import sass
+
+    if (why := sass.tools_unavailable_reason()) is not None:
+        print(f"ptx_vs_xla: {why}", file=sys.stderr)
+        return 2
+    log = (lambda *x: print(*x, file=sys.stderr, flush=True)) if a.json else (lambda *x: print(*x, flush=True))
+    res = compare(a.launch_dir, a.module, a.limit, a.jobs, None if a.no_cache else a.cache_dir, log)
     if a.json:
-        print(json.dumps({"rows": results, "summary": summary}, indent=2))
+        print(json.dumps(res, indent=1, default=str))
         return 0
-    print(f"\n{'kind':14} {'kernels':>7} {'vec width':>10} {'insts/out':>10} {'registers':>10} {'vec >= XLA':>11}")
-    for kind, v in summary.items():
-        if kind == "all":
-            continue
-        print(f"{kind:14} {v['kernels']:7d} {v['vector_width_ratio']:10.2f} {v['insts_per_output_ratio']:10.2f} "
-              f"{v['registers_ratio']:10.2f} {v['vector_width_at_least_xla']:>5d}/{v['kernels']:<5d}")
-    al = summary["all"]
-    print(f"vector width >= XLA's: {al['vector_width_at_least_xla']}/{al['kernels']} "
-          f"({100 * al['share_at_least_xla']:.0f}%, goal 90%); skipped {al['skipped']}")
-    for r in results:
-        if "skipped" in r:
-            print(f"  skipped {r['module']} {r['fusion']}: {r['skipped']}")
+    if a.kernels:
+        print_kernels(res["rows"])
+    print_summary(res, a.markdown)
     return 0
 
 

@@ -247,3 +247,123 @@ def test_sort_benchmark_runs_and_reports_within_budget(tmp_path):
     assert "fusegen evaluator" in p.stdout and "numpy stable argsort" in p.stdout
     d = json.loads(out.read_text())
     assert d["n"] == 4096 and d["within_budget"] and d["seconds"]["fusegen evaluator"] > 0
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"fusegen_bench_{name}", REPO / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_sass_benchmark_on_a_gemm_module(tmp_path, corpus, capsys):
+    """``benchmarks/ptx_vs_xla.py`` on ``gpu_mlp_bf16.default`` (a Triton GEMM and a loop): XLA's side as its own
+    PTX says, the derived figures and the summary counts recomputed from the rows."""
+    from fusegen.codegen import sass, sass_text
+
+    if (why := sass.tools_unavailable_reason()) is not None:
+        pytest.skip(f"ptxas/cuobjdump cannot run: {why}")
+    P = _load("ptx_vs_xla")
+    module = "gpu_mlp_bf16.default"
+    assert P.main(["--module", module, "--jobs", "1", "--cache-dir", str(tmp_path), "--kernels", "--markdown"]) == 0
+    printed = capsys.readouterr().out
+    res = P.compare(module_filter=module, jobs=1, cache_dir=tmp_path, log=lambda *a: None)  # cache hits
+    rows = {r["kernel"]: r for r in res["rows"]}
+    assert set(rows) == {"gemm_fusion_dot", "loop_multiply_fusion"} and all("ratios" in r for r in rows.values())
+    gemm, loop = rows["gemm_fusion_dot"], rows["loop_multiply_fusion"]
+    assert (gemm["kind"], gemm["xla_kind"], loop["kind"]) == ("kTriton.gemm", "kTriton.gemm", "kLoop")
+    ptx = sass_text.ptx_module_of(corpus_path("jax", "launch", f"{module}.xla.ptx").read_text(), "gemm_fusion_dot")
+    assert gemm["xla"]["tensor_core_instructions"] == len(re.findall(r"\bmma\.sync\.", ptx)) == 8
+    # LAUNCH.tsv: grid 8192 x 64 threads; the output bf16[8,128,1024] (1 Mi elements)
+    assert gemm["xla"]["threads"] == 8192 * 64 and gemm["output_elements"] == 8 * 128 * 1024
+    x = gemm["xla"]
+    assert x["mem_insts_per_output"] == x["global_memory_instructions"] * x["threads"] / gemm["output_elements"]
+    assert gemm["ratios"]["registers"] == gemm["fusegen"]["registers"] / x["registers"]
+    # fusegen's loop launches XLA's grid and block
+    assert loop["launch_equal"] and loop["fusegen_launch"]["grid"] == loop["xla_launch"]["grid"]
+    a = res["summary"]["all"]
+    assert a["kernels"] == 2 and a["failed"] == 0 and a["tensor_cores_xla"] == 1
+    assert a["tensor_cores_fusegen"] == int(gemm["fusegen"]["tensor_core_instructions"] > 0)
+    assert a["registers_over_1_25"] == sum(r["ratios"]["registers"] > 1.25 for r in rows.values())
+    assert a["narrower"] == sum(r["fusegen"]["mean_global_access_bytes"] < r["xla"]["mean_global_access_bytes"]
+                                for r in rows.values())
+    assert f"| kTriton.gemm | 1 | 0 | {a['tensor_cores_fusegen']}/1 |" in printed
+    assert f"tensor cores where XLA uses them: {a['tensor_cores_fusegen']}/1" in printed
+    assert "gemm_fusion_dot" in printed and "loop_multiply_fusion" in printed
+
+
+def test_launch_pairing_of_a_multi_launch_sort(corpus):
+    """XLA's ``sort_N``, ``sort_N__1``, ... get fusegen's launches in order after its preparation kernel."""
+    import attrs
+
+    from fusegen.codegen.kernel import EmittedFusion
+
+    L = _load("launch_rows")
+    rows, left = L.read_rows(L.SHARED_LAUNCH, "new_sort_small")
+    assert [r["kernel_name"] for r in rows] == ["sort_40_1", "sort_28_1", "sort_20_1", "sort_13_1"]
+    assert {x["reason"] for x in left} == {"kCopy thunk (no kernel)"}
+    (ln,) = [x for x in L.plan_launches(L.SHARED_LAUNCH, rows[:1], log=lambda *a: None)]
+    assert ln.kind == "kSort" and ln.failure is None and ln.how == "primary kernel"
+    prep, step = attrs.evolve(ln.kernel, name="prep"), attrs.evolve(ln.kernel, name="steps",
+                                                                   scalar_launches=((0,), (1,), (2,)))
+    emitted = EmittedFusion("SortFusion", (prep, step), primary=1)
+    three = [dict(rows[0], kernel_name=n) for n in ("sort_40_1", "sort_40_1__1", "sort_40_1__2")]
+    assert [(k.name, how) for k, how in L.pair_launches(three, emitted)] == [
+        ("steps", "launch 1 of 3"), ("steps", "launch 2 of 3"), ("steps", "launch 3 of 3")]
+    # counts that do not agree: by launch dimensions, else the primary kernel
+    two = three[:2]
+    assert all(k.name == "steps" for k, _ in L.pair_launches(two, emitted))
+
+
+def _gpu_check():
+    from importlib.machinery import SourceFileLoader
+
+    loader = SourceFileLoader("fusegen_gpu_check", str(REPO / "scripts" / "gpu-check"))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_check_dry_run_plans_every_gemm_and_says_no_gpu(tmp_path, corpus):
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu-check"), "--dry-run", "--no-sass", "--out",
+                        str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert p.returncode == 3, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "no GPU (--dry-run given); dry run only, nothing timed -> exit 3" in p.stdout
+    report = json.loads((tmp_path / "gpu-check-report.json").read_text())
+    assert report["skipped"] == "no GPU: --dry-run given" and report["ok"] is False
+    gemms = report["fusions_planned"]["kTriton/TritonGemmFusion"]
+    # every dtype pair of the held-out-style GEMMs, and XLA's bf16 MLP GEMM of the launch corpus
+    for name in ("gemm_bf16_bf16", "gemm_f8e4m3_f8e4m3", "gemm_s8_s8_s32", "gemm_f16_f16", "gemm_bf16_s4"):
+        assert any(f"launch_extra/{name}.h200_opt.hlo:" in g for g in gemms), name
+    assert any("launch/gpu_mlp_bf16.default.h200_opt.hlo:%gemm_fusion_dot" in g for g in gemms)
+    assert len(gemms) == len(set(gemms))
+    for row in ("kLoop/LoopFusion", "kReduction/RowReductionFusion", "kTranspose/TransposeFusion", "kSort/SortFusion"):
+        assert 1 <= len(report["fusions_planned"][row]) <= 2, row
+
+
+def test_gpu_check_rows_from_a_gpu_run(corpus, capsys):
+    """The GPU half's arithmetic on a run's numbers (made up here: no GPU): GEMM TFLOP/s from the dot's shape,
+    the model's estimate against fusegen's CUPTI time, the >= 0.9x counts."""
+    G = _gpu_check()
+    c = _candidate("jax/launch/gpu_mlp_bf16.default.h200_opt.hlo", "gemm_fusion_dot")
+    (dot,) = [i for i in c.fusion.fused_computation.instructions if i.opcode == "dot"]
+    lhs, rhs = dot.operands
+    k = lhs.shape.dimensions[dot.attrs["lhs_contracting_dims"][0]]
+    assert G.dot_flops(c.fusion) == 2 * dot.shape.numel * k == 2 * 8 * 128 * 1024 * k
+    base = {"fusion": c.label, "kind": "kTriton", "emitter": "TritonGemmFusion", "bytes": 1, "fusegen_ok": True,
+            "xla_ok": True, "fusegen_events_us": 12.0, "fusegen_cupti_us": 10.0, "xla_us": 8.0, "xla_method": "cupti",
+            "ratio": 0.8, "note": ""}
+    loop = dict(base, fusion="x.hlo:%loop", kind="kLoop", emitter="LoopFusion", ratio=0.95, xla_method="wall",
+                fusegen_cupti_us=None)
+    rows = G.report_rows({"fusions": [base, loop]}, {("kTriton", "TritonGemmFusion"): [c]}, {c.label: 14.0})
+    g, lp = rows
+    assert g["fusegen_us"] == 10.0 and g["estimate_over_measured"] == 1.4
+    assert g["fusegen_tflops"] == pytest.approx(G.dot_flops(c.fusion) / 10e-6 / 1e12)
+    assert lp["fusegen_us"] == 12.0 and "fusegen_tflops" not in lp and lp["estimate_us"] is None
+    G.print_report(rows, None)
+    out = capsys.readouterr().out
+    assert "emitters: median 0.95, 1/1 >= 0.9x" in out and "GEMMs: median 0.80, 0/1 >= 0.9x" in out
+    assert "model estimate within 1.5x of the measured time: 1/1" in out
