@@ -232,6 +232,9 @@ def _make_once(cache_dir: str, log: str) -> None:
     assert sass._cached(Path(cache_dir), "k" * 32, make)["value"] == 7
 
 
+# the children only take the file lock and write JSON: no thread of the parent (jax's, if another test started
+# them) is needed after the fork
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")
 def test_concurrent_processes_compute_an_entry_once(tmp_path):
     ctx = mp.get_context("fork")
     log = tmp_path / "log"
