@@ -312,7 +312,7 @@ def run_modules(modules: list, s: Any, *, inputs: Any = None, seed: int = 0, exp
 def run(module: ModuleLike, *, inputs: Any = None, seed: int = 0, expected: Any = None, device: Any = None,
         config: Any = None, xla_flags: Sequence[str] = (), compile: bool = True, rtol: float | None = None,
         atol: float | None = None, limits: Any = None, jobs: int = 1, passes: Sequence[str] | None = None,
-        pm: Any = None, progress: Any = None) -> RunResult:
+        pm: Any = None, progress: Any = None, allow_vacuous: bool | None = None) -> RunResult:
     """Run every fusion's kernel (Triton's interpreter on a CPU) and judge the outputs (``fusegen run``).
 
     Args:
@@ -327,6 +327,8 @@ def run(module: ModuleLike, *, inputs: Any = None, seed: int = 0, expected: Any 
             arrays such as JAX's own outputs, an ``.npz`` of ``o0``, ``o1`` ...).
         compile: also compile every kernel for sm_90 (the CLI's default; ``--no-compile`` is ``False``).
         rtol, atol: ``--rtol`` / ``--atol`` (the conditioning factor and the floor of every type).
+        allow_vacuous: ``--allow-vacuous``: an output NaN/inf everywhere on both sides is ``drift``, not
+            ``vacuous`` (``ok`` false); default ``[verify] allow_vacuous``.
         limits: a :class:`fusegen.runtime.limits.RunLimits` (default: half the machine's memory, no deadline).
         jobs: compile worker processes (``--jobs``); they start as ``python -m`` workers that never import the
             caller's ``__main__``, so a plain script needs no ``if __name__ == "__main__":`` guard.
@@ -352,7 +354,8 @@ def run(module: ModuleLike, *, inputs: Any = None, seed: int = 0, expected: Any 
     s = session(config, device, xla_flags, pm)
     prepare(modules, s, passes)
     result = run_modules(modules, s, inputs=inputs, seed=seed, expected=expected, compile=compile, limits=limits,
-                         verify=s.config.verify.with_overrides(rtol, atol), jobs=jobs, progress=progress)
+                         verify=s.config.verify.with_overrides(rtol, atol, allow_vacuous), jobs=jobs,
+                         progress=progress)
     if captured is not None:
         result = attrs.evolve(result, outputs=captured.outputs_tree(result.outputs))
     return result

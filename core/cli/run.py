@@ -141,7 +141,7 @@ def per_element_lines(report) -> list[str]:
 @limit_options
 @verify_options
 def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, xla_flags, as_json, no_compile,
-        jobs, profile, autotune, autotune_cache_dir, record_dir, top_k, max_memory, timeout, max_while_iterations, rtol, atol,
+        jobs, profile, autotune, autotune_cache_dir, record_dir, top_k, max_memory, timeout, max_while_iterations, rtol, atol, allow_vacuous,
         expected_path):
     """Run MODULE.hlo end to end on seeded random inputs (or --inputs) and check every fusion.
 
@@ -189,7 +189,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     session = Session(cfg, device, default_plugin_manager())
     with run_errors(module_path), rich_progress(not as_json and sys.stderr.isatty()) as progress:
         result = run_modules(modules, session, inputs=inputs_path, seed=seed, expected=expected_path,
-                             compile=not no_compile, limits=limits, verify=cfg.verify.with_overrides(rtol, atol),
+                             compile=not no_compile, limits=limits, verify=cfg.verify.with_overrides(rtol, atol, allow_vacuous),
                              jobs=jobs or len(os.sched_getaffinity(0)), progress=progress, parse_seconds=t_parse,
                              pass_seconds=t_passes)
     reports = list(result.reports)
@@ -236,9 +236,10 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             for line in verdict_lines(report):
                 console.print(line, markup=False)
             said = {"ok": "match", "drift": "drift (as accurate as the reference vs f64)"}.get(report.status, "MISMATCH")
-            vacuous = [o.name for o in getattr(report.verdict, "outputs", ()) if o.reason == VACUOUS]
-            if report.status == "drift" and vacuous:
-                said = f"vacuous: {', '.join(vacuous)} all NaN/inf on both sides, nothing compared (try other inputs)"
+            vacuous = [o.name for o in getattr(report.verdict, "outputs", ()) if o.reason.startswith(VACUOUS)]
+            if report.status in ("drift", "vacuous") and vacuous:
+                said = (f"vacuous: {', '.join(vacuous)} all NaN/inf on both sides, nothing compared (try other "
+                        "inputs)" + ("" if report.status == "drift" else "; not a pass (--allow-vacuous accepts it)"))
             if report.status == "error":  # the failed fusion ran on the host: its outputs prove nothing
                 said = "not judged: " + "; ".join(f"plugin {e['plugin']!r} failed on fusion %{e['fusion']}"
                                                   for e in report.plugin_errors)

@@ -10,7 +10,11 @@ import click
 
 
 def verify_options(f):
-    """Add ``--rtol``, ``--atol`` and ``--expected`` (parameters ``rtol``, ``atol``, ``expected_path``)."""
+    """Add ``--rtol``, ``--atol``, ``--allow-vacuous`` and ``--expected`` (parameters ``rtol``, ``atol``,
+    ``allow_vacuous``, ``expected_path``)."""
+    f = click.option("--allow-vacuous", "allow_vacuous", is_flag=True, default=None,
+                     help="An output that is NaN/inf everywhere in kernel and reference alike compares nothing: "
+                          "accept it as drift instead of failing (exit 1) ([verify] allow_vacuous).")(f)
     f = click.option("--expected", "expected_path", type=click.Path(), default=None,
                      help="A known answer (.npz with o0, o1, ... or output names, e.g. JAX's own outputs, as "
                           "np.savez writes them: ml_dtypes arrays are read by the output's type): a third oracle for "

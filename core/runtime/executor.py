@@ -247,7 +247,10 @@ class RunReport:
 
     @property
     def ok(self) -> bool:
-        return self.outputs_ok and all(f.status == "ok" for f in self.fusions)
+        """Every fusion and output matched (``ok`` or ``drift``); a ``vacuous`` output (all NaN/inf on both
+        sides, nothing compared) is not a pass unless ``[verify] allow_vacuous`` made it ``drift``."""
+        return self.outputs_ok and all(f.status == "ok" for f in self.fusions) and \
+            (self.verdict is None or self.verdict.status != "vacuous")
 
     @property
     def plugin_errors(self) -> list[dict[str, str]]:
@@ -261,15 +264,15 @@ class RunReport:
         ``mismatch``."""
         if self.plugin_errors:
             return "error"
-        if not self.ok:
+        if not (self.outputs_ok and all(f.status == "ok" for f in self.fusions)):
             return "mismatch"
         return self.verdict.status if self.verdict is not None else "ok"
 
 
 def combined_status(statuses) -> str:
-    """The status of several modules: the worst of ``error`` > ``mismatch`` > ``drift`` > ``ok``."""
+    """The status of several modules: the worst of ``error`` > ``mismatch`` > ``vacuous`` > ``drift`` > ``ok``."""
     statuses = set(statuses)
-    return next((s for s in ("error", "mismatch", "drift") if s in statuses), "ok")
+    return next((s for s in ("error", "mismatch", "vacuous", "drift") if s in statuses), "ok")
 
 
 def _unflatten(shape: Shape, flat: list[np.ndarray]) -> Any:

@@ -143,9 +143,12 @@ class Judged:
     reference: Any = None
 
 
-def judge(out: Any, ref: Any, budget: Budget, options: VerifyOptions, free: np.ndarray | None = None) -> Judged:
+def judge(out: Any, ref: Any, budget: Budget, options: VerifyOptions, free: np.ndarray | None = None,
+          extra: np.ndarray | None = None) -> Judged:
     """Compare ``out`` with ``ref`` (one array leaf) under ``budget``; elements where ``free`` (a bool array of
-    the output's shape) is set count 0 (an order-dependent overflow: :func:`fusegen.verify.expected.order_free`)."""
+    the output's shape) is set count 0 (an order-dependent overflow: :func:`fusegen.verify.expected.order_free`);
+    ``extra`` (f64, the output's shape), when given, is added to each element's allowance (the rounding
+    bounds of :mod:`fusegen.verify.conditioning`)."""
     out, ref = np.asarray(out), np.asarray(ref)
     if out.shape != ref.shape:
         return Judged(math.inf, math.inf, math.inf)
@@ -170,6 +173,8 @@ def judge(out: Any, ref: Any, budget: Budget, options: VerifyOptions, free: np.n
     # in place on fresh buffers (these arrays are the size of the output, in f64); x + c is c + x in IEEE
     allowed = rtol * abs_b
     allowed += floor * budget.growth * scale
+    if extra is not None:
+        allowed += np.asarray(extra, np.float64).reshape(-1)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = np.divide(diff, allowed, out=allowed)
     ratios[diff == 0] = 0.0
@@ -187,10 +192,16 @@ def judge_fusion(inst: Instruction, ops: list[Any] | None, out: list, ref: Any,
                  options: VerifyOptions, judged: list[Judged] | None = None) -> tuple[Judged, Budget] | None:
     """The worst output leaf of one fusion execution against its budget, ``(Judged, Budget)`` (None: no leaf).
 
-    An output over its budget gets a second look with the fusion's own f64 evaluation on ``ops``: when the
-    kernel is no further from it than ``rtol`` x the reference's distance plus the floor (the fusion's
-    conditioning: a sum that cancels to almost nothing, say), the ratio becomes kernel error / that
-    allowance, so it is within budget. Without ``ops`` (or an f64 evaluation) the plain budget stands.
+    An output over its budget gets a second look on ``ops``, the better of two:
+
+    * the fusion's conditioning (:func:`fusegen.verify.conditioning.rounding_bounds`): each element may
+      also differ by twice the bound on the rounding error any evaluation order of the computation can
+      make there (kernel and reference each within it), so a sum that cancels to almost nothing may
+      differ by its terms' rounding, ``eps * sum |terms|``, and a reordering is never a mismatch;
+    * the fusion's own f64 evaluation: when the kernel is no further from it than ``rtol`` x the
+      reference's distance plus the floor, the ratio becomes kernel error / that allowance.
+
+    Without ``ops`` (or an f64 evaluation) the plain budget stands.
     In a fusion with an order-dependent reduction (:func:`fusegen.verify.expected.order_dependent_fusion`),
     an inf/NaN disagreement with the reference is not counted where the order explains it
     (:func:`fusegen.verify.expected.order_free`: the kernel gives the f64 value, or inf/NaN on edge-value
@@ -202,7 +213,7 @@ def judge_fusion(inst: Instruction, ops: list[Any] | None, out: list, ref: Any,
     from fusegen.verify.expected import edge_values, order_dependent_fusion, order_free
     from fusegen.verify.promote import OracleUnavailable, evaluate_fusion_promoted, is_float_type
 
-    worst, exact, ordered = None, None, None
+    worst, exact, ordered, bounds = None, None, None, None
     for i, (b, a, r) in enumerate(zip(output_budgets(inst), out, leaves(ref))):
         j, free = judge(a, r, b, options), None
         if math.isinf(j.ratio) and ops is not None and is_float_type(b.element_type):
@@ -223,6 +234,12 @@ def judge_fusion(inst: Instruction, ops: list[Any] | None, out: list, ref: Any,
                         near = tolerance(b.path_type)[0] * mx + options.floor(b.path_type) * b.growth * np.maximum(mx, 1.0)
                     free = order_free(a_, r_, x, edge_values(ops), np.isinf(abs_error(a_, r_)[0]), near)
                     j = judge(a, r, b, options, free)
+        if j.ratio > 1.0 and ops is not None and math.isfinite(j.ratio) and is_float_type(b.element_type):
+            bounds = _bounds(inst, ops) if bounds is None else bounds
+            e = bounds[i] if i < len(bounds) else None
+            if e is not None and e.shape == np.shape(a):
+                conditioned = judge(a, r, b, options, free, extra=2.0 * e)
+                j = conditioned if conditioned.ratio < j.ratio else j
         if j.ratio > 1.0 and ops is not None and math.isfinite(j.ratio) and is_float_type(b.element_type):
             try:
                 exact = leaves(evaluate_fusion_promoted(inst, ops)) if exact is None else exact
@@ -245,3 +262,14 @@ def judge_fusion(inst: Instruction, ops: list[Any] | None, out: list, ref: Any,
         if worst is None or j.ratio > worst[0].ratio:
             worst = (j, b)
     return worst
+
+
+def _bounds(inst: Instruction, ops: list[Any]) -> list:
+    """:func:`fusegen.verify.conditioning.rounding_bounds`, or ``[]`` where the analysis cannot run."""
+    from fusegen.verify.conditioning import rounding_bounds
+    from fusegen.verify.promote import OracleUnavailable
+
+    try:
+        return rounding_bounds(inst, ops)
+    except OracleUnavailable:
+        return []

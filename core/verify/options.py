@@ -22,7 +22,7 @@ import attrs
 DEFAULT_FLOORS: dict[str, float] = {"f64": 1e-12, "c128": 1e-12, "f32": 1e-5, "c64": 1e-5, "f16": 1e-3,
                                     "bf16": 1e-2, "f8": 0.07}
 DEFAULT_RTOL = 4.0
-KEYS = ("rtol", "atol")
+KEYS = ("rtol", "atol", "allow_vacuous")
 
 
 @attrs.frozen
@@ -33,10 +33,14 @@ class VerifyOptions:
         rtol: conditioning factor (dimensionless, > 0): kernel error vs the f64 oracle may be ``rtol`` x the
             reference's own error.
         floors: element type -> floor (fraction of ``max(1, max|oracle|)``); f8/f4 types use key ``"f8"``.
+        allow_vacuous: an output that is NaN/inf in every element in kernel and reference alike compares
+            nothing; by default it is ``vacuous`` (not a pass: ``ok`` is false, exit 1); ``True`` (the user
+            expects such outputs) makes it ``drift``.
     """
 
     rtol: float = DEFAULT_RTOL
     floors: Mapping[str, float] = attrs.field(factory=lambda: dict(DEFAULT_FLOORS))
+    allow_vacuous: bool = False
 
     def floor(self, element_type: str) -> float:
         """The floor of ``element_type`` (0 for integer and pred types, compared exactly)."""
@@ -44,10 +48,13 @@ class VerifyOptions:
             return self.floors.get(element_type, self.floors.get("f8", DEFAULT_FLOORS["f8"]))
         return self.floors.get(element_type, 0.0)
 
-    def with_overrides(self, rtol: float | None = None, atol: float | None = None) -> "VerifyOptions":
-        """A copy with ``--rtol`` and/or ``--atol`` applied (``atol`` replaces every type's floor)."""
+    def with_overrides(self, rtol: float | None = None, atol: float | None = None,
+                       allow_vacuous: bool | None = None) -> "VerifyOptions":
+        """A copy with ``--rtol``, ``--atol`` and/or ``--allow-vacuous`` applied (``atol`` replaces every type's
+        floor); ``None`` keeps the current value."""
         floors = {k: atol for k in self.floors} if atol is not None else dict(self.floors)
-        return VerifyOptions(rtol=self.rtol if rtol is None else rtol, floors=floors)
+        return VerifyOptions(rtol=self.rtol if rtol is None else rtol, floors=floors,
+                             allow_vacuous=self.allow_vacuous if allow_vacuous is None else bool(allow_vacuous))
 
 
 def parse_verify_table(table: Mapping[str, Any], error) -> tuple[VerifyOptions, dict[str, Any]]:
@@ -60,9 +67,14 @@ def parse_verify_table(table: Mapping[str, Any], error) -> tuple[VerifyOptions, 
     Returns:
         ``(options, {dotted key: value})`` for the keys the file set.
     """
-    rtol, floors, seen = DEFAULT_RTOL, dict(DEFAULT_FLOORS), {}
+    rtol, floors, seen, vacuous = DEFAULT_RTOL, dict(DEFAULT_FLOORS), {}, False
     for key, value in table.items():
-        if key == "rtol":
+        if key == "allow_vacuous":
+            if not isinstance(value, bool):
+                raise error(f"'allow_vacuous' in [verify]: expected true or false, got {value!r}", "verify", key)
+            vacuous = value
+            seen["verify.allow_vacuous"] = value
+        elif key == "rtol":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise error(f"'rtol' in [verify]: expected a positive number, got {value!r}", "verify", key)
             rtol = float(value)
@@ -84,6 +96,9 @@ def parse_verify_table(table: Mapping[str, Any], error) -> tuple[VerifyOptions, 
                 raise error(f"'atol' in [verify]: expected a number >= 0 or a table of them, got {value!r}",
                             "verify", key)
         else:
-            hint = " (did you mean 'rtol' or 'atol'?)"
-            raise error(f"unknown key {key!r} in [verify]{hint}; known keys: rtol, atol", "verify", key)
-    return VerifyOptions(rtol=rtol, floors=floors), seen
+            import difflib
+
+            close = difflib.get_close_matches(key, KEYS, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else " (did you mean 'rtol' or 'atol'?)"
+            raise error(f"unknown key {key!r} in [verify]{hint}; known keys: {', '.join(KEYS)}", "verify", key)
+    return VerifyOptions(rtol=rtol, floors=floors, allow_vacuous=vacuous), seen

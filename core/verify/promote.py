@@ -76,14 +76,11 @@ def keep_bit_width(inst) -> None:
         inst.attrs[BIT_WIDTH_ATTR] = (src, dst)
 
 
-def evaluate_fusion_promoted(fusion, operands: Sequence[Any]) -> Any:
-    """One fusion (or any instruction) evaluated in f64/c128 on ``operands`` (its called computations copied).
-
-    Raises:
-        OracleUnavailable: as :func:`evaluate_promoted`.
-    """
-    from fusegen.evaluator.evaluator import evaluate_instruction
-
+def promoted_fusion(fusion):
+    """A copy of ``fusion`` (or any instruction) and its called computations with floating shapes promoted
+    (:func:`promote_shape`; ``bitcast-convert`` keeps its bit widths), operands shared with the original.
+    Called computations keep their instruction order, so ``zip`` pairs the copy's instructions with the
+    original's."""
     memo = {id(fusion.parent): fusion.parent} if fusion.parent is not None else {}
     for o in fusion.operands:
         memo[id(o)] = o
@@ -102,6 +99,18 @@ def evaluate_fusion_promoted(fusion, operands: Sequence[Any]) -> Any:
     for inst in order:
         if inst.opcode != "reduce-precision":
             inst.shape = promote_shape(inst.shape)
+    return clone
+
+
+def evaluate_fusion_promoted(fusion, operands: Sequence[Any]) -> Any:
+    """One fusion (or any instruction) evaluated in f64/c128 on ``operands`` (its called computations copied).
+
+    Raises:
+        OracleUnavailable: as :func:`evaluate_promoted`.
+    """
+    from fusegen.evaluator.evaluator import evaluate_instruction
+
+    clone = promoted_fusion(fusion)
     try:
         return evaluate_instruction(clone, [promote_value(v) for v in operands])
     except Exception as e:

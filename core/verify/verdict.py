@@ -36,6 +36,8 @@ from fusegen.verify.promote import OracleUnavailable, evaluate_promoted, is_floa
 
 
 VACUOUS = "every element is NaN or inf in kernel and reference alike: comparison vacuous (try other inputs)"
+#: what a vacuous output says when ``[verify] allow_vacuous`` (``--allow-vacuous``) did not allow it
+NOT_A_PASS = "not a pass: nothing was compared ([verify] allow_vacuous = true or --allow-vacuous accepts it)"
 
 
 def _py(v: Any) -> Any:
@@ -220,7 +222,7 @@ def _judge_output(i: int, t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | 
     floor = options.floor(t)
     worst = None
     if c.ok and all_nonfinite(k) and all_nonfinite(r):  # NaN == NaN everywhere: nothing was checked
-        v.status, v.reason = "drift", VACUOUS
+        v.status, v.reason = ("drift", VACUOUS) if options.allow_vacuous else ("vacuous", f"{VACUOUS}; {NOT_A_PASS}")
     if o is not None:
         dk, ob = abs_error(k, o)
         dr, _ = abs_error(r, o)
@@ -286,7 +288,7 @@ class ModuleVerdict:
     @property
     def status(self) -> str:
         s = {o.status for o in self.outputs}
-        return "mismatch" if "mismatch" in s else "drift" if "drift" in s else "ok"
+        return next((x for x in ("mismatch", "vacuous", "drift") if x in s), "ok")
 
     def to_json(self) -> dict:
         return {"outputs": [o.to_json() for o in self.outputs], "oracle": self.oracle,
