@@ -63,7 +63,8 @@ class SassStats:
     Counts are static: a loop body counts once (``has_loop`` says whether there is one).
 
     Attributes:
-        kernel: the entry (function) name.
+        kernel: the kernel: its ``.entry`` name (:func:`ptx_sass_stats`) or ``KernelSource.name``
+            (:func:`kernel_sass_stats`).
         registers: 32-bit registers per thread.
         spill_store_bytes, spill_load_bytes: bytes of register spills per thread.
         stack_frame_bytes: per-thread stack frame, bytes.
