@@ -34,6 +34,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/autotune.py
 	$(BIN)/python benchmarks/sort.py
 	$(BIN)/python benchmarks/run_time.py
+	$(BIN)/python benchmarks/ptx_vs_xla.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
