@@ -8,7 +8,7 @@ The library API (:mod:`fusegen.api`): ``fusegen.load(path_or_text)``, ``fusegen.
 
 __version__ = "0.1.0"
 
-_API = ("load", "load_all", "explain", "run", "tune")
+_API = ("load", "load_all", "explain", "run", "tune", "UnsupportedInstructionError")
 
 
 def __getattr__(name: str):

@@ -97,14 +97,23 @@ def test_library_custom_call_runs_on_the_host_backend():
     assert report.other == {"host": 1}
 
 
-def test_unknown_custom_call_target_is_named():
-    from fusegen.evaluator.evaluator import UnsupportedOpError
-    from fusegen.plugin_manager import PluginError
+def test_unknown_custom_call_target_is_named_before_any_run_and_is_no_plugin_failure():
+    from fusegen.runtime.executor import Executor
+    from fusegen.runtime.support import UnsupportedInstructionError
 
     m = parse_module(CUSTOM.replace("__cublas$gemm", "__my$kernel"), "cc.hlo")
-    with pytest.raises(PluginError, match="unsupported custom-call target '__my\\$kernel' in %gemm") as e:
-        run_module(m, [np.zeros((4, 8), np.float32), np.zeros((8, 3), np.float32)], compile_kernels=False)
-    assert isinstance(e.value.__cause__, UnsupportedOpError)
+    ran = []
+    orig = Executor.run
+    try:
+        Executor.run = lambda self, args: ran.append(1)  # type: ignore[method-assign]
+        with pytest.raises(UnsupportedInstructionError,
+                           match=r"^fusegen has no implementation of custom-call target '__my\$kernel' "
+                                 r"\(instruction %gemm,") as e:
+            run_module(m, [np.zeros((4, 8), np.float32), np.zeros((8, 3), np.float32)], compile_kernels=False)
+    finally:
+        Executor.run = orig  # type: ignore[method-assign]
+    assert ran == [] and e.value.target == "__my$kernel" and e.value.instruction == "gemm"
+    assert [u.instruction for u in e.value.unsupported] == ["gemm"]
 
 
 def test_a_backend_config_that_is_not_json_is_reported_not_silently_dropped():

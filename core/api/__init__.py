@@ -22,7 +22,9 @@ Errors are exceptions, never ``SystemExit``, raised before any work where the ar
 :class:`fusegen.hlo.errors.HloParseError` (file:line:col), :class:`LoadError` (unreadable file),
 :class:`fusegen.runtime.inputs.InputError` (inputs or expected that do not fit the module),
 :class:`fusegen.plugin_manager.PluginError` (names the plugin), :class:`fusegen.config.toml.ConfigError`,
-:class:`fusegen.passes.pipeline.PassError`, ``ValueError`` (unknown device, bad option).
+:class:`fusegen.passes.pipeline.PassError`, ``ValueError`` (unknown device, bad option), and
+:class:`UnsupportedInstructionError` (a valid module with an instruction fusegen has no implementation of,
+before any run; a subclass of :class:`UnsupportedOpError`, which the evaluator raises for one instruction).
 """
 
 from __future__ import annotations
@@ -34,8 +36,11 @@ from fusegen.api.progress import Progress, ProgressEvent
 from fusegen.api.reporting import ReportResult, report
 from fusegen.api.running import RunResult, expected_for, inputs_for, run, run_modules, spmd_inputs
 from fusegen.api.tuning import AutotuneRun, TuneResult, autotune_modules, tune
+from fusegen.evaluator.evaluator import UnsupportedOpError
+from fusegen.runtime.support import UnsupportedInstructionError
 
 __all__ = ["AutotuneRun", "ExplainResult", "FusionPlan", "LoadError", "ModuleLike", "Progress", "ProgressEvent",
-           "ReportResult", "RunResult", "Session", "TuneResult", "as_modules", "autotune_modules", "device_summary",
-           "expected_for", "explain", "explain_document", "inputs_for", "load", "load_all", "plan_fusions",
-           "prepare", "report", "run", "run_modules", "session", "shared_memory_reasons", "spmd_inputs", "tune"]
+           "ReportResult", "RunResult", "Session", "TuneResult", "UnsupportedInstructionError", "UnsupportedOpError",
+           "as_modules", "autotune_modules", "device_summary", "expected_for", "explain", "explain_document",
+           "inputs_for", "load", "load_all", "plan_fusions", "prepare", "report", "run", "run_modules", "session",
+           "shared_memory_reasons", "spmd_inputs", "tune"]

@@ -64,7 +64,9 @@ class ExplainResult:
     Attributes:
         module: the module name (``"a; b"`` for a file of several).
         fusions: one :class:`FusionPlan` per fusion, in execution order.
-        library_calls: ``{"name", "target", "backend"}`` of each library custom call outside fusions.
+        library_calls: ``{"name", "target", "backend"}`` of each library custom call outside fusions (backend
+            ``"none"`` for a target fusegen has no implementation of).
+        unsupported: (property) one line per instruction nothing can run, which ``run`` refuses (exit 4).
         indexing: the thread-id maps of the fusion asked for (``fusion=``, ``indexing=True``), else None.
         passes: the pipeline an unoptimized module went through (``()`` when it came fused).
         num_partitions, replica_count, collectives: the first module's devices and collectives
@@ -97,6 +99,12 @@ class ExplainResult:
         return self.document.get("multi_device_refusal")
 
     @property
+    def unsupported(self) -> list[str]:
+        """One line per instruction fusegen has no implementation of (``run`` refuses the module, exit 4):
+        ``fusegen has no implementation of custom-call target '...' (instruction %NAME, ...)``."""
+        return [u["message"] for u in self.document["unsupported"]]
+
+    @property
     def errors(self) -> list[str]:
         """``fusion %NAME: REASON`` of each fusion a plugin failed on (the CLI prints them and exits 2)."""
         return [f"fusion %{f.name}: {f.reason}" for f in self.fusions if f.status == "error"]
@@ -125,6 +133,7 @@ def plan_fusions(modules: list, device: Any, pm: Any = None) -> tuple[list, list
     Raises:
         fusegen.plugin_manager.PluginError, fusegen.dispatch.DispatchError.
     """
+    from fusegen.evaluator.evaluator import UnsupportedOpError
     from fusegen.runtime.executor import Executor
     from fusegen.runtime.order import fusions_in_execution_order
 
@@ -136,8 +145,12 @@ def plan_fusions(modules: list, device: Any, pm: Any = None) -> tuple[list, list
         for comp in m.computations:
             for inst in comp.instructions:
                 if inst.opcode == "custom-call" and id(comp) not in fused:
+                    try:
+                        backend = ex._backend_for(inst).name
+                    except UnsupportedOpError:  # explain lists it under "unsupported"; run refuses it (exit 4)
+                        backend = "none"
                     calls.append({"name": inst.name, "target": inst.attrs.get("custom_call_target", ""),
-                                  "backend": ex._backend_for(inst).name})
+                                  "backend": backend})
     return rows, calls
 
 
@@ -174,10 +187,11 @@ def device_summary(module: Any) -> tuple[dict, list[str]]:
 
 def explain_document(modules: list, rows: list, calls: list, fusion_name: str | None = None,
                      indexing: dict | None = None, passes: Sequence[str] = (),
-                     smem_reason: dict | None = None) -> dict:
+                     smem_reason: dict | None = None, unsupported: Sequence | None = None) -> dict:
     """The ``explain --json`` document of planned ``rows`` (see :func:`plan_fusions`); ``passes``: the pipeline
     an unoptimized module went through; ``smem_reason``: ``id(fusion) -> why`` its compiled shared memory is
-    unknown (:func:`shared_memory_reasons`)."""
+    unknown (:func:`shared_memory_reasons`); ``unsupported``: the instructions nothing runs
+    (:func:`fusegen.runtime.support.unsupported_instructions`), the document's ``"unsupported"`` list."""
     from fusegen.runtime.run_json import launch_dimensions_json
 
     # "passes": the pipeline an unoptimized module went through ([] when it came fused)
@@ -196,6 +210,9 @@ def explain_document(modules: list, rows: list, calls: list, fusion_name: str | 
                 d["indexing"] = indexing
         out["fusions"].append(d)
     out["library_calls"] = calls
+    # what `run` refuses (exit 4): instructions fusegen has no implementation of (fusegen.runtime.support)
+    out["unsupported"] = [{"instruction": u.instruction, "computation": u.computation, "opcode": u.opcode,
+                           "target": u.target, "message": str(u)} for u in unsupported or ()]
     out.update(device_summary(modules[0])[0])  # num_partitions, replica_count, collectives
     return out
 
@@ -251,7 +268,10 @@ def explain(module: ModuleLike, *, fusion: str | None = None, indexing: bool = F
             from fusegen.codegen.thread_indexing import fusion_thread_indexing
 
             maps = fusion_thread_indexing(inst, s.device, s.pm)
-    doc = explain_document(modules, rows, calls, fusion, maps, ran, smem)
+    from fusegen.runtime.support import unsupported_instructions
+
+    unsupported = [u for m in modules for u in unsupported_instructions(m, s.pm)]
+    doc = explain_document(modules, rows, calls, fusion, maps, ran, smem, unsupported)
     plans = tuple(FusionPlan(name=rep.name, kind=rep.kind, decided_by=rep.decided_by, emitter=rep.emitter,
                              backend=rep.backend, launch=rep.launch, launch_dimensions=d["launch_dimensions"],
                              reason=rep.reason or "", kernels=tuple((k.name, k.source) for k in rep.kernels),

@@ -1,4 +1,6 @@
-"""The library's exceptions as the CLI's one-line errors and exit codes (2 bad input, 3 internal, 4 unsupported).
+"""The library's exceptions as the CLI's one-line errors and exit codes (2 bad input, 3 internal, 4 unsupported:
+a valid module fusegen cannot run as meant, :class:`~fusegen.runtime.support.UnsupportedInstructionError` and
+:class:`~fusegen.evaluator.collectives.MultiDeviceUnsupported`).
 
 Each command calls the library inside one of these context managers; nothing here decides anything the
 library does not.
@@ -29,9 +31,11 @@ def run_errors(module_path: str) -> Iterator[None]:
         yield
     except MultiDeviceUnsupported as e:  # a valid module fusegen cannot run as meant: exit 4
         fail(f"{module_path}: cannot run as all its devices: {e}", EXIT_UNSUPPORTED)
+    except UnsupportedOpError as e:  # a valid module with an op fusegen has no implementation of: exit 4
+        fail(f"{module_path}: {e}", EXIT_UNSUPPORTED)
     except InputError as e:  # names the module or the file already
         fail(str(e))
-    except (ShardingError, ResourceLimitError, UnsupportedOpError, PluginError, KernelDirError) as e:
+    except (ShardingError, ResourceLimitError, PluginError, KernelDirError) as e:
         fail(f"{module_path}: {e}")
     except DispatchError as e:  # e.g. [plugins] disable removed the question that would answer
         fail(f"{module_path}: {e} (check [plugins] disable in the config)")

@@ -44,6 +44,8 @@ def explain(module_path, fusion_name, show_indexing, compile_triton, device_name
         except FusionNotFound:
             fail(f"{module_path}: no fusion named {fusion_name!r}")
     rows, calls, indexing = res.rows, res.library_calls, res.indexing
+    for line in res.unsupported:  # before any run: `fusegen run` refuses the module (exit 4)
+        click.echo(f"fusegen: warning: {module_path}: {line}; `fusegen run` will exit 4", err=True)
     if as_json:
         click.echo(json.dumps(res.to_json(), indent=2))
         _fail_on_plugin_errors(module_path, rows)

@@ -64,13 +64,15 @@ __all__ = [
 
 
 class UnsupportedOpError(Exception):
-    """An HLO opcode (or custom-call target) the reference evaluator does not implement.
+    """A valid HLO opcode (or custom-call target) fusegen has no implementation of.
 
-    ``str(err)``: ``unsupported HLO op 'foo' in %name (computation %c)``, or for a custom call
-    ``unsupported custom-call target '__foo' in %name (computation %c)``.
+    ``str(err)``: ``fusegen has no implementation of HLO op 'foo' (instruction %name, computation %c, line N)``,
+    or for a custom call ``fusegen has no implementation of custom-call target '__foo' (instruction ...)``. The
+    command line exits 4 on it (a valid module fusegen cannot run), never 2.
 
     Attributes:
-        opcode, instruction (name), computation (name or ``None``), target (custom-call target or ``None``).
+        opcode, instruction (name), computation (name or ``None``), target (custom-call target or ``None``),
+        what (``"custom-call target '__foo'"`` or ``"HLO op 'foo'"``).
     """
 
     def __init__(self, inst: Instruction | str, target: str | None = None):
@@ -79,15 +81,14 @@ class UnsupportedOpError(Exception):
             self.instruction = inst.name
             self.computation = inst.parent.name if inst.parent is not None else None
             self.target = target
-            where = f"%{inst.name}" + (f" (computation %{self.computation})" if self.computation else "")
-            line = f" at line {inst.line}" if inst.line else ""
-            if target is not None:
-                msg = f"unsupported custom-call target {target!r} in {where}{line}"
-            else:
-                msg = f"unsupported HLO op {inst.opcode!r} in {where}{line}"
+            where = f"instruction %{inst.name}" + (f", computation %{self.computation}" if self.computation else "")
+            where += f", line {inst.line}" if inst.line else ""
+            self.what = f"custom-call target {target!r}" if target is not None else f"HLO op {inst.opcode!r}"
+            msg = f"fusegen has no implementation of {self.what} ({where})"
         else:
             self.opcode = self.instruction = self.computation = None
             self.target = target
+            self.what = target or ""
             msg = str(inst)
         super().__init__(msg)
 
@@ -102,6 +103,17 @@ HANDLERS["copy"] = shape_ops.HANDLERS["copy"]
 def supported_opcodes() -> frozenset[str]:
     """Every opcode :func:`evaluate_instruction` implements (``parameter`` is bound by the caller)."""
     return frozenset(HANDLERS) | {"parameter"}
+
+
+def implements(inst: Instruction) -> bool:
+    """Whether :func:`evaluate_instruction` runs ``inst``: its opcode has a handler and, for a custom call, its
+    target is one of :func:`fusegen.evaluator.custom_calls.library_targets` (fusions: their own opcode only;
+    their bodies are instructions of their own)."""
+    if inst.opcode not in HANDLERS and inst.opcode != "parameter":
+        return False
+    if inst.opcode == "custom-call":
+        return str(inst.attrs.get("custom_call_target", "")).strip('"') in custom_calls.library_targets()
+    return True
 
 
 # Opcodes that are the identity on a scalar (allowed inside a lifted computation).

@@ -30,7 +30,7 @@ from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.codegen.kernel import EmittedFusion
 from fusegen.codegen.kernel_dir import KernelDirError
 from fusegen.device import DeviceDescription, get_device
-from fusegen.evaluator.evaluator import evaluate_instruction
+from fusegen.evaluator.evaluator import UnsupportedOpError, evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
 from fusegen.verify.options import VerifyOptions
@@ -417,9 +417,14 @@ class Executor:
                     return b
             raise PluginError("fusegen", f"%{inst.name} was autotuned to run on execution backend {tuned!r}, "
                                          "which no plugin registers")
-        for b in self.pm.execution_backends():
+        backends = self.pm.execution_backends()
+        for b in backends:
             if self.pm.call_plugin(b.plugin, f"{b.name}.can_execute", b.can_execute, inst):
                 return b
+        if any(b.name == "host" for b in backends):  # the host declines only what fusegen does not implement
+            target = str(inst.attrs.get("custom_call_target", "")).strip('"') if inst.opcode == "custom-call" \
+                else None
+            raise UnsupportedOpError(inst, target=target)
         raise PluginError("fusegen", f"found no execution backend for %{inst.name} ({inst.opcode}); "
                                      "is the host backend plugin installed?")
 
@@ -569,15 +574,18 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
     Raises:
         ResourceLimitError: a limit of ``limits`` was passed (deadline, while iterations).
         MultiDeviceUnsupported: a module of more than one device (``num_partitions * replica_count > 1``).
+        fusegen.runtime.support.UnsupportedInstructionError: an instruction nothing can run (before any run).
     """
     from fusegen.evaluator.collectives import refuse_multi_device
     from fusegen.evaluator.evaluator import evaluate_module
     from fusegen.runtime.instruction_profile import per_element_notes
     from fusegen.runtime.oracles import ModuleOracles, fits_beside
+    from fusegen.runtime.support import check_supported
 
     refuse_multi_device(module, "run_module")  # N devices: fusegen.runtime.spmd.run_spmd_module
     t0 = time.perf_counter()
     ex = Executor(module, device, pm, compile_kernels, on_fusion, limits, verify, jobs)
+    check_supported(module, ex.pm)  # before anything runs (fusegen.runtime.support)
     background = jobs > 1 and module.entry is not None and len(args) == len(module.entry.parameters) \
         and fits_beside(module, limits)
     ex.keep_references = not background

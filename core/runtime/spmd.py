@@ -304,12 +304,16 @@ def run_spmd_module(module: Module, args: list[list[Any]], device: Any = None, p
         MultiDeviceUnsupported: an instruction fusegen cannot run as N copies (see :func:`plan_spmd`), or
             copies that diverged at a collective.
         ResourceLimitError: a limit was passed (each copy's own deadline is the run's).
+        fusegen.runtime.support.UnsupportedInstructionError: an instruction nothing can run (before any run).
     """
     from fusegen.runtime.spmd_io import assemble_leaves, output_shardings, split_leaves
     from fusegen.runtime.inputs import leaves
 
+    from fusegen.runtime.support import check_supported
+
     t0 = time.perf_counter()
     plan = plan or plan_spmd(module)
+    check_supported(module, pm)  # an instruction nothing runs: refused before any copy runs
     n = plan.devices
     if len(args) != n:
         raise MultiDeviceUnsupported(f"module {module.name}: {len(args)} argument lists for {n} devices")

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fusegen.codegen_backend import CodegenBackend, CompilationFailed, Config, Executable
-from fusegen.evaluator.evaluator import evaluate_instruction
+from fusegen.evaluator.evaluator import evaluate_instruction, implements
 from fusegen.hlo.ir import Instruction
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import ExecutionBackend
@@ -31,7 +31,9 @@ HOST_CONFIG = Config("host", {"impl": "numpy"})
 
 
 def _can_execute(inst: Instruction) -> bool:
-    return True
+    """Every fusion, and every other instruction the reference evaluator implements (an op or library call it
+    does not is left to the executor, which names it: ``fusegen has no implementation of ...``)."""
+    return inst.opcode == "fusion" or implements(inst)
 
 
 def _execute(inst: Instruction, operands: list[Any], context: Any = None) -> Any:
