@@ -204,8 +204,21 @@ def _random_programs() -> dict:
     }
 
 
+def _bitcast_programs() -> dict:
+    import jax.numpy as jnp
+    from jax import lax
+
+    r = np.random.default_rng(2)
+    return {  # lax.bitcast_convert_type across widths: XLA:GPU makes it a `bitcast` between two fusions
+        "bitcast_f32_to_u8": (lambda x: lax.bitcast_convert_type(x * 2.0, jnp.uint8) + jnp.uint8(1),
+                              [r.standard_normal(1000).astype(np.float32)]),
+        "bitcast_u8_to_f32": (lambda x: -lax.bitcast_convert_type(x | jnp.uint8(1), jnp.float32),
+                              [r.integers(0, 60, (1000, 4)).astype(np.uint8)]),
+    }
+
+
 def programs() -> dict:
-    return {**_linalg_programs(), **_conv_programs(), **_random_programs()}
+    return {**_linalg_programs(), **_conv_programs(), **_random_programs(), **_bitcast_programs()}
 
 
 def _strip(hlo: str) -> str:

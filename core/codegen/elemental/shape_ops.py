@@ -76,11 +76,11 @@ class ShapeOpsMixin:
         layout-changing one transpose-reshape-transpose (``bitcast_map``); the element type may be
         reinterpreted between types of one width."""
         src = inst.operands[0]
-        if src.shape.numel != inst.shape.numel:
-            raise EmitterUnsupported(inst.opcode, inst.name, "bitcast changes the element count")
         s_et, d_et = src.shape.element_type, inst.shape.element_type
         if dtypes.bit_width(s_et) != dtypes.bit_width(d_et):
-            raise EmitterUnsupported(inst.opcode, inst.name, "bitcast between element types of different widths")
+            return self._bitcast_widths(inst, idx)
+        if src.shape.numel != inst.shape.numel:
+            raise EmitterUnsupported(inst.opcode, inst.name, "bitcast changes the element count")
         m = self.shape_map(inst)
         if m is not None:
             src_idx = self.apply_shape_map(m, idx, inst, tuple(inst.shape.minor_to_major()),
@@ -92,6 +92,38 @@ class ShapeOpsMixin:
         if s_et != d_et:
             return self._reinterpret(v, s_et, d_et, inst)
         return v
+
+    def _bitcast_widths(self, inst: Instruction, idx: Index) -> str:
+        """A ``bitcast`` that reinterprets the buffer as a type of another width (``f32[1000] -> u8[1000,4]``,
+        what ``bitcast-convert`` becomes once layouts are assigned): output element ``i`` in physical order is
+        bits ``[i * dw, (i + 1) * dw)`` of the buffer, little-endian, so narrowing takes one lane of source
+        element ``i // r`` (``r = sw / dw``; lane ``i % r``, shifted and masked) and widening ORs ``r`` source
+        elements ``i * r + k`` into place. The same lane arithmetic as ``bitcast-convert`` between widths;
+        integer-lane types only (no pred, complex, sub-byte or bit-level float types)."""
+        src = inst.operands[0]
+        s_et, d_et = src.shape.element_type, inst.shape.element_type
+        sw, dw = dtypes.bit_width(s_et), dtypes.bit_width(d_et)
+        odd = {"pred", "c64", "c128"} | set(ts.BIT_FLOAT_TYPES)
+        if s_et in odd or d_et in odd or min(sw, dw) < 8 or src.shape.numel * sw != inst.shape.numel * dw:
+            raise EmitterUnsupported(inst.opcode, inst.name, f"bitcast {s_et}{list(src.shape.dimensions)} -> "
+                                                            f"{d_et}{list(inst.shape.dimensions)}")
+        em = self.ctx.emit
+        lin = self.linearize(idx, inst.shape.dimensions, inst.shape.minor_to_major())
+        s_dims, s_m2m = src.shape.dimensions, src.shape.minor_to_major()
+        if sw > dw:  # narrowing: one lane of a wider source element
+            r = sw // dw
+            x = self.value(src, self.delinearize(self.idiv(lin, r), s_dims, s_m2m))
+            xb = em(f"{x}.to(tl.uint{sw}, bitcast=True)", "bcn")
+            lane = self.itensor(self.imod(lin, r))
+            part = em(f"(({xb} >> ({lane}.to(tl.uint{sw}) * {dw})) & {(1 << dw) - 1}).to(tl.uint{dw})", "bcn")
+            return self.emit(f"{part}.to({self.tl(d_et)}, bitcast=True)", inst)
+        acc = None
+        r = dw // sw
+        for k in range(r):  # widening: OR r narrower source elements into place
+            xk = self.value(src, self.delinearize(self.iadd(self.imul(lin, r), k), s_dims, s_m2m))
+            term = em(f"({xk}.to(tl.uint{sw}, bitcast=True).to(tl.uint{dw}) << {k * sw})", "bcw")
+            acc = term if acc is None else em(f"{acc} | {term}", "bcw")
+        return self.emit(f"{acc}.to({self.tl(d_et)}, bitcast=True)", inst)
 
     def _reinterpret(self, v: str, s_et: str, d_et: str, inst: Instruction) -> str:
         if "pred" in (s_et, d_et) or dtypes.bit_width(s_et) < 8 or s_et in COMPLEX_PARTS or d_et in COMPLEX_PARTS:
