@@ -141,6 +141,13 @@ def _linalg_programs() -> dict:
                               [np.r_[0, r.standard_normal(7)].astype(f32), (r.standard_normal(8) + 4).astype(f32),
                                np.r_[r.standard_normal(7), 0].astype(f32), _mat(r, (8, 3), f32)]),
         # (only its lower triangle is defined: cuBLAS syrk writes one triangle, XLA:CPU both)
+        "tridiagonal_solve_perturbed": (lambda dl, d, du, b: L.tridiagonal_solve(dl, d, du, b, perturb_singular=True),
+                                        [np.r_[0, 1, 1, 1, 1, 1].astype(f32), np.r_[1, 1, 2, 1, 3, 2].astype(f32),
+                                         np.r_[1, 1, 1, 1, 1, 0].astype(f32), _mat(r, (6, 2), f32)]),
+        "tridiagonal_solve_perturbed_f64": (
+            lambda dl, d, du, b: L.tridiagonal_solve(dl, d, du, b, perturb_singular=True),
+            [np.r_[0, r.standard_normal(6)], r.standard_normal(7) * 0.1, np.r_[r.standard_normal(6), 0],
+             _mat(r, (2, 7, 3), f64)[0]]),
         "symmetric_product": (lambda a, c: jnp.tril(L.symmetric_product(a, c, alpha=2.0, beta=0.5)),
                               [_mat(r, (6, 4), f32), _sym(r, 6, f32)]),
         "cholesky_update": (lambda rr, w: L.cholesky_update(rr, w),

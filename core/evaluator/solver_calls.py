@@ -20,7 +20,8 @@ solver_kernels_ffi.cc``, ``linalg_kernels.cu.cc``, ``hybrid_kernels.cc``, ``spar
 
 Targets: ``cusolver_potrf_ffi``, ``cusolver_getrf_ffi``, ``cu_lu_pivots_to_permutation``,
 ``cusolver_geqrf_ffi``, ``cusolver_orgqr_ffi``, ``cusolver_ormqr_ffi``, ``cuhybrid_geqp3``,
-``cusolver_syrk_ffi``, ``cu_cholesky_update_ffi``, ``cusparse_gtsv2_ffi``, ``__cublas$triangularSolve``.
+``cusolver_syrk_ffi``, ``cu_cholesky_update_ffi``, ``cusparse_gtsv2_ffi``, ``cu_tridiagonal_solve_perturbed``,
+``__cublas$triangularSolve``.
 The spectral ones (eigh, SVD, eig, tridiagonal reduction) are in :mod:`fusegen.evaluator.solver_spectral`.
 """
 
@@ -308,6 +309,111 @@ def _gtsv2(inst: Instruction, ops: list):
     return pack(inst, [np.stack(xs)])
 
 
+def _perturb_pivot(perturb, pivot, row: np.ndarray):
+    """A pivot of magnitude below 1 made safe to divide by (LAPACK ``xLAGTS``' rule, as jaxlib's
+    ``MaybePerturbPivot``): while dividing ``row`` by it would overflow, add ``perturb`` (doubling, with the
+    pivot's sign); a pivot below the safe minimum that ``row`` does not need perturbed scales both up instead.
+    Returns ``(pivot, row)``."""
+    fi = np.finfo(np.real(pivot).dtype)
+    real = fi.dtype.type
+    one = real(1)
+    small = one / fi.max
+    safemin = fi.tiny if small < fi.tiny else small * (one + fi.eps)
+    bignum = one / safemin
+    a = abs(pivot)
+    if a >= one:
+        return pivot, row
+    perturb = real(np.copysign(max(abs(perturb), safemin), np.real(pivot)))
+    biggest = real(np.abs(row).max(initial=0))
+    while a < one:
+        if a < safemin:
+            if a == 0 or biggest * safemin > a:
+                pivot, perturb = pivot + perturb, perturb * real(2)
+            else:
+                return pivot * bignum, row * bignum
+        elif biggest > a * bignum:
+            pivot, perturb = pivot + perturb, perturb * real(2)
+        else:
+            break
+        a = abs(pivot)
+    return pivot, row
+
+
+def tridiagonal_solve_perturbed(dl: np.ndarray, d: np.ndarray, du: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``x`` with ``T x = b`` for one tridiagonal ``T`` (``dl[0]`` and ``du[-1]`` unused) by Gaussian
+    elimination with row pivoting, perturbing numerically singular pivots by ``eps * max|U|`` instead of
+    dividing by them (LAPACK ``xLAGTF`` + ``xLAGTS``; jaxlib's ``tridiagonal_solve_perturbed.h``). In ``b``'s
+    precision; ``b`` is ``[n, k]``."""
+    n = d.shape[0]
+    x = np.array(b)
+    if n == 0:
+        return x
+    real = np.finfo(np.real(d).dtype).dtype.type
+    eps = real(np.finfo(real).eps)
+    if n == 1:
+        p, row = _perturb_pivot(eps * abs(d[0]), d[0], b[0].copy())
+        x[0] = row / p
+        return x
+    u = np.zeros((n, 3), d.dtype)  # diagonal, first and second superdiagonal of U
+    u[0, 0], u[0, 1] = d[0], du[0]
+    max_u = real(max(abs(u[0, 0]), abs(u[0, 1])))
+    scale1 = real(abs(u[0, 0]) + abs(u[0, 1]))
+    for k in range(n - 1):
+        u[k + 1, 0] = d[k + 1]
+        scale2 = real(abs(dl[k + 1]) + abs(u[k + 1, 0]))
+        if k < n - 2:
+            scale2 += real(abs(du[k + 1]))
+        if dl[k + 1] == 0:
+            scale1 = scale2
+            u[k + 1, 1], u[k, 2] = du[k + 1], 0
+            x[k + 1] = b[k + 1]
+        else:
+            piv1 = real(0) if u[k, 0] == 0 else real(abs(u[k, 0]) / scale1)
+            piv2 = real(abs(dl[k + 1]) / scale2)
+            if piv2 <= piv1:  # no row exchange
+                scale1 = scale2
+                f = dl[k + 1] / u[k, 0]
+                u[k + 1, 0] -= f * u[k, 1]
+                u[k + 1, 1], u[k, 2] = du[k + 1], 0
+                x[k + 1] = b[k + 1] - f * x[k]
+            else:  # exchange rows k and k + 1
+                f = u[k, 0] / dl[k + 1]
+                utmp = u[k, 1]
+                u[k, 0] = dl[k + 1]
+                u[k + 1, 0] = utmp - f * d[k + 1]
+                u[k, 1] = d[k + 1]
+                if k < n - 2:
+                    u[k, 2] = du[k + 1]
+                    u[k + 1, 1] = -f * du[k + 1]
+                x[k + 1] = x[k] - f * b[k + 1]
+                x[k] = b[k + 1]
+                scale1 = real(abs(u[k + 1, 0]) + abs(u[k + 1, 1]))
+        if k < n - 2:
+            max_u = real(max(max_u, *np.abs(u[k])))
+    max_u = real(max(max_u, abs(u[n - 1, 0])))
+    perturb = eps * max_u
+    for k in range(n - 1, -1, -1):  # back substitution with U (two superdiagonals)
+        row = x[k].copy()
+        if k + 1 < n:
+            row = row - u[k, 1] * x[k + 1]
+        if k + 2 < n:
+            row = row - u[k, 2] * x[k + 2]
+        p, row = _perturb_pivot(perturb, u[k, 0], row)
+        x[k] = row * (d.dtype.type(1) / p)
+    return x
+
+
+def _tridiagonal_solve_perturbed(inst: Instruction, ops: list):
+    """``cu_tridiagonal_solve_perturbed`` (``tridiagonal_solve(perturb_singular=True)``): ``x``, one system
+    per batch, singular pivots perturbed (:func:`tridiagonal_solve_perturbed`)."""
+    check_layouts(inst)
+    b, _ = matrices(ops[3])
+    dl, d, du = (matrices(o, b.dtype, core=1)[0] for o in ops[:3])
+    with np.errstate(all="ignore"):
+        xs = [tridiagonal_solve_perturbed(lo, dg, hi, rhs) for lo, dg, hi, rhs in zip(dl, d, du, b)]
+    return pack(inst, [np.stack(xs) if xs else b])
+
+
 def _cublas_trsm(inst: Instruction, ops: list):
     """``__cublas$triangularSolve`` (XLA's ``TriangularSolveRewriter``): the backend config's ``left_side``,
     ``lower``, ``unit_diagonal``, ``transpose_a`` as HLO ``triangular-solve``; result ``(x, workspace)``."""
@@ -333,5 +439,6 @@ TARGETS: dict[str, Callable] = {
     "cusolver_syrk_ffi": _syrk,
     "cu_cholesky_update_ffi": _cholesky_update,
     "cusparse_gtsv2_ffi": _gtsv2,
+    "cu_tridiagonal_solve_perturbed": _tridiagonal_solve_perturbed,
     "__cublas$triangularSolve": _cublas_trsm,
 }
