@@ -136,17 +136,21 @@ def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
         launch = LaunchDimensions(grid=(gx,), num_warps=warps)
     idx_t = choose_index_dtype(op_shapes + [fusion.shape] + list(extra_shapes or []), max(block, 4096))
     ctx = KernelContext(idx_t, op_shapes)
-    gen = ElementalGenerator(ctx, emitter.computation)
-    with deep_recursion():
-        body(gen, "lin_c")
     pid = "tl.program_id(0)" if gy == 1 else f"(tl.program_id(1) * {gx} + tl.program_id(0))"
     if idx_t == "tl.int64":
         pid = f"{pid}.to(tl.int64)"
+    if geometry is not None:
+        ctx.runs = thread_runs(block, launch.num_warps, op_shapes + [fusion.shape] + list(extra_shapes or []))
+    gen = ElementalGenerator(ctx, emitter.computation)
+    with deep_recursion():
+        body(gen, "lin_c")
     # lin_c keeps lin's contiguity and alignment for Triton's axis analysis (the clamp only changes masked
     # tail lanes), so reads at the element's own position vectorise like XLA's unrolled loads
     prologue = [f"lin = {pid} * BLOCK + tl.arange(0, BLOCK)", "mask = lin < N",
                 f"zero = tl.full([BLOCK], 0, {idx_t})",
                 "lin_c = tl.max_contiguous(tl.multiple_of(tl.minimum(lin, N - 1), BLOCK), BLOCK)"]
+    if ctx.runs is not None:
+        prologue.append(ctx.runs.prologue(pid))
     entry = ts.sanitize_identifier(kernel_name, "k")
     source = ctx.render(entry, ["BLOCK", "N"], prologue)
     variant = None
@@ -159,6 +163,28 @@ def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
     return KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
                         constexprs={"BLOCK": block, "N": n_total}, launch=launch, num_stages=1,
                         interpret_variant=variant)
+
+
+def thread_runs(block: int, num_warps: int, shapes: "list[Shape]") -> "Any":
+    """The :class:`~fusegen.codegen.elemental.uniform_runs.UniformRuns` of a ``[BLOCK]`` linear-index program
+    of ``num_warps`` warps (each thread ``block / (32 * num_warps)`` consecutive lanes), or ``None`` when a thread
+    holds one lane, or some buffer of ``shapes`` is too wide for a thread's run to be one 16-byte access (then
+    Triton's layout splits the run over several vectors, and a run-wide broadcast would need a layout change)."""
+    from fusegen.codegen import triton_source as ts
+    from fusegen.codegen.elemental.uniform_runs import UniformRuns
+    from fusegen.hlo import dtypes
+
+    width = block // (32 * num_warps)
+    if width <= 1 or block % (32 * num_warps):
+        return None
+    for s in shapes:
+        for leaf in s.leaves():
+            if leaf.is_array and leaf.element_type != "token":
+                et = leaf.element_type
+                bits = 8 if ts.storage_type(et) in ("u8", "i8") else dtypes.bit_width(et)
+                if bits * width > 128:
+                    return None
+    return UniformRuns(base="lin_c", width=width, coarse_base="lin_q", coarse_shape=f"[BLOCK // {width}]")
 
 
 def store_line(gen: "Any", ptr: str, offset: "int | str", value: str, element_type: str, mask: str) -> None:

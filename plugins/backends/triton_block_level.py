@@ -19,7 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from fusegen.codegen import triton_source as ts
-from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
+from fusegen.codegen.elemental import (COMPLEX_PARTS, ElementalGenerator, KernelContext, choose_index_dtype,
+                                      deep_recursion, int_list)
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, fusion_roots, store_line
 from fusegen.codegen.kernel import (INTERPRET_TILE_LANES, EmittedFusion, KernelSource, LaunchDimensions,
                                     interpret_tile_sizes)
@@ -114,13 +115,21 @@ class _TileGen(ElementalGenerator):
             return self._sub_tile_reduce(inst, idx, op)
         et = inst.shape.element_type
         x = self.up(self.value(src, src_idx), et)
-        init_v = self.up(self.value(init, ()), et)
         shape = "[" + ", ".join(str(t) for t in self.tile) + "]"
         ident = _identity(op, self.compute_type(et), shape)
         xt = self.ctx.emit(f"tl.where(tl.reshape(valid, {shape}), tl.reshape({x}, {shape}), {ident})", "rin")
         r = xt
         for d in reversed(rdims):
             r = self.ctx.emit(f"tl.reduce({r}, {d}, {_COMBINERS[op]}, keep_dims=True)", "red")
+        if init.opcode == "constant" and init.shape.is_array and init.shape.rank == 0 and \
+                init.shape.element_type not in COMPLEX_PARTS:
+            # the init and the rounding to the reduce's type on the reduced value, once (XLA combines the tile's
+            # reduction with the init before broadcasting it); not once per lane after the broadcast
+            with self.ctx.block("[]"):
+                iv = self.up(self._constant(init, ()), et)
+            r = self.down(self._with_init(r, iv, op), et, inst.name)
+            return self.ctx.emit(f"tl.reshape(tl.broadcast_to({r}, {shape}), [BLOCK])", "redb")
+        init_v = self.up(self.value(init, ()), et)
         r = self.ctx.emit(f"tl.reshape(tl.broadcast_to({r}, {shape}), [BLOCK])", "redb")
         return self.down(self._with_init(r, init_v, op), et, inst.name)
 
@@ -145,7 +154,10 @@ class _TileGen(ElementalGenerator):
             return super()._emit(inst, idx)  # per-lane loop over the reduced elements
         ctx = self.ctx
         fn = ctx.names.fresh("red_tile")
-        args = [self.itensor(i) for i in idx]
+        # the kept indices of lanes past the array are out of range (masked in the tile): clamp them, as the
+        # sub-tile's loads are masked only by its own reduced-range test
+        args = [self.itensor(i if isinstance(i, int) else self.iexpr(f"tl.minimum({i}, {n - 1})", "kc"))
+                for i, n in zip(idx, inst.shape.dimensions)]
         formals = [ctx.names.fresh("k") for _ in args]
         outer_body = ctx.body
         body = ts.SourceBuilder()
@@ -205,6 +217,46 @@ def _identity(op: str, ct: str, shape: str) -> str:
 MAX_TENSOR_NUMEL = 1048576
 
 
+def _tile_coordinates(dims: tuple[int, ...], sizes: list[int], tile: tuple[int, ...], counts: list[int],
+                      strides_t: list[int], strides_l: list[int]) -> list[str]:
+    """Prologue lines defining ``g<d>`` (the lane's index along dimension ``d``: tile origin + lane offset, one
+    ``[BLOCK]`` tensor per dimension) and ``valid`` (the lane lies in the tile and in the array).
+
+    Written so that Triton's axis analysis sees what XLA's tile pointers state (``fusion_emitter.cc``: a tile's
+    offsets are its origin plus ``make_range`` along each dimension, masked only where the tile overruns the
+    array): the minor dimension's lanes are ``lane % T`` (contiguous, divisible), the others ``lane // S``
+    (constant over the minor run); no clamp on an index (a clamp makes Triton's contiguity 1, so every access
+    would be scalar). Lanes past the array keep unclamped indices and are masked with ``valid`` on every load
+    and store (the generator's ``ctx.mask``); a tile that fits the array has no mask terms at all."""
+    lines: list[str] = []
+    valid: list[str] = []
+    rank = len(dims)
+    inner = [d for d in range(rank) if tile[d] > 1]
+    for d in range(rank):
+        if counts[d] == 1:
+            o = "0"
+        else:
+            q = "tile" if strides_t[d] == 1 else f"(tile // {strides_t[d]})"
+            # the outermost tiled dimension needs no modulo (tile < N)
+            outer = all(counts[e] == 1 for e in range(d))
+            o = f"{q}{'' if outer else f' % {counts[d]}'}"
+            o = o if sizes[d] == 1 else f"({o}) * {sizes[d]}"
+        if tile[d] == 1:
+            lines.append(f"g{d} = zero + {o}" if o != "0" else f"g{d} = zero")
+            if dims[d] % max(1, sizes[d]):
+                valid.append(f"(g{d} < {dims[d]})")
+            continue
+        q = "lane" if strides_l[d] == 1 else f"(lane // {strides_l[d]})"
+        lines.append(f"l{d} = {q}" + ("" if d == inner[0] else f" % {tile[d]}"))
+        lines.append(f"g{d} = l{d}" + ("" if o == "0" else f" + {o}"))
+        if dims[d] % sizes[d]:
+            valid.append(f"(g{d} < {dims[d]})")
+        if tile[d] > sizes[d]:
+            valid.append(f"(l{d} < {sizes[d]})")
+    lines.append("valid = " + (" & ".join(valid) if valid else "mask"))
+    return lines
+
+
 class TritonBlockLevelFusion(FusionEmitter):
     """Block-level emitter for ``__triton`` fusions (see the module docstring)."""
 
@@ -258,8 +310,9 @@ class TritonBlockLevelFusion(FusionEmitter):
         op_shapes = [o.shape for o in fusion.operands]
         idx_t = choose_index_dtype(op_shapes + [fusion.shape], lanes)
         ctx = KernelContext(idx_t, op_shapes)
-        for n in ("tile", "valid", "BLOCK", "N") + tuple(f"g{d}" for d in range(len(dims))):
+        for n in ("tile", "valid", "lane", "BLOCK", "N") + tuple(f"{c}{d}" for d in range(len(dims)) for c in "gl"):
             ctx.names.reserve(n)
+        ctx.mask = "valid"  # lanes past the array have unclamped indices: every load is masked
         body = ts.SourceBuilder()
         body.level = 1
         ctx.body = body
@@ -288,17 +341,7 @@ class TritonBlockLevelFusion(FusionEmitter):
             strides_l.append(stride_l)
             stride_l *= t
         strides_l.reverse()
-        valid = []
-        for d in range(len(dims)):
-            pre.append(f"o{d} = ((tile // {strides_t[d]}) % {counts[d]}) * {sizes[d]}")
-            pre.append(f"l{d} = (lane // {strides_l[d]}) % {tile[d]}")
-            pre.append(f"u{d} = l{d} + o{d}")
-            cond = f"(u{d} < {dims[d]})"
-            if tile[d] > sizes[d]:
-                cond += f" & (l{d} < {sizes[d]})"
-            valid.append(cond)
-            pre.append(f"g{d} = tl.minimum(u{d}, {dims[d] - 1})")
-        pre.append("valid = " + (" & ".join(valid) if valid else "mask"))
+        pre += _tile_coordinates(dims, sizes, tile, counts, strides_t, strides_l)
         src = ts.module_header()
         src.insert(4, "from fusegen_plugins.backends.triton_devfn import device_jit")
         call_params = "".join(p + ", " for p in params)

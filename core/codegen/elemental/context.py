@@ -31,6 +31,9 @@ class KernelContext:
         complex_values: whether the emitter handles complex values (:class:`Cx` pairs, stored with
             :func:`fusegen.codegen.emitter.store_line`); when false (the default) complex types are
             declined as before. The loop emitter sets it.
+        runs: the :class:`~fusegen.codegen.elemental.uniform_runs.UniformRuns` of a linear-index kernel on XLA's
+            loop geometry (each thread ``width`` consecutive lanes); ``None`` (the default) elsewhere. With it,
+            loads uniform over a run are made once per run.
     """
 
     def __init__(self, index_dtype: str, operand_shapes: Sequence[Shape]):
@@ -46,7 +49,8 @@ class KernelContext:
         self.zero = "zero"
         self.block_shape = "[BLOCK]"
         self.complex_values = False
-        for n in ("lin_c", "off", "t"):
+        self.runs: Any = None  # UniformRuns of a linear-index kernel (uniform_runs.py), set by its builder
+        for n in ("lin_c", "lin_q", "off", "t"):
             self.names.reserve(n)
 
     def full(self, value: Any, tl_type: str) -> str:

@@ -19,9 +19,11 @@ from fusegen.codegen.elemental.elementwise import ElementwiseMixin
 from fusegen.codegen.elemental.index_maps import IndexMapMixin
 from fusegen.codegen.elemental.reduce_dot import ReduceDotMixin
 from fusegen.codegen.elemental.shape_ops import ShapeOpsMixin
+from fusegen.codegen.elemental.uniform_runs import UniformRunsMixin
 
 
-class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, ElementwiseMixin, ConvertMixin):
+class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, ElementwiseMixin, ConvertMixin,
+                         UniformRunsMixin):
     """Generates values of one computation's instructions at given indices.
 
     Args:
@@ -42,6 +44,7 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             self._scopes: list[dict[Any, Any]] = [{}]
             self._lin_of: list[dict[Any, Any]] = [{}]
             self._delin: list[dict[Any, Any]] = [{}]
+            self._coarse: dict[str, int | str] = {}  # index variable -> its twin on the coarse block (UniformRuns)
         else:  # index caches are shared with the enclosing generator (same kernel, same scopes)
             self._scopes = [{}]
             self._lin_of = parent._lin_of
@@ -92,7 +95,7 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             return a
         if a == 0:
             return b
-        return self.iexpr(f"{a} + {b}" if isinstance(a, str) else f"{b} + {a}")
+        return self._twin(self.iexpr(f"{a} + {b}" if isinstance(a, str) else f"{b} + {a}"), self.iadd, a, b)
 
     def isub(self, a: int | str, b: int | str) -> int | str:
         if isinstance(a, int) and isinstance(b, int):
@@ -101,7 +104,9 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             return a
         if isinstance(b, int) and b < 0:
             return self.iadd(a, -b)
-        return self.iexpr(f"{self.itensor(a)} - {b}")
+        return self._twin(self.iexpr(f"{self.itensor(a)} - {b}"),
+                          lambda x, y: x - y if isinstance(x, int) and isinstance(y, int) else self.iexpr(f"{x} - {y}"),
+                          a, b)
 
     def imul(self, a: int | str, k: int) -> int | str:
         if isinstance(a, int):
@@ -110,24 +115,24 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             return a
         if k == 0:
             return 0
-        return self.iexpr(f"{a} * {k}")
+        return self._twin(self.iexpr(f"{a} * {k}"), lambda x: self.imul(x, k), a)
 
     def idiv(self, a: int | str, k: int) -> int | str:
         if isinstance(a, int):
             return a // k
-        return a if k == 1 else self.iexpr(f"{a} // {k}")
+        return a if k == 1 else self._twin_div(self.iexpr(f"{a} // {k}"), a, k)
 
     def imod(self, a: int | str, k: int) -> int | str:
         if isinstance(a, int):
             return a % k
-        return 0 if k == 1 else self.iexpr(f"{a} % {k}")
+        return 0 if k == 1 else self._twin(self.iexpr(f"{a} % {k}"), lambda x: self.imod(x, k), a)
 
     def iclamp(self, a: int | str, lo: int, hi: int) -> int | str:
         if isinstance(a, int):
             return min(max(a, lo), hi)
         if lo == hi:
             return lo
-        return self.iexpr(f"tl.minimum(tl.maximum({a}, {lo}), {hi})")
+        return self._twin(self.iexpr(f"tl.minimum(tl.maximum({a}, {lo}), {hi})"), lambda x: self.iclamp(x, lo, hi), a)
 
     def delinearize(self, lin: int | str, dims: Sequence[int], m2m: Sequence[int]) -> Index:
         """Index of linear position ``lin`` in a shape whose elements are laid out minor-to-major ``m2m``."""
@@ -176,6 +181,9 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         else:
             expr = " + ".join(terms) + (f" + {const}" if const else "")
             total = self.iexpr(expr, "off")
+            if self.ctx.runs is not None:
+                live = [0 if dims[d] == 1 else idx[d] for d in range(len(dims))]
+                self._twin(total, lambda *q: self.linearize(q, dims, m2m), *live)
         self._lin_of[-1][(tuple(idx), dims, m2m)] = total
         return total
 
@@ -480,7 +488,13 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         return self._load(ptr, shape, idx, inst)
 
     def _load(self, ptr: str, shape: Shape, idx: Index, inst: Instruction) -> Any:
-        off = self.itensor(self.linearize(idx, shape.dimensions, shape.minor_to_major()))
+        lin = self.linearize(idx, shape.dimensions, shape.minor_to_major())
+        if isinstance(lin, int) and self.ctx.block_shape != "[]":
+            return self._load_uniform(ptr, shape, lin, inst)
+        v = self._load_runs(ptr, shape, lin, inst) if self.ctx.runs is not None else None
+        if v is not None:
+            return v
+        off = self.itensor(lin)
         if shape.element_type in COMPLEX_PARTS:
             o2 = self.ctx.emit(f"{off} * 2", "off")
             re = self.ctx.emit(f"tl.load({ptr} + {o2}, mask={self.ctx.mask}, other=0)", f"{inst.name}_re")
@@ -491,6 +505,21 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         v = self.ctx.emit(f"tl.load({ptr} + {off}, mask={self.ctx.mask}{other})", inst.name)
         if shape.element_type == "pred":
             v = self.ctx.emit(f"{v} != 0", inst.name)
+        return v
+
+    def _load_uniform(self, ptr: str, shape: Shape, offset: int, inst: Instruction) -> Any:
+        """The element at constant ``offset`` (a scalar parameter, a broadcast scale): one unmasked scalar load
+        per thread, broadcast to the block, as XLA's emitter loads a uniform value once (a ``[BLOCK]`` load at a
+        constant offset is one load per element a thread holds: Triton does not merge equal addresses).
+        ``offset`` is in range by the generator's invariant, so no mask is needed."""
+        em, bs = self.ctx.emit, self.ctx.block_shape
+        if shape.element_type in COMPLEX_PARTS:
+            re = em(f"tl.broadcast_to(tl.load({ptr} + {2 * offset}), {bs})", f"{inst.name}_re")
+            im = em(f"tl.broadcast_to(tl.load({ptr} + {2 * offset + 1}), {bs})", f"{inst.name}_im")
+            return Cx((re, im))
+        v = em(f"tl.broadcast_to(tl.load({ptr} + {offset}), {bs})", inst.name)
+        if shape.element_type == "pred":
+            v = em(f"{v} != 0", inst.name)
         return v
 
 
