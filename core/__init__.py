@@ -1,24 +1,32 @@
 """fusegen: turns every fusion of an XLA:GPU-optimized HLO module into a kernel, through plugins.
 
-The library API (:mod:`fusegen.api`): ``fusegen.load(path_or_text)``, ``fusegen.explain(module, ...)``,
-``fusegen.run(module, inputs=..., ...)`` and ``fusegen.tune(module, ...)`` return typed results whose
-``to_json()`` is what the matching command's ``--json`` prints. They are imported on first use, so
-``import fusegen`` stays cheap.
+The library (:mod:`fusegen.api`): ``fusegen.load(path_or_text)``, ``fusegen.capture(jax_fn, *args, ...)``,
+``fusegen.explain(module)``, ``fusegen.run(module, inputs=..., expected=...)``, ``fusegen.tune(module)`` and
+``fusegen.report(module, ...)`` return typed results whose ``to_json()`` is what the matching command's
+``--json`` prints. They are imported on first use, so ``import fusegen`` stays cheap.
+
+``fusegen.report`` is also the package of the HTML report (:mod:`fusegen.report.data`, ...): calling it is
+:func:`fusegen.api.report`.
 """
 
 __version__ = "0.1.0"
 
-_API = ("load", "load_all", "explain", "run", "tune", "UnsupportedInstructionError")
+_API = ("load", "load_all", "explain", "run", "tune", "session", "UnsupportedInstructionError")
+_CAPTURE = ("capture", "Captured", "CaptureError")
 
 
 def __getattr__(name: str):
-    if name in _API or name == "api":
-        import importlib
+    import importlib
 
+    if name in _API or name == "api":
         api = importlib.import_module("fusegen.api")  # not `from fusegen import api`: that asks here again
         return api if name == "api" else getattr(api, name)
+    if name in _CAPTURE:
+        return getattr(importlib.import_module("fusegen.jax_capture"), name)
+    if name == "report":  # the report package, callable (fusegen.report.__init__)
+        return importlib.import_module("fusegen.report")
     raise AttributeError(f"module 'fusegen' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_API])
+    return sorted([*globals(), *_API, *_CAPTURE, "report"])

@@ -84,7 +84,7 @@ def build(n: int, out_dir: Path) -> None:
     import jax
     import numpy as np
 
-    from fusegen.capture import capture
+    from fusegen import capture
 
     for k, (name, fn, in_specs, out_specs, shapes, kind) in enumerate(programs(n)):
         f = fn
@@ -96,7 +96,7 @@ def build(n: int, out_dir: Path) -> None:
         args = [rng.standard_normal(s).astype(np.float32) * (0.5 if len(s) > 1 else 0.1) for s in shapes]
         outs = list(out_specs) if isinstance(out_specs, tuple) else out_specs
         res = capture(f, *args, mesh=n, in_shardings=list(in_specs), out_shardings=outs, name=name, out_dir=out_dir)
-        print(f"{name}: num_partitions={n}, {len(res.text)} chars -> {res.hlo}")
+        print(f"{name}: num_partitions={n}, {len(res.text)} chars -> {res.files.hlo}")
 
 
 def main() -> None:

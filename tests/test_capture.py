@@ -17,12 +17,12 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import SHARED
-from fusegen.capture import CaptureError, parse_arg_spec, parse_spec, target_config_text
+from fusegen.jax_capture import CaptureError, parse_arg_spec, parse_spec, target_config_text
 from fusegen.cli.main import cli
 from fusegen.device import from_target_config_text, get_device
 
 HAS_PLUGIN = find_spec("jax_plugins") is not None and find_spec("jax_plugins.xla_cuda12") is not None
-needs_plugin = pytest.mark.skipif(not HAS_PLUGIN, reason="jax's CUDA plugin is not installed (pip install -e '.[gpu]')")
+needs_plugin = pytest.mark.skipif(not HAS_PLUGIN, reason="jax's CUDA plugin is not installed (pip install -e '.[capture]')")
 
 PROGRAM = '''
 import jax, jax.numpy as jnp

@@ -5,6 +5,7 @@ doctest; each result's ``to_json()`` has the keys (and for ``explain`` the value
 from __future__ import annotations
 
 import doctest
+import importlib.util
 import json
 import os
 import re
@@ -19,6 +20,8 @@ import fusegen
 from fusegen.runtime.inputs import InputError
 
 REPO = Path(__file__).resolve().parents[1]
+HAS_PLUGIN = importlib.util.find_spec("jax_plugins") is not None and \
+    importlib.util.find_spec("jax_plugins.xla_cuda12") is not None
 EXAMPLE = REPO / "examples" / "gpu_multi_output.h100_opt.hlo"
 
 
@@ -36,15 +39,65 @@ def _no_timings(d):
     return d
 
 
-def test_readme_session_runs_as_a_doctest(monkeypatch):
-    monkeypatch.chdir(REPO)
+def _readme_sessions() -> list[str]:
+    """The ``python`` blocks of the README's section on Python: the one-device session, then the 8-device one."""
     text = (REPO / "README.md").read_text()
-    session = re.search(r"## From Python\n.*?```python\n(.*?)```", text, re.S).group(1)
-    test = doctest.DocTestParser().get_doctest(session, {}, "README.md (From Python)", "README.md", 0)
-    assert len(test.examples) >= 10
+    section = re.search(r"\n## From Python[^\n]*\n(.*?)\n## ", text, re.S).group(1)
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def _run_doctest(source: str, globs: dict, name: str) -> None:
+    test = doctest.DocTestParser().get_doctest(source, globs, name, "README.md", 0)
+    assert len(test.examples) >= 4
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    runner.run(test)
-    assert runner.failures == 0, f"{runner.failures} README example(s) failed (see the output above)"
+    runner.run(test, clear_globs=False)
+    assert runner.failures == 0, f"{runner.failures} README example(s) of {name} failed (see the output above)"
+
+
+#: Runs the README's sessions in a fresh interpreter (jax reads JAX_PLATFORMS when it is imported; a test process
+#: may have started jax already): argv[1] the compiler, argv[2] a JSON list of the sessions to run.
+_SESSION_RUNNER = """
+import doctest, functools, json, sys
+import fusegen, fusegen.jax_capture
+if sys.argv[1] == "fusegen":
+    fusegen.capture = functools.partial(fusegen.jax_capture.capture, compiler="fusegen")
+globs, failed = {}, 0
+for k, source in enumerate(json.loads(sys.argv[2])):
+    test = doctest.DocTestParser().get_doctest(source, globs, f"README.md session {k}", "README.md", 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    runner.run(test, clear_globs=False)
+    globs = test.globs  # the next session goes on from this one's names
+    failed += runner.failures
+print("examples failed:", failed)
+"""
+
+
+@pytest.mark.parametrize("compiler", ["xla", "fusegen"])
+def test_readme_notebook_session_runs_as_a_doctest(tmp_path, compiler):
+    """The README's notebook session as written (capture of a pytree train step, run with pytree inputs and
+    JAX's outputs as expected, a DataFrame, tune, report), then the same for 8 devices. With jax's CUDA plugin
+    the capture is XLA's deviceless H200 compile; CI has CPU jax only, so there the same session runs with
+    ``compiler="fusegen"`` (jax's lowering, fused by fusegen's own pipeline), which has no 8-device form."""
+    pytest.importorskip("jax")
+    pytest.importorskip("pandas")
+    if compiler == "xla" and not HAS_PLUGIN:
+        pytest.skip("jax's CUDA plugin is not installed (pip install -e '.[capture]'): the fusegen-compiler "
+                    "variant runs the session")
+    sessions = _readme_sessions()
+    assert len(sessions) == 2 and "fusegen.capture(" in sessions[0] and "mesh=8" in sessions[1]
+    run = sessions if compiler == "xla" else sessions[:1]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    p = subprocess.run([sys.executable, "-c", _SESSION_RUNNER, compiler, json.dumps(run)], capture_output=True,
+                       text=True, cwd=tmp_path, env=env, timeout=900)
+    assert p.returncode == 0 and p.stdout.strip().endswith("examples failed: 0"), (p.stdout + p.stderr)[-6000:]
+
+
+def test_library_session_runs_as_a_doctest(monkeypatch):
+    """The library's module-file session (docs/python.md): load, explain, run with arrays, to_json."""
+    monkeypatch.chdir(REPO)
+    text = (REPO / "docs" / "python.md").read_text()
+    session = re.search(r"## A module file\n.*?```python\n(.*?)```", text, re.S).group(1)
+    _run_doctest(session, {}, "docs/python.md (A module file)")
 
 
 def test_explain_to_json_is_what_explain_json_prints():

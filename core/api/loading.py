@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import attrs
 
-ModuleLike = Any  # fusegen.hlo.ir.Module | list[Module] | str (path or HLO text) | pathlib.Path
+ModuleLike = Any  # fusegen.hlo.ir.Module | list[Module] | str (path or HLO text) | pathlib.Path | Captured
 
 
 class LoadError(ValueError):
@@ -59,7 +59,11 @@ def load(source: str | Path, *, filename: str | None = None):
 
 
 def as_modules(module: ModuleLike) -> list:
-    """``module`` as a list of Modules (a path or HLO text is loaded: :func:`load_all`)."""
+    """``module`` as a list of Modules (a path or HLO text is loaded: :func:`load_all`; a
+    :class:`~fusegen.jax_capture.Captured` gives its module)."""
+    captured = getattr(module, "__fusegen_captured__", None)
+    if captured is not None:  # fusegen.capture's result
+        return [captured.module]
     if isinstance(module, (str, Path)):
         return load_all(module)
     if isinstance(module, (list, tuple)):

@@ -126,7 +126,7 @@ def report(module: ModuleLike, *, output: str | Path | None = None, json_data: s
         raise ValueError(f"record_dir {record_dir}: no such directory (without autotune it is read)")
     captured = getattr(module, "__fusegen_captured__", None)
     if captured is not None and run:
-        inputs, expected = captured.flat_inputs(inputs), captured.flat_expected(expected)
+        inputs, expected = captured.flatten(inputs, expected)
     phases: dict[str, float] = {}
     t0 = time.perf_counter()
     modules = as_modules(module)

@@ -347,7 +347,7 @@ def run(module: ModuleLike, *, inputs: Any = None, seed: int = 0, expected: Any 
 
     captured = getattr(module, "__fusegen_captured__", None)
     if captured is not None:
-        inputs, expected = captured.flat_inputs(inputs), captured.flat_expected(expected)
+        inputs, expected = captured.flatten(inputs, expected)  # the function's pytrees, checked against its trees
     modules = as_modules(module)
     if (inputs is not None or expected is not None) and len(modules) > 1:
         raise InputError(f"{len(modules)} modules: inputs and expected need a single module")
@@ -357,5 +357,5 @@ def run(module: ModuleLike, *, inputs: Any = None, seed: int = 0, expected: Any 
                          verify=s.config.verify.with_overrides(rtol, atol, allow_vacuous), jobs=jobs,
                          progress=progress)
     if captured is not None:
-        result = attrs.evolve(result, outputs=captured.outputs_tree(result.outputs))
+        result = attrs.evolve(result, outputs=captured.unflatten(result.outputs))
     return result

@@ -23,11 +23,14 @@ from fusegen.cli.common import fail
 @click.option("--axis", default="d", show_default=True, help="The mesh axis name the specs use.")
 @click.option("--device", "device_name", default="h200", show_default=True, help="The GPU to compile for.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
+@click.option("--compiler", type=click.Choice(["xla", "fusegen"]), default="xla", show_default=True,
+              help="xla: XLA:GPU's deviceless compile (jax's CUDA plugin); fusegen: jax's lowering, fused by "
+                   "fusegen's own pipeline when it runs (any jax, one device).")
 @click.option("-o", "--out-dir", "out_dir", required=True, type=click.Path(file_okay=False))
-def capture(target, arg_specs, mesh, in_shardings, out_shardings, axis, device_name, seed, out_dir):
+def capture(target, arg_specs, mesh, in_shardings, out_shardings, axis, device_name, seed, compiler, out_dir):
     """Compile SCRIPT.py's FUNC for --device (--mesh N of them) and write NAME.DEV[xN]_opt.hlo with seeded
     .inputs.npz and XLA:CPU's .expected.npz, ready for `fusegen run --inputs ... --expected ...`.
-    Needs jax's CUDA plugin (pip install -e '.[gpu]'); no GPU. Exit 2 when it cannot be made."""
+    Needs jax's CUDA plugin (pip install 'fusegen[capture]'); no GPU. Exit 2 when it cannot be made."""
     script, _, func = target.rpartition(":")
     if not script or not func:
         fail(f"{target}: expected SCRIPT.py:FUNC")
@@ -40,21 +43,23 @@ def capture(target, arg_specs, mesh, in_shardings, out_shardings, axis, device_n
                                + f" --xla_force_host_platform_device_count={max(mesh or 1, 1)}").strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     try:
-        res = _capture(script, func, arg_specs, mesh, in_shardings, out_shardings, axis, device_name, seed, out_dir)
+        res = _capture(script, func, arg_specs, mesh, in_shardings, out_shardings, axis, device_name, seed, compiler,
+                       out_dir)
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    click.echo(f"wrote {res.hlo}, {res.inputs.name}, {res.expected.name}")
+    files = res.files
+    click.echo(f"wrote {files.hlo}, {files.inputs.name}, {files.expected.name}")
 
 
-def _capture(script, func, arg_specs, mesh, in_shardings, out_shardings, axis, device_name, seed, out_dir):
+def _capture(script, func, arg_specs, mesh, in_shardings, out_shardings, axis, device_name, seed, compiler, out_dir):
     """Load ``script``, find ``func`` and capture it (exit 2 with one line when it cannot be made)."""
     import importlib.util
 
-    from fusegen.capture import CaptureError, capture as do_capture
+    from fusegen.jax_capture import CaptureError, capture as do_capture
 
     spec = importlib.util.spec_from_file_location("fusegen_capture_script", script)
     mod = importlib.util.module_from_spec(spec)
@@ -70,7 +75,8 @@ def _capture(script, func, arg_specs, mesh, in_shardings, out_shardings, axis, d
     try:
         res = do_capture(fn, *arg_specs, mesh=mesh, in_shardings=list(in_shardings) or None,
                          out_shardings=(list(out_shardings) if len(out_shardings) > 1 else out_shardings[0])
-                         if out_shardings else None, device=device_name, out_dir=out_dir, seed=seed, axis=axis)
+                         if out_shardings else None, device=device_name, out_dir=out_dir, seed=seed, axis=axis,
+                         compiler=compiler)
     except (CaptureError, ValueError) as e:  # ValueError: an unknown --device
         fail(str(e))
     return res
