@@ -246,6 +246,33 @@ def adamw_logit_offset():
     return step, (params, state, x, y)
 
 
+def adafactor_logit_offset(seed: int = 29):
+    """Adafactor's first step on a classifier with a softmax-invariant logit offset (issue 29 item 2): the
+    offset's exact gradient is 0, its f32 value a 64-term sum that cancels below its own rounding, and
+    adafactor's ``v = g^2 + 1e-30; u = g / sqrt(v)`` turns that noise into an update of about +-lr."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    rng = np.random.default_rng(seed)
+    params = {"w": jnp.asarray(rng.standard_normal((32, 16)) * 0.3, jnp.float32), "offset": jnp.zeros(1, jnp.float32)}
+    opt = optax.adafactor(1e-2)
+    state = opt.init(params)
+    x = jnp.asarray(rng.standard_normal((64, 32)), jnp.float32)
+    y = jnp.asarray(rng.integers(0, 16, 64), jnp.int32)
+
+    def step(params, state, x, y):
+        def loss_fn(p):
+            logits = x @ p["w"] + p["offset"]
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+        grads = jax.grad(loss_fn)(params)
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates)
+
+    return step, (params, state, x, y)
+
+
 def equinox_rnn_chaotic():
     """An Elman RNN of equinox Linear layers, ``h = tanh(W h + U x)``, with gain 3 (chaotic) over 48 steps."""
     import equinox as eqx
@@ -317,7 +344,7 @@ def flax_odd_mlp():
 
 
 PROGRAMS = {f.__name__: f for f in (flax_odd_mlp, gpt2, bert, llama_bf16, gemma, mistral, mixtral, vit, resnet, adamw_step, flax_block,
-                                    equinox_gru_scan, equinox_mlp, adamw_logit_offset, equinox_rnn_chaotic,
+                                    equinox_gru_scan, equinox_mlp, adamw_logit_offset, adafactor_logit_offset, equinox_rnn_chaotic,
                                     flax_batchnorm_offset)}
 
 
