@@ -4,7 +4,7 @@ The same seven programs as ``../shared/corpus/spmd/`` (there for 2 devices), for
 ``python scripts/gen_spmd_programs.py --partitions 8``. Each is compiled by XLA deviceless for a topology of N
 H200s (``get_topology_desc(platform="cuda", topology="1x1xN")``, as ``../shared/tools/jax_gpu_hlo/`` does) and run by
 XLA:CPU over N host devices with the same shardings for the expected outputs, through :func:`fusegen.capture`
-(needs jax's CUDA plugin, ``pip install -e '.[gpu]'``; no GPU). Writes per program
+(needs jax's CUDA plugin, ``pip install -e '.[capture]'``; no GPU). Writes per program
 ``NAME.h200xN_opt.hlo`` (the per-partition module), ``NAME.h200xN.inputs.npz`` (global, seeded) and
 ``NAME.h200xN.expected.npz`` (global).
 """
