@@ -86,3 +86,22 @@ def test_capture_names_a_missing_function(tmp_path):
     script.write_text(PROGRAM)
     res = CliRunner().invoke(cli, ["capture", f"{script}:nope", "--args", "f32[4]", "-o", str(tmp_path)])
     assert res.exit_code == 2 and "no function 'nope'" in res.output
+
+
+def test_capture_command_with_fusegen_pipeline_then_run(tmp_path):
+    """``--compiler fusegen``: CPU jax lowers, fusegen's pipeline fuses; the files run against XLA:CPU's answer."""
+    pytest.importorskip("jax")
+    script = tmp_path / "prog.py"
+    script.write_text(PROGRAM)
+    out = tmp_path / "out"
+    res = CliRunner().invoke(cli, ["capture", f"{script}:megatron", "--args", "f32[8,16]", "--args", "f32[16,32]",
+                                   "--args", "f32[32,8]", "--compiler", "fusegen", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    base = out / "megatron.h200"
+    assert "fusion" not in (out / "megatron.h200.hlo").read_text()  # unoptimized: fusegen's pipeline fuses it
+    res = CliRunner().invoke(cli, ["run", str(out / "megatron.h200.hlo"), "--inputs", f"{base}.inputs.npz",
+                                   "--expected", f"{base}.expected.npz", "--no-compile", "--json", "--jobs", "1"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["status"] in ("ok", "drift") and {f["kind"] for f in doc["fusions"]} >= {"kTriton"}
+    assert all(o.get("kernel_vs_expected") is not None for o in doc["outputs"])
