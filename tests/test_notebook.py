@@ -236,3 +236,29 @@ def test_report_in_python_and_report_run_with_inputs_and_expected(captured, arra
     assert res.exit_code == 1, res.output  # written, and the known answer is a mismatch
     res = CliRunner().invoke(cli, ["report", str(files.hlo), "--inputs", str(files.inputs)])
     assert res.exit_code == 2 and "--inputs and --expected need --run" in res.output
+
+
+def test_progress_tqdm_draws_a_bar_per_task_or_says_how_to_get_tqdm(captured, monkeypatch, capsys):
+    from fusegen.api.progress import ProgressEvent, progress_sink
+
+    auto = pytest.importorskip("tqdm.auto")
+    closed = []
+
+    class Recorded(auto.tqdm):
+        def close(self):
+            closed.append((self.desc, self.n, self.total, self.postfix))
+            super().close()
+
+    monkeypatch.setattr(auto, "tqdm", Recorded)
+    sink = progress_sink("tqdm")
+    tid = sink.add_task("running fusions", total=3)
+    for name in ("a", "b", "c"):
+        sink.update(tid, advance=1, description=name)
+    sink.finish()
+    assert closed[0] == ("running fusions", 3, 3, "c")  # tqdm may close again when collected
+    assert "running fusions" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    with pytest.raises(ImportError, match=r"progress='tqdm' needs tqdm: pip install tqdm"):
+        progress_sink("tqdm")
+    assert ProgressEvent("t", 1, 2).finished is False

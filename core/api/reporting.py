@@ -31,12 +31,14 @@ class ReportResult:
         ok: no mismatch, no failed tuning, no plugin failure (the CLI's exit 0).
         errors: ``fusion %NAME: REASON`` of each fusion a plugin failed on.
         run: the :class:`~fusegen.api.RunResult` of ``run=True``, else None.
+        notes: warnings of reading or writing XLA's autotune results files (the CLI prints them).
     """
 
     html: str = attrs.field(repr=False)
     path: Path | None
     document: dict = attrs.field(repr=False)
     run: Any = attrs.field(default=None, repr=False, eq=False)
+    notes: tuple[str, ...] = attrs.field(default=(), repr=False, eq=False)
 
     @property
     def status(self) -> str:
@@ -136,12 +138,14 @@ def report(module: ModuleLike, *, output: str | Path | None = None, json_data: s
     prepare(modules, s, passes)
     phases["passes"] = time.perf_counter() - t0
     tuning: list = []
+    notes: tuple[str, ...] = ()
     if autotune:
         t0 = time.perf_counter()
         tuned = autotune_modules(modules, s, cache_dir=autotune_cache_dir, record_dir=record_dir,
                                  cost_model_top_k=cost_model_top_k, progress=progress)
         phases["autotune"] = time.perf_counter() - t0
         tuning = tuning_data.from_instruction_reports(list(tuned.tuned), tuned.scratch_bytes_window_us)
+        notes = tuned.notes
     elif record_dir is not None:
         tuning = tuning_data.from_record_dir(record_dir)
     ran = None
@@ -162,7 +166,7 @@ def report(module: ModuleLike, *, output: str | Path | None = None, json_data: s
         path.write_text(html, encoding="utf-8")
     if json_data is not None:
         Path(json_data).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
-    return ReportResult(html=html, path=path, document=doc, run=ran)
+    return ReportResult(html=html, path=path, document=doc, run=ran, notes=notes)
 
 
 def _given(value: Any) -> str | None:

@@ -82,6 +82,8 @@ def report(module_path, output_path, json_path, autotune, record_dir, top_k, aut
                           run=do_run, inputs=inputs_path, expected=expected_path, seed=seed, compile=not no_compile,
                           rtol=rtol, atol=atol, limits=limits, device=device, config=cfg,
                           passes=pipeline_passes(cfg), pm=default_plugin_manager(), progress=progress)
+    for note in res.notes:
+        click.echo(f"fusegen: warning: {note}", err=True)
     s = res.document["summary"]
     click.echo(f"wrote {output_path} ({s['fusions']} fusions, {len(s['host_fallbacks'])} on the host, "
                f"{len(res.document['tuning'])} tuned instructions, {len(res.html) / 1e6:.1f} MB)", err=True)
