@@ -146,6 +146,14 @@ class CodegenBackend(abc.ABC):
     #: Set by fusegen before the autotuner asks the backend anything: the registering plugin's
     #: :class:`fusegen.plugin_context.PluginContext` (device, settings); None in a compile worker.
     context: Any = None
+    #: The backend produces kernels (or library calls) for the GPU. ``False``: it runs instructions on the host
+    #: (fusegen's ``host``, the reference evaluator): it is the CPU's execution path, never an XLA:GPU backend, so
+    #: it is never a tuning candidate for a GPU device key.
+    targets_gpu: bool = True
+    #: ``fusegen.perf`` reads this backend's configs from the backend config :meth:`apply_config` writes
+    #: (``triton_gemm_config`` / ``block_level_fusion_config``, as the built-in Triton backend does): configs it
+    #: gives no :meth:`estimate_seconds` for are estimated by fusegen's model on a copy of the instruction.
+    modelled_by_fusegen: bool = False
 
     def can_produce_wrong_results(self) -> bool:
         """Whether outputs of this backend are untrusted during correctness clustering.
@@ -202,7 +210,18 @@ class CodegenBackend(abc.ABC):
         return 0
 
     def estimate_seconds(self, instr: "Instruction", config: Config, device: Any) -> float | None:
-        """Optional cost-model estimate for ``config`` (seconds); ``None`` lets the roofline decide."""
+        """This backend's own estimate of ``config``'s run time of ``instr`` on ``device`` (seconds), or ``None``.
+
+        The estimate hook (see docs/plugins.md). Tuning without the target GPU ranks candidates by estimate
+        (:mod:`fusegen.autotuning.cost_model`): a float here is used as is and recorded as estimated by
+        ``backend:<name>``; ``None`` falls back to ``fusegen.perf`` when :attr:`modelled_by_fusegen`, else the
+        config has *no estimate*. Configs without an estimate are never crowded out: they rank after the estimated
+        ones when nothing is timed, and are timed beside (not instead of) the cost model's top ``k`` when timing.
+
+        Args:
+            instr: the instruction being tuned (do not modify it); config: one of :meth:`get_supported_configs`'s;
+            device: a :class:`fusegen.device.DeviceDescription`.
+        """
         return None
 
     # -- worker-process support -------------------------------------------------------------

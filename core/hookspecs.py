@@ -97,6 +97,13 @@ def fusegen_codegen_backends():
         block-level 600; host 1000), then plugin order. Backend names are owned: a plugin registering a
         taken one without ``replaces = "<name>"`` on the class is quarantined. fusegen sets each backend's
         ``context`` (:class:`fusegen.plugin_context.PluginContext`).
+
+        The estimate hook is the method ``CodegenBackend.estimate_seconds(instr, config, device) -> float | None``:
+        without the target GPU candidates are ranked by estimate; a backend's own estimate is used as is, ``None``
+        falls back to ``fusegen.perf`` for a backend with ``modelled_by_fusegen = True``, else the config has no
+        estimate and ranks after the estimated ones (or, when timing, is timed beside the cost model's top k,
+        never instead of them). A backend with ``targets_gpu = False`` (the host) is never a candidate for a GPU
+        device key.
     """
 
 

@@ -504,8 +504,12 @@ def test_cost_model_prefers_larger_tiles_for_a_large_gemm():
     e_big = cost_model.estimate_seconds(f, big.values, dev)
     # 16x16 tiles re-read A 256 times and B 256 times: memory bound, far slower than 128x128 tiles.
     assert e_small > 4 * e_big
-    kept, est = cost_model.rank_configs(f, [small, big], {}, dev, top_k=1)
+    kept, est = cost_model.rank_configs(f, [small, big], {"t": FakeGemmBackend()}, dev, top_k=1)
     assert kept == [big] and set(est) == {small.name, big.name}
+    assert est[big.name].model == "fusegen.perf" and est[big.name].seconds == e_big
+    # a backend fusegen cannot read and that gives no estimate of its own: no estimate, never crowding out
+    kept, est = cost_model.rank_configs(f, [small, big], {}, dev, top_k=1)
+    assert kept == [small] and est[small.name].seconds is None
 
 
 def test_cost_model_top_k_limits_compiles():
@@ -517,10 +521,12 @@ def test_cost_model_top_k_limits_compiles():
     with tuner([b], cost_model_top_k=2) as t:
         rep = t.tune_instruction(f)
         assert t.compiles == 2 and rep.configs == 2
-        _, est = cost_model.rank_configs(f, b.get_supported_configs(f), {}, t.device, top_k=0)
-    worst = max(est, key=est.get)
-    # 256^3 on 132 SMs: 64x64 tiles give 16 programs (one partial wave), the worst estimate; it is not compiled.
-    assert worst == "fake_triton:block_k=32,block_m=64,block_n=64"
+        _, est = cost_model.rank_configs(f, b.get_supported_configs(f), {b.name: b}, t.device, top_k=0)
+    worst = max(est, key=lambda n: est[n].seconds)
+    # XLA's dot cost model: block_k=16 makes 16 main-loop steps, each (one stage) paying the 1.8 µs latency tax
+    # in series: the worst estimate; it is not compiled.
+    assert worst == "fake_triton:block_k=16,block_m=16,block_n=16"
+    assert est[worst].seconds > 16 * 1.8e-6
     assert sorted(r.name for r in rep.results) == sorted(n for n in est if n != worst)
 
 

@@ -151,8 +151,11 @@ def test_errors_are_exceptions_naming_what_is_wrong(tmp_path):
 
 def test_tune_without_tunable_instructions_and_its_json_keys():
     res = fusegen.tune(EXAMPLE, workers=0)
-    assert res.ok and res.instructions == () and set(res.to_json()) == {"module", "modules", "instructions", "cache"}
+    assert res.ok and res.instructions == ()
+    assert set(res.to_json()) == {"module", "modules", "instructions", "cache", "timing", "note"}
     assert res.module.endswith("gpu_multi_output.h100_opt.hlo")
+    # nothing to tune says why, naming the library's spelling of the CLI's --retune
+    assert res.note.startswith("nothing to tune") and "retune=True" in res.note and res.to_json()["note"] == res.note
 
 
 def test_import_fusegen_stays_light():

@@ -96,7 +96,7 @@ def test_cli_shards_cover_the_corpus_modules(tmp_path, corpus):
     cache = tmp_path / "cache"
     seen, count, unique = [], 0, None
     for k in range(3):
-        res = CliRunner().invoke(tune, [*mods, "--retune", "--backends", "host", "--shard", f"{k}/3", "--json",
+        res = CliRunner().invoke(tune, [*mods, "--retune", "--backends", "triton", "--shard", f"{k}/3", "--json",
                                         "--cache-dir", str(cache)])
         assert res.exit_code == 0, res.output[-2000:]
         doc = json.loads(res.stdout)
@@ -107,7 +107,8 @@ def test_cli_shards_cover_the_corpus_modules(tmp_path, corpus):
         assert {r["key"] for r in doc["instructions"]} == set(doc["shard"]["keys"])
     # gpt12's 73 GEMM fusions (7 shapes), the MLP GEMM, a cuBLASLt call and a cuDNN convolution: 10 unique keys.
     assert unique == 10 and len(seen) == len(set(seen)) == 10 and count == 73 + 3
-    # Host-only retuning caches the 8 GEMM fusions; the library calls keep their configs (nothing to tune here).
+    # Retuning with Triton (ranked by estimate: no GPU) caches the 8 GEMM fusions; the library calls keep their
+    # configs (nothing to tune here).
     assert len(DirectoryTier(cache).files()) == 8
     bad = CliRunner().invoke(tune, [mods[0], "--shard", "3/3"])
     assert bad.exit_code == 2 and "K must be in 0..2" in bad.output

@@ -30,6 +30,10 @@ class TuneResult:
         extra: the keys a shard (``shard``), a Ray run (``cluster``) or XLA's results files
             (``xla_results_loaded``, ``xla_results_dumped``) add to the document; also attributes.
         notes: warnings of reading or writing XLA's results files (the CLI prints them).
+        timing: how candidates were timed: ``measure`` (CUDA events on the GPU), ``estimate`` (ranked by the H200
+            performance model: no GPU) or ``cpu`` (Triton's interpreter, on request); each instruction's ``source``
+            says where its figure came from.
+        note: why nothing was tuned (``""`` when something was), naming ``retune=True``.
     """
 
     module: str
@@ -39,6 +43,8 @@ class TuneResult:
     tuned_modules: tuple = attrs.field(default=(), repr=False, eq=False)
     extra: dict = attrs.field(factory=dict, repr=False, eq=False)
     notes: tuple[str, ...] = attrs.field(default=(), repr=False, eq=False)
+    timing: str = "measure"
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -51,8 +57,12 @@ class TuneResult:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def to_json(self) -> dict:
-        return {"module": self.module, "modules": list(self.modules),
-                "instructions": [r.to_json() for r in self.instructions], "cache": dict(self.cache), **self.extra}
+        out = {"module": self.module, "modules": list(self.modules),
+               "instructions": [r.to_json() for r in self.instructions], "cache": dict(self.cache),
+               "timing": self.timing, **self.extra}
+        if self.note:
+            out["note"] = self.note
+        return out
 
     def to_dataframe(self) -> Any:
         """One row per tuned instruction (``name``, ``step``, ``winner``, ``duration_us``, ...).
@@ -109,7 +119,8 @@ def dump_xla_results(tuner: Any, debug_options: Any) -> tuple[dict, list[str]]:
     from fusegen.cache.xla_results import dump_from
 
     rep = dump_from(tuner, path)
-    return {"xla_results_dumped": {"file": path, "results": rep.results, "skipped": rep.skipped}}, list(rep.notes)
+    return {"xla_results_dumped": {"file": path, "results": rep.results, "skipped": rep.skipped,
+                                   "estimates_left_out": rep.estimates_left_out}}, list(rep.notes)
 
 
 def tune_options(debug_options: Any, **overrides: Any) -> Any:
@@ -140,9 +151,11 @@ def codegen_backends(pm: Any = None) -> list:
 
 
 def autotune_modules(modules: list, s: Any, *, cache_dir: str | None = None, record_dir: str | None = None,
-                     cost_model_top_k: int | None = None, progress: Any = None) -> AutotuneRun:
+                     cost_model_top_k: int | None = None, progress: Any = None,
+                     measure_on_cpu: bool = False) -> AutotuneRun:
     """Tune every tunable instruction of ``modules`` (also those that carry a config, as ``run --autotune``)
-    in place, with XLA's results files around it.
+    in place, with XLA's results files around it. Without a GPU candidates are ranked by the H200 performance
+    model unless ``measure_on_cpu``.
 
     Raises:
         fusegen.autotuning.selection.AutotuneError, OSError (cache or record directory), PluginError,
@@ -151,7 +164,8 @@ def autotune_modules(modules: list, s: Any, *, cache_dir: str | None = None, rec
     from fusegen.autotuning.autotuner import Autotuner
 
     options = tune_options(s.config.debug_options, retune_configured=True,
-                           xla_gpu_per_fusion_autotune_cache_dir=cache_dir, cost_model_top_k=cost_model_top_k)
+                           xla_gpu_per_fusion_autotune_cache_dir=cache_dir, cost_model_top_k=cost_model_top_k,
+                           measure_on_cpu=bool(measure_on_cpu))
     sink = progress_sink(progress)
     tuner = Autotuner(codegen_backends(s.pm), options, s.device, record_dir=record_dir, progress=sink)
     tuned = []
@@ -201,10 +215,16 @@ def tune(module: ModuleLike, *, backends: str | None = None, level: int | None =
          cache_mode: str | None = None, retune: bool = False, workers: int | None = 0,
          cost_model_top_k: int | None = None, record_dir: str | None = None, compile_timeout: float | None = None,
          shard: str | tuple[int, int] | None = None, cluster: str | None = None, ray_num_cpus: int | None = None,
+         measure_on_cpu: bool = False, remeasure_estimates: bool = True,
          device: Any = None, config: Any = None, xla_flags: Sequence[str] = (), passes: Sequence[str] | None = None,
          pm: Any = None, progress: Any = None, _kill_worker_once: str | None = None) -> TuneResult:
     """Autotune every instruction that needs a config with the plugins' codegen backends (``fusegen tune``);
     the winners are applied to the modules' backend configs in place.
+
+    Without a GPU the candidates are ranked by the H200 performance model (``fusegen.perf``) and every result says
+    so (``TuneResult.timing``, each instruction's ``source``); the host backend is never a candidate for a GPU
+    device key. A module whose instructions all carry a config (an XLA-optimized module) tunes nothing unless
+    ``retune=True``: the result's ``note`` says so.
 
     Args:
         module: a Module, a list of them, a path or HLO text, or a :class:`~fusegen.api.Captured`.
@@ -218,6 +238,9 @@ def tune(module: ModuleLike, *, backends: str | None = None, level: int | None =
         cluster: ``"ray"`` (a local instance of ``ray_num_cpus`` CPUs) or ``"ray://ADDRESS"``; extra
             ``distributed``.
         progress: ``None``, ``"tqdm"`` or a callable taking a :class:`~fusegen.api.progress.ProgressEvent`.
+        measure_on_cpu: without a GPU, time candidates in Triton's interpreter (``--measure-on-cpu``).
+        remeasure_estimates: on a GPU, re-measure cached figures that are not GPU measurements (``False``:
+            ``--no-remeasure``).
 
     Raises:
         fusegen.autotuning.selection.AutotuneError; ValueError (bad options, no codegen backend, both ``shard``
@@ -241,7 +264,8 @@ def tune(module: ModuleLike, *, backends: str | None = None, level: int | None =
                            xla_gpu_experimental_autotune_cache_mode=cache_mode.upper() if cache_mode else None,
                            xla_gpu_autotune_level=level, xla_gpu_experimental_autotune_backends=backends,
                            compile_workers=workers, cost_model_top_k=cost_model_top_k,
-                           retune_configured=True if retune else None, compile_timeout_s=compile_timeout)
+                           retune_configured=True if retune else None, compile_timeout_s=compile_timeout,
+                           measure_on_cpu=bool(measure_on_cpu), remeasure_estimates=bool(remeasure_estimates))
     prepare(modules, s, passes)  # an unoptimized module is fused first, as `run` does
     found = codegen_backends(s.pm)
     sink = progress_sink(progress)
@@ -256,6 +280,9 @@ def tune(module: ModuleLike, *, backends: str | None = None, level: int | None =
         stats = dict(tuner.cache.stats)
     if sink is not None:
         sink.finish()
+    from fusegen.autotuning.instructions import nothing_to_tune_note
+
     names = tuple(str(m.filename or m.name) for m in modules)
     return TuneResult(module=names[0], modules=names, instructions=tuple(reports), cache=stats,
-                      tuned_modules=tuple(modules), extra=extra, notes=tuple(notes + more))
+                      tuned_modules=tuple(modules), extra=extra, notes=tuple(notes + more), timing=tuner.timing,
+                      note="" if reports else nothing_to_tune_note(bool(retune)))

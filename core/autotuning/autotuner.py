@@ -8,7 +8,8 @@ order:
    with a warning;
 2. ``xla_gpu_require_complete_aot_autotune_results``: a miss is ``NotFound``
    ``"No cached config found for HLO instr: <instr>"``;
-3. optional cost model (fusegen; ``cost_model_top_k``): roofline ranking, keep the best ``k``;
+3. optional cost model (fusegen; ``cost_model_top_k``): keep the best ``k`` estimated configs and up to ``k``
+   without an estimate (:mod:`fusegen.autotuning.cost_model`);
 4. ``xla_gpu_autotune_level=0``: the first supported config that compiles, else the first backend
    default config;
 5. tune: the supported configs of every selected backend (``xla_gpu_experimental_autotune_backends``,
@@ -16,6 +17,14 @@ order:
    without compiling; else compile all in worker processes; none compiled -> ``Internal "No candidates
    could be compiled."``; one -> used; else ``ConfigRunner.profile_all`` + ``pick_best_config``.
    Levels 1-3 profile without buffer init, red zones or correctness; level >= 4 with all three.
+
+**Without the target GPU** (fusegen): nothing is timed unless asked. The compiled candidates are ranked by
+their estimates (``fusegen.perf`` or the backend's own) and ``pick_best_config`` runs on those; a config
+without an estimate is only chosen when no config has one (then the first that compiled, as level 0 does).
+``measure_on_cpu`` times them in Triton's interpreter instead, recorded as CPU time. A backend that runs on the
+host (``targets_gpu = False``) is never a candidate for the GPU device key. Every result records its
+:class:`~fusegen.cache.provenance.Source`; on a GPU a cached entry that is not a GPU measurement is a hint: the
+instruction is re-measured (``remeasure_estimates``).
 
 The winner is written into the instruction's backend config by its backend (``apply_config``) and the
 result inserted into the cache (tuned results only, as XLA).
@@ -40,6 +49,7 @@ from fusegen.autotuning.profiler import Profiler, default_profiler
 from fusegen.autotuning.supervised import ProfileSupervisor
 from fusegen.autotuning.selection import (AutotuneError, Failure, FailureKind,
                                           ProfileResult, pick_best_config)
+from fusegen.cache import provenance
 from fusegen.cache.format import CacheEntry, TuneResult
 from fusegen.cache.key import CacheKey, make_key
 from fusegen.cache.tiers import TieredCache
@@ -53,7 +63,8 @@ log = logging.getLogger("fusegen.autotuning")
 from fusegen.autotuning.instructions import (InstructionReport, describe, needs_config,  # noqa: E402,F401
                                             summary_table, tunable_instructions)
 from fusegen.autotuning.options import (CPU_DEFAULT_TOP_K, RESULT_CHANGING, AutotuneOptions,  # noqa: E402,F401
-                                       default_top_k, discover_backends, select_backends)
+                                       default_top_k, discover_backends, for_device, select_backends, timing_mode,
+                                       without_names)
 
 
 # --------------------------------------------------------------------------------------------
@@ -83,15 +94,22 @@ class Autotuner:
         if dup:
             raise ValueError(f"two codegen backends share the name(s) {', '.join(sorted(dup))}")
         self.all_backends = list(backends)
-        self.backends = select_backends(backends, self.options.xla_gpu_experimental_autotune_backends)
-        self.by_name = {b.name: b for b in self.all_backends}
         if device is None:
             from fusegen.device import DEFAULT_DEVICE
 
             device = DEFAULT_DEVICE
         self.device = device
+        spec = self.options.xla_gpu_experimental_autotune_backends
+        usable = for_device(backends, device, spec)
+        #: backends registered but never candidates for this device key (the host, on a GPU key)
+        self.excluded = {b.name for b in self.all_backends} - {b.name for b in usable}
+        self.backends = select_backends(usable, without_names(spec, self.excluded))
+        self.by_name = {b.name: b for b in self.all_backends}
+        #: how candidates are timed: "measure" (GPU), "estimate" (no timing) or "cpu" (interpreter wall time)
+        self.timing = timing_mode(profiler, self.options.measure_on_cpu)
         if self.options.cost_model_top_k is None:
-            self.options = attrs.evolve(self.options, cost_model_top_k=default_top_k(profiler, device))
+            self.options = attrs.evolve(self.options, cost_model_top_k=default_top_k(
+                profiler, device, self.options.measure_on_cpu))
         if self.options.cost_model_top_k > 0 and not hasattr(device, "memory_bandwidth"):
             raise ValueError("cost_model_top_k needs a device description (fusegen.device), not a model string")
         self.cache = cache if cache is not None else TieredCache(
@@ -243,21 +261,45 @@ class Autotuner:
         if self.progress is not None and getattr(self, "_task", None) is not None:
             self.progress.update(self._task, description=text)
 
+    def _usable_cached(self, instr: "Instruction", entry: CacheEntry, rep: InstructionReport) -> bool:
+        """Whether a cached entry is applied as it is (else the instruction is tuned again; nothing is deleted)."""
+        cfg, src = entry.result.config, entry.result.source
+        if cfg.backend in self.excluded:
+            warnings.warn(f"cached config {cfg.name} for %{instr.name} is the {cfg.backend!r} backend, which runs on "
+                          f"the CPU and is not an XLA:GPU backend; tuning %{instr.name} again", RuntimeWarning,
+                          stacklevel=4)
+            return False
+        if cfg.backend not in self.by_name:
+            warnings.warn(f"cached config {cfg.name} for %{instr.name} names backend {cfg.backend!r}, which "
+                          f"is not registered; ignoring it", RuntimeWarning, stacklevel=4)
+            return False
+        if src.is_measurement or src.kind == "untimed":
+            return True
+        if self.timing == "measure":  # on the GPU anything but a GPU measurement is a hint
+            if self.options.remeasure_estimates:
+                rep.hint = f"{cfg.name} ({src.label})"
+                return False
+            return True
+        if src.kind == "unknown" or (src.kind == "estimated" and src.model == "fusegen.perf" and
+                                     src.model_version != _model_version()):
+            # without the GPU: a format-1 entry (an interpreter time taken for the GPU's) or an older model's estimate
+            # is estimated again; an estimate of today's model, or CPU time asked for, is applied
+            rep.hint = f"{cfg.name} ({src.label})"
+            return False
+        return True
+
     def _tune(self, instr: "Instruction", key: CacheKey, rep: InstructionReport) -> None:
         opts = self.options
         # 1. cache
         entry, where = self.cache.lookup(key, validate=lambda e: self._validate(instr, e))
-        if entry is not None:
+        if entry is not None and self._usable_cached(instr, entry, rep):
             cfg = entry.result.config
-            if cfg.backend not in self.by_name:
-                warnings.warn(f"cached config {cfg.name} for %{instr.name} names backend {cfg.backend!r}, which "
-                              f"is not registered; ignoring it", RuntimeWarning, stacklevel=3)
-            else:
-                self._apply(instr, cfg)
-                rep.cache, rep.step, rep.winner = where, "cache", cfg.name
-                rep.duration_us, rep.scratch_bytes = entry.result.duration_us, entry.result.scratch_bytes
-                rep.configs, rep.failures = entry.result.candidates, dict(entry.result.failures)
-                return
+            self._apply(instr, cfg)
+            rep.cache, rep.step, rep.winner = where, "cache", cfg.name
+            rep.duration_us, rep.scratch_bytes = entry.result.duration_us, entry.result.scratch_bytes
+            rep.configs, rep.failures = entry.result.candidates, dict(entry.result.failures)
+            rep.source = entry.result.source.to_json()
+            return
         rep.cache = "miss"
         # 2. ahead-of-time results required
         if opts.xla_gpu_require_complete_aot_autotune_results:
@@ -265,8 +307,10 @@ class Autotuner:
         configs = self.supported_configs(instr)
         rep.supported = len(configs)
         # 3. cost model
+        estimates: dict = {}
         if opts.cost_model_top_k > 0 and configs:
-            configs, _ = cost_model.rank_configs(instr, configs, self.by_name, self.device, opts.cost_model_top_k)
+            configs, estimates = cost_model.rank_configs(instr, configs, self.by_name, self.device,
+                                                         opts.cost_model_top_k)
         rep.configs = len(configs)
         # 4. no tuning
         if not opts.allow_autotuning:
@@ -281,7 +325,11 @@ class Autotuner:
         if not configs:
             raise AutotuneError(f"No supported configs found for HLO: {describe(instr)}", code="NotFound")
         if len(configs) == 1:
-            self._finish(instr, key, rep, configs[0], "single-config", None)
+            self._finish(instr, key, rep, configs[0], "single-config", None,
+                         provenance.untimed("the only supported config"))
+            return
+        if self.timing == "estimate":
+            self._select_by_estimate(instr, key, rep, configs, estimates)
             return
         self._status(f"compiling %{instr.name}: {len(configs)} configs")
         self._compiled_now = 0
@@ -304,7 +352,8 @@ class Autotuner:
             rep.results = compile_failed
             raise AutotuneError("No candidates could be compiled." + _failure_lines(compile_failed), code="Internal")
         if len(cands) == 1:
-            self._finish(instr, key, rep, cands[0].config, "single-compiled", None)
+            self._finish(instr, key, rep, cands[0].config, "single-compiled", None,
+                         provenance.untimed("the only config that compiled"))
             return
         self._status(f"profiling %{instr.name}: {len(cands)} candidates")
         runner = ConfigRunner(
@@ -321,19 +370,85 @@ class Autotuner:
             from fusegen.autotuning.replay import write_record
 
             write_record(self.record_dir, instr.name, key.digest, results, window_us=opts.scratch_bytes_window_us,
-                         rtol=opts.xla_gpu_autotune_gemm_rtol, check_correctness=opts.check_correctness)
+                         rtol=opts.xla_gpu_autotune_gemm_rtol, check_correctness=opts.check_correctness,
+                         source=self.measurement_source())
         sel = pick_best_config(results, opts.scratch_bytes_window_us)
         rep.tie_break = sel.tie_break
-        self._finish(instr, key, rep, sel.result.config, "tuned", sel.result)
+        self._finish(instr, key, rep, sel.result.config, "tuned", sel.result, self.measurement_source())
+
+    def measurement_source(self) -> "provenance.Source":
+        """What this tuner's timed figures are: a GPU measurement on the device, or CPU wall time."""
+        if self.timing == "measure":
+            return provenance.measured(getattr(self.device, "model", "") or str(self.device),
+                                       getattr(self.profiler, "name", "") or "cuda-events")
+        return provenance.cpu_interpreter(getattr(self._profiler, "name", "") or "cpu-wall-time")
+
+    def _select_by_estimate(self, instr: "Instruction", key: CacheKey, rep: InstructionReport,
+                            configs: Sequence[Config], estimates: dict) -> None:
+        """Without the GPU: ``pick_best_config`` over every config's estimate (µs); the pick is compiled, and a pick
+        that does not compile is dropped and the next picked (so usually one compile). A config without an
+        estimate is only chosen when no config has one: then the first that compiles, in preference order."""
+        opts = self.options
+        results: dict[str, ProfileResult] = {}
+        models: dict[str, str] = {}
+        unestimated: list[Config] = []
+        for c in configs:
+            b = self.by_name[c.backend]
+            e = estimates.get(c.name) or cost_model.estimate_config(instr, c, b, self.device)
+            if e.seconds is None:
+                unestimated.append(c)
+                continue
+            models[c.name] = e.model
+            results[c.name] = ProfileResult(c.name, e.seconds * 1e6, int(b.scratch_bytes(c)), None,
+                                            not b.can_produce_wrong_results(), c)
+        device = getattr(self.device, "model", "") or str(self.device)
+        failed: list[ProfileResult] = []
+        t0 = time.perf_counter()
+        chosen: ProfileResult | None = None
+        tie = False
+        while results and chosen is None:
+            sel = pick_best_config(list(results.values()), opts.scratch_bytes_window_us)
+            o = self.compile_configs(instr, [sel.result.config], parallel=False)[0]
+            if o.ok:
+                chosen, tie = sel.result, sel.tie_break
+            else:
+                r = results.pop(sel.result.name)
+                r.failure = Failure(FailureKind.COMPILATION_FAILED, o.error or "")
+                failed.append(r)
+        rep.compile_seconds = time.perf_counter() - t0
+        rep.failures = dict(collections.Counter(r.failure.kind.name for r in failed))
+        if chosen is None:
+            for c in unestimated:  # nothing estimated (or nothing estimated compiles): the first that compiles
+                o = self.compile_configs(instr, [c], parallel=False)[0]
+                if o.ok:
+                    rep.compiled, rep.results = 1, _merge_in_config_order(configs, failed, [])
+                    self._finish(instr, key, rep, c, "first-compilable", None, provenance.untimed(
+                        "no config has an estimate and nothing is timed without the GPU: the first that compiled"))
+                    return
+                failed.append(ProfileResult(c.name, failure=Failure(FailureKind.COMPILATION_FAILED, o.error or ""),
+                                            config=c, scratch_bytes=int(self.by_name[c.backend].scratch_bytes(c))))
+            rep.results = _merge_in_config_order(configs, failed, [])
+            rep.failures = dict(collections.Counter(r.failure.kind.name for r in failed))
+            raise AutotuneError("No candidates could be compiled." + _failure_lines(failed), code="Internal")
+        rep.compiled, rep.tie_break = 1, tie
+        rep.results = _merge_in_config_order(configs, list(results.values()), failed)
+        src = provenance.estimated(device, models[chosen.name])
+        if self.record_dir is not None:
+            from fusegen.autotuning.replay import write_record
+
+            write_record(self.record_dir, instr.name, key.digest, rep.results, window_us=opts.scratch_bytes_window_us,
+                         rtol=opts.xla_gpu_autotune_gemm_rtol, check_correctness=False, source=src)
+        self._finish(instr, key, rep, chosen.config, "tuned", chosen, src)
 
     def _finish(self, instr: "Instruction", key: CacheKey, rep: InstructionReport, config: Config, step: str,
-                result: ProfileResult | None) -> None:
+                result: ProfileResult | None, source: "provenance.Source") -> None:
         self._apply(instr, config)
         b = self.by_name[config.backend]
         rep.step, rep.winner = step, config.name
         rep.duration_us = result.duration_us if result is not None else None
         rep.scratch_bytes = result.scratch_bytes if result is not None else int(b.scratch_bytes(config))
-        tr = TuneResult(config, b.version, rep.duration_us, rep.scratch_bytes, rep.configs, dict(rep.failures))
+        rep.source = source.to_json()
+        tr = TuneResult(config, b.version, rep.duration_us, rep.scratch_bytes, rep.configs, dict(rep.failures), source)
         self.cache.insert(CacheEntry(key, tr))
 
     def _first_compilable(self, instr: "Instruction", configs: Sequence[Config], rep: InstructionReport) -> None:
@@ -397,6 +512,12 @@ class Autotuner:
                 f"Failed to get configs for: {len(failed)} out of {len(instrs)} instructions. See logs for all "
                 f"failures. Example failure: \n%{failed[0].name}: {failed[0].error}", code="Internal")
         return reports
+
+
+def _model_version() -> int:
+    from fusegen.perf import MODEL_VERSION
+
+    return MODEL_VERSION
 
 
 def _failure_lines(results: Sequence[ProfileResult]) -> str:

@@ -1,57 +1,44 @@
-"""An optional roofline cost model that ranks configs before compiling (beyond today's XLA).
+"""Estimating each candidate config without the target GPU, and ranking by it (fusegen's cost model step).
 
-XLA's current ``ConfigAssigner`` has no cost-model step; a cost model only filters Triton dot configs
-when ``xla_gpu_experimental_cost_model_gemm_tiling_options`` is set (``autotuner/triton.cc:167-180``).
-fusegen offers it as a step for every instruction: each config gets an estimate
+XLA's ``ConfigAssigner`` has no cost-model step; a cost model only filters Triton dot configs when
+``xla_gpu_experimental_cost_model_gemm_tiling_options`` is set (``autotuner/triton.cc:167-180``, with the dot
+fusion cost model). fusegen estimates every config of every instruction:
 
-    max(bytes moved / memory bandwidth, padded flops / (peak flops * wave efficiency))
+1. the backend's own estimate (:meth:`fusegen.codegen_backend.CodegenBackend.estimate_seconds`), recorded as
+   ``backend:<name>``;
+2. else, for a backend :attr:`~fusegen.codegen_backend.CodegenBackend.modelled_by_fusegen` (the built-in Triton
+   backend), ``fusegen.perf`` on a copy of the instruction with the config applied (the tiled model reads the
+   config's tiles);
+3. else the config has **no estimate**.
 
-and, when enabled (``AutotuneOptions.cost_model_top_k > 0``), only the best ``k`` are compiled.
-
-For a dot (the instruction, or the dot inside a fusion) with tiling values ``block_m``/``block_n``/
-``block_k`` the estimate counts the operand re-reads of the tiling (each LHS tile row is read once
-per N tile, each RHS column once per M tile), the padding of partial tiles, and wave quantisation
-(``ceil(tiles / cores)`` waves). Without tiling values the instruction's own bytes and flops are used,
-which ranks all configs of that instruction equally. A backend can override the estimate with
-``CodegenBackend.estimate_seconds``.
+:func:`rank_configs` is used two ways: without any timing (the default on a machine without the GPU) the
+estimates pick the winner, and configs without one rank after every estimated config; with timing and
+``cost_model_top_k > 0`` the best ``k`` estimated configs are timed *and* up to ``k`` configs without an
+estimate beside them, so a backend without an estimate can never crowd the estimated configs out, nor be
+crowded out itself (issue 30: "ranked after the estimated ones, or timed beside them, never instead of them").
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import TYPE_CHECKING, Any, Sequence
 
 import attrs
 
-from fusegen.perf.fusion_model import shape_bytes as _bytes
 
 if TYPE_CHECKING:  # pragma: no cover
     from fusegen.codegen_backend import CodegenBackend, Config
-    from fusegen.hlo.ir import Instruction, Shape
+    from fusegen.hlo.ir import Instruction
 
 
 @attrs.frozen
-class DeviceCaps:
-    """What the roofline needs (bytes/s, flop/s, SM count)."""
+class ConfigEstimate:
+    """One config's estimate: ``seconds`` (``None``: no estimate) and who made it (``fusegen.perf`` or
+    ``backend:<name>``; ``""`` when none)."""
 
-    bandwidth: float
-    peak_flops: float
-    cores: int
-
-    @classmethod
-    def of(cls, device: Any) -> "DeviceCaps":
-        """From a :class:`fusegen.device.DeviceDescription` (FP32 FMA peak: cores * fpus * 2 * clock).
-
-        Raises:
-            ValueError: ``device`` is not a device description (e.g. only a model string).
-        """
-        if not hasattr(device, "memory_bandwidth"):
-            raise ValueError(f"the cost model needs a device description (bandwidth, cores, clock), got {device!r}")
-        bw = float(getattr(device, "memory_bandwidth", 0) or 1e12)
-        cores = int(getattr(device, "core_count", 0) or 1)
-        fpus = int(getattr(device, "fpus_per_core", 0) or 64)
-        clock = float(getattr(device, "clock_rate_ghz", 0) or 1.0)
-        return cls(bw, cores * fpus * 2 * clock * 1e9, cores)
+    seconds: float | None
+    model: str = ""
 
 
 def find_dot(instr: "Instruction") -> "Instruction | None":
@@ -66,67 +53,81 @@ def find_dot(instr: "Instruction") -> "Instruction | None":
     return None
 
 
-@attrs.frozen
-class DotDims:
-    batch: int
-    m: int
-    n: int
-    k: int
-    in_bits: int
+def _with_config(instr: "Instruction", config: "Config", backend: "CodegenBackend") -> "Instruction":
+    clone = copy.copy(instr)
+    clone.attrs = dict(instr.attrs)
+    backend.apply_config(clone, config)
+    return clone
 
 
-def dot_dims(dot: "Instruction") -> DotDims:
-    from fusegen.hlo.dtypes import bit_width
+def estimate_config(instr: "Instruction", config: "Config", backend: "CodegenBackend | None",
+                    device: Any) -> ConfigEstimate:
+    """The estimate of ``config`` for ``instr`` on ``device`` (see the module docstring).
 
-    lhs, rhs = dot.operands[0].shape, dot.operands[1].shape
-    lc = tuple(dot.attrs.get("lhs_contracting_dims", ()))
-    rc = tuple(dot.attrs.get("rhs_contracting_dims", ()))
-    lb = tuple(dot.attrs.get("lhs_batch_dims", ()))
-    rb = tuple(dot.attrs.get("rhs_batch_dims", ()))
-    prod = lambda dims, sh: math.prod(sh.dimensions[d] for d in dims)  # noqa: E731
-    m = prod([d for d in range(lhs.rank) if d not in lc and d not in lb], lhs)
-    n = prod([d for d in range(rhs.rank) if d not in rc and d not in rb], rhs)
-    return DotDims(prod(lb, lhs), m, n, prod(lc, lhs), max(bit_width(lhs.element_type), bit_width(rhs.element_type)))
+    A backend whose hook raises, or whose config fusegen's model cannot read, gives no estimate (logged at
+    DEBUG); nothing here raises for a bad config.
+    """
+    import logging
+
+    log = logging.getLogger("fusegen.autotuning")
+    if backend is None:
+        return ConfigEstimate(None)
+    try:
+        own = backend.estimate_seconds(instr, config, device)
+    except Exception as e:  # noqa: BLE001 - a plugin's hook: its failure means "no estimate"
+        log.debug("backend %s: estimate_seconds failed for %s: %s", backend.name, config.name, e)
+        own = None
+    if own is not None:
+        try:
+            v = float(own)
+        except (TypeError, ValueError):
+            v = math.nan
+        if math.isfinite(v) and v >= 0:
+            return ConfigEstimate(v, f"backend:{backend.name}")
+        log.debug("backend %s: estimate_seconds gave %r for %s; ignored", backend.name, own, config.name)
+    if not getattr(backend, "modelled_by_fusegen", False) or not hasattr(device, "memory_bandwidth"):
+        return ConfigEstimate(None)
+    from fusegen.perf import estimate_fusion
+
+    try:
+        est = estimate_fusion(_with_config(instr, config, backend), device)
+    except Exception as e:  # noqa: BLE001 - an unreadable config has no estimate
+        log.debug("fusegen.perf cannot estimate %s for %%%s: %s", config.name, instr.name, e)
+        return ConfigEstimate(None)
+    return ConfigEstimate(est.seconds, "fusegen.perf")
 
 
 def estimate_seconds(instr: "Instruction", values: dict, device: Any) -> float:
-    """Roofline estimate (seconds) of ``instr`` run with config ``values`` on ``device``."""
-    caps = DeviceCaps.of(device)
-    io_bytes = sum(_bytes(o.shape) for o in instr.operands) + _bytes(instr.shape)
-    dot = find_dot(instr)
-    if dot is None:
-        return max(io_bytes / caps.bandwidth, instr.shape.numel / caps.peak_flops)
-    d = dot_dims(dot)
-    # Tensor cores for narrow inputs: about 8x the FP32 FMA rate on recent NVIDIA parts.
-    peak = caps.peak_flops * (8.0 if d.in_bits <= 16 else 1.0)
-    bm, bn, bk = (int(values.get(k, 0) or 0) for k in ("block_m", "block_n", "block_k"))
-    if not (bm and bn):
-        return max(io_bytes / caps.bandwidth, 2.0 * d.batch * d.m * d.n * d.k / peak)
-    tm, tn = math.ceil(d.m / bm), math.ceil(d.n / bn)
-    kp = math.ceil(d.k / bk) * bk if bk else d.k
-    tiles = d.batch * tm * tn * max(1, int(values.get("split_k", 1) or 1))
-    waves = math.ceil(tiles / caps.cores)
-    efficiency = tiles / (waves * caps.cores)
-    flops = 2.0 * d.batch * (tm * bm) * (tn * bn) * kp
-    in_bytes = d.in_bits / 8.0
-    traffic = d.batch * (d.m * d.k * in_bytes * tn + d.k * d.n * in_bytes * tm) + _bytes(instr.shape)
-    return max(traffic / caps.bandwidth, flops / (peak * efficiency))
+    """``fusegen.perf``'s estimate (seconds) of a Triton GEMM config ``values`` (``block_m``, ``block_n``,
+    ``block_k``, ``num_stages``, ``num_warps``, ``split_k``) for ``instr``; any other instruction its estimate as
+    it is.
+
+    Raises:
+        ValueError: ``device`` is not a device description.
+    """
+    from fusegen.perf import estimate_fusion
+    from fusegen.perf.tiled import estimate_tiled_fusion, gemm_config
+
+    if not hasattr(device, "memory_bandwidth"):
+        raise ValueError(f"the cost model needs a device description (bandwidth, cores, clock), got {device!r}")
+    if values and instr.opcode == "fusion" and find_dot(instr) is not None:
+        return estimate_tiled_fusion(instr, device, gemm_config(instr, values)).exec_time
+    return estimate_fusion(instr, device).seconds
 
 
 def rank_configs(instr: "Instruction", configs: Sequence["Config"], backends: dict[str, "CodegenBackend"],
-                 device: Any, top_k: int) -> tuple[list["Config"], dict[str, float]]:
-    """The ``top_k`` configs by estimate (stable on ties), and every config's estimate by name.
+                 device: Any, top_k: int) -> tuple[list["Config"], dict[str, ConfigEstimate]]:
+    """The configs to time and every config's estimate by name.
 
-    A backend's own ``estimate_seconds`` wins over the roofline; ``top_k <= 0`` keeps everything in
-    the original order.
+    ``top_k <= 0``: every config, estimated ones first by estimate (stable on ties), then the ones without an
+    estimate in their original order. ``top_k > 0``: the ``top_k`` best estimated configs plus the first
+    ``top_k`` without an estimate (timed beside them), in the backends' preference order.
     """
-    est: dict[str, float] = {}
-    for c in configs:
-        b = backends.get(c.backend)
-        e = b.estimate_seconds(instr, c, device) if b is not None else None
-        est[c.name] = float(e) if e is not None else estimate_seconds(instr, c.values, device)
+    est = {c.name: estimate_config(instr, c, backends.get(c.backend), device) for c in configs}
+    known = [i for i, c in enumerate(configs) if est[c.name].seconds is not None]
+    unknown = [i for i, c in enumerate(configs) if est[c.name].seconds is None]
+    known.sort(key=lambda i: (est[configs[i].name].seconds, i))
     if top_k <= 0:
-        return list(configs), est
-    order = sorted(range(len(configs)), key=lambda i: (est[configs[i].name], i))
-    keep = sorted(order[:top_k])  # keep the backends' own preference order among survivors
+        return [configs[i] for i in known + unknown], est
+    keep = sorted(known[:top_k] + unknown[:top_k])
     return [configs[i] for i in keep], est

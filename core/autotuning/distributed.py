@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import attrs
 
+from fusegen.cache import provenance
+
 from fusegen.autotuning.selection import AutotuneError, Failure, FailureKind, ProfileResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -243,11 +245,14 @@ class RayRun:
     seconds: float = 0.0
 
 
-def _plan(tuner: "Autotuner", instr, key) -> list["Config"] | None:
-    """The configs to fan out, or ``None`` when the tuner settles ``instr`` itself."""
+def _plan(tuner: "Autotuner", instr, key, gpus: float = 0.0) -> list["Config"] | None:
+    """The configs to fan out, or ``None`` when the tuner settles ``instr`` itself (also: nothing to time, when the
+    tuner estimates and the cluster has no GPU)."""
     from fusegen.autotuning import cost_model
 
     cache, o = tuner.cache, tuner.options
+    if tuner.timing == "estimate" and not gpus:
+        return None
     if cache.memory.get(key) is not None:
         return None
     if cache.directory is not None and cache.mode != "WRITE_ONLY" and cache.directory.get(key) is not None:
@@ -276,7 +281,8 @@ def _select(tuner: "Autotuner", instr, key, rep, configs: Sequence["Config"], ou
     if "single" in out:
         rep.compiled = 1
         rep.failures = {"COMPILATION_FAILED": len(out["failed"])} if out["failed"] else {}
-        tuner._finish(instr, key, rep, by_name[out["single"]], "single-compiled", None)
+        tuner._finish(instr, key, rep, by_name[out["single"]], "single-compiled", None,
+                      provenance.untimed("the only config that compiled"))
         return
     if tuner.record_dir is not None:
         tuner.record_dir.mkdir(parents=True, exist_ok=True)
@@ -291,7 +297,10 @@ def _select(tuner: "Autotuner", instr, key, rep, configs: Sequence["Config"], ou
         raise AutotuneError(outcome.error or "no winner", code="Internal" if "compiled" in (outcome.error or "") else "NotFound")
     rep.tie_break = outcome.tie_break
     result = next(r for r in outcome.results if r.name == outcome.winner)
-    tuner._finish(instr, key, rep, by_name[outcome.winner], "tuned", result)
+    where = out.get("measured_on") or {}
+    src = (provenance.measured(getattr(tuner.device, "model", "") or str(tuner.device))
+           if where.get("gpu_ids") else provenance.cpu_interpreter())
+    tuner._finish(instr, key, rep, by_name[outcome.winner], "tuned", result, src)
 
 
 def _first_line(e: BaseException) -> str:
@@ -371,7 +380,7 @@ def _run(ray, tuner: "Autotuner", modules: Sequence["Module"], opts: RayOptions,
         by_group: dict[str, list] = {}
         for g in groups:
             first = g.instructions[0]
-            configs = _plan(tuner, first, g.key)
+            configs = _plan(tuner, first, g.key, run.gpus)
             if configs is None:
                 try:
                     rep = tuner.tune_instruction(first)

@@ -76,6 +76,14 @@ def tunable_instructions(module: "Module", tune_emitter_fusions: bool = False,
     return out
 
 
+def nothing_to_tune_note(retune: bool, retune_spelling: str = "retune=True") -> str:
+    """Why a tuning tuned nothing, naming how to also tune configured instructions (``--retune`` on the CLI,
+    ``retune=True`` in the library)."""
+    return ("nothing to tune (no __triton_gemm, cuBLASLt, cuDNN or custom fusion without a config"
+            + ("" if retune else f"; {retune_spelling} also tunes instructions that carry one, e.g. an XLA-optimized "
+                                 f"module") + ")")
+
+
 def describe(instr: "Instruction") -> str:
     """The instruction as HLO text (for XLA's messages that embed it)."""
     try:
@@ -96,7 +104,10 @@ class InstructionReport:
 
     ``step``: ``cache`` | ``tuned`` | ``single-config`` | ``single-compiled`` | ``first-compilable`` |
     ``default`` | ``kept`` (re-tuning, no supported config here: its own config stays) | ``error``; ``cache``: ``memory`` | ``directory`` | ``miss``. ``configs`` counts the
-    configs tried (after the cost model), ``supported`` every supported config before it.
+    configs tried (after the cost model), ``supported`` every supported config before it. ``source``: where
+    ``duration_us`` came from (:meth:`fusegen.cache.provenance.Source.to_json`: measured on a named GPU, estimated
+    by a model, CPU interpreter time, not timed); ``hint``: a cached config that was not applied because its figure
+    is not one this run trusts (an estimate on a GPU run), named with where its figure came from.
     """
 
     name: str
@@ -114,6 +125,8 @@ class InstructionReport:
     error: str | None = None
     compile_seconds: float = 0.0
     seconds: float = 0.0
+    source: dict | None = None
+    hint: str | None = None
     results: list[ProfileResult] = attrs.field(factory=list, repr=False)
 
     @property
@@ -133,7 +146,7 @@ def summary_table(reports: Sequence[InstructionReport], title: str = "autotuning
 
     t = Table(title=title)
     for col in ("instruction", "cache", "step", "configs", "compiled", "failures", "winner", "time µs",
-                "scratch B", "tie-break"):
+                "time from", "scratch B", "tie-break"):
         t.add_column(col, overflow="fold")
     for r in reports:
         fails = ", ".join(f"{k}×{v}" for k, v in sorted(r.failures.items())) or "-"
@@ -143,6 +156,7 @@ def summary_table(reports: Sequence[InstructionReport], title: str = "autotuning
         t.add_row(r.name, cache, r.step if not r.error else f"[red]error[/]: {escape(err)}",
                   str(r.configs) if r.supported <= r.configs else f"{r.configs} of {r.supported}",
                   str(r.compiled), fails, r.winner or "-",
-                  "-" if r.duration_us is None else f"{r.duration_us:.2f}", str(r.scratch_bytes),
+                  "-" if r.duration_us is None else f"{r.duration_us:.2f}",
+                  (r.source or {}).get("label", "-") if not r.error else "-", str(r.scratch_bytes),
                   "yes" if r.tie_break else "no")
     return t

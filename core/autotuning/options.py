@@ -22,11 +22,14 @@ from fusegen.codegen_backend import CodegenBackend
 
 
 
-#: fusegen's CPU default of ``cost_model_top_k``: in Triton's interpreter one run of a small-tile config of a
-#: real GEMM takes minutes (``gpu_mlp_bf16``: 8192 programs for 16x8 tiles), so without a GPU only the
-#: roofline's best 4 configs (the host backend, always kept, and 3 Triton tilings) are compiled and timed.
-#: Override with ``--cost-model-top-k`` (0 tunes every config).
+#: fusegen's default ``cost_model_top_k`` when timing in Triton's interpreter (``--measure-on-cpu``): one run of
+#: a small-tile config of a real GEMM takes minutes there (``gpu_mlp_bf16``: 8192 programs for 16x8 tiles), so
+#: only the cost model's best 4 configs (and up to 4 without an estimate) are compiled and timed.
+#: Override with ``--cost-model-top-k`` (0 times every config).
 CPU_DEFAULT_TOP_K = 4
+
+#: How candidates are timed (:func:`timing_mode`).
+TIMING_MODES = ("measure", "estimate", "cpu")
 
 #: Options whose value changes which config wins (fingerprinted into every cache key).
 RESULT_CHANGING = ("xla_gpu_autotune_level", "xla_gpu_autotune_gemm_rtol", "xla_gpu_experimental_autotune_backends",
@@ -53,7 +56,10 @@ class AutotuneOptions:
     :mod:`fusegen.autotuning.supervised`; ``all``: every picklable one; ``none``), ``profile_runs`` (None:
     5 with CUDA events, 0 = the timed warm-up run on the CPU),
     ``seed`` (input data), ``tune_emitter_fusions`` (also tune emitter fusions' launch parameters),
-    ``retune_configured`` (also tune instructions that already carry a config).
+    ``retune_configured`` (also tune instructions that already carry a config), ``measure_on_cpu`` (without a GPU,
+    time candidates in Triton's interpreter / numpy instead of estimating them; recorded as CPU time, never as a
+    GPU figure), ``remeasure_estimates`` (on a GPU, re-measure cache entries whose figure is not a GPU
+    measurement; ``False`` applies them as they are).
     """
 
     xla_gpu_autotune_level: int = 4
@@ -76,6 +82,8 @@ class AutotuneOptions:
     seed: int = 0
     tune_emitter_fusions: bool = False
     retune_configured: bool = False
+    measure_on_cpu: bool = False
+    remeasure_estimates: bool = True
 
     @classmethod
     def from_debug_options(cls, obj: Any, **overrides: Any) -> "AutotuneOptions":
@@ -109,19 +117,64 @@ class AutotuneOptions:
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
-def default_top_k(profiler: Profiler | None, device: Any) -> int:
+def default_top_k(profiler: Profiler | None, device: Any, measure_on_cpu: bool = False) -> int:
     """``cost_model_top_k`` when the options leave it ``None``.
 
-    :data:`CPU_DEFAULT_TOP_K` when the autotuner will build its own profiler (``profiler is None``) and
-    that is CPU wall time (no CuPy/GPU), and ``device`` is a description the cost model can use; else 0.
-    A profiler passed in explicitly (tests, benchmarks) keeps every config.
+    :data:`CPU_DEFAULT_TOP_K` when the autotuner times in Triton's interpreter on request (``measure_on_cpu``,
+    no profiler passed in, no usable GPU) and ``device`` is a description the cost model can use; else 0 (a GPU
+    times every config; estimating needs no cut; a profiler passed in explicitly keeps every config), so an
+    estimating CPU run and a GPU run share cache keys.
     """
-    if profiler is not None or not hasattr(device, "memory_bandwidth"):
+    if profiler is not None or not hasattr(device, "memory_bandwidth") or not measure_on_cpu:
         return 0
+    return 0 if gpu_available() else CPU_DEFAULT_TOP_K
+
+
+def gpu_available() -> bool:
+    """CuPy and a CUDA device are usable (CUDA-event timing)."""
     from fusegen.autotuning.profiler import CudaEventsProfiler
 
-    ok, _ = CudaEventsProfiler.availability()
-    return 0 if ok else CPU_DEFAULT_TOP_K
+    return CudaEventsProfiler.availability()[0]
+
+
+def timing_mode(profiler: Profiler | None, measure_on_cpu: bool = False) -> str:
+    """How candidates are timed: ``measure`` (CUDA events on the GPU), ``estimate`` (no timing: the cost model's
+    estimates pick, the default without a GPU) or ``cpu`` (CPU wall time: ``measure_on_cpu``, or a CPU profiler
+    passed in explicitly)."""
+    if profiler is not None:
+        return "measure" if getattr(profiler, "name", "") == "cuda-events" else "cpu"
+    if gpu_available():
+        return "measure"
+    return "cpu" if measure_on_cpu else "estimate"
+
+
+def for_device(backends: Sequence[CodegenBackend], device: Any, spec: str = "") -> list[CodegenBackend]:
+    """``backends`` without those that do not target the GPU (``targets_gpu = False``: the host) when ``device``
+    is a GPU description (every fusegen preset; XLA's device key).
+
+    Raises:
+        ValueError: ``spec`` (``xla_gpu_experimental_autotune_backends``) asks for such a backend by name.
+    """
+    platform = getattr(device, "platform", "CUDA") if hasattr(device, "memory_bandwidth") else "CUDA"
+    if platform not in ("CUDA", "ROCM", "SYCL"):
+        return list(backends)
+    host_only = [b for b in backends if not getattr(b, "targets_gpu", True)]
+    asked = {s.strip().lstrip("+").lower() for s in (spec or "").split(",") if s.strip() and not s.strip().startswith("-")}
+    for b in host_only:
+        if b.name.lower() in asked:
+            from fusegen.device import model_string
+
+            key = model_string(device) if hasattr(device, "memory_bandwidth") else str(device)
+            raise ValueError(f"backend {b.name!r} runs fusions on the CPU; it is not an XLA:GPU backend and is never "
+                             f"tuned for a GPU device key ({key}); it stays the CPU's execution path")
+    return [b for b in backends if getattr(b, "targets_gpu", True)]
+
+
+def without_names(spec: str, names: set[str]) -> str:
+    """``spec`` without the ``-name`` items for ``names`` (backends already left out, e.g. ``-host``)."""
+    low = {n.lower() for n in names}
+    items = [s.strip() for s in (spec or "").split(",") if s.strip()]
+    return ",".join(s for s in items if not (s.startswith("-") and s[1:].strip().lower() in low))
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ A record (written by :func:`write_record`, ``fusegen run --autotune --record DIR
                      "failure": null | "COMPILATION_FAILED" | "EXECUTION_FAILED" | "REDZONE_CHECK_FAILED",
                      "output": [numbers]}]}
 
-(plus optional ``instruction``, ``key`` and per-candidate ``message``). Replay follows
+(plus optional ``instruction``, ``key``, per-candidate ``message`` and ``source``: where the durations came from,
+:meth:`fusegen.cache.provenance.Source.to_json`; a record without one is from before fusegen recorded it). Replay follows
 ``Autotuner::GetTunedConfig``: one candidate is the winner without profiling; no compiled candidate
 is ``"No candidates could be compiled."``; one compiled candidate wins; otherwise the recorded
 candidates go through :func:`fusegen.autotuning.clustering.profile_all` (trusted first, clusters at
@@ -188,7 +189,7 @@ def _safe(name: str) -> str:
 
 
 def record_json(instr_name: str, key_digest: str, results: Sequence[ProfileResult], window_us: float, rtol: float,
-                check_correctness: bool) -> dict:
+                check_correctness: bool, source: Any = None) -> dict:
     """The record of one tuned instruction (raw measurements; WRONG_RESULTS left to the replay)."""
     cands = []
     for r in results:
@@ -201,18 +202,23 @@ def record_json(instr_name: str, key_digest: str, results: Sequence[ProfileResul
         cands.append({"name": r.name, "backend": getattr(cfg, "backend", ""), "trusted": bool(r.trusted),
                       "duration_us": float(r.duration_us), "scratch_bytes": int(r.scratch_bytes),
                       "failure": failure, "message": r.failure.message if failure else None, "output": out})
-    return {"instruction": instr_name, "key": key_digest, "window_us": window_us, "rtol": rtol,
-            "check_correctness": check_correctness, "candidates": cands}
+    out = {"instruction": instr_name, "key": key_digest, "window_us": window_us, "rtol": rtol,
+           "check_correctness": check_correctness, "candidates": cands}
+    if source is not None:
+        out["source"] = source.to_json()
+    return out
 
 
 def write_record(directory: str | Path, instr_name: str, key_digest: str, results: Sequence[ProfileResult],
                  window_us: float = DEFAULT_SCRATCH_WINDOW_US, rtol: float = DEFAULT_RTOL,
-                 check_correctness: bool = True) -> Path:
-    """Write ``<directory>/<instruction>.<key prefix>.json``; returns the path."""
+                 check_correctness: bool = True, source: Any = None) -> Path:
+    """Write ``<directory>/<instruction>.<key prefix>.json``; returns the path. ``source``: a
+    :class:`fusegen.cache.provenance.Source` saying where the durations came from."""
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     p = d / f"{_safe(instr_name)}.{key_digest[:12]}.json"
-    p.write_text(json.dumps(record_json(instr_name, key_digest, results, window_us, rtol, check_correctness)) + "\n")
+    p.write_text(json.dumps(record_json(instr_name, key_digest, results, window_us, rtol, check_correctness,
+                                        source)) + "\n")
     return p
 
 

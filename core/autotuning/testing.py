@@ -133,6 +133,7 @@ class FakeGemmBackend(CodegenBackend):
 
     name = "fake_triton"
     version = "1"
+    modelled_by_fusegen = True  # writes triton_gemm_config, which fusegen.perf's tiled model reads
     #: Configs returned by :meth:`get_supported_configs` (class-level so workers see the same).
     CONFIGS: list[dict] = [
         {"block_m": 16, "block_n": 16, "block_k": 16, "cost_us": 600},
@@ -188,6 +189,7 @@ class FakeLibraryBackend(FakeGemmBackend):
 
     name = "fake_lib"
     version = "7"
+    modelled_by_fusegen = False  # algorithm ids: nothing fusegen.perf can read (no estimate)
     CONFIGS = [
         {"algorithm": 0, "workspace": 4096, "cost_us": 700},
         {"algorithm": 1, "workspace": 0, "cost_us": 1500},

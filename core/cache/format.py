@@ -2,16 +2,21 @@
 
 One entry (one file ``<dir>/<sha256 hex of the key>.json``)::
 
-    {"format": "fusegen-autotune-cache-entry", "format_version": 1,
+    {"format": "fusegen-autotune-cache-entry", "format_version": 2,
      "key": {"model": str, "hlo": str, "version": 50, "options_fingerprint": str},
      "result": {"config": {"backend": str, "values": {...}}, "backend_version": str,
                 "duration_us": float | null, "scratch_bytes": int, "candidates": int,
-                "failures": {"COMPILATION_FAILED": int, ...}},
+                "failures": {"COMPILATION_FAILED": int, ...},
+                "source": {"kind": "measured" | "estimated" | "cpu-interpreter" | "untimed", ...}},
      "created": "2026-...Z", "fusegen_version": "0.1.0"}
+
+``result.source`` (:class:`fusegen.cache.provenance.Source`) says where ``duration_us`` came from. Format 1
+files (no ``source``) are still read: their source is ``unknown``, a hint a GPU run re-measures; a version this
+fusegen does not know is refused with a message naming it (the file is left in place).
 
 An export bundle (``fusegen cache export``; XLA's ``xla_gpu_dump_autotune_results_to`` analogue)::
 
-    {"format": "fusegen-autotune-results", "format_version": 1, "entries": [entry, ...]}
+    {"format": "fusegen-autotune-results", "format_version": 2, "entries": [entry, ...]}
 """
 
 from __future__ import annotations
@@ -26,11 +31,14 @@ from typing import Any
 import attrs
 
 from fusegen.cache.key import CacheKey, CacheKeyError
+from fusegen.cache.provenance import UNKNOWN, Source, SourceError
 from fusegen.codegen_backend import Config, ConfigError
 
 ENTRY_FORMAT = "fusegen-autotune-cache-entry"
 BUNDLE_FORMAT = "fusegen-autotune-results"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Versions this fusegen reads (1: before ``result.source``).
+READABLE_VERSIONS = (1, 2)
 _KINDS = ("COMPILATION_FAILED", "EXECUTION_FAILED", "REDZONE_CHECK_FAILED", "WRONG_RESULTS")
 
 
@@ -114,11 +122,13 @@ class TuneResult:
     scratch_bytes: int = 0
     candidates: int = 0
     failures: dict[str, int] = attrs.field(factory=dict)
+    source: Source = UNKNOWN
 
     def to_json(self) -> dict:
         return {"config": self.config.to_json(), "backend_version": self.backend_version,
                 "duration_us": self.duration_us, "scratch_bytes": self.scratch_bytes,
-                "candidates": self.candidates, "failures": dict(sorted(self.failures.items()))}
+                "candidates": self.candidates, "failures": dict(sorted(self.failures.items())),
+                "source": self.source.to_json()}
 
 
 @attrs.define
@@ -172,9 +182,10 @@ def entry_from_json(obj: Any, source: str) -> CacheEntry:
         raise CacheFormatError(f"{source}: a cache entry must be a JSON object")
     if obj.get("format") != ENTRY_FORMAT:
         raise CacheFormatError(f"{source}: not a fusegen autotune cache entry (format={obj.get('format')!r})")
-    if obj.get("format_version") != FORMAT_VERSION:
-        raise CacheFormatError(f"{source}: unsupported format_version {obj.get('format_version')!r} "
-                               f"(this fusegen reads {FORMAT_VERSION})")
+    version = obj.get("format_version")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        raise CacheFormatError(f"{source}: unsupported format_version {version!r} "
+                               f"(this fusegen reads {', '.join(map(str, READABLE_VERSIONS))})")
     try:
         key = CacheKey.from_json(obj.get("key"))
     except CacheKeyError as e:
@@ -194,8 +205,15 @@ def entry_from_json(obj: Any, source: str) -> CacheEntry:
     for k, v in fails.items():
         if k not in _KINDS or not isinstance(v, int) or isinstance(v, bool):
             raise CacheFormatError(f"{source}: result.failures has bad entry {k!r}: {v!r}")
+    src = UNKNOWN
+    if version >= 2:
+        try:
+            src = Source.from_json(res.get("source"), "result.source")
+        except SourceError as e:
+            raise CacheFormatError(f"{source}: {e}") from None
     created = obj.get("created", "")
-    return CacheEntry(key, TuneResult(config, bv, None if dur is None else float(dur), scratch, cands, dict(fails)),
+    return CacheEntry(key, TuneResult(config, bv, None if dur is None else float(dur), scratch, cands, dict(fails),
+                                      src),
                       created if isinstance(created, str) else "", str(obj.get("fusegen_version", "")))
 
 
@@ -234,8 +252,9 @@ def bundle_from_text(text: str, source: str) -> list[CacheEntry]:
         raise CacheFormatError(f"{source}: not valid JSON ({str(e).splitlines()[0][:120]})") from None
     if not isinstance(obj, dict) or obj.get("format") != BUNDLE_FORMAT:
         raise CacheFormatError(f"{source}: not a fusegen autotune results bundle (expected format {BUNDLE_FORMAT!r})")
-    if obj.get("format_version") != FORMAT_VERSION:
-        raise CacheFormatError(f"{source}: unsupported format_version {obj.get('format_version')!r}")
+    if obj.get("format_version") not in READABLE_VERSIONS:
+        raise CacheFormatError(f"{source}: unsupported format_version {obj.get('format_version')!r} "
+                               f"(this fusegen reads {', '.join(map(str, READABLE_VERSIONS))})")
     entries = obj.get("entries")
     if not isinstance(entries, list):
         raise CacheFormatError(f"{source}: field 'entries' must be a list")

@@ -36,6 +36,7 @@ from typing import Any, Iterable
 
 import attrs
 
+from fusegen.cache import provenance
 from fusegen.cache.format import CacheEntry, TuneResult
 from fusegen.cache.key import CURRENT_VERSION, CacheKey
 from fusegen.codegen_backend import Config
@@ -219,7 +220,9 @@ def _write(fields: list[tuple[str, Any]], indent: int = 0) -> list[str]:
     pad = "  " * indent
     lines = []
     for name, v in fields:
-        if isinstance(v, list):
+        if name == "#":  # a comment line (text format allows them; XLA's reader skips them)
+            lines.append(f"{pad}# {v}")
+        elif isinstance(v, list):
             lines.append(f"{pad}{name} {{")
             lines.extend(_write(v, indent + 1))
             lines.append(f"{pad}}}")
@@ -307,6 +310,8 @@ class XlaResultsReport:
     notes: list[str] = attrs.field(factory=list)
     skipped: int = 0
     results: int = 0
+    estimates_left_out: int = 0  # export: entries whose figure is not a GPU measurement, left out
+    estimates_marked: int = 0  # export with include_estimates: written without run_time, after a comment
 
 
 def _xla_hlo(key_hlo: str) -> tuple[str | None, str]:
@@ -419,9 +424,13 @@ def entries_from_text(text: str, source: str, options_fingerprint: str = "") -> 
             continue
         rt = res.get("run_time")
         dur = None if rt is None else (rt.get("seconds", 0) * 1_000_000_000 + rt.get("nanos", 0)) / 1000.0
+        # XLA's results are its measurements on the device the entry names; one without a run time (fusegen writes
+        # its estimates so, when asked to) is not, and a GPU run measures it again
+        src = (provenance.measured(e.get("device", ""), "xla") if dur is not None else
+               provenance.Source("unknown", note="an XLA AutotuneResults entry without run_time"))
         for kind in kinds:
             key = CacheKey(e.get("device", ""), _fusegen_hlo(hlo, kind), CURRENT_VERSION, options_fingerprint)
-            rep.entries.append(CacheEntry(key, TuneResult(cfg, "", dur, int(res.get("scratch_bytes", 0)), 0, {})))
+            rep.entries.append(CacheEntry(key, TuneResult(cfg, "", dur, int(res.get("scratch_bytes", 0)), 0, {}, src)))
     return rep
 
 
@@ -431,7 +440,7 @@ def _result_fields(entry: CacheEntry) -> list[tuple[str, Any]] | None:
     out: list[tuple[str, Any]] = []
     if r.scratch_bytes:
         out.append(("scratch_bytes", int(r.scratch_bytes)))
-    if r.duration_us is not None:
+    if r.duration_us is not None and r.source.is_measurement:  # XLA's run_time is a measurement, never an estimate
         ns = round(r.duration_us * 1000)
         out.append(("run_time", ([("seconds", ns // 1_000_000_000)] if ns >= 1_000_000_000 else [])
                     + [("nanos", ns % 1_000_000_000)]))
@@ -461,12 +470,17 @@ def _result_fields(entry: CacheEntry) -> list[tuple[str, Any]] | None:
     return out
 
 
-def entries_to_text(entries: Iterable[CacheEntry]) -> tuple[str, XlaResultsReport]:
+def entries_to_text(entries: Iterable[CacheEntry], include_estimates: bool = False) -> tuple[str, XlaResultsReport]:
     """``AutotuneResults`` text (version 3) of the entries XLA can express, sorted by (device, hlo).
 
     Entries of other backends (``host``...) or keys that are not a fusion of a mapped kind / a cuBLASLt call
     are left out with a note each. Entries that map to the same XLA key and result (a Triton result stored
     for both Triton GEMM kinds) are written once.
+
+    XLA reads every ``run_time`` as its own measurement, so an entry whose figure is not a GPU measurement
+    (estimated by a model, CPU interpreter time, unknown: :class:`~fusegen.cache.provenance.Source`) is left out
+    and counted in ``estimates_left_out``; with ``include_estimates`` it is written without ``run_time``, after a
+    ``# fusegen: ...`` comment saying where its figure came from (``estimates_marked``).
     """
     rep = XlaResultsReport()
     rows: dict[tuple[str, str], list] = {}
@@ -481,6 +495,13 @@ def entries_to_text(entries: Iterable[CacheEntry]) -> tuple[str, XlaResultsRepor
                              f"{', ' + kind if kind else ''}): not expressible in XLA's AutotuneResults; left out")
             rep.skipped += 1
             continue
+        if not e.result.source.is_measurement and e.result.source.kind != "untimed":
+            if not include_estimates:
+                rep.estimates_left_out += 1
+                rep.notes.append(f"entry {e.digest[:12]} ({e.result.config.name}): {e.result.source.label}, not a "
+                                 f"GPU measurement; left out")
+                continue
+            rep.estimates_marked += 1
         k = (e.key.model, hlo)
         if k in rows and rows[k] != fields:
             rep.notes.append(f"entry {e.digest[:12]}: another entry has the same XLA key with a different result "
@@ -490,7 +511,11 @@ def entries_to_text(entries: Iterable[CacheEntry]) -> tuple[str, XlaResultsRepor
         rows.setdefault(k, fields)
         rep.entries.append(e)
     body: list[tuple[str, Any]] = [("version", XLA_RESULTS_VERSION)]
+    marks = {(e.key.model, _xla_hlo(e.key.hlo)[1]): e.result.source.label for e in rep.entries
+             if not e.result.source.is_measurement and e.result.source.kind != "untimed"}
     for (device, hlo), fields in sorted(rows.items()):
+        if (device, hlo) in marks:
+            body.append(("#", f"fusegen: {marks[(device, hlo)]} (not a measurement: no run_time)"))
         body.append(("results", [("device", device), ("hlo", hlo), ("result", fields)]))
     rep.results = len(rows)
     return "\n".join(_write(body)) + "\n", rep
@@ -505,11 +530,11 @@ def read_file(path: str | Path, options_fingerprint: str = "") -> XlaResultsRepo
     return entries_from_text(text, str(path), options_fingerprint)
 
 
-def write_file(path: str | Path, entries: Iterable[CacheEntry]) -> XlaResultsReport:
+def write_file(path: str | Path, entries: Iterable[CacheEntry], include_estimates: bool = False) -> XlaResultsReport:
     """Write :func:`entries_to_text` to ``path`` (through a temp file and a rename)."""
     import os
 
-    text, rep = entries_to_text(entries)
+    text, rep = entries_to_text(entries, include_estimates)
     p = Path(path)
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")

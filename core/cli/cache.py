@@ -123,11 +123,15 @@ def clear(ctx, sub_cache_dir):
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["json", "xla"]), default="json",
               help="json: fusegen's bundle; xla: XLA's AutotuneResults text proto (xla_gpu_load_autotune_results_from).")
+@click.option("--include-estimates", is_flag=True,
+              help="With --format xla: also write entries whose figure is not a GPU measurement (estimates, CPU "
+                   "time), each after a '# fusegen: estimated by ...' comment and without run_time.")
 @_dir_option
 @click.pass_context
-def export(ctx, file, fmt, sub_cache_dir):
+def export(ctx, file, fmt, include_estimates, sub_cache_dir):
     """Write every valid entry into FILE (bad files, and with --format xla entries XLA cannot express, are
-    skipped with a warning)."""
+    skipped with a warning). With --format xla, entries whose figure is not a GPU measurement are left out (XLA
+    reads every run_time as its own measurement) unless --include-estimates; the summary says how many."""
     from fusegen.cache.format import bundle_to_json
 
     tier = _tier(ctx, sub_cache_dir)
@@ -141,13 +145,19 @@ def export(ctx, file, fmt, sub_cache_dir):
         from fusegen.cache.xla_results import write_file
 
         try:
-            rep = write_file(file, good)
+            rep = write_file(file, good, include_estimates)
         except OSError as e:
             fail(f"{file}: {e.strerror or e}")
         for n in rep.notes:
             click.echo(f"fusegen: warning: {n}", err=True)
+        est = ""
+        if rep.estimates_left_out:
+            est = (f"; {rep.estimates_left_out} not GPU measurements (estimates or CPU time) left out: "
+                   f"--include-estimates writes them marked")
+        elif rep.estimates_marked:
+            est = f"; {rep.estimates_marked} estimates written marked '# fusegen: ...', without run_time"
         click.echo(f"exported {len(rep.entries)} entries ({rep.results} XLA results) to {file}"
-                   + (f"; {rep.skipped} left out" if rep.skipped else ""))
+                   + (f"; {rep.skipped} left out" if rep.skipped else "") + est)
         return
     Path(file).write_text(json.dumps(bundle_to_json(good), indent=1) + "\n")
     click.echo(f"exported {len(good)} entries to {file}")

@@ -46,14 +46,15 @@ def report_table(report, title: str):
     return t
 
 
-def autotune_step(modules, cfg, device, module_path, record_dir, cache_dir, top_k, show_progress):
+def autotune_step(modules, cfg, device, module_path, record_dir, cache_dir, top_k, show_progress, measure_on_cpu=False):
     """``--autotune``: the library's tuning step (:func:`fusegen.api.autotune_modules`), errors as one line."""
     from fusegen.api import Session, autotune_modules
     from fusegen.plugin_manager import default_plugin_manager
 
     with tune_errors(module_path), rich_progress(show_progress) as progress:
         run = autotune_modules(modules, Session(cfg, device, default_plugin_manager()), cache_dir=cache_dir,
-                               record_dir=record_dir, cost_model_top_k=top_k, progress=progress)
+                               record_dir=record_dir, cost_model_top_k=top_k, progress=progress,
+                               measure_on_cpu=measure_on_cpu)
     for note in run.notes:
         click.echo(f"fusegen: warning: {note}", err=True)
     return run
@@ -136,13 +137,16 @@ def per_element_lines(report) -> list[str]:
 @click.option("--record", "record_dir", type=click.Path(file_okay=False), default=None,
               help="Write a replay record per tuned instruction (fusegen tune --replay). Needs --autotune.")
 @click.option("--cost-model-top-k", "top_k", type=click.IntRange(0, None), default=None,
-              help="Compile and time only the cost model's best K configs (0: all). Default: 4 when timing "
-                   "on the CPU (no GPU), else all.")
+              help="Compile and time only the cost model's best K configs, and up to K without an estimate "
+                   "(0: all). Default: 4 with --measure-on-cpu, else all.")
+@click.option("--measure-on-cpu", is_flag=True,
+              help="With --autotune and no GPU: time candidates in Triton's interpreter / numpy instead of ranking "
+                   "them by the H200 performance model (recorded as CPU time). Needs --autotune.")
 @limit_options
 @verify_options
 def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, xla_flags, as_json, no_compile,
-        jobs, profile, autotune, autotune_cache_dir, record_dir, top_k, max_memory, timeout, max_while_iterations, rtol, atol, allow_vacuous,
-        expected_path):
+        jobs, profile, autotune, autotune_cache_dir, record_dir, top_k, measure_on_cpu, max_memory, timeout,
+        max_while_iterations, rtol, atol, allow_vacuous, expected_path):
     """Run MODULE.hlo end to end on seeded random inputs (or --inputs) and check every fusion.
 
     Each fusion's kernel output is compared with the reference evaluator on the same operands; the
@@ -164,7 +168,8 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     t_parse = time.perf_counter() - t_parse
     if not autotune:
         given = [n for n, v in (("--autotune-cache-dir", autotune_cache_dir), ("--record", record_dir),
-                                ("--cost-model-top-k", top_k)) if v is not None]
+                                ("--cost-model-top-k", top_k), ("--measure-on-cpu", measure_on_cpu or None))
+                 if v is not None]
         if given:
             fail(f"{', '.join(given)} need{'s' if len(given) == 1 else ''} --autotune")
     check_writable(outputs_path, "--save-outputs")
@@ -179,7 +184,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     tuned = None
     if autotune:
         tuned = autotune_step(modules, cfg, device, module_path, record_dir, autotune_cache_dir, top_k,
-                              show_progress=not as_json and sys.stderr.isatty())
+                              show_progress=not as_json and sys.stderr.isatty(), measure_on_cpu=measure_on_cpu)
         from rich.console import Console
 
         from fusegen.autotuning.autotuner import summary_table

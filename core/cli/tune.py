@@ -58,11 +58,17 @@ def _replay(path: str, as_json: bool) -> None:
 @click.option("--workers", type=click.IntRange(0, None), default=None,
               help="Compile worker processes (0: compile in this process). Default: CPU count.")
 @click.option("--cost-model-top-k", type=click.IntRange(0, None), default=None,
-              help="Rank configs by the roofline cost model and compile only the best K (0: off).")
+              help="Time only the cost model's best K configs and up to K without an estimate (0: all). "
+                   "Default: 4 with --measure-on-cpu, else all.")
 @click.option("--record", "record_dir", type=click.Path(file_okay=False), default=None,
               help="Write a replay record per tuned instruction into this directory.")
 @click.option("--retune", is_flag=True,
               help="Also tune instructions that already carry a config (e.g. an XLA-optimized module).")
+@click.option("--measure-on-cpu", is_flag=True,
+              help="Without a GPU, time candidates in Triton's interpreter / numpy instead of ranking them by the "
+                   "H200 performance model (recorded as CPU time, never as a GPU figure).")
+@click.option("--no-remeasure", "no_remeasure", is_flag=True,
+              help="On a GPU, apply cached entries whose figure is an estimate or CPU time instead of measuring again.")
 @click.option("--shard", "shard_spec", default=None, metavar="K/N",
               help="Tune only the K-th of N shards of the unique instructions (xla_gpu_shard_autotuning).")
 @click.option("--cluster", "cluster", default=None, metavar="ray[://ADDRESS]",
@@ -79,8 +85,8 @@ def _replay(path: str, as_json: bool) -> None:
 @config_options
 @pipeline_option
 def tune(module_paths, replay_path, as_json, device_name, cache_dir, cache_mode, level, backends_spec, workers,
-         cost_model_top_k, record_dir, retune, shard_spec, cluster, ray_num_cpus, kill_marker, output_path,
-         config_path, xla_flags, compile_timeout=None):
+         cost_model_top_k, record_dir, retune, measure_on_cpu, no_remeasure, shard_spec, cluster, ray_num_cpus,
+         kill_marker, output_path, config_path, xla_flags, compile_timeout=None):
     """Autotune MODULE.hlo..., or replay a tuning record with --replay RECORD.json."""
     if replay_path:
         if module_paths:
@@ -100,7 +106,7 @@ def tune(module_paths, replay_path, as_json, device_name, cache_dir, cache_mode,
     options = dict(backends=backends_spec, level=level, cache_dir=cache_dir, cache_mode=cache_mode, retune=retune,
                    workers=workers, cost_model_top_k=cost_model_top_k, record_dir=record_dir,
                    compile_timeout=compile_timeout, shard=shard_spec, cluster=cluster, ray_num_cpus=ray_num_cpus,
-                   _kill_worker_once=kill_marker)
+                   measure_on_cpu=measure_on_cpu, remeasure_estimates=not no_remeasure, _kill_worker_once=kill_marker)
     with tune_errors(module_paths[0]):  # bad option values: one line before anything is loaded
         if shard_spec and cluster:
             raise ValueError("give --shard K/N or --cluster, not both")
@@ -116,8 +122,9 @@ def tune(module_paths, replay_path, as_json, device_name, cache_dir, cache_mode,
         click.echo(f"fusegen: warning: {note}", err=True)
     reports = list(res.instructions)
     if not reports and not as_json:
-        click.echo("fusegen: note: nothing to tune (no __triton_gemm, cuBLASLt, cuDNN or custom fusion without a "
-                   "config" + ("" if retune else "; --retune also tunes instructions that carry one") + ")", err=True)
+        from fusegen.autotuning.instructions import nothing_to_tune_note
+
+        click.echo(f"fusegen: note: {nothing_to_tune_note(retune, '--retune')}", err=True)
     if output_path:
         from fusegen.hlo.printer import print_module
 

@@ -6,11 +6,11 @@ Two roles:
   non-fusion instruction (library custom calls with their backend-config semantics, control flow
   operands, ...) and every fusion whose kind has no emitter yet;
 * codegen backend ``host`` (:class:`HostCodegenBackend`, rank 1000, beyond XLA): one config,
-  ``host:impl=numpy``, for every fusion the autotuner tunes, so GEMM fusions are tuned across the Triton
-  configs *and* the host. It is trusted (XLA ``CanProduceWrongResults() == false``), so its output founds
-  the correctness cluster the untrusted Triton outputs must join. When it wins, ``apply_config`` names it
-  in the fusion's backend config (:data:`fusegen.autotuning.tuned_backend.EXECUTION_BACKEND_FIELD`) and the
-  executor runs that fusion here instead of generating a kernel.
+  ``host:impl=numpy``, for every fusion. It runs on the CPU, not the GPU (``targets_gpu = False``), so the
+  autotuner never makes it a candidate for a GPU device key (every fusegen device is one): a tuned module is
+  tuned for the GPU. It remains what the CPU runs a fusion with (the execution backend above); a config named
+  by hand (``apply_config``, a cache file of an older fusegen) names it in the fusion's backend config
+  (:data:`fusegen.autotuning.tuned_backend.EXECUTION_BACKEND_FIELD`) and the executor runs that fusion here.
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ class HostCodegenBackend(CodegenBackend):
     version = "1"
     rank = HOST_RANK
     compiles_in_process = True  # nothing to compile; the executable holds the instruction
+    targets_gpu = False  # the CPU's execution path: never a candidate for a GPU device key
 
     def can_produce_wrong_results(self) -> bool:
         return False
@@ -132,10 +133,6 @@ class HostCodegenBackend(CodegenBackend):
 
     def scratch_bytes(self, config: Config) -> int:
         return 0
-
-    def estimate_seconds(self, instr: Instruction, config: Config, device: Any) -> float | None:
-        """0: the cost model always keeps the host, the trusted reference untrusted outputs are checked against."""
-        return 0.0
 
 
 @hookimpl

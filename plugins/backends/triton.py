@@ -80,6 +80,7 @@ class TritonBackend(CodegenBackend):
     rank = 200  # XLA's order (factory_cuda.cc:85-100): cuDNN, Triton, cuBLASLt; level 0 takes the first
     version = "1"
     compiles_in_process = True
+    modelled_by_fusegen = True  # fusegen.perf's tiled model reads triton_gemm_config / block_level_fusion_config
 
     def __init__(self, compute_capability: tuple[int, int] = (9, 0)):
         self.compute_capability = tuple(compute_capability)

@@ -1,0 +1,132 @@
+"""Where each tuned figure came from: cache format 2, the host never tuned for a GPU key, estimates as hints.
+
+The cache keeps one :class:`fusegen.cache.provenance.Source` per entry; format 1 files stay readable (their figure's
+source is ``unknown``) and a version this fusegen does not know is refused, leaving the file in place. A GPU run
+(here: a profiler that says it times with CUDA events, on the CPU) re-measures entries whose figure is not a GPU
+measurement; a run without the GPU re-estimates format-1 entries and never applies a cached host winner.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+import fusegen
+from fusegen.autotuning.autotuner import AutotuneOptions, Autotuner
+from fusegen.autotuning.profiler import CpuWallTimeProfiler
+from fusegen.autotuning.testing import FakeGemmBackend, make_gemm_module
+from fusegen.cache import provenance
+from fusegen.cache.format import CacheEntry, CacheFormatError, TuneResult, entry_from_text
+from fusegen.cache.tiers import DirectoryTier
+from fusegen.codegen_backend import Config
+from fusegen.device import get_device
+
+H200 = get_device("h200")
+MLP = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus" / "jax" / "gpu_mlp_bf16.default.h100_opt.hlo"
+
+
+class GpuLikeProfiler(CpuWallTimeProfiler):
+    """Times on the CPU but reports itself as CUDA events: the autotuner then behaves as on a GPU."""
+
+    name = "cuda-events"
+
+
+def _entry(source: provenance.Source, backend: str = "fake_triton", **values) -> tuple:
+    (m, fusions) = make_gemm_module([(64, 64, 64)])
+    f = fusions[0]
+    t = Autotuner([FakeGemmBackend()], AutotuneOptions(compile_workers=0), H200)
+    key = t.key_for(f)
+    cfg = Config(backend, values or {"block_m": 32, "block_n": 32, "block_k": 16, "cost_us": 300})
+    return f, key, CacheEntry(key, TuneResult(cfg, "1", 12.5, 0, 3, {}, source))
+
+
+def test_format_2_round_trips_the_source_and_format_1_reads_as_unknown(tmp_path):
+    src = provenance.estimated(H200.model)
+    _, key, e = _entry(src)
+    back = entry_from_text(e.dumps(), "x.json")
+    assert back.result.source == src and back.result.source.label.startswith("estimated by fusegen.perf v")
+    v1 = json.loads(e.dumps())
+    v1["format_version"] = 1
+    del v1["result"]["source"]
+    old = entry_from_text(json.dumps(v1), "old.json")
+    assert old.result.source.kind == "unknown" and old.result.config == e.result.config
+    v9 = dict(v1, format_version=9)
+    with pytest.raises(CacheFormatError, match=r"old.json: unsupported format_version 9 \(this fusegen reads 1, 2\)"):
+        entry_from_text(json.dumps(v9), "old.json")
+    bad = json.loads(e.dumps())
+    bad["result"]["source"] = {"kind": "guessed"}
+    with pytest.raises(CacheFormatError, match="result.source.kind must be one of"):
+        entry_from_text(json.dumps(bad), "bad.json")
+
+
+def test_an_unreadable_version_is_left_in_place_and_tuned_around(tmp_path):
+    f, key, e = _entry(provenance.measured(H200.model))
+    tier = DirectoryTier(tmp_path)
+    path = tier.file_for(key.digest)
+    future = json.loads(e.dumps())
+    future["format_version"] = 9
+    path.write_text(json.dumps(future))
+    o = AutotuneOptions(compile_workers=0, xla_gpu_per_fusion_autotune_cache_dir=str(tmp_path),
+                        xla_gpu_experimental_autotune_cache_mode="READ")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with Autotuner([FakeGemmBackend()], o, H200, profiler=CpuWallTimeProfiler()) as t:
+            rep = t.tune_instruction(f)
+    assert rep.cache == "miss" and any("format_version 9" in str(x.message) for x in w)
+    assert json.loads(path.read_text())["format_version"] == 9  # READ mode: the file is untouched
+
+
+@pytest.mark.parametrize("source,remeasured", [
+    (provenance.estimated(H200.model), True), (provenance.cpu_interpreter(), True), (provenance.UNKNOWN, True),
+    (provenance.measured(H200.model), False), (provenance.untimed("the only supported config"), False)])
+def test_a_gpu_run_remeasures_every_figure_but_a_gpu_measurement(tmp_path, source, remeasured):
+    f, key, e = _entry(source)
+    o = AutotuneOptions(compile_workers=0, xla_gpu_per_fusion_autotune_cache_dir=str(tmp_path))
+    DirectoryTier(tmp_path).put(e)
+    with Autotuner([FakeGemmBackend()], o, H200, profiler=GpuLikeProfiler()) as t:
+        assert t.timing == "measure"
+        rep = t.tune_instruction(f)
+    if remeasured:
+        assert rep.step == "tuned" and rep.hint == f"{e.result.config.name} ({source.label})"
+        assert rep.source["kind"] == "measured" and rep.source["device"] == H200.model
+        assert entry_from_text(DirectoryTier(tmp_path).file_for(key.digest).read_text(), "f").result.source.is_measurement
+    else:
+        assert rep.step == "cache" and rep.hint is None and rep.source == source.to_json()
+    # asked not to, a GPU run applies the hint as it is
+    DirectoryTier(tmp_path).put(e)
+    o2 = AutotuneOptions(compile_workers=0, xla_gpu_per_fusion_autotune_cache_dir=str(tmp_path),
+                         remeasure_estimates=False)
+    with Autotuner([FakeGemmBackend()], o2, H200, profiler=GpuLikeProfiler()) as t:
+        assert t.tune_instruction(f).step == "cache"
+
+
+def test_without_a_gpu_a_cached_host_winner_is_never_applied(tmp_path):
+    from fusegen_plugins.backends.host import HostCodegenBackend
+
+    f, key, e = _entry(provenance.UNKNOWN, backend="host", impl="numpy")  # what fusegen before format 2 cached
+    DirectoryTier(tmp_path).put(e)
+    o = AutotuneOptions(compile_workers=0, xla_gpu_per_fusion_autotune_cache_dir=str(tmp_path))
+    with pytest.warns(RuntimeWarning, match="'host' backend, which runs on the CPU and is not an XLA:GPU backend"):
+        with Autotuner([FakeGemmBackend(), HostCodegenBackend()], o, H200) as t:
+            if t.timing != "estimate":
+                pytest.skip("a GPU is usable here: candidates are measured, not estimated")
+            rep = t.tune_instruction(f)
+    assert rep.winner.startswith("fake_triton:") and rep.source["kind"] == "estimated"
+    assert all(not c.name.startswith("host") for c in (r.config for r in rep.results))
+
+
+@pytest.mark.skipif(not MLP.exists(), reason="shared corpus module absent")
+def test_no_tuned_entry_for_a_gpu_key_has_the_host_backend(tmp_path):
+    res = fusegen.tune(MLP, retune=True, cache_dir=str(tmp_path))
+    if res.timing != "estimate":
+        pytest.skip("a GPU is usable here: this is the CPU-machine guarantee")
+    files = DirectoryTier(tmp_path).files()
+    assert files and res.ok
+    for p in files:
+        e = entry_from_text(p.read_text(), str(p))
+        assert e.key.model.startswith("CUDA: 9.0") and e.result.config.backend != "host"
+        assert e.result.source.kind in ("estimated", "untimed"), e.result.source
+    assert all(r.source and r.source["kind"] in ("estimated", "untimed") for r in res.instructions)
