@@ -77,7 +77,7 @@ class Captured:
         from fusegen.api.trees import describe
 
         return (f"Captured({self.name} for {self.devices} {self.device} ({self.compiler}): "
-                f"inputs {describe(list(self.inputs_flat))}; outputs {self.out_tree.num_leaves} leaves)")
+                f"inputs {describe(list(self.inputs_flat))}; outputs {describe(list(self.out_structs))})")
 
     @property
     def inputs(self) -> tuple:
