@@ -58,3 +58,44 @@ def test_errors_and_a_dying_worker_reach_the_caller():
         assert pool.submit(abs, -4).result(timeout=120) == 4  # a new worker took its place
     finally:
         pool.shutdown()
+
+
+def test_the_autotuners_workers_from_a_plain_script(tmp_path):
+    """The compile pool's and the profiling supervisor's processes (``start_method="module"``, the default)
+    start without re-running the script, and answer over their connection; ``spawn`` would re-run it."""
+    p = _script(tmp_path, "from fusegen.runtime.module_process import get_context\n"
+                          "from fusegen.autotuning.supervised import _worker_main\n"
+                          "ctx = get_context('module')\n"
+                          "parent, child = ctx.Pipe(duplex=True)\n"
+                          "proc = ctx.Process(target=_worker_main, args=(child,))\n"
+                          "proc.start(); child.close()\n"
+                          "parent.send(None); proc.join(120)\n"
+                          "print(proc.exitcode, proc.is_alive())\n")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.splitlines() == ["script started", "0 False"]
+
+
+def test_a_module_process_is_killed_and_its_sentinel_says_so():
+    from multiprocessing.connection import wait
+
+    from fusegen.runtime.module_process import ModuleProcess, get_context
+
+    ctx = get_context("module")
+    parent, child = ctx.Pipe(duplex=True)
+    proc = ctx.Process(target=_echo, args=(child,))
+    proc.start()
+    child.close()
+    parent.send("ping")
+    assert parent.recv() == "ping" and proc.is_alive()
+    proc.kill()
+    assert wait([proc.sentinel], timeout=60) == [proc.sentinel]
+    proc.join(10)
+    assert proc.exitcode == -9 and not proc.is_alive()
+    with pytest.raises(TypeError, match="not importable by name"):
+        ModuleProcess(lambda c: None, (parent,))
+
+
+def _echo(conn):
+    """A worker target (importable by name: the worker gets this process's sys.path)."""
+    while True:
+        conn.send(conn.recv())

@@ -230,9 +230,9 @@ def tune(module: ModuleLike, *, backends: str | None = None, level: int | None =
         module: a Module, a list of them, a path or HLO text, or a :class:`~fusegen.api.Captured`.
         backends: ``xla_gpu_experimental_autotune_backends`` (``"triton"``, ``"+a,-b"``).
         level, cache_dir, cache_mode, retune, cost_model_top_k, record_dir: as ``tune``'s options.
-        workers: compile worker processes (0, the default here: compile in this process; the workers are
-            ``spawn`` processes: a plain script that passes ``workers > 0`` needs an
-            ``if __name__ == "__main__":`` guard).
+        workers: compile worker processes (0, the default here: compile in this process); they start as
+            ``python -m`` workers (:mod:`fusegen.runtime.module_process`) that never re-run the caller's
+            ``__main__``, so a plain script needs no ``if __name__ == "__main__":`` guard.
         compile_timeout: seconds one candidate may compile (``xla_gpu_autotune_compile_timeout``).
         shard: ``"K/N"`` or ``(K, N)``: tune only the K-th of N shards of the unique instructions.
         cluster: ``"ray"`` (a local instance of ``ray_num_cpus`` CPUs) or ``"ray://ADDRESS"``; extra

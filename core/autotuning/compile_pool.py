@@ -3,7 +3,8 @@
 XLA compiles candidates on a thread pool (``Autotuner::CompileAll``, autotuner.cc); one bad config
 that crashes the compiler takes the whole process with it (the Inductor complaints in
 ``reference/anchors.md`` §1.4: "one config ... poisons the whole process"). Here every candidate is
-compiled in a worker *process* (``spawn`` by default: safe with CUDA and Triton), each worker owns a
+compiled in a worker *process* (a fresh ``python -m`` interpreter by default, as safe with CUDA and Triton as
+``spawn`` and never re-running the caller's ``__main__``: :mod:`fusegen.runtime.module_process`), each worker owns a
 pipe, and the pool knows which task each worker holds, so:
 
 * a compile that raises fails that config (COMPILATION_FAILED with the reason);
@@ -24,7 +25,6 @@ from __future__ import annotations
 import collections
 import functools
 import hashlib
-import multiprocessing as mp
 import os
 import pickle
 import time
@@ -35,6 +35,7 @@ import attrs
 
 from fusegen.autotuning.supervised import PickledExecutable
 from fusegen.codegen_backend import CodegenBackend, CompilationFailed, Config, Executable
+from fusegen.runtime.module_process import get_context
 
 if TYPE_CHECKING:  # pragma: no cover
     from fusegen.hlo.ir import Instruction, Module
@@ -213,15 +214,17 @@ class CompilePool:
     Args:
         workers: number of processes (default: CPU count); 0 compiles in the calling process, in order.
         timeout_s: per-task limit; a task past it is killed and fails with a reason.
-        start_method: ``spawn`` (default) or ``forkserver``.
+        start_method: ``module`` (default: ``python -m`` workers that never re-run the caller's ``__main__``:
+            :mod:`fusegen.runtime.module_process`), ``spawn`` or ``forkserver``.
 
     Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, workers: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, start_method: str = "spawn"):
+    def __init__(self, workers: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 start_method: str = "module"):
         self.max_workers = (os.cpu_count() or 1) if workers is None else max(0, int(workers))
         self.timeout_s = float(timeout_s)
-        self._ctx = mp.get_context(start_method)
+        self._ctx = get_context(start_method)  # fusegen.runtime.module_process
         self._workers: list[_Worker] = []
         self.crashes = 0
         self.timeouts = 0

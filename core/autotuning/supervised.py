@@ -19,7 +19,6 @@ cannot be pickled (CUDA events hold device buffers) profiles in process.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import pickle
 import time
 from multiprocessing.connection import wait as _wait
@@ -29,6 +28,7 @@ import attrs
 
 from fusegen.autotuning.selection import Failure, FailureKind, ProfileResult
 from fusegen.codegen_backend import Config, Executable
+from fusegen.runtime.module_process import get_context
 
 #: Seconds one candidate's profiling (unpickling, warm-up, timed runs) may take by default.
 DEFAULT_PROFILE_TIMEOUT_S = 300.0
@@ -124,14 +124,15 @@ class ProfileSupervisor:
 
     Args:
         timeout_s: limit for one candidate (unpickling included); ``<= 0`` means none.
-        start_method: ``spawn`` (default: safe with CUDA and Triton) or ``forkserver``.
+        start_method: ``module`` (default: ``python -m`` workers that never re-run the caller's
+            ``__main__``, as safe with CUDA and Triton as ``spawn``), ``spawn`` or ``forkserver``.
 
     Use as a context manager, or call :meth:`close`.
     """
 
-    def __init__(self, timeout_s: float = DEFAULT_PROFILE_TIMEOUT_S, start_method: str = "spawn"):
+    def __init__(self, timeout_s: float = DEFAULT_PROFILE_TIMEOUT_S, start_method: str = "module"):
         self.timeout_s = float(timeout_s)
-        self._ctx = mp.get_context(start_method)
+        self._ctx = get_context(start_method)  # fusegen.runtime.module_process
         self._proc = None
         self._conn = None
         self.crashes = 0
