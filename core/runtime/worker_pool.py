@@ -58,10 +58,10 @@ class _Worker:
         self.thread.start()
 
     def _start(self) -> subprocess.Popen:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # what this process imports, the worker does
+        from fusegen.runtime.module_process import child_env  # what this process imports, the worker does
+
         return subprocess.Popen([sys.executable, "-m", "fusegen.runtime.worker_pool"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, env=env)
+                                stdout=subprocess.PIPE, env=child_env())
 
     def _loop(self) -> None:
         while True:
