@@ -7,18 +7,23 @@ the plugins, scripts and benchmarks), and a library session (explain, run) never
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CLI = REPO / "core" / "cli"
+_MAYBE = re.compile(r"fusegen\.cli|from\s+fusegen\s+import[\s\S]{0,300}?\bcli\b|import_module")
 
 
 def _cli_imports(path: Path) -> list[str]:
     """``LINE: statement`` of each import of fusegen.cli in a Python file (also ``from fusegen import cli`` and
     ``importlib.import_module("fusegen.cli...")``)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    text = path.read_text()
+    if not _MAYBE.search(text):  # most files cannot import it: parse only those that name it
+        return []
+    tree = ast.parse(text, filename=str(path))
     hits = []
     for node in ast.walk(tree):
         names: list[str] = []
