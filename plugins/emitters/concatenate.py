@@ -126,20 +126,19 @@ class ConcatenateFusion(FusionEmitter):
         op_shapes = [o.shape for o in fusion.operands]
         idx_t = choose_index_dtype(op_shapes + list(leaves), max(block, 4096))
         ctx = KernelContext(idx_t, op_shapes)
-        ctx.names.reserve("mask_all")
-        ctx.mask = "mask_all"  # operand indices are clamped into range; stores carry the real masks
+        # operand indices are clamped into range; loads and stores carry the pass's mask (set per pass)
         gen = ElementalGenerator(ctx, comp)
         h_dims, h_m2m = hero.shape.dimensions, hero.shape.minor_to_major()
         with deep_recursion():
             for p, (op, off) in enumerate(pieces):
                 n = op.shape.numel
                 ctx.body.line(f"# pass {p}: operand %{ts.sanitize_identifier(op.name)} -> output offset {off}")
-                if n < n_max:
-                    lin_p = gen.iexpr(f"tl.minimum(lin, {n - 1})", "lin_p")
-                    mask_p = ctx.emit(f"lin < {n}", "mask_p")
-                else:
-                    lin_p = gen.iexpr("tl.minimum(lin, N - 1)", "lin_p")
-                    mask_p = "mask"
+                # the clamp moves only lanes past the operand, which the pass's mask keeps from every load and
+                # store: lin_p keeps lin's contiguity for Triton's vectoriser (XLA's unrolled 16-byte accesses)
+                bound = "N - 1" if n == n_max else str(n - 1)
+                lin_p = gen.iexpr(f"tl.max_contiguous(tl.multiple_of(tl.minimum(lin, {bound}), BLOCK), BLOCK)", "lin_p")
+                mask_p = "mask" if n == n_max else ctx.emit(f"lin < {n}", "mask_p")
+                ctx.mask = mask_p
                 idx = gen.delinearize(lin_p, op.shape.dimensions, op.shape.minor_to_major())
                 v = gen.value(op, idx)
                 if isinstance(v, list):
@@ -161,7 +160,7 @@ class ConcatenateFusion(FusionEmitter):
         pid = "tl.program_id(0)" if gy == 1 else f"(tl.program_id(1) * {gx} + tl.program_id(0))"
         if idx_t == "tl.int64":
             pid = f"{pid}.to(tl.int64)"
-        prologue = [f"lin = {pid} * BLOCK + tl.arange(0, BLOCK)", "mask = lin < N", f"zero = tl.full([BLOCK], 0, {idx_t})", "mask_all = zero == 0"]
+        prologue = [f"lin = {pid} * BLOCK + tl.arange(0, BLOCK)", "mask = lin < N", f"zero = tl.full([BLOCK], 0, {idx_t})"]
         entry = ts.sanitize_identifier(f"concatenate_{fusion.name}", "k")
         source = ctx.render(entry, ["BLOCK", "N"], prologue)
         variant = None
