@@ -18,7 +18,7 @@ from fusegen.codegen.elemental import ELEMENTWISE
 from fusegen.codegen.emitter import (EmitterUnsupported, FusionEmitter, build_linear_kernel, fusion_roots,
                                      store_line)
 from fusegen.codegen.kernel import EmittedFusion, LaunchDimensions
-from fusegen.codegen.launch import calculate_launch_dimensions
+from fusegen.codegen.launch import LoopGeometry, analysis_loop_geometry
 from fusegen.codegen.thread_indexing import default_thread_id_indexing_map
 from fusegen.indexing import IndexingMap
 from fusegen.hlo.ir import Instruction
@@ -105,13 +105,18 @@ class InPlaceDynamicUpdateSliceFusion(FusionEmitter):
 
     name = "InPlaceDynamicUpdateSliceFusion"
 
-    def launch_dimensions(self) -> LaunchDimensions | None:
+    def geometry(self) -> LoopGeometry | None:
         """XLA's launch (``InPlaceDynamicUpdateSliceFusion::launch_dimensions``): ``CalculateLaunchDimensions``
-        of the update shape, no unrolling; one thread per update element."""
+        of the update shape with ``ComputeLoopFusionConfig``'s unroll factor for that shape (a large bf16
+        update: 4 elements a thread, 8-byte accesses); ``None`` without an update."""
         dus_list = output_dus(self.analysis)
         if not dus_list or dus_list[0].operands[1].shape.numel == 0:
             return None
-        return calculate_launch_dimensions(dus_list[0].operands[1].shape.numel, self.analysis.device).launch()
+        return analysis_loop_geometry(self.analysis, dus_list[0].operands[1].shape)
+
+    def launch_dimensions(self) -> LaunchDimensions | None:
+        geo = self.geometry()
+        return geo.launch() if geo is not None else None
 
     def thread_id_to_output_indexing(self, root_index: int) -> None:
         """``InPlaceDynamicUpdateSliceFusion::ComputeThreadIdToOutputIndexing``: none (runtime offsets)."""
@@ -119,10 +124,11 @@ class InPlaceDynamicUpdateSliceFusion(FusionEmitter):
 
     def thread_id_to_input_indexing(self, root_index: int, hero_operand_index: int) -> IndexingMap | None:
         """The default thread map over the update (operand 1 of the DUS hero); none for the other operands."""
-        launch = self.launch_dimensions()
-        if hero_operand_index != 1 or launch is None:
+        geo = self.geometry()
+        if hero_operand_index != 1 or geo is None:
             return None
-        return default_thread_id_indexing_map(launch, 1, output_dus(self.analysis)[root_index].operands[1].shape)
+        return default_thread_id_indexing_map(geo.launch(), geo.unroll,
+                                              output_dus(self.analysis)[root_index].operands[1].shape)
 
     def emit(self) -> EmittedFusion:
         dus_list = output_dus(self.analysis)
@@ -153,8 +159,7 @@ class InPlaceDynamicUpdateSliceFusion(FusionEmitter):
                 ptr = gen.ctx.param("output", k, leaves[k], f"out{k}")
                 store_line(gen, ptr, off, v, leaves[k].element_type, gen.ctx.mask)
 
-        geometry = calculate_launch_dimensions(n, self.analysis.device)
-        ks = build_linear_kernel(self, f"dus_{self.fusion.name}", n, body, geometry=geometry)
+        ks = build_linear_kernel(self, f"dus_{self.fusion.name}", n, body, geometry=self.geometry())
         return EmittedFusion(emitter=self.name, kernels=(ks,), output_aliases=aliases)
 
 
