@@ -163,3 +163,18 @@ def test_split_k_partial_sum_inside_a_layer_norm_runs_on_the_block_level_kernel(
     rep = ex.reports["triton_softmax.142"]
     assert (rep.emitter, rep.backend, rep.status, rep.compiled) == ("TritonBlockLevelFusion", "triton", "ok", "ok")
     assert rep.max_abs_error is not None
+
+
+def test_row_maximum_keeps_nans_on_the_gpu_as_xla():
+    """XLA's maximum propagates NaN (its softmax kernels use ``max.NaN.f32``); the block-level kernel's tile
+    maximum does too on sm_90 (Triton's ``tl.max`` drops NaNs there), and in the interpreter a NaN row gives NaN."""
+    f = _fusion(_SOFTMAX_T.format(R=4, C=64, TR=1, TC=64, W=2))
+    em = TritonBlockLevelFusion(_Analysis(f), interpret_variant=False).emit()
+    ptx = triton_runtime.compile_for_target(em.kernels[0], pointer_alignment=16).ptx
+    assert "max.NaN.f32" in ptx and "max.f32" not in ptx
+    x = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
+    x[2, 5] = np.nan
+    out = triton_runtime.run_fusion(em, [x], f)[0]
+    ref = evaluate_instruction(f, [x])
+    assert np.isnan(out[2]).all() and np.isnan(ref[2]).all()
+    np.testing.assert_allclose(out[[0, 1, 3]], ref[[0, 1, 3]], rtol=1e-5, atol=1e-6)

@@ -10,8 +10,10 @@ against the reference evaluator in the interpreter.
 
 from __future__ import annotations
 
+import csv
 import re
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,6 +27,8 @@ from fusegen.hlo.parser import parse_module
 from fusegen.runtime.executor import Executor
 
 LAUNCH = CORPUS / "jax" / "launch"
+#: XLA's kernels for more programs, committed with the project (scripts/make_xla_kernel_set.py)
+KERNELS = Path(__file__).resolve().parent / "data" / "xla_kernels"
 _ACCESS = re.compile(r"\b(ld|st)\.global((?:\.\w+)*)")
 _BYTES = {"8": 1, "16": 2, "32": 4, "64": 8}
 
@@ -41,19 +45,19 @@ def global_accesses(ptx: str) -> Counter:
     return out
 
 
-def xla_entry(module_file: str, kernel: str) -> str:
+def xla_entry(module_file: str, kernel: str, where: Path = LAUNCH) -> str:
     """The text of ``.entry KERNEL(`` in XLA's PTX of ``module_file`` (up to the next entry)."""
-    text = (LAUNCH / module_file.replace(".h200_opt.hlo", ".xla.ptx")).read_text()
+    text = (where / module_file.replace(".h200_opt.hlo", ".xla.ptx")).read_text()
     i = text.index(f".entry {kernel}(")
     j = text.find(".entry ", i + 1)
     return text[i:j if j > 0 else len(text)]
 
 
-def fusegen_kernel(module_file: str, fusion: str):
+def fusegen_kernel(module_file: str, fusion: str, where: Path = LAUNCH):
     """``(fusion instruction, module, the primary KernelSource)`` as ``Executor.plan_fusion`` plans it for an H200."""
-    if not (LAUNCH / module_file).exists():
-        pytest.skip(f"{LAUNCH} is absent (the shared corpus is not checked out beside the project)")
-    m = parse_module((LAUNCH / module_file).read_text(), module_file)
+    if not (where / module_file).exists():
+        pytest.skip(f"{where} is absent (the shared corpus is not checked out beside the project)")
+    m = parse_module((where / module_file).read_text(), module_file)
     inst = next(i for c in m.computations for i in c.instructions if i.opcode == "fusion" and i.name == fusion)
     emitted, _ = Executor(m, get_device("h200"), compile_kernels=False).plan_fusion(inst)
     return inst, m, emitted.kernels[emitted.primary]
@@ -145,3 +149,28 @@ def test_ptx_access_counter():
     """
     assert global_accesses(text) == Counter({("ld", 16): 1, ("ld", 2): 1, ("st", 8): 1, ("st", 1): 1})
 
+
+
+def _kernel_rows() -> list[dict]:
+    with open(KERNELS / "LAUNCH.tsv") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+#: Kernels of tests/data/xla_kernels not yet as wide / as few accesses as XLA's, with the reason.
+KNOWN_NARROWER: dict[str, str] = {}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", _kernel_rows(), ids=lambda r: f"{r['module_file'].split('.')[0]}-{r['fusion_name']}")
+def test_every_kernel_as_wide_as_xla_with_at_most_1_5x_its_accesses(row):
+    """Every fusion of ``tests/data/xla_kernels`` (same launch as XLA's): fusegen's mean bytes per global access
+    at least XLA's, and at most 1.5x XLA's global accesses (static PTX counts of one thread's program)."""
+    name = row["module_file"].split(".")[0]
+    if name in KNOWN_NARROWER:
+        pytest.xfail(KNOWN_NARROWER[name])
+    _, _, ks = fusegen_kernel(row["module_file"], row["fusion_name"], KERNELS)
+    assert ks.launch.to_json()["grid"] == [int(row["grid_x"]), int(row["grid_y"]), int(row["grid_z"])]
+    ours = _compiled_accesses(ks)
+    xla = global_accesses(xla_entry(row["module_file"], row["kernel_name"], KERNELS))
+    assert _mean_bytes(ours) >= _mean_bytes(xla), (ours, xla)
+    assert sum(ours.values()) <= 1.5 * sum(xla.values()), (ours, xla)

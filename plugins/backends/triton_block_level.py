@@ -26,10 +26,15 @@ from fusegen.codegen.kernel import (INTERPRET_TILE_LANES, EmittedFusion, KernelS
                                     interpret_tile_sizes)
 from fusegen.hlo.ir import Computation, Instruction
 
-#: reducer root -> combine function of ``tl.reduce`` (the interpreter maps these to numpy reductions; Triton's
-#: ``tl.sum``/``tl.max`` are ``@jit`` helpers the interpreter cannot call from a plain ``JITFunction`` module)
-_COMBINERS = {"add": "tl.standard._sum_combine", "maximum": "tl.standard._elementwise_max",
-              "minimum": "tl.standard._elementwise_min"}
+#: reducer root -> combine function of ``tl.reduce``: Triton's ``_sum_combine``, and NaN-propagating maximum /
+#: minimum written into the module (``tl.standard._elementwise_max`` drops NaNs on the GPU, XLA's maximum keeps
+#: them: ``max.NaN.f32``). Their ``fg_combine_`` prefix lets the interpreter fold them vectorised
+#: (:func:`fusegen.codegen.interpreter_patches.patch_reduce`).
+_COMBINERS = {"add": "tl.standard._sum_combine", "maximum": "fg_combine_maximum", "minimum": "fg_combine_minimum"}
+_COMBINE_FNS = ["", "@triton.jit", "def fg_combine_maximum(a, b):",
+                "    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)",
+                "", "@triton.jit", "def fg_combine_minimum(a, b):",
+                "    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)"]
 
 
 def _pow2(n: int) -> int:
@@ -136,7 +141,7 @@ class _TileGen(ElementalGenerator):
     def _with_init(self, r: str, init_v: str, op: str) -> str:
         if op == "add":
             return self.ctx.emit(f"{r} + {init_v}", "red")
-        return self.ctx.emit(f"tl.{op}({r}, {init_v})", "red")
+        return self.ctx.emit(f"tl.{op}({r}, {init_v}, propagate_nan=tl.PropagateNan.ALL)", "red")
 
     def _sub_tile_reduce(self, inst: Instruction, idx: tuple, op: str) -> str:
         """The reduce at ``idx`` (one value per lane) from a ``[lanes, Rp]`` sub-tile computed in a device
@@ -344,6 +349,7 @@ class TritonBlockLevelFusion(FusionEmitter):
         pre += _tile_coordinates(dims, sizes, tile, counts, strides_t, strides_l)
         src = ts.module_header()
         src.insert(4, "from fusegen_plugins.backends.triton_devfn import device_jit")
+        src += _COMBINE_FNS
         call_params = "".join(p + ", " for p in params)
         for fn, formals, lines, ret in gen.subfns:
             src += ["", "@device_jit", f"def {fn}({', '.join(params + formals + ['BLOCK: tl.constexpr'])}):"]

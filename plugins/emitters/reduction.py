@@ -46,6 +46,7 @@ from fusegen.analysis.shape_util import are_dimensions_consecutive
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import (COMPLEX_PARTS, Cx, ElementalGenerator, KernelContext, choose_index_dtype,
                                       deep_recursion, int_list)
+from fusegen.codegen.elemental.uniform_runs import UniformRuns
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.codegen.launch import REDUCTION_TILE_SIZE, ReductionGeometry, kernel_warps, reduction_geometry
@@ -56,12 +57,13 @@ from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction, Shape
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
+from fusegen_plugins.emitters._reduction_index import forward_index, input_index, view_position
 
 #: Elements of one program's input tile (``TA * TR * TB``).
 TILE_ELEMENTS = 4096
 
 # Names the kernel defines itself; never handed out for HLO instructions.
-_FIXED = ("pid", "pid_a", "pid_b", "t", "ta", "tr", "tb", "A", "B", "R", "A_c", "B_c", "R_c", "okab", "it",
+_FIXED = ("pid", "pid_a", "pid_b", "t", "ta", "tr", "tb", "A", "B", "R", "A_c", "A_q", "B_c", "R_c", "okab", "it",
           "o", "oA", "oB", "oA_c", "oB_c", "omask", "ozero", "OBLOCK", "TA", "TR", "TB", "NA", "NR", "NB",
           "NIT", "GB")
 
@@ -334,15 +336,6 @@ class ReductionFusion(FusionEmitter):
         return EmittedFusion(emitter=self.name, kernels=(ks,))
 
     # ------------------------------------------------------------------------------------------
-    def _p(self, gen: ElementalGenerator, dims: ReductionDimensions, a: Any, r: Any, b: Any) -> Any:
-        """Physical linear position in the reduce input of 3-D view coordinates ``(a, r, b)``."""
-        d0, d1, d2 = dims.dimensions
-        if dims.is_row_reduction:  # a = kept row, r over [major_reduced * minor_reduced]
-            i0 = gen.idiv(r, d2) if d0 > 1 else 0
-            i2 = gen.imod(r, d2) if d0 > 1 else r
-            return gen.iadd(gen.imul(gen.iadd(gen.imul(i0, d1), a), d2), i2)
-        return gen.iadd(gen.imul(gen.iadd(gen.imul(a, d1), r), d2), b)
-
     def _body(self, ctx: KernelContext, comp: Computation, plan: _Plan, tiles: tuple[int, int, int],
               sizes: tuple[int, int, int], nit: int, gb: int, idx_t: str) -> list[str]:
         ta, tr, tb = tiles
@@ -408,6 +401,17 @@ class ReductionFusion(FusionEmitter):
 
         if nit > 0:
             loop = nit > 1
+            hoist_at = len(body.lines)
+            if tb == 1 and tr > 1:
+                # an operand read at the kept row only (a broadcast row scale) is loaded once per row, before
+                # the loop (UniformRuns): one load a thread, as XLA's row reduction loads it
+                hoist = ts.SourceBuilder()
+                hoist.level = body.level
+                hoist.line("A_q = tl.minimum(pid_a * TA + tl.arange(0, TA)" + (".to(tl.int64)" if i64 else "") +
+                           ", NA - 1)")
+                ctx.runs = UniformRuns(base="", width=1, coarse_base="A_q", coarse_shape="[TA]",
+                                       expand="tl.reshape(tl.broadcast_to({x}[:, None], [TA, TR * TB]), [BLOCK])",
+                                       seeds={"A_c": "A_q"}, hoist=hoist)
             if loop:
                 line("for it in range(0, NIT):")
                 body.indent()
@@ -418,11 +422,11 @@ class ReductionFusion(FusionEmitter):
             line("mask = okab & (R < NR)")
             line("R_c = tl.max_contiguous(tl.multiple_of(tl.minimum(R, NR - 1), TR), TR)" if tb == 1 and tr > 1
                  else "R_c = tl.minimum(R, NR - 1)")
-            p = self._p(gen, plan.dims, "A_c", "R_c", "B_c")
+            p = view_position(gen, plan.dims, "A_c", "R_c", "B_c")
             p = gen.itensor(p)
             for (hero, n, red, acc_types, fname, promoted), names in zip(reducers, accs):
                 xin = hero.operands[0].shape
-                idx = gen.delinearize(p, xin.dimensions, xin.minor_to_major())
+                idx = input_index(gen, xin, plan.dims, "A_c", "R_c", "B_c", p)
                 xs = [gen.value(x, idx) for x in hero.operands[:n]]
                 if promoted:
                     xs = [ctx.emit(f"{x}.to(tl.float32)", "up") for x in xs]
@@ -448,6 +452,9 @@ class ReductionFusion(FusionEmitter):
             if loop:
                 gen.pop_scope()
                 body.dedent()
+            if ctx.runs is not None:
+                body.lines[hoist_at:hoist_at] = ctx.runs.hoist.lines  # coarse code: before the loop
+                ctx.runs = None
 
         # fold the TR axis of the accumulators
         reduced: list[list[str]] = []
@@ -481,11 +488,11 @@ class ReductionFusion(FusionEmitter):
         ctx.zero, ctx.mask, ctx.block_shape = "ozero", "omask", "[OBLOCK]"
         injected: dict[int, Any] = {}
         egen = _EpilogueGenerator(ctx, comp, injected)
-        p_out = egen.itensor(self._p(egen, plan.dims, "oA_c", 0, "oB_c"))
+        p_out = egen.itensor(view_position(egen, plan.dims, "oA_c", 0, "oB_c"))
         hero_idx: dict[int, tuple] = {}
         for (hero, n, red, acc_types, fname, promoted), outs in zip(reducers, reduced):
             xin = hero.operands[0].shape
-            iidx = egen.delinearize(p_out, xin.dimensions, xin.minor_to_major())
+            iidx = input_index(egen, xin, plan.dims, "oA_c", 0, "oB_c", p_out)
             rdims = set(int_list(hero.attrs.get("dimensions")))
             hidx = tuple(c for d, c in enumerate(iidx) if d not in rdims)
             hero_idx[id(hero)] = hidx
@@ -502,7 +509,7 @@ class ReductionFusion(FusionEmitter):
                 res = [ctx.emit(f"{res[0]}.to({ts.tl_dtype(et)})", f"out_{hero.name}")]
             injected[id(hero)] = res if hero.shape.is_tuple else res[0]
         for root, hero, lks in plan.reduction_roots:
-            ridx = self._forward_index(egen, root, hero, hero_idx[id(hero)])
+            ridx = forward_index(egen, root, hero, hero_idx[id(hero)])
             vals = _flatten(egen.value(root, ridx))
             for leaf_no, v in zip(lks, vals):
                 ls = leaves[leaf_no]
@@ -511,35 +518,6 @@ class ReductionFusion(FusionEmitter):
                 store_line(egen, ptr, off, v, ls.element_type, "omask")
         ctx.zero, ctx.mask, ctx.block_shape = "zero", "mask", "[BLOCK]"
         return combine_src
-
-    @staticmethod
-    def _forward_index(gen: ElementalGenerator, root: Instruction, hero: Instruction, idx: tuple) -> tuple:
-        """The root's index of the lane whose hero index is ``idx`` (epilogue chain mapped forward)."""
-        path = []
-        n = root
-        while n is not hero:
-            if len(n.operands) != 1:
-                raise EmitterUnsupported(n.opcode, n.name, "epilogue op with several operands")
-            path.append(n)
-            n = n.operands[0]
-        cur = hero
-        for u in reversed(path):
-            src = cur.shape
-            dst = u.shape
-            if u.opcode == "bitcast":
-                lin = gen.linearize(idx, src.dimensions, src.minor_to_major())
-                idx = gen.delinearize(lin, dst.dimensions, dst.minor_to_major())
-            elif u.opcode == "reshape":
-                lin = gen.linearize(idx, src.dimensions, tuple(range(src.rank - 1, -1, -1)))
-                idx = gen.delinearize(lin, dst.dimensions, tuple(range(dst.rank - 1, -1, -1)))
-            elif u.opcode == "transpose":
-                perm = int_list(u.attrs.get("dimensions"))
-                idx = tuple(idx[perm[i]] for i in range(len(perm)))
-            elif tuple(dst.dimensions) != tuple(src.dimensions):
-                raise EmitterUnsupported(u.opcode, u.name, "epilogue op changes the shape")
-            cur = u
-        return tuple(idx)
-
 
 class RowReductionFusion(ReductionFusion):
     """Row reductions (``RowReductionFusion``): a program reduces ``TA`` rows, ``TR`` elements a step."""

@@ -105,8 +105,8 @@ class ElementwiseMixin:
         return self.wrap_subbyte(r, et, inst.name)
 
     def _minmax_expr(self, op: str, x: str, y: str) -> str:
-        # NaN-propagating like XLA's GPU min/max.
-        return f"tl.where({x} != {x}, {x}, tl.where({y} != {y}, {y}, tl.{op}({x}, {y})))"
+        # NaN-propagating like XLA's GPU min/max (one max.NaN / min.NaN instruction, as XLA's kernels)
+        return f"tl.{op}({x}, {y}, propagate_nan=tl.PropagateNan.ALL)"
 
     def _int_divrem(self, inst: Instruction, a: str, b: str) -> str:
         et = inst.shape.element_type

@@ -10,10 +10,12 @@ index independent of the unrolled element (``(th * 4 + v) floordiv 2048 = th flo
 
 Here the same fact is tracked on the generator's index variables: each index built by ``idiv``/``imod``/
 ``iadd``/``isub``/``imul``/``iclamp``/``linearize`` from the run's base (``lin_c``) by a quotient of a multiple
-of ``width`` has a *coarse* twin on a ``[BLOCK // width]`` block (one lane per run, built from ``lin_q =
-lin_c // width``), emitted beside it. A load whose offset has a coarse twin loads on the coarse block and
-broadcasts each value over its run (``tl.reshape(tl.broadcast_to(x[:, None], [BLOCK // w, w]), [BLOCK])``: a
-register-only broadcast, as the run is the thread's own elements in Triton's blocked layout).
+of ``width``, or from a seed variable (a reduction's kept row ``A_c``, constant over the row's lanes), has a
+*coarse* twin on a smaller block (one lane per run, built from ``lin_q = lin_c // width`` or the seed's twin),
+emitted beside it. A load whose offset has a coarse twin loads on the coarse block and broadcasts each value
+over its run (``tl.reshape(tl.broadcast_to(x[:, None], [BLOCK // w, w]), [BLOCK])``: a register-only broadcast,
+as the run is the thread's own elements in Triton's blocked layout). A kernel that loops over the reduced
+dimension emits the coarse code before its loop (``hoist``): the value is loop-invariant, as in XLA's kernel.
 """
 
 from __future__ import annotations
@@ -31,16 +33,29 @@ class UniformRuns:
     """The run structure of a linear-index kernel (``KernelContext.runs``).
 
     Attributes:
-        base: the fine linear index variable (``"lin_c"``), ``[BLOCK]``, clamped into ``[0, N)``.
+        base: the fine linear index variable (``"lin_c"``), ``[BLOCK]``, clamped into ``[0, N)``; ``""``: none.
         width: consecutive lanes a thread holds (XLA's unroll factor; ``BLOCK`` is a multiple of it).
         coarse_base: the variable holding ``base // width`` on the coarse block (``"lin_q"``).
         coarse_shape: the coarse block's shape text (``"[BLOCK // 4]"``).
+        expand: the broadcast of a coarse value ``{x}`` to the block (default: runs of ``width`` lanes).
+        seeds: fine index variable -> its coarse twin, for variables the kernel defines itself.
+        hoist: where coarse code is written (before the kernel's loop); ``None``: in place.
     """
 
     base: str
     width: int
     coarse_base: str
     coarse_shape: str
+    expand: str = ""
+    seeds: dict = attrs.field(factory=dict)
+    hoist: Any = attrs.field(default=None, eq=False)
+
+    def broadcast(self, x: str) -> str:
+        """The expression broadcasting coarse value ``x`` over its run."""
+        if self.expand:
+            return self.expand.format(x=x)
+        w = self.width
+        return f"tl.reshape(tl.broadcast_to({x}[:, None], [BLOCK // {w}, {w}]), [BLOCK])"
 
     def prologue(self, pid: str) -> str:
         """The line defining :attr:`coarse_base` from the program id expression ``pid``."""
@@ -56,7 +71,22 @@ class UniformRunsMixin:
         """``a`` on the coarse block (an int stays an int), or ``None`` when ``a`` varies within a run."""
         if isinstance(a, int):
             return a
-        return self.root_gen._coarse.get(a)
+        hit = self.root_gen._coarse.get(a)
+        if hit is None and self.ctx.runs is not None:
+            hit = self.ctx.runs.seeds.get(a)
+        return hit
+
+    def _at_hoist(self, make: Callable[[], Any]) -> Any:
+        """``make()`` with the kernel's lines going to :attr:`UniformRuns.hoist` (when set)."""
+        hoist = self.ctx.runs.hoist
+        if hoist is None:
+            return make()
+        body = self.ctx.body
+        self.ctx.body = hoist
+        try:
+            return make()
+        finally:
+            self.ctx.body = body
 
     def _twin(self, result: int | str, make: Callable[..., int | str], *operands: int | str) -> int | str:
         """Record the coarse twin of ``result`` = ``make(*operands)`` when every operand has one."""
@@ -65,8 +95,8 @@ class UniformRunsMixin:
             return result
         qs = [self.coarse(o) for o in operands]
         if all(q is not None for q in qs):
-            q = make(*qs)
-            if isinstance(q, str) or isinstance(q, int):
+            q = self._at_hoist(lambda: make(*qs))
+            if isinstance(q, (int, str)):
                 self.root_gen._coarse[result] = q
         return result
 
@@ -76,7 +106,7 @@ class UniformRunsMixin:
             if result not in self.root_gen._coarse:
                 q = k // runs.width
                 self.root_gen._coarse[result] = (runs.coarse_base if q == 1 else
-                                                 self.iexpr(f"{runs.coarse_base} // {q}", "q"))
+                                                 self._at_hoist(lambda: self.iexpr(f"{runs.coarse_base} // {q}", "q")))
             return result
         return self._twin(result, lambda x: self.idiv(x, k), a)
 
@@ -90,14 +120,13 @@ class UniformRunsMixin:
         q = self.coarse(lin)
         if not isinstance(q, str):
             return None
-        w = runs.width
 
         def load(off: str, hint: str) -> str:
-            x = ctx.emit(f"tl.load({ptr} + {off})", hint + "_q")
-            return ctx.emit(f"tl.reshape(tl.broadcast_to({x}[:, None], [BLOCK // {w}, {w}]), [BLOCK])", hint)
+            x = self._at_hoist(lambda: ctx.emit(f"tl.load({ptr} + {off})", hint + "_q"))
+            return ctx.emit(runs.broadcast(x), hint)
 
         if shape.element_type in COMPLEX_PARTS:
-            o2 = ctx.emit(f"{q} * 2", "off")
+            o2 = self._at_hoist(lambda: ctx.emit(f"{q} * 2", "off"))
             return Cx((load(o2, f"{inst.name}_re"), load(f"{o2} + 1", f"{inst.name}_im")))
         v = load(q, inst.name)
         if shape.element_type == "pred":

@@ -1,0 +1,130 @@
+"""XLA's own kernels for native-emitter and block-level programs: optimized HLO, thunks and PTX (H200, deviceless).
+
+Compiles each program below the way ``scripts/make_launch_ground_truth.py`` does (jax + jax-cuda12-plugin/pjrt,
+compile-only H200 topology, ``--xla_dump_to``) and keeps, besides the HLO, the thunk sequence and ``LAUNCH.tsv``,
+XLA's PTX of the program (``NAME.xla.ptx``: the dumped ``*.ptx`` modules concatenated, each after a
+``// ==== <file> ====`` line, as in ``../shared/corpus/jax/launch``). The programs are the shapes where a kernel's
+memory instructions are easy to get wrong: fp8 dequantize / quantize with scalar, row and column scales, row
+reductions (short, odd, long, with a broadcast scale), multi-row, column, small-column and scalar reductions,
+2-D/3-D transposes, broadcast-heavy and int8 loops, multi-output loops, concatenates, scatter, in-place DUS and
+block-level softmax / RMS norm / layer norm. ``tests/test_kernel_vector_width.py`` compares fusegen's sm_90
+kernels for them with XLA's; ``../shared/tools/sass_compare.py`` runs on the folder with
+``FUSEGEN_SHARED_LAUNCH=tests/data/xla_kernels``. Needs the plugin (not a project dependency)::
+
+    .venv/bin/python -m pip install jax-cuda12-plugin==0.10.2 jax-cuda12-pjrt==0.10.2
+    .venv/bin/python scripts/make_xla_kernel_set.py tests/data/xla_kernels
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import os
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import make_launch_ground_truth as ground_truth  # noqa: E402
+
+
+def programs(jnp, jax):
+    """``(name, function, [(shape, dtype), ...])`` of every program compiled."""
+    lax = jax.lax
+    f32, bf16, e4m3, i32, i8 = jnp.float32, jnp.bfloat16, jnp.float8_e4m3fn, jnp.int32, jnp.int8
+
+    def rmsnorm(x, w):
+        r = lax.rsqrt((x.astype(f32) ** 2).mean(-1, keepdims=True) + 1e-6).astype(bf16)
+        return x * r * w
+
+    def layernorm(x):
+        return (x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-5)
+
+    return [
+        ("x_deq_scalar", lambda x, s: (x.astype(f32) * s).astype(bf16), [((2048, 1024), e4m3), ((), f32)]),
+        ("x_deq_row", lambda x, s: (x.astype(f32) * s[:, None]).astype(bf16), [((2048, 1024), e4m3), ((2048,), f32)]),
+        ("x_deq_col", lambda x, s: (x.astype(f32) * s[None, :]).astype(bf16), [((2048, 1024), e4m3), ((1024,), f32)]),
+        ("x_quant", lambda x, s: (x / s).astype(e4m3), [((2048, 1024), bf16), ((), f32)]),
+        ("x_rowsum_bf16", lambda x: x.astype(f32).sum(-1), [((4096, 1024), bf16)]),
+        ("x_rowmax_f32_odd", lambda x: x.max(-1), [((1000, 300), f32)]),
+        ("x_rowsum_scaled", lambda x, s: (x.astype(f32) * s[:, None]).sum(-1), [((2048, 768), bf16), ((2048,), f32)]),
+        ("x_rowsum_long", lambda x: x.sum(-1), [((64, 16384), f32)]),
+        ("x_multirow", lambda x: x.sum(-1), [((8192, 16), f32)]),
+        ("x_colsum", lambda x: x.sum(0), [((1024, 1024), f32)]),
+        ("x_colsum_bf16", lambda x: x.astype(f32).sum(0), [((4096, 512), bf16)]),
+        ("x_smallcol", lambda x: x.sum(1), [((256, 64, 8), f32)]),
+        ("x_scalar_sum", lambda x: x.sum(), [((1 << 20,), f32)]),
+        ("x_t2d_bf16", lambda x: x.T * 2, [((1024, 2048), bf16)]),
+        ("x_t2d_f32", lambda x: x.T + 1, [((2048, 1024), f32)]),
+        ("x_t021", lambda x: jnp.transpose(x, (0, 2, 1)) * 3, [((16, 256, 512), bf16)]),
+        ("x_t210", lambda x: jnp.transpose(x, (2, 1, 0)) * 3, [((64, 32, 128), f32)]),
+        ("x_loop_bcast_mix", lambda x, b, c: jnp.tanh(x * b[None, :] + c[:, None]),
+         [((1024, 4096), bf16), ((4096,), bf16), ((1024,), bf16)]),
+        ("x_loop_i8", lambda x, y: (x + y) * 3, [((4096, 1024), i8), ((4096, 1024), i8)]),
+        ("x_loop_multi", lambda x: (jnp.exp(x), x.astype(bf16), x > 0), [((2048, 1024), f32)]),
+        ("x_concat", lambda a, b, c: jnp.concatenate([a, b * 2, c], axis=1),
+         [((1024, 512), f32), ((1024, 256), f32), ((1024, 768), f32)]),
+        ("x_concat0", lambda a, b: jnp.concatenate([a, b], axis=0), [((512, 1024), bf16), ((256, 1024), bf16)]),
+        ("x_scatter_add", lambda o, i, u: o.at[i].add(u), [((1024, 256), f32), ((512,), i32), ((512, 256), f32)]),
+        ("x_dus", lambda o, u, i: lax.dynamic_update_slice(o, u, (i, 0)),
+         [((4096, 1024), bf16), ((512, 1024), bf16), ((), i32)]),
+        ("x_softmax_bf16", lambda x: jax.nn.softmax(x.astype(f32), -1).astype(bf16), [((1024, 2048), bf16)]),
+        ("x_rmsnorm", rmsnorm, [((4096, 4096), bf16), ((4096,), bf16)]),
+        ("x_layernorm_f32", layernorm, [((2048, 1536), f32)]),
+    ]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    out = Path(argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    if not ground_truth.SPEC.exists():
+        print(f"error: {ground_truth.SPEC} is absent (the shared checkout beside the project)", file=sys.stderr)
+        return 2
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = "1"
+    with tempfile.TemporaryDirectory(prefix="xla_dump_") as dump:
+        os.environ["XLA_FLAGS"] = f"--xla_dump_to={dump}"
+        import jax
+        import jax.numpy as jnp
+        from jax.experimental import topologies
+        from jax.sharding import SingleDeviceSharding
+
+        try:
+            dev = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
+                                               target_config=ground_truth.SPEC.read_text()).devices[0]
+        except Exception as e:  # no plugin: say how to get it
+            print(f"error: no deviceless CUDA topology ({e}); install jax-cuda12-plugin/pjrt=={jax.__version__}",
+                  file=sys.stderr)
+            return 2
+        rows = []
+        for name, f, args in programs(jnp, jax):
+            for p in glob.glob(f"{dump}/*"):
+                os.remove(p)
+            sds = [jax.ShapeDtypeStruct(s, d, sharding=SingleDeviceSharding(dev)) for s, d in args]
+            hlo = jax.jit(f).lower(*sds).compile().as_text()
+            thunks = sorted(glob.glob(f"{dump}/*thunk_sequence.txt"))
+            thunk_text = Path(thunks[-1]).read_text() if thunks else ""
+            ptx = "".join(f"// ==== {Path(p).name} ====\n{Path(p).read_text()}" for p in sorted(glob.glob(f"{dump}/*.ptx"))
+                          if Path(p).stat().st_size)
+            hlo = re.sub(r'source_file="[^"]*"', 'source_file="<src>"', hlo)
+            hlo = re.sub(r'(?m)^(\d+) "/[^"]*"$', r'\1 "<src>"', hlo)
+            (out / f"{name}.h200_opt.hlo").write_text(hlo)
+            (out / f"{name}.thunks.txt").write_text(thunk_text)
+            (out / f"{name}.xla.ptx").write_text(ptx)
+            got = ground_truth._rows(name, hlo, thunk_text)
+            rows.extend(got)
+            print(f"{name:20s} {len(got)} kernel(s), {len(ptx)} PTX characters")
+    with open(out / "LAUNCH.tsv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, ground_truth.COLUMNS, delimiter="\t", lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    print(f"{len(rows)} rows -> {out / 'LAUNCH.tsv'} (jax {jax.__version__})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
