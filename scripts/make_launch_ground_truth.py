@@ -21,6 +21,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 SPEC = Path(__file__).resolve().parents[1].parent / "shared" / "tools" / "jax_gpu_hlo" / "h200_min.txtpb"
 COLUMNS = ["module_file", "fusion_name", "kernel_name", "thunk_id", "thunk_kind", "scope", "grid_x", "grid_y",
@@ -198,7 +199,9 @@ def _rows(name: str, hlo: str, thunks: str) -> list[dict]:
     return out
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], progs: Any = None, keep_ptx: bool = False) -> int:
+    """Compile ``progs`` (default :func:`programs`) into ``argv[1]``; ``keep_ptx``: also ``NAME.xla.ptx``, XLA's
+    dumped PTX modules concatenated (each after a ``// ==== <file> ====`` line, as in the shared corpus)."""
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
         return 2
@@ -210,10 +213,10 @@ def main(argv: list[str]) -> int:
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = "1"
     with tempfile.TemporaryDirectory(prefix="xla_dump_") as dump:
-        return _compile_all(out, dump)
+        return _compile_all(out, dump, progs or programs, keep_ptx)
 
 
-def _compile_all(out: Path, dump: str) -> int:
+def _compile_all(out: Path, dump: str, progs: Any, keep_ptx: bool) -> int:
     os.environ["XLA_FLAGS"] = f"--xla_dump_to={dump}"
     import jax
     import jax.numpy as jnp
@@ -227,7 +230,10 @@ def _compile_all(out: Path, dump: str) -> int:
               file=sys.stderr)
         return 2
     rows = []
-    for name, f, args in programs(jnp, jax):
+    for name, f, args in progs(jnp, jax):
+        if keep_ptx:  # one program's modules at a time
+            for old in glob.glob(f"{dump}/*"):
+                os.remove(old)
         sds = [jax.ShapeDtypeStruct(s, d, sharding=SingleDeviceSharding(dev)) for s, d in args]
         before = set(glob.glob(f"{dump}/*thunk_sequence.txt"))
         hlo = jax.jit(f).lower(*sds).compile().as_text()
@@ -238,6 +244,10 @@ def _compile_all(out: Path, dump: str) -> int:
         hlo = re.sub(r'(?m)^(\d+) "/[^"]*"$', r'\1 "<src>"', hlo)
         (out / f"{name}.h200_opt.hlo").write_text(hlo)
         (out / f"{name}.thunks.txt").write_text(thunks)
+        if keep_ptx:
+            (out / f"{name}.xla.ptx").write_text("".join(
+                f"// ==== {Path(m).name} ====\n{Path(m).read_text()}" for m in sorted(glob.glob(f"{dump}/*.ptx"))
+                if Path(m).stat().st_size))
         got = _rows(name, hlo, thunks)
         rows.extend(got)
         print(f"{name:28s} {len(got)} fusion kernel(s): " + ", ".join(

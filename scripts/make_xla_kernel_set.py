@@ -17,12 +17,7 @@ kernels for them with XLA's; ``../shared/tools/sass_compare.py`` runs on the fol
 
 from __future__ import annotations
 
-import csv
-import glob
-import os
-import re
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -75,56 +70,5 @@ def programs(jnp, jax):
     ]
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print(__doc__, file=sys.stderr)
-        return 2
-    out = Path(argv[1])
-    out.mkdir(parents=True, exist_ok=True)
-    if not ground_truth.SPEC.exists():
-        print(f"error: {ground_truth.SPEC} is absent (the shared checkout beside the project)", file=sys.stderr)
-        return 2
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-    os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = "1"
-    with tempfile.TemporaryDirectory(prefix="xla_dump_") as dump:
-        os.environ["XLA_FLAGS"] = f"--xla_dump_to={dump}"
-        import jax
-        import jax.numpy as jnp
-        from jax.experimental import topologies
-        from jax.sharding import SingleDeviceSharding
-
-        try:
-            dev = topologies.get_topology_desc(platform="cuda", topology="1x1x1",
-                                               target_config=ground_truth.SPEC.read_text()).devices[0]
-        except Exception as e:  # no plugin: say how to get it
-            print(f"error: no deviceless CUDA topology ({e}); install jax-cuda12-plugin/pjrt=={jax.__version__}",
-                  file=sys.stderr)
-            return 2
-        rows = []
-        for name, f, args in programs(jnp, jax):
-            for p in glob.glob(f"{dump}/*"):
-                os.remove(p)
-            sds = [jax.ShapeDtypeStruct(s, d, sharding=SingleDeviceSharding(dev)) for s, d in args]
-            hlo = jax.jit(f).lower(*sds).compile().as_text()
-            thunks = sorted(glob.glob(f"{dump}/*thunk_sequence.txt"))
-            thunk_text = Path(thunks[-1]).read_text() if thunks else ""
-            ptx = "".join(f"// ==== {Path(p).name} ====\n{Path(p).read_text()}" for p in sorted(glob.glob(f"{dump}/*.ptx"))
-                          if Path(p).stat().st_size)
-            hlo = re.sub(r'source_file="[^"]*"', 'source_file="<src>"', hlo)
-            hlo = re.sub(r'(?m)^(\d+) "/[^"]*"$', r'\1 "<src>"', hlo)
-            (out / f"{name}.h200_opt.hlo").write_text(hlo)
-            (out / f"{name}.thunks.txt").write_text(thunk_text)
-            (out / f"{name}.xla.ptx").write_text(ptx)
-            got = ground_truth._rows(name, hlo, thunk_text)
-            rows.extend(got)
-            print(f"{name:20s} {len(got)} kernel(s), {len(ptx)} PTX characters")
-    with open(out / "LAUNCH.tsv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, ground_truth.COLUMNS, delimiter="\t", lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
-    print(f"{len(rows)} rows -> {out / 'LAUNCH.tsv'} (jax {jax.__version__})")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(ground_truth.main(sys.argv, programs, keep_ptx=True))
