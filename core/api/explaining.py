@@ -36,6 +36,8 @@ class FusionPlan:
             the CLI then exits 2), else what planning left (``"ok"``).
         error_budget_ratio, budget, timings: as in ``run`` (nothing ran: ``None``, ``"-"``, planning seconds).
         indexing: the thread-id maps, on the fusion ``explain(fusion=..., indexing=True)`` asked for.
+        estimate: fusegen.perf's estimated device time (``{"us", "model", "bound", ...}``: an estimate, not a
+            measurement; :meth:`fusegen.perf.FusionEstimate.to_json`).
     """
 
     name: str
@@ -55,6 +57,7 @@ class FusionPlan:
     budget: str = "-"
     timings: dict = attrs.field(factory=dict, repr=False, eq=False)
     indexing: dict | None = attrs.field(default=None, repr=False)
+    estimate: dict | None = attrs.field(default=None, repr=False, eq=False)
 
 
 @attrs.frozen
@@ -81,6 +84,11 @@ class ExplainResult:
     passes: tuple[str, ...]
     rows: tuple = attrs.field(repr=False, eq=False)
     document: dict = attrs.field(repr=False, eq=False)
+
+    @property
+    def estimated_us(self) -> dict:
+        """The module's estimated device time (``{"us", "fusions_us", "library_calls_us", "device", ...}``)."""
+        return dict(self.document["estimated_us"])
 
     @property
     def num_partitions(self) -> int:
@@ -187,11 +195,14 @@ def device_summary(module: Any) -> tuple[dict, list[str]]:
 
 def explain_document(modules: list, rows: list, calls: list, fusion_name: str | None = None,
                      indexing: dict | None = None, passes: Sequence[str] = (),
-                     smem_reason: dict | None = None, unsupported: Sequence | None = None) -> dict:
+                     smem_reason: dict | None = None, unsupported: Sequence | None = None, device: Any = None) -> dict:
     """The ``explain --json`` document of planned ``rows`` (see :func:`plan_fusions`); ``passes``: the pipeline
     an unoptimized module went through; ``smem_reason``: ``id(fusion) -> why`` its compiled shared memory is
     unknown (:func:`shared_memory_reasons`); ``unsupported``: the instructions nothing runs
-    (:func:`fusegen.runtime.support.unsupported_instructions`), the document's ``"unsupported"`` list."""
+    (:func:`fusegen.runtime.support.unsupported_instructions`), the document's ``"unsupported"`` list. Each fusion
+    and library call carries fusegen.perf's ``"estimate"`` on ``device`` (default H200) and the document the
+    module's ``"estimated_us"`` (:mod:`fusegen.perf.report`; estimates, not measurements)."""
+    from fusegen.perf.report import library_estimates_json, module_estimate_json
     from fusegen.runtime.run_json import launch_dimensions_json
 
     # "passes": the pipeline an unoptimized module went through ([] when it came fused)
@@ -209,7 +220,13 @@ def explain_document(modules: list, rows: list, calls: list, fusion_name: str | 
             if indexing is not None:
                 d["indexing"] = indexing
         out["fusions"].append(d)
+    lib = {e["name"]: e for m in modules for e in library_estimates_json(m, device)}
+    for c in calls:
+        if c.get("name") in lib:
+            c["estimate"] = {k: v for k, v in lib[c["name"]].items() if k not in ("name", "target")}
     out["library_calls"] = calls
+    out["estimated_us"] = module_estimate_json([d.get("estimate") for d in out["fusions"]], list(lib.values()),
+                                               getattr(device, "name", "") or "h200")
     # what `run` refuses (exit 4): instructions fusegen has no implementation of (fusegen.runtime.support)
     out["unsupported"] = [{"instruction": u.instruction, "computation": u.computation, "opcode": u.opcode,
                            "target": u.target, "message": str(u)} for u in unsupported or ()]
@@ -271,14 +288,14 @@ def explain(module: ModuleLike, *, fusion: str | None = None, indexing: bool = F
     from fusegen.runtime.support import unsupported_instructions
 
     unsupported = [u for m in modules for u in unsupported_instructions(m, s.pm)]
-    doc = explain_document(modules, rows, calls, fusion, maps, ran, smem, unsupported)
+    doc = explain_document(modules, rows, calls, fusion, maps, ran, smem, unsupported, s.device)
     plans = tuple(FusionPlan(name=rep.name, kind=rep.kind, decided_by=rep.decided_by, emitter=rep.emitter,
                              backend=rep.backend, launch=rep.launch, launch_dimensions=d["launch_dimensions"],
                              reason=rep.reason or "", kernels=tuple((k.name, k.source) for k in rep.kernels),
                              status=rep.status, plugin=rep.plugin, decided_by_plugin=rep.decided_by_plugin,
                              shared_memory_reason=d.get("shared_memory_reason"),
                              error_budget_ratio=d.get("error_budget_ratio"), budget=d.get("budget", "-"),
-                             timings=d.get("timings", {}), indexing=d.get("indexing"))
+                             timings=d.get("timings", {}), indexing=d.get("indexing"), estimate=d.get("estimate"))
                   for (_i, (_e, rep)), d in zip(rows, doc["fusions"]))
     return ExplainResult(module=doc["module"], fusions=plans, library_calls=tuple(calls), indexing=maps,
                          passes=tuple(doc["passes"]), rows=tuple(rows), document=doc)

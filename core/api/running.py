@@ -21,7 +21,7 @@ from fusegen.api.trees import describe, tree_leaves
 #: ``to_json()`` keys of a one-module run that :class:`RunResult` reads from the document.
 _DOC_KEYS = ("other_instructions", "non_fusion_instructions", "outputs_match", "output_max_abs_error", "seconds",
              "plugin_errors", "timings", "reference_profile", "oracle", "first_out_of_budget", "num_partitions",
-             "replica_count", "collectives", "output_shardings", "modules")
+             "replica_count", "collectives", "output_shardings", "modules", "estimated_us")
 
 
 @attrs.frozen
@@ -43,6 +43,8 @@ class RunResult:
         other_instructions, non_fusion_instructions, outputs_match, output_max_abs_error, seconds (s),
         plugin_errors, timings, reference_profile, oracle, first_out_of_budget, and on N devices
         num_partitions, replica_count, collectives, output_shardings: the same keys of :meth:`to_json`.
+        estimated_us: fusegen.perf's estimate of the module's time on the device (``{"us", "fusions_us",
+            "library_calls_us", "device", "model_version", "label": "estimate"}``; each fusion's ``estimate``).
     """
 
     module: str

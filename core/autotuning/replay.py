@@ -120,8 +120,16 @@ def load_record(obj: Any, source: str = "<record>") -> dict:
         out.append({"name": name, "backend": str(c.get("backend", "")), "trusted": trusted, "failure": failure,
                     "duration_us": float(dur), "scratch_bytes": int(scratch), "output": output,
                     "message": str(c.get("message", "") or "")})
+    figures = obj.get("source")
+    if figures is not None:
+        from fusegen.cache.provenance import Source, SourceError
+
+        try:
+            figures = Source.from_json(figures, "source").to_json()
+        except SourceError as e:
+            raise RecordError(f"{source}: {e}") from None
     return {"window_us": float(window), "rtol": float(rtol), "check_correctness": check, "candidates": out,
-            "instruction": obj.get("instruction"), "key": obj.get("key")}
+            "instruction": obj.get("instruction"), "key": obj.get("key"), "source": figures}
 
 
 def _flatten(x: Any) -> list:

@@ -55,14 +55,20 @@ def explain(module_path, fusion_name, show_indexing, compile_triton, device_name
 
     console = Console(width=None if sys.stdout.isatty() else 160)
     t = Table(title=f"{'; '.join(m.name for m in modules)}: dispatch on {device.name}")
-    for col in ("fusion", "kind", "decided by", "emitter", "backend", "launch", "note"):
-        t.add_column(col, overflow="fold")
+    from fusegen.perf.report import estimate_cell, module_line
+
+    for col in ("fusion", "kind", "decided by", "emitter", "backend", "launch", f"est. {device.name} µs", "note"):
+        t.add_column(col, overflow="fold", justify="right" if col.startswith("est.") else "left")
     for inst, (emitted, rep) in rows:
         t.add_row(rep.name, rep.kind, with_plugin(rep.decided_by, rep.decided_by_plugin),
-                  with_plugin(rep.emitter, rep.plugin), rep.backend, rep.launch, rep.reason)
+                  with_plugin(rep.emitter, rep.plugin), rep.backend, rep.launch, estimate_cell(rep.estimate),
+                  rep.reason)
     console.print(t)
     for c in calls:
-        console.print(f"library call %{c['name']}: custom-call {c['target']} on backend {c['backend']}", markup=False)
+        est = f", est. {estimate_cell(c.get('estimate'))} µs" if c.get("estimate") else ""
+        console.print(f"library call %{c['name']}: custom-call {c['target']} on backend {c['backend']}{est}",
+                      markup=False)
+    console.print(module_line(res.estimated_us), markup=False)
     for m in modules:
         with plan_errors(module_path):
             lines = device_summary(m)[1]

@@ -34,14 +34,17 @@ def report_table(report, title: str):
     """A rich table with one row per fusion of ``report`` (a :class:`RunReport`)."""
     from rich.table import Table
 
+    from fusegen.perf.report import estimate_cell
+
     t = Table(title=title, show_lines=False)
-    for col in ("fusion", "kind", "decided by", "emitter", "backend", "launch", "max abs err", "max rel err",
-                "err/budget", "status"):
+    dev = next(((f.estimate or {}).get("device") for f in report.fusions if f.estimate), "") or "gpu"
+    for col in ("fusion", "kind", "decided by", "emitter", "backend", "launch", f"est. {dev} µs", "max abs err",
+                "max rel err", "err/budget", "status"):
         t.add_column(col, overflow="fold")
     for f in report.fusions:
         status = {"ok": "[green]ok[/]", "mismatch": "[red]mismatch[/]", "error": "[red]error[/]"}.get(f.status, f.status)
         t.add_row(f.name, f.kind, with_plugin(f.decided_by, f.decided_by_plugin), with_plugin(f.emitter, f.plugin),
-                  f.backend, f.launch, _fmt(f.max_abs_error),
+                  f.backend, f.launch, estimate_cell(f.estimate), _fmt(f.max_abs_error),
                   _fmt(f.max_rel_error), budget_cell(f), status)
     return t
 
@@ -70,21 +73,30 @@ def _others_line(report) -> str:
 
 
 def profile_table(report, n: int = 10):
-    """A rich table of the ``n`` slowest fusions of ``report`` with their phase times (seconds), and a last
-    row with the module's phases (:mod:`fusegen.runtime.timings`)."""
+    """A rich table of the ``n`` fusions of ``report`` with the largest estimated device time (fusegen.perf,
+    labelled as an estimate) beside their interpreter phase times (seconds on this CPU), and a last row with the
+    module's (:mod:`fusegen.runtime.timings`)."""
     from rich.table import Table
 
-    from fusegen.runtime.timings import FUSION_PHASES, slowest
+    from fusegen.perf.report import estimate_cell, ranked_by_estimate
+    from fusegen.runtime.run_json import estimated_json
+    from fusegen.runtime.timings import FUSION_PHASES
 
     mt = report.timings_json()
-    t = Table(title=f"{report.module}: the {n} slowest fusions (seconds; module total {mt['seconds']:.2f} s, "
-                    f"parse {mt['parse']:.2f}, passes {mt['passes']:.2f}, other instructions {mt['other']:.2f})")
-    for col in ("fusion", "kind", "emitter") + FUSION_PHASES + ("total",):
-        t.add_column(col, justify="left" if col in ("fusion", "kind", "emitter") else "right")
-    for f in slowest(report.fusions, n):
+    est = estimated_json(report)
+    dev = est.get("device") or "gpu"
+    t = Table(title=f"{report.module}: the {n} fusions of the largest estimated {dev} time (estimate: fusegen.perf "
+                    f"v{est.get('model_version')}, not a measurement), beside their seconds on this CPU (module total "
+                    f"{mt['seconds']:.2f} s, parse {mt['parse']:.2f}, passes {mt['passes']:.2f}, other instructions "
+                    f"{mt['other']:.2f})")
+    for col in ("fusion", "kind", "emitter", f"est. {dev} µs", "bound") + FUSION_PHASES + ("CPU total s",):
+        t.add_column(col, justify="left" if col in ("fusion", "kind", "emitter", "bound") else "right")
+    for f in ranked_by_estimate(report.fusions, n):
         d = f.timings.to_json()
-        t.add_row(f.name, f.kind, f.emitter, *(f"{d[k]:.3f}" for k in FUSION_PHASES), f"{d['seconds']:.3f}")
-    t.add_row("(module)", "", "", *(f"{mt[k]:.3f}" for k in FUSION_PHASES), f"{mt['seconds']:.3f}")
+        t.add_row(f.name, f.kind, f.emitter, estimate_cell(f.estimate), (f.estimate or {}).get("bound", "-"),
+                  *(f"{d[k]:.3f}" for k in FUSION_PHASES), f"{d['seconds']:.3f}")
+    t.add_row("(module)", "", "", estimate_cell(est), "", *(f"{mt[k]:.3f}" for k in FUSION_PHASES),
+              f"{mt['seconds']:.3f}")
     return t
 
 
@@ -236,6 +248,10 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                 if f.reason:
                     console.print(f"  {f.name}: {f.reason}", markup=False)
             console.print(f"non-fusion instructions: {_others_line(report)}", markup=False)
+            from fusegen.perf.report import module_line
+            from fusegen.runtime.run_json import estimated_json
+
+            console.print(module_line(estimated_json(report)), markup=False)
             for line in (report.collective_lines() if hasattr(report, "collective_lines") else []):
                 console.print(line, markup=False)
             for line in verdict_lines(report):

@@ -7,7 +7,11 @@ Everything the HTML shows comes from this document, so other tools can draw it t
      "modules": [{"name", "fusions": [FUSION...], "library_calls": [...], "graph": GRAPH,
                   "outputs_match": bool | None, "output_max_abs_error": float | None}],
      "tuning": [TUNING...],            # fusegen.report.tuning
-     "summary": {"fusions", "by_kind", "by_emitter", "by_backend", "host_fallbacks": [...], "status"}}
+     "summary": {"fusions", "by_kind", "by_emitter", "by_backend", "host_fallbacks": [...], "status",
+                 "estimated_us": {"us", "device", "model_version", "label"}, "by_estimate": [...]}}
+
+Each FUSION and library call carries fusegen.perf's ``estimate`` of its device time, each module its
+``estimated_us``; ``summary.by_estimate`` ranks the fusions by it, beside the seconds they took here.
 
 A FUSION is the executor's :class:`~fusegen.runtime.executor.FusionReport` JSON (so keys other
 features add there, such as per-output ``status`` or an error budget, come through unchanged) plus
@@ -191,6 +195,7 @@ def module_entry(module: Module, device: Any, pm: Any, run_report: Any = None, c
     from fusegen.runtime.executor import Executor
     from fusegen.hlo.sharding import ShardingError, device_counts
     from fusegen.runtime.spmd_plan import collectives_by_name
+    from fusegen.perf.report import fusion_estimate_json, module_estimate_json
 
     ex = Executor(module, device, pm, compile_kernels=False)
     collectives = collectives_by_name(module)  # fusegen.runtime.spmd_plan: groups and bytes of each
@@ -220,11 +225,16 @@ def module_entry(module: Module, device: Any, pm: Any, run_report: Any = None, c
                 calls.append({"name": inst.name, "opcode": inst.opcode, "computation": comp.name,
                               "target": inst.attrs.get("custom_call_target", ""),
                               "backend": ex._backend_for(inst).name})
+                if inst.opcode == "custom-call":  # a library call: its estimated device time (fusegen.perf)
+                    calls[-1]["estimate"] = fusion_estimate_json(inst, device)
                 c = collectives.get(inst.name)
                 if c is not None:  # the graph node says what it exchanges
                     calls[-1]["target"] = f"{c.opcode} {[list(g) for g in c.groups]} {c.bytes_per_partition} B/partition"
                     calls[-1]["collective"] = c.to_json()
     out = {"name": module.name, "fusions": fusions, "library_calls": calls,
+           "estimated_us": module_estimate_json([f.get("estimate") for f in fusions],
+                                                [c["estimate"] for c in calls if "estimate" in c],
+                                                getattr(device, "name", "")),
            "num_partitions": devices[0], "replica_count": devices[1],
            "graph": graph_data(module, {f["name"]: f for f in fusions}, {c["name"]: c for c in calls})}
     if run_report is not None:
@@ -268,7 +278,28 @@ def summary(modules: Sequence[dict]) -> dict:
              "reason": f"library call {c.get('target', '')}: no other execution backend accepts it here"}
             for m in modules for c in m["library_calls"] if c["opcode"] == "custom-call" and c.get("backend") == "host"],
         "status": status,
+        **estimate_summary(modules, fusions),
     }
+
+
+def estimate_summary(modules: Sequence[dict], fusions: Sequence[dict], n: int = 10) -> dict:
+    """``estimated_us`` (every module's estimated device time, summed) and ``by_estimate``: the ``n`` fusions of
+    the largest estimate (``{"name", "card", "us", "bound", "model", "interpreter_s"}``; ``interpreter_s``: its
+    seconds on this CPU when it ran, else None), labelled as estimates (fusegen.perf)."""
+    from fusegen.perf.report import ranked_by_estimate
+
+    parts = [m.get("estimated_us") or {} for m in modules]
+    total = None if any(p.get("us") is None for p in parts) else round(sum(p.get("us", 0.0) for p in parts), 6)
+    first = next((p for p in parts if p), {})
+    rows = []
+    for f in ranked_by_estimate(list(fusions), n):
+        e = f.get("estimate") or {}
+        rows.append({"name": f["name"], "card": f.get("card", ""), "us": e.get("us"), "bound": e.get("bound", "-"),
+                     "model": e.get("model", "-"),
+                     "interpreter_s": (f.get("timings") or {}).get("seconds") if f.get("ran") else None})
+    return {"estimated_us": {"us": total, "device": first.get("device", ""), "model_version": first.get("model_version"),
+                             "label": "estimate"},
+            "by_estimate": rows}
 
 
 def build_report(path: str, device: Any, modules: Sequence[dict], tuning: Sequence[dict], phases: dict,

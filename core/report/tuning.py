@@ -61,8 +61,9 @@ def from_instruction_reports(tuned: Sequence[tuple[str, Any]], window_us: float 
     out = []
     for module_name, r in tuned:
         d = {k: v for k, v in r.to_json().items() if k not in ("name", "key")}
+        figures = d.pop("source", None)  # where the durations came from (measured / estimated / CPU time)
         d.update(instruction=r.name, module=module_name, source="autotune", window_us=window_us,
-                 candidates=_candidates(r.results, r.winner, window_us))
+                 candidates=_candidates(r.results, r.winner, window_us), figures=figures)
         out.append(_finish(d))
     return out
 
@@ -94,5 +95,6 @@ def from_record_dir(directory: str | Path) -> list[dict]:
             "step": "replayed", "cache": "-", "configs": len(cands), "supported": len(cands), "winner": o.winner,
             "tie_break": o.tie_break, "window_us": rec["window_us"], "error": o.error,
             "duration_us": win.duration_us if win is not None else None,
-            "scratch_bytes": win.scratch_bytes if win is not None else 0, "candidates": cands}))
+            "scratch_bytes": win.scratch_bytes if win is not None else 0, "candidates": cands,
+            "figures": rec.get("source")}))
     return out

@@ -32,6 +32,7 @@ from fusegen.codegen.kernel_dir import KernelDirError
 from fusegen.device import DeviceDescription, get_device
 from fusegen.evaluator.evaluator import UnsupportedOpError, evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
+from fusegen.perf.report import fusion_estimate_json, library_estimates_json
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
 from fusegen.verify.options import VerifyOptions
 from fusegen.verify.compare_ties import reference_recording
@@ -183,6 +184,7 @@ class FusionReport:
     timings: Timings = attrs.field(factory=Timings, repr=False, eq=False)  # fusegen.runtime.timings
     plugin: str = "-"
     decided_by_plugin: str = "-"
+    estimate: dict | None = attrs.field(default=None, eq=False)  # fusegen.perf's estimated device time (JSON)
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in
@@ -193,6 +195,8 @@ class FusionReport:
         d["compiled_sm90"] = self.compiled
         d["error_budget_ratio"], d["budget"] = self.error_budget_ratio, self.budget
         d["timings"] = self.timings.to_json()
+        if self.estimate is not None:
+            d["estimate"] = self.estimate
         return d
 
     @property
@@ -240,6 +244,7 @@ class RunReport:
     # computation runs per element (fusegen.runtime.instruction_profile; run --profile)
     reference_profile: dict = attrs.field(factory=dict, repr=False, eq=False)
     per_element: list = attrs.field(factory=list, repr=False, eq=False)
+    library_estimates: list = attrs.field(factory=list, repr=False, eq=False)  # fusegen.perf.report
 
     def timings_json(self) -> dict[str, float]:
         """``{"parse", "passes", "dispatch", ..., "other", "seconds"}`` (see :mod:`fusegen.runtime.timings`)."""
@@ -369,6 +374,7 @@ class Executor:
             rep.decided_by, rep.backend = "autotuner", self._backend_for(inst).name
             rep.reason = f"autotuned winner: {tuned} backend"
             rep.timings.add("dispatch", time.perf_counter() - t0)
+            rep.estimate = fusion_estimate_json(inst, self.device)
             self._emitted[id(inst)] = (None, rep)
             return None, rep
         try:
@@ -406,6 +412,7 @@ class Executor:
                 rep.reason = f"no emitter for {rep.kind}"
         if note:
             rep.reason = f"{note}; {rep.reason}" if rep.reason else note
+        rep.estimate = fusion_estimate_json(inst, self.device, emitted)  # the device's time, estimated
         self._emitted[id(inst)] = (emitted, rep)
         return emitted, rep
 
@@ -610,5 +617,6 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
     report = RunReport(module.name, fusions, dict(ex.other), ok, worst, time.perf_counter() - t0, verdict,
                        other_instructions=list(ex.other_instructions.values()),
                        timings=module_timings([f.timings for f in fusions], ex.timings),
-                       reference_profile=oracles.profile(), per_element=per_element_notes(module))
+                       reference_profile=oracles.profile(), per_element=per_element_notes(module),
+                       library_estimates=library_estimates_json(module, ex.device))
     return out, report

@@ -50,6 +50,7 @@ def report_json(reports: Sequence[Any]) -> dict:
             "timings": r.timings_json(),
             **(r.spmd_json() if hasattr(r, "spmd_json") else {}),  # num_partitions, collectives (SPMD runs)
             "reference_profile": reference_profile_json(r),
+            "estimated_us": estimated_json(r),  # fusegen.perf's estimate of the module on the device (not measured)
         }
     # A file of several modules (XLA tests separate them with `// -----`): one list, each row names its module.
     return {
@@ -58,7 +59,25 @@ def report_json(reports: Sequence[Any]) -> dict:
         "fusions": [{**fusion_json(f), "module": r.module} for r in reports for f in r.fusions],
         "status": combined_status(r.status for r in reports),
         "plugin_errors": [{**e, "module": r.module} for r in reports for e in r.plugin_errors],
+        "estimated_us": _sum_estimates([estimated_json(r) for r in reports]),
     }
+
+
+def estimated_json(report: Any) -> dict:
+    """``estimated_us``: the module's estimated device time (:func:`fusegen.perf.report.module_estimate_json`) from
+    its fusions' ``estimate`` and its library calls'."""
+    from fusegen.perf.report import module_estimate_json
+
+    return module_estimate_json([getattr(f, "estimate", None) for f in report.fusions],
+                                list(getattr(report, "library_estimates", []) or []))
+
+
+def _sum_estimates(parts: list[dict]) -> dict:
+    out = dict(parts[0]) if parts else {}
+    for k in ("us", "fusions_us", "library_calls_us", "unestimated"):
+        vals = [p.get(k) for p in parts]
+        out[k] = None if any(v is None for v in vals) else (round(sum(vals), 6) if k != "unestimated" else sum(vals))
+    return out
 
 
 def reference_profile_json(report: Any, n: int = 20) -> dict:

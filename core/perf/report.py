@@ -1,0 +1,92 @@
+"""The estimate as ``explain``, ``run``, ``run --profile`` and ``fusegen report`` show it (JSON parts and rankings).
+
+Every fusion row gets ``"estimate"`` (:meth:`fusegen.perf.FusionEstimate.to_json`: ``us`` with launch overhead,
+``kernel_us``, ``model``, ``bound``, ``device``, ``model_version``, bytes and flops, ``"label": "estimate"``), every
+module ``"estimated_us"`` (:func:`module_estimate_json`). Nothing here raises: a fusion the model cannot read gets
+``{"us": null, "error": ...}`` and the rest of the document is unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from fusegen.perf.estimate import LABEL, MODEL_VERSION, estimate_fusion, library_calls
+
+
+def fusion_estimate_json(inst: Any, device: Any, emitted: Any = None) -> dict:
+    """``estimate_fusion(inst, device, emitted=emitted).to_json()``, or ``{"us": None, "error": ...}`` when the
+    model fails on it (never raises)."""
+    try:
+        return estimate_fusion(inst, device, emitted=emitted).to_json()
+    except Exception as e:  # noqa: BLE001 - an estimate must never break explain or run
+        return {"us": None, "label": LABEL, "model_version": MODEL_VERSION,
+                "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+
+
+def library_estimates_json(module: Any, device: Any) -> list[dict]:
+    """``[{"name", "target", ...estimate}]`` of the module's cuBLAS / cuDNN calls outside fusions."""
+    out = []
+    for call in library_calls(module):
+        d = fusion_estimate_json(call, device)
+        out.append({"name": call.name, "target": str(call.attrs.get("custom_call_target", "")).strip('"'), **d})
+    return out
+
+
+def _us(d: dict | None) -> float | None:
+    v = (d or {}).get("us")
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def module_estimate_json(fusion_estimates: Iterable[dict | None], library: Sequence[dict] = (),
+                         device: str = "") -> dict:
+    """The module's estimated time: ``{"us", "fusions_us", "library_calls_us", "device", "model_version", "label",
+    "unestimated": [names]}`` (``us`` is ``None`` when a kernel's estimate is infinite, i.e. it spills or cannot
+    launch); each part includes its kernels' launch overheads."""
+    fus = list(fusion_estimates)
+    f_us = [_us(d) for d in fus]
+    l_us = [_us(d) for d in library]
+    missing = [d.get("name", "?") for d, u in zip(library, l_us) if u is None]
+    inf = any(d is not None and d.get("us") is None and d.get("exec_us") is None and "error" not in d for d in fus)
+    total_f = sum(u for u in f_us if u is not None)
+    total_l = sum(u for u in l_us if u is not None)
+    dev = device or next((d.get("device") for d in [*fus, *library] if d and d.get("device")), "")
+    return {"us": None if inf else round(total_f + total_l, 6), "fusions_us": round(total_f, 6),
+            "library_calls_us": round(total_l, 6), "device": dev, "model_version": MODEL_VERSION, "label": LABEL,
+            "unestimated": sum(1 for u in f_us if u is None) + len(missing)}
+
+
+def ranked_by_estimate(fusions: Sequence[Any], n: int = 10) -> list[Any]:
+    """The ``n`` fusion reports with the largest estimated time (``report.estimate["us"]``; an infinite estimate
+    first, a fusion without one last), ties in execution order."""
+    def key(ix: tuple[int, Any]) -> tuple:
+        i, f = ix
+        est = getattr(f, "estimate", None) or (f.get("estimate") if isinstance(f, dict) else None) or {}
+        u = est.get("us")
+        if u is None and est and "error" not in est:
+            return (0, 0.0, i)  # infinite
+        return (1 if u is not None else 2, -(u or 0.0), i)
+
+    return [f for _, f in sorted(enumerate(fusions), key=key)[:n]]
+
+
+def estimate_cell(est: dict | None) -> str:
+    """A table cell: ``12.34`` (µs), ``inf`` (spills / cannot launch), ``-`` (no estimate)."""
+    if not est:
+        return "-"
+    u = est.get("us")
+    if u is None:
+        return "-" if "error" in est else "inf"
+    return f"{u:.2f}" if u < 1000 else f"{u:,.0f}"
+
+
+def module_line(est: dict | None) -> str:
+    """One line under a table: the module's estimated device time, labelled as an estimate."""
+    if not est:
+        return ""
+    dev = est.get("device") or "the device"
+    total = "infinite (a kernel spills or cannot launch)" if est.get("us") is None else f"{est['us']:,.2f} µs"
+    parts = f"fusions {est.get('fusions_us', 0):,.2f}"
+    if est.get("library_calls_us"):
+        parts += f", library calls {est['library_calls_us']:,.2f}"
+    return (f"estimated {dev} time: {total} ({parts}; fusegen.perf v{est.get('model_version')}: an estimate, "
+            f"not a measurement)")
