@@ -104,3 +104,25 @@ def test_spills_add_local_memory_traffic_and_a_kernel_that_cannot_launch_is_infi
     assert added >= local / (DEV.memory_bandwidth * 2.5)  # at least the spill traffic at L2 speed
     stuck = machine_code.apply(plain, attrs.evolve(machine_code.adjustments(stats, DEV, H200), blocks_per_sm=0), DEV)
     assert stuck.data.is_infinite and stuck.machine_code["cannot_launch"]
+
+
+def test_a_given_tiling_that_xla_refuses_is_still_estimated_for_display_but_not_for_tuning():
+    """XLA's model is infinite for a tile over 40% of a block's registers (a tiling search prunes it); a kernel
+    that exists with that tiling gets an estimate and a note, while the tuner's cost model gives it none."""
+    text = (Path(__file__).parent / "data" / "perf_xla" / "softmax_register_spill.hlo").read_text()
+    text = text.replace('{"fusion_backend_config": {"kind":"__triton"}}',
+                        '{"fusion_backend_config": {"kind":"__triton","block_level_fusion_config":'
+                        '{"output_tiles":[{"sizes":["2","16000"]}],"num_warps":"8"}}}')
+    f = fusegen.load(text).entry.root
+    shown = perf.estimate_fusion(f, H200)
+    assert shown.seconds > 0 and shown.seconds != float("inf") and "refuses this tiling" in shown.note
+    assert perf.estimate_fusion(f, H200, refuse_spills=True).data.is_infinite
+    from fusegen.autotuning import cost_model
+    from fusegen.autotuning.testing import FakeGemmBackend
+
+    class Blocky(FakeGemmBackend):
+        def apply_config(self, instr, config):  # keeps the fusion's block-level tiling
+            pass
+
+    e = cost_model.estimate_config(f, fusegen.codegen_backend.Config("b", {}), Blocky(), H200)
+    assert e.seconds is None and "refused" in e.model

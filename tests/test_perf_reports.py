@@ -105,3 +105,19 @@ def test_an_estimate_failure_never_breaks_explain(monkeypatch):
     d = report.fusion_estimate_json(object(), H200)
     assert d["us"] is None and d["error"] == "RuntimeError: model exploded"
     assert report.estimate_cell(d) == "-" and report.estimate_cell({"us": None, "exec_us": None}) == "inf"
+
+
+@needs_corpus
+def test_explain_compile_estimates_with_the_kernels_machine_code():
+    from fusegen.codegen.sass import tools_unavailable_reason
+
+    why = tools_unavailable_reason()
+    if why:
+        pytest.skip(f"no ptxas/cuobjdump: {why}")
+    path = LAUNCH / "gpu_transpose_add.default.h200_opt.hlo"
+    plain = fusegen.explain(path).to_json()["fusions"][0]["estimate"]
+    (f,) = fusegen.explain(path, compile=True).to_json()["fusions"]
+    mc = f["estimate"]["machine_code"]
+    assert mc["registers"] > 0 and mc["mean_access_bytes"] > 0 and mc["tensor_core_instructions"] == 0
+    # the machine-code terms only ever add time (memory time scaled by loads in flight, spills)
+    assert f["estimate"]["kernel_us"] == pytest.approx(plain["kernel_us"] + mc.get("memory_us_added", 0.0), abs=1e-6)

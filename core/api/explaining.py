@@ -260,7 +260,7 @@ def explain(module: ModuleLike, *, fusion: str | None = None, indexing: bool = F
         fusion: a fusion's name (``%`` optional) whose kernels, and with ``indexing`` its thread-id maps
             (``thread_id_to_output_indexing`` / ``thread_id_to_input_indexing`` of its emitter), are included.
         compile: compile Triton fusions' kernels for sm_90 so their launch carries the compiled shared memory
-            (``explain --compile``).
+            (``explain --compile``), and estimate each kernel with its sm_90 machine code (SASS statistics).
         passes: the pipeline for an unoptimized module (``--passes``; default ``[pipeline] passes``).
         device, config, xla_flags, pm: see :func:`session`.
 
@@ -276,6 +276,10 @@ def explain(module: ModuleLike, *, fusion: str | None = None, indexing: bool = F
     ran = [n for r in prepare(modules, s, passes) if r is not None for n in r.passes]
     rows, calls = plan_fusions(modules, s.device, s.pm)
     smem = shared_memory_reasons(rows, compile)
+    if compile:  # the sm_90 machine code is at hand: tensor cores, load width, occupancy, spills in the estimate
+        from fusegen.perf.report import apply_machine_code
+
+        apply_machine_code(rows, s.device)
     maps = None
     if fusion is not None:
         inst = next((i for i, _ in rows if i.name == fusion.lstrip("%")), None)

@@ -90,10 +90,12 @@ def estimate_config(instr: "Instruction", config: "Config", backend: "CodegenBac
     from fusegen.perf import estimate_fusion
 
     try:
-        est = estimate_fusion(_with_config(instr, config, backend), device)
+        est = estimate_fusion(_with_config(instr, config, backend), device, refuse_spills=True)
     except Exception as e:  # noqa: BLE001 - an unreadable config has no estimate
         log.debug("fusegen.perf cannot estimate %s for %%%s: %s", config.name, instr.name, e)
         return ConfigEstimate(None)
+    if not math.isfinite(est.seconds):  # XLA's model refuses the tiling (it would spill): no estimate
+        return ConfigEstimate(None, "fusegen.perf: refused (spills)")
     return ConfigEstimate(est.seconds, "fusegen.perf")
 
 

@@ -21,7 +21,8 @@ from fusegen.cli.errors import plan_errors
                    "(XLA's text form; JSON: an \"indexing\" object).")
 @click.option("--compile", "compile_triton", is_flag=True,
               help="Compile Triton fusions' kernels for sm_90 so that their launch carries the compiled shared "
-                   "memory (without it, only kernels already in the compile cache have it).")
+                   "memory (without it, only kernels already in the compile cache have it), and estimate each "
+                   "kernel's H200 time with its machine code (SASS: tensor cores, load width, occupancy, spills).")
 @device_option
 @config_options
 @pipeline_option

@@ -158,7 +158,7 @@ def _extra_launch_seconds(emitted: Any, fusion: "Instruction", dev: PerfDevice) 
 
 
 def estimate_fusion(fusion: "Instruction", device: Any = None, *, emitted: Any = None, sass: Any = None,
-                    coalescing: str = "heuristic") -> FusionEstimate:
+                    coalescing: str = "heuristic", refuse_spills: bool = False) -> FusionEstimate:
     """The estimated time of one fusion (or library call) on ``device`` (see the module docstring).
 
     Args:
@@ -170,6 +170,9 @@ def estimate_fusion(fusion: "Instruction", device: Any = None, *, emitted: Any =
         sass: :class:`fusegen.codegen.sass.SassStats` of the fusion's primary kernel (or a list, one per kernel):
             tensor-core use, spills and occupancy adjust the estimate (:mod:`fusegen.perf.machine_code`).
         coalescing: see :func:`fusegen.perf.fusion_model.estimate_kernel_fusion`.
+        refuse_spills: a Triton tiling whose tile would spill registers is infinite, as XLA's tiling search
+            treats it (the autotuner's cost model); ``False`` (explain, run, report): it is estimated anyway, with a
+            note saying so.
 
     Raises:
         ValueError: the device lacks bandwidth, cores or clock.
@@ -198,6 +201,11 @@ def estimate_fusion(fusion: "Instruction", device: Any = None, *, emitted: Any =
             cfg, note = gemm_config(fusion, {}), f"{e}; XLA's default tile 64x64, block_k 32"
         try:
             data = estimate_tiled_fusion(fusion, device, cfg, machine_peak=adjust.dot_peak(fusion, dev))
+            if data.is_infinite and not refuse_spills:  # a config given, not searched: estimate it anyway
+                data = estimate_tiled_fusion(fusion, device, cfg, machine_peak=adjust.dot_peak(fusion, dev),
+                                             register_check=False)
+                note = ("XLA's model refuses this tiling (a tile over 40% of a block's registers would spill); "
+                        "estimated as if it did not spill" + (f"; {note}" if note else ""))
         except (TilingError, ValueError, KeyError, IndexError) as e:
             return roofline_instruction(fusion, device, note=f"tiled model failed ({e}); roofline instead")
         blocks = _tiled_blocks(fusion, cfg)

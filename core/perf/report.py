@@ -13,14 +13,37 @@ from typing import Any, Iterable, Sequence
 from fusegen.perf.estimate import LABEL, MODEL_VERSION, estimate_fusion, library_calls
 
 
-def fusion_estimate_json(inst: Any, device: Any, emitted: Any = None) -> dict:
-    """``estimate_fusion(inst, device, emitted=emitted).to_json()``, or ``{"us": None, "error": ...}`` when the
-    model fails on it (never raises)."""
+def fusion_estimate_json(inst: Any, device: Any, emitted: Any = None, sass: Any = None) -> dict:
+    """``estimate_fusion(inst, device, emitted=emitted, sass=sass).to_json()``, or ``{"us": None, "error": ...}``
+    when the model fails on it (never raises)."""
     try:
-        return estimate_fusion(inst, device, emitted=emitted).to_json()
+        return estimate_fusion(inst, device, emitted=emitted, sass=sass).to_json()
     except Exception as e:  # noqa: BLE001 - an estimate must never break explain or run
         return {"us": None, "label": LABEL, "model_version": MODEL_VERSION,
                 "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+
+
+def apply_machine_code(rows: Sequence, device: Any) -> int:
+    """Re-estimate planned fusions (``fusegen.api.plan_fusions`` rows) with their primary kernel's sm_90 machine
+    code (:func:`fusegen.codegen.sass.kernel_sass_stats`, cached by content): tensor cores, load width, occupancy
+    and spills enter the estimate (:mod:`fusegen.perf.machine_code`). A kernel that does not assemble keeps its
+    estimate. Returns how many estimates now use machine code."""
+    from fusegen.codegen.sass import SassError, kernel_sass_stats, tools_unavailable_reason
+
+    if tools_unavailable_reason() is not None:
+        return 0
+    n = 0
+    for inst, (emitted, rep) in rows:
+        kernels = list(getattr(emitted, "kernels", ()) or ())
+        if not kernels:
+            continue
+        try:
+            stats = kernel_sass_stats(kernels[min(emitted.primary, len(kernels) - 1)])
+        except (SassError, OSError, ValueError):
+            continue
+        rep.estimate = fusion_estimate_json(inst, device, emitted, stats)
+        n += 1
+    return n
 
 
 def library_estimates_json(module: Any, device: Any) -> list[dict]:

@@ -185,16 +185,18 @@ def _flops_per_element(instr: "Instruction", cc: tuple[int, int]) -> int:
 
 
 def estimate_tiled_fusion(fusion: "Instruction", device: Any, config: TiledConfig,
-                          machine_peak: float | None = None) -> base.RunTimeData:
+                          machine_peak: float | None = None, register_check: bool = True) -> base.RunTimeData:
     """The run time of a Triton fusion tiled by ``config`` (see the module docstring).
 
     Args:
         fusion: a ``fusion`` instruction (block-level or GEMM).
         device: a device description; config: :class:`TiledConfig`.
         machine_peak: flops/s replacing the tensor-core peak of its dots (:mod:`fusegen.perf.machine_code`).
+        register_check: XLA's ``DoesTileFitInRegisters`` refusal (``False``: estimate the tiling anyway, as if
+            it did not spill).
 
     Returns:
-        :class:`~fusegen.perf.base.RunTimeData`; infinite when a tile would spill registers.
+        :class:`~fusegen.perf.base.RunTimeData`; infinite when a tile would spill registers (``register_check``).
 
     Raises:
         TilingError: ``config`` does not give one tile per root, or a tile's rank differs from its root's.
@@ -207,7 +209,7 @@ def estimate_tiled_fusion(fusion: "Instruction", device: Any, config: TiledConfi
     roots = adaptor.roots
     if len(config.output_tiles) != len(roots):
         raise TilingError(f"fusion %{fusion.name}: {len(config.output_tiles)} output tile(s) for {len(roots)} root(s)")
-    limit = REGISTER_FRACTION_FOR_TILES * dev.registers_per_block
+    limit = REGISTER_FRACTION_FOR_TILES * dev.registers_per_block if register_check else float("inf")
     states: dict[int, dict[_State, bool]] = {}
     write_s, written = 0.0, 0
     first = _first_array(roots[0].shape)
