@@ -130,3 +130,45 @@ def test_no_tuned_entry_for_a_gpu_key_has_the_host_backend(tmp_path):
         assert e.key.model.startswith("CUDA: 9.0") and e.result.config.backend != "host"
         assert e.result.source.kind in ("estimated", "untimed"), e.result.source
     assert all(r.source and r.source["kind"] in ("estimated", "untimed") for r in res.instructions)
+
+
+def _triton_entry(hlo: str, source: provenance.Source) -> CacheEntry:
+    from fusegen.cache.key import CacheKey
+
+    key = CacheKey("CUDA: 9.0, Cores: 132", f"fusion kind=kCustom backend=__triton_gemm\nfused_computation {{\n{hlo}\n}}",
+                   50, "fp")
+    cfg = Config("triton", {"block_m": 32, "block_n": 32, "block_k": 32, "num_stages": 3, "num_warps": 4,
+                            "num_ctas": 1})
+    return CacheEntry(key, TuneResult(cfg, "1", 31.744, 0, 3, {}, source))
+
+
+def test_cache_ls_and_an_xla_export_say_which_figures_are_estimates(tmp_path):
+    from click.testing import CliRunner
+
+    from fusegen.cache.xla_results import entries_from_text
+    from fusegen.cli.cache import cache as cache_cli
+
+    d = tmp_path / "c"
+    measured = _triton_entry("ROOT a = f32[2] parameter(0)", provenance.measured(H200.model))
+    estimate = _triton_entry("ROOT b = f32[4] parameter(0)", provenance.estimated(H200.model))
+    DirectoryTier(d).put(measured)
+    DirectoryTier(d).put(estimate)
+    (tmp_path / "none.toml").write_text("")
+    cli = ["--config", str(tmp_path / "none.toml"), "--cache-dir", str(d)]
+    rows = {r["key"]: r for r in json.loads(CliRunner().invoke(cache_cli, [*cli, "ls", "--json"]).output)}
+    assert rows[measured.digest]["source"]["label"] == f"measured on {H200.model}"
+    assert rows[estimate.digest]["source"]["kind"] == "estimated"
+    # XLA reads every run_time as its own measurement: the estimate is left out, and the summary says so
+    out = tmp_path / "x.pbtxt"
+    r = CliRunner().invoke(cache_cli, [*cli, "export", "--format", "xla", str(out)])
+    assert r.exit_code == 0 and "1 not GPU measurements (estimates or CPU time) left out" in r.output, r.output
+    assert out.read_text().count("results {") == 1 and "nanos: 31744" in out.read_text()
+    # asked to, it is written marked and without run_time; read back, it is a hint, the other a measurement
+    r = CliRunner().invoke(cache_cli, [*cli, "export", "--format", "xla", "--include-estimates", str(out)])
+    text = out.read_text()
+    assert r.exit_code == 0 and "1 estimates written marked" in r.output
+    assert text.count("results {") == 2 and text.count("run_time {") == 1
+    assert "# fusegen: estimated by fusegen.perf v" in text
+    back = entries_from_text(text, "x.pbtxt").entries
+    kinds = sorted({e.result.source.kind for e in back})
+    assert kinds == ["measured", "unknown"]

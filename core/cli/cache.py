@@ -68,7 +68,8 @@ def ls(ctx, as_json, sub_cache_dir):
             rows.append({"key": f.stem, "file": str(f), "problem": problem})
         else:
             rows.append({"key": e.digest, "file": str(f), "winner": e.result.config.name,
-                         "duration_us": e.result.duration_us, "model": e.key.model, "hlo": _first_line(e.key.hlo)})
+                         "duration_us": e.result.duration_us, "model": e.key.model, "hlo": _first_line(e.key.hlo),
+                         "source": e.result.source.to_json()})
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
@@ -76,14 +77,14 @@ def ls(ctx, as_json, sub_cache_dir):
     from rich.table import Table
 
     t = Table(title=f"autotune cache {tier.path} ({len(rows)} entries)")
-    for col in ("key", "winner", "time µs", "instruction", "device"):
+    for col in ("key", "winner", "time µs", "time from", "instruction", "device"):
         t.add_column(col, overflow="fold")
     for r in rows:
         if "problem" in r:
-            t.add_row(r["key"][:12], f"[red]bad file[/]: {r['problem']}", "-", "-", "-")
+            t.add_row(r["key"][:12], f"[red]bad file[/]: {r['problem']}", "-", "-", "-", "-")
         else:
             t.add_row(r["key"][:12], r["winner"], "-" if r["duration_us"] is None else f"{r['duration_us']:.2f}",
-                      r["hlo"], r["model"].split(",")[0])
+                      r["source"]["label"], r["hlo"], r["model"].split(",")[0])
     Console(width=None if sys.stdout.isatty() else 160).print(t)
 
 
