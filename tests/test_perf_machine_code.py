@@ -125,4 +125,7 @@ def test_a_given_tiling_that_xla_refuses_is_still_estimated_for_display_but_not_
             pass
 
     e = cost_model.estimate_config(f, fusegen.codegen_backend.Config("b", {}), Blocky(), H200)
-    assert e.seconds is None and "refused" in e.model
+    assert e.seconds == float("inf") and e.model == "fusegen.perf"  # refused: ranked after every other config
+    ok = fusegen.codegen_backend.Config("c", {})
+    kept, _ = cost_model.rank_configs(f, [fusegen.codegen_backend.Config("b", {}), ok], {"b": Blocky()}, H200, 1)
+    assert kept == [ok]  # the config without an estimate is timed; the refused one is not

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import time
 import warnings
 from pathlib import Path
@@ -392,11 +393,12 @@ class Autotuner:
         results: dict[str, ProfileResult] = {}
         models: dict[str, str] = {}
         unestimated: list[Config] = []
+        refused: list[Config] = []  # the model refuses them (a tiling that would spill): the very last resort
         for c in configs:
             b = self.by_name[c.backend]
             e = estimates.get(c.name) or cost_model.estimate_config(instr, c, b, self.device)
-            if e.seconds is None:
-                unestimated.append(c)
+            if e.seconds is None or not math.isfinite(e.seconds):
+                (unestimated if e.seconds is None else refused).append(c)
                 continue
             models[c.name] = e.model
             results[c.name] = ProfileResult(c.name, e.seconds * 1e6, int(b.scratch_bytes(c)), None,
@@ -418,7 +420,7 @@ class Autotuner:
         rep.compile_seconds = time.perf_counter() - t0
         rep.failures = dict(collections.Counter(r.failure.kind.name for r in failed))
         if chosen is None:
-            for c in unestimated:  # nothing estimated (or nothing estimated compiles): the first that compiles
+            for c in unestimated + refused:  # nothing estimated (or nothing estimated compiles): the first that compiles
                 o = self.compile_configs(instr, [c], parallel=False)[0]
                 if o.ok:
                     rep.compiled, rep.results = 1, _merge_in_config_order(configs, failed, [])

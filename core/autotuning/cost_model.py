@@ -34,8 +34,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 @attrs.frozen
 class ConfigEstimate:
-    """One config's estimate: ``seconds`` (``None``: no estimate) and who made it (``fusegen.perf`` or
-    ``backend:<name>``; ``""`` when none)."""
+    """One config's estimate: ``seconds`` (``None``: no estimate; infinite: the model refuses the config, e.g. a
+    tiling that would spill registers) and who made it (``fusegen.perf`` or ``backend:<name>``; ``""`` when none)."""
 
     seconds: float | None
     model: str = ""
@@ -94,8 +94,7 @@ def estimate_config(instr: "Instruction", config: "Config", backend: "CodegenBac
     except Exception as e:  # noqa: BLE001 - an unreadable config has no estimate
         log.debug("fusegen.perf cannot estimate %s for %%%s: %s", config.name, instr.name, e)
         return ConfigEstimate(None)
-    if not math.isfinite(est.seconds):  # XLA's model refuses the tiling (it would spill): no estimate
-        return ConfigEstimate(None, "fusegen.perf: refused (spills)")
+    # infinite: XLA's model refuses the tiling (a tile that would spill): ranked after every other config
     return ConfigEstimate(est.seconds, "fusegen.perf")
 
 
@@ -122,14 +121,16 @@ def rank_configs(instr: "Instruction", configs: Sequence["Config"], backends: di
     """The configs to time and every config's estimate by name.
 
     ``top_k <= 0``: every config, estimated ones first by estimate (stable on ties), then the ones without an
-    estimate in their original order. ``top_k > 0``: the ``top_k`` best estimated configs plus the first
-    ``top_k`` without an estimate (timed beside them), in the backends' preference order.
+    estimate in their original order, then those the model refuses (an infinite estimate). ``top_k > 0``: the
+    ``top_k`` best estimated configs plus the first ``top_k`` without an estimate (timed beside them), in the
+    backends' preference order; refused configs only when nothing else is left.
     """
     est = {c.name: estimate_config(instr, c, backends.get(c.backend), device) for c in configs}
-    known = [i for i, c in enumerate(configs) if est[c.name].seconds is not None]
-    unknown = [i for i, c in enumerate(configs) if est[c.name].seconds is None]
-    known.sort(key=lambda i: (est[configs[i].name].seconds, i))
+    sec = [est[c.name].seconds for c in configs]
+    known = sorted((i for i, v in enumerate(sec) if v is not None and math.isfinite(v)), key=lambda i: (sec[i], i))
+    unknown = [i for i, v in enumerate(sec) if v is None]
+    refused = [i for i, v in enumerate(sec) if v is not None and not math.isfinite(v)]
     if top_k <= 0:
-        return [configs[i] for i in known + unknown], est
-    keep = sorted(known[:top_k] + unknown[:top_k])
+        return [configs[i] for i in known + unknown + refused], est
+    keep = sorted(known[:top_k] + unknown[:top_k]) or refused[:top_k]
     return [configs[i] for i in keep], est
