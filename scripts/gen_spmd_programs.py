@@ -7,6 +7,11 @@ XLA:CPU over N host devices with the same shardings for the expected outputs, th
 (needs jax's CUDA plugin, ``pip install -e '.[capture]'``; no GPU). Writes per program
 ``NAME.h200xN_opt.hlo`` (the per-partition module), ``NAME.h200xN.inputs.npz`` (global, seeded) and
 ``NAME.h200xN.expected.npz`` (global).
+
+``--mesh2d`` makes the 2-D mesh programs instead (``dp=2 x tp=4``, 8 H200s: a data x tensor parallel training
+step), each also with ``NAME.h200x8.shardings.json`` (the output shardings jax states, written by the capture)
+and ``NAME.h200x8.parts/part{K}.{inputs,expected}.npz``: partition K's shards as jax places them on XLA:CPU's
+devices (``Array.addressable_shards``; partition K is the mesh's K-th device in row-major order).
 """
 
 from __future__ import annotations
@@ -80,6 +85,73 @@ def programs(n: int):
     ]
 
 
+def mesh_programs():
+    """``[(name, fn, mesh axes, input specs, output specs, example args)]`` over a 2-D mesh (the specs one per
+    argument leaf / output leaf, in the arguments' / outputs' pytree form)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import PartitionSpec as P
+
+    def dp_tp_mlp_train(params, momentum, x, y):
+        """One SGD-with-momentum step of a 2-layer MLP: weights sharded on tp, the batch on dp."""
+        def loss(p):
+            w1, b1, w2, b2 = p
+            return jnp.mean((jax.nn.gelu(x @ w1 + b1) @ w2 + b2 - y) ** 2)
+
+        value, grads = jax.value_and_grad(loss)(params)
+        new_m = tuple(0.9 * m + g for m, g in zip(momentum, grads))
+        return tuple(p - 0.05 * m for p, m in zip(params, new_m)), new_m, value
+
+    d, h, b = 16, 32, 8
+    rng = np.random.default_rng(2029)
+    f32 = lambda *s: (rng.standard_normal(s) * (0.5 if len(s) > 1 else 0.1)).astype(np.float32)  # noqa: E731
+    params = (f32(d, h), f32(h), f32(h, d), f32(d))
+    momentum = tuple(0.1 * f32(*p.shape) for p in params)
+    specs = (P(None, "tp"), P("tp"), P("tp", None), P())
+    return [("dp_tp_mlp_train", dp_tp_mlp_train, {"dp": 2, "tp": 4}, (specs, specs, P("dp", None), P("dp", None)),
+             (specs, specs, P()), (params, momentum, f32(b, d), f32(b, d)))]
+
+
+def build_mesh(out_dir: Path) -> None:
+    """The 2-D mesh programs: the capture's files, and per-partition shards as jax places them."""
+    import math
+
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    from fusegen import capture
+
+    for name, fn, axes, in_specs, out_specs, args in mesh_programs():
+        res = capture(fn, *args, mesh=axes, in_shardings=in_specs, out_shardings=out_specs, name=name,
+                      out_dir=out_dir)
+        n = math.prod(axes.values())
+        mesh = Mesh(np.array(jax.devices("cpu")[:n]).reshape(tuple(axes.values())), tuple(axes))
+        flat = list(mesh.devices.flat)
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        specs = jax.tree_util.tree_leaves(in_specs, is_leaf=lambda x: isinstance(x, P))
+        placed = [jax.device_put(v, NamedSharding(mesh, s)) for v, s in zip(leaves, specs)]
+        outs_tree = jax.tree_util.tree_map(lambda s: NamedSharding(mesh, s), out_specs,
+                                           is_leaf=lambda x: isinstance(x, P))
+        outs = jax.jit(fn, out_shardings=outs_tree)(*tree.unflatten(placed))
+        parts = Path(f"{res.files.hlo}".removesuffix("_opt.hlo") + ".parts")
+        parts.mkdir(exist_ok=True)
+
+        def by_partition(arrays: list) -> list[dict]:
+            per = [{} for _ in range(n)]
+            for i, a in enumerate(arrays):
+                for sh in a.addressable_shards:
+                    per[flat.index(sh.device)][i] = np.asarray(sh.data)
+            return per
+
+        for k, (ins, exp) in enumerate(zip(by_partition(placed), by_partition(jax.tree_util.tree_leaves(outs)))):
+            np.savez(parts / f"part{k}.inputs.npz", **{f"p{i}": a for i, a in ins.items()})
+            np.savez(parts / f"part{k}.expected.npz", **{f"o{i}": a for i, a in exp.items()})
+        print(f"{name}: mesh {axes}, {len(res.text)} chars -> {res.files.hlo}, {res.files.shardings.name}, "
+              f"{parts.name}")
+
+
 def build(n: int, out_dir: Path) -> None:
     import jax
     import numpy as np
@@ -103,11 +175,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / "spmd")
+    ap.add_argument("--mesh2d", action="store_true", help="the 2-D mesh programs (dp=2 x tp=4) instead")
     a = ap.parse_args()
-    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={a.partitions}"
+    os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={8 if a.mesh2d else a.partitions}"
     os.environ.setdefault("JAX_PLATFORMS", "cpu")  # XLA:CPU runs; the CUDA plugin still compiles for the topology
     sys.path.insert(0, str(ROOT))
-    build(a.partitions, a.out)
+    if a.mesh2d:
+        build_mesh(a.out)
+    else:
+        build(a.partitions, a.out)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,11 @@ def test_capture_for_four_h200s_then_run(tmp_path):
     assert res.exit_code == 0, res.output
     doc = json.loads(res.output)
     assert doc["num_partitions"] == 4 and doc["status"] == "ok"
+    # jax's output sharding, stored beside the module and read by the run (docs/spmd.md#output-shardings)
+    side = json.loads((out / "ring.h200x4.shardings.json").read_text())
+    assert "ring.h200x4.shardings.json" in proc.stdout and side["module"] == "jit_ring"
+    assert [o["sharding"] for o in side["outputs"]] == ["{devices=[4,1]<=[4]}"]
+    assert doc["output_sharding_sources"][0]["source"] == "capture"
     with np.load(f"{base}.inputs.npz") as i, np.load(f"{base}.expected.npz") as e:
         assert i["p0"].shape == (32, 16) and e["o0"].shape == (32, 16)
 

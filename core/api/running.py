@@ -21,7 +21,8 @@ from fusegen.api.trees import describe, tree_leaves
 #: ``to_json()`` keys of a one-module run that :class:`RunResult` reads from the document.
 _DOC_KEYS = ("other_instructions", "non_fusion_instructions", "outputs_match", "output_max_abs_error", "seconds",
              "plugin_errors", "timings", "reference_profile", "oracle", "first_out_of_budget", "num_partitions",
-             "replica_count", "collectives", "output_shardings", "modules", "estimated_us")
+             "replica_count", "collectives", "output_shardings", "output_sharding_sources", "modules",
+             "estimated_us")
 
 
 @attrs.frozen
@@ -42,7 +43,8 @@ class RunResult:
         verdict: the first module's :class:`~fusegen.verify.verdict.ModuleVerdict` (``.outputs``: per leaf).
         other_instructions, non_fusion_instructions, outputs_match, output_max_abs_error, seconds (s),
         plugin_errors, timings, reference_profile, oracle, first_out_of_budget, and on N devices
-        num_partitions, replica_count, collectives, output_shardings: the same keys of :meth:`to_json`.
+        num_partitions, replica_count, collectives, output_shardings, output_sharding_sources: the same keys of
+        :meth:`to_json`.
         estimated_us: fusegen.perf's estimate of the module's time on the device (``{"us", "fusions_us",
             "library_calls_us", "device", "model_version", "label": "estimate"}``; each fusion's ``estimate``).
     """
@@ -251,13 +253,16 @@ def devices_of(module: Any) -> int:
 
 def run_modules(modules: list, s: Any, *, inputs: Any = None, seed: int = 0, expected: Any = None,
                 compile: bool = True, limits: Any = None, verify: Any = None, jobs: int = 1, progress: Any = None,
-                parse_seconds: float = 0.0, pass_seconds: Sequence[float] = ()) -> RunResult:
+                parse_seconds: float = 0.0, pass_seconds: Sequence[float] = (),
+                output_shardings: Any = None) -> RunResult:
     """Run prepared (fused) ``modules`` with session ``s``: the loop of :func:`run` and ``fusegen run``.
 
     A module of N > 1 devices runs as all of them (:func:`fusegen.runtime.spmd.run_spmd_module`): ``inputs``
     and ``expected`` are then global (:func:`spmd_inputs`, :func:`expected_for`). Inputs, expected and limits of
     every module are checked before the first one runs. ``parse_seconds`` / ``pass_seconds`` (per module) go
-    into each report's timings.
+    into each report's timings. ``output_shardings``: the output shardings of an N-device module as its capture
+    stated them (a :class:`~fusegen.runtime.sharding_sidecar.StatedShardings`, one module); default: the
+    ``NAME.shardings.json`` beside each module's file, when there is one (read and checked before any run).
 
     Raises:
         fusegen.runtime.inputs.InputError, ValueError (an unreadable ``.npz``), ShardingError,
@@ -266,6 +271,7 @@ def run_modules(modules: list, s: Any, *, inputs: Any = None, seed: int = 0, exp
         PluginError, DispatchError, EvaluationError, KernelDirError, MemoryError).
     """
     from fusegen.runtime.executor import combined_status, run_module
+    from fusegen.runtime.sharding_sidecar import stated_shardings
     from fusegen.runtime.inputs import InputError
     from fusegen.runtime.limits import RunLimits, check_module, default_max_memory
     from fusegen.runtime.spmd import run_spmd_module
@@ -282,7 +288,8 @@ def run_modules(modules: list, s: Any, *, inputs: Any = None, seed: int = 0, exp
         check_module(m, limits)
         exp, parts = expected_for(m, expected, plan)
         args = spmd_inputs(m, plan, inputs, seed) if plan is not None else inputs_for(m, inputs, seed)
-        jobs_todo.append((m, plan, args, exp, parts))
+        stated = (output_shardings or stated_shardings(m)) if plan is not None else None
+        jobs_todo.append((m, plan, args, exp, parts, stated))
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     task = None
     if sink is not None:
@@ -291,11 +298,11 @@ def run_modules(modules: list, s: Any, *, inputs: Any = None, seed: int = 0, exp
     on_fusion = (lambda r: sink.update(task, advance=1, description=r.name)) if sink is not None else None
     reports, outputs = [], []
     try:
-        for k, (m, plan, args, exp, parts) in enumerate(jobs_todo):
+        for k, (m, plan, args, exp, parts, stated) in enumerate(jobs_todo):
             if plan is not None:
                 _, out, rep = run_spmd_module(m, args, s.device, pm=s.pm, compile_kernels=compile, on_fusion=on_fusion,
                                               limits=limits, verify=verify, expected=exp, expected_parts=parts,
-                                              jobs=jobs, plan=plan)
+                                              jobs=jobs, plan=plan, stated=stated)
             else:
                 out, rep = run_module(m, args, s.device, pm=s.pm, compile_kernels=compile, on_fusion=on_fusion,
                                       limits=limits, verify=verify, expected=exp, jobs=jobs)
@@ -357,7 +364,7 @@ def run(module: ModuleLike, *, inputs: Any = None, seed: int = 0, expected: Any 
     prepare(modules, s, passes)
     result = run_modules(modules, s, inputs=inputs, seed=seed, expected=expected, compile=compile, limits=limits,
                          verify=s.config.verify.with_overrides(rtol, atol, allow_vacuous), jobs=jobs,
-                         progress=progress)
+                         progress=progress, output_shardings=captured.stated_shardings() if captured is not None else None)
     if captured is not None:
         result = attrs.evolve(result, outputs=captured.unflatten(result.outputs))
     return result

@@ -52,7 +52,8 @@ def capture(target, arg_specs, mesh, in_shardings, out_shardings, axis, device_n
             else:
                 os.environ[k] = v
     files = res.files
-    click.echo(f"wrote {files.hlo}, {files.inputs.name}, {files.expected.name}")
+    click.echo(f"wrote {files.hlo}, {files.inputs.name}, {files.expected.name}"
+               + (f", {files.shardings.name}" if files.shardings is not None else ""))
 
 
 def _capture(script, func, arg_specs, mesh, in_shardings, out_shardings, axis, device_name, seed, compiler, out_dir):

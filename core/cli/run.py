@@ -261,6 +261,8 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
             if report.status in ("drift", "vacuous") and vacuous:
                 said = (f"vacuous: {', '.join(vacuous)} all NaN/inf on both sides, nothing compared (try other "
                         "inputs)" + ("" if report.status == "drift" else "; not a pass (--allow-vacuous accepts it)"))
+            if report.status == "undetermined":
+                said = "cannot tell (an output whose sharding was inferred matches expected under no sharding that fits)"
             if report.status == "error":  # the failed fusion ran on the host: its outputs prove nothing
                 said = "not judged: " + "; ".join(f"plugin {e['plugin']!r} failed on fusion %{e['fusion']}"
                                                   for e in report.plugin_errors)

@@ -19,11 +19,13 @@ import numpy as np
 class CaptureFiles:
     """The files :meth:`Captured.write` wrote: ``NAME.DEV[xN]_opt.hlo`` (the module; ``NAME.DEV.hlo`` when
     fusegen's pipeline is to fuse it), ``.inputs.npz`` (global inputs ``p0``, ``p1`` ...) and ``.expected.npz``
-    (XLA:CPU's outputs ``o0``, ``o1`` ...; None without them), for ``fusegen run --inputs ... --expected ...``."""
+    (XLA:CPU's outputs ``o0``, ``o1`` ...; None without them), for ``fusegen run --inputs ... --expected ...``;
+    on N devices ``.shardings.json`` (the output shardings, read by the run; None when jax had none)."""
 
     hlo: Path
     inputs: Path
     expected: Path | None
+    shardings: Path | None = None
 
 
 def _tree_text(treedef: Any, limit: int = 160) -> str:
@@ -50,6 +52,9 @@ class Captured:
         expected_flat: XLA:CPU's outputs for them, one per output leaf (None: ``capture(expected=False)``).
         in_shardings: each input leaf's partition spec as text (``"('d', None)"``; ``"()"`` replicated).
         out_structs: each output leaf's global shape and dtype (``jax.ShapeDtypeStruct``).
+        out_shardings: on N devices, each output leaf's sharding as XLA's HloSharding text (jax's
+            ``compiled.output_shardings``): a run reads the devices' outputs with it; :meth:`write` stores it in
+            ``NAME.DEVxN.shardings.json`` (:mod:`fusegen.runtime.sharding_sidecar`). Empty: unknown.
         files: what :meth:`write` wrote (``capture(out_dir=...)``), else None.
     """
 
@@ -67,6 +72,7 @@ class Captured:
     expected_flat: tuple | None
     in_shardings: tuple[str, ...] = ()
     out_structs: tuple = ()
+    out_shardings: tuple[str, ...] = ()
     files: CaptureFiles | None = None
 
     @property
@@ -83,6 +89,16 @@ class Captured:
     def inputs(self) -> tuple:
         """The example inputs as the function's dynamic positional arguments (a tuple of pytrees)."""
         return self.in_tree.unflatten(list(self.inputs_flat))
+
+    def stated_shardings(self) -> Any:
+        """:attr:`out_shardings` checked against the module (a
+        :class:`~fusegen.runtime.sharding_sidecar.StatedShardings`), or None without them."""
+        if not self.out_shardings or self.devices == 1:
+            return None
+        from fusegen.runtime.sharding_sidecar import stated_shardings
+
+        return stated_shardings(self.module, self.out_shardings, [tuple(s.shape) for s in self.out_structs],
+                                where=f"fusegen.capture of {self.name}")
 
     @property
     def expected(self) -> Any:
@@ -176,7 +192,12 @@ class Captured:
         if self.expected_flat is not None:
             expected = Path(f"{base}.expected.npz")
             np.savez(expected, **{f"o{i}": np.asarray(o) for i, o in enumerate(self.expected_flat)})
-        return CaptureFiles(hlo, inputs, expected)
+        shardings = None
+        if self.out_shardings and self.devices > 1:  # how a run reads the devices' outputs: beside the module
+            from fusegen.runtime.sharding_sidecar import sidecar_path, write_sidecar
+
+            shardings = write_sidecar(sidecar_path(hlo), self.module, self.out_shardings, self.out_structs)
+        return CaptureFiles(hlo, inputs, expected, shardings)
 
 
 def _same(a: Any, b: Any) -> bool:

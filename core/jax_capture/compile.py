@@ -255,7 +255,8 @@ def capture(fn: Callable, *args: Any, static_argnums: int | Sequence[int] = (), 
             gpu_fn, gpu_in = jitted(list(topo.devices))
             lowered = gpu_fn.lower(*in_tree.unflatten([jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s)
                                                        for v, s in zip(values, gpu_in)]))
-            text = lowered.compile().as_text()
+            compiled = lowered.compile()
+            text = compiled.as_text()
         else:
             lowered = jax.jit(named(None), keep_unused=True).lower(*structs)
             text = lowered.as_text(dialect="hlo")
@@ -272,12 +273,23 @@ def capture(fn: Callable, *args: Any, static_argnums: int | Sequence[int] = (), 
                         expected_flat=tuple(np.asarray(o) for o in jax.tree_util.tree_leaves(outs))
                         if outs is not None else None,
                         in_shardings=tuple(str(tuple(s)) for s in specs),
-                        out_structs=tuple(jax.ShapeDtypeStruct(tuple(o.shape), o.dtype) for o in out_infos))
+                        out_structs=tuple(jax.ShapeDtypeStruct(tuple(o.shape), o.dtype) for o in out_infos),
+                        out_shardings=_out_shardings(jax, compiled, out_infos) if topo is not None and n > 1
+                        else ())
     if out_dir is not None:
         import attrs
 
         captured = attrs.evolve(captured, files=captured.write(out_dir))
     return captured
+
+
+def _out_shardings(jax: Any, compiled: Any, out_infos: list) -> tuple[str, ...]:
+    """Each output leaf's HloSharding text from jax (``compiled.output_shardings``), () when jax has none."""
+    from fusegen.runtime.sharding_sidecar import hlo_sharding_texts
+
+    leaves = jax.tree_util.tree_leaves(compiled.output_shardings)
+    texts = hlo_sharding_texts(leaves, [len(o.shape) for o in out_infos]) if len(leaves) == len(out_infos) else None
+    return texts or ()
 
 
 def _shape_dtype_pair(a: Any) -> bool:

@@ -260,7 +260,7 @@ def summary(modules: Sequence[dict]) -> dict:
     # "drift": within the error budget but above the usual tolerance (the verdict feature); not a failure
     bad = sum(n for s, n in statuses.items() if s not in ("ok", "pending", "drift"))
     # a module's verdict (its outputs against the f64 oracle) can say drift or mismatch on its own
-    worst = {"ok": 0, "drift": 1, "vacuous": 2, "mismatch": 3}
+    worst = {"ok": 0, "drift": 1, "vacuous": 2, "undetermined": 3, "mismatch": 4}
     module_status = max((m["status"] for m in modules if m.get("status") in worst), key=worst.get, default="ok")
     ran = any(s != "pending" for s in statuses) or any("status" in m for m in modules)
     status = "not run" if not ran else "mismatch" if bad else "drift" if "drift" in statuses else "ok"

@@ -253,9 +253,10 @@ class RunReport:
     @property
     def ok(self) -> bool:
         """Every fusion and output matched (``ok`` or ``drift``); a ``vacuous`` output (all NaN/inf on both
-        sides, nothing compared) is not a pass unless ``[verify] allow_vacuous`` made it ``drift``."""
+        sides, nothing compared) is not a pass unless ``[verify] allow_vacuous`` made it ``drift``; nor is an
+        ``undetermined`` one (an SPMD output whose inferred sharding cannot be told from a mismatch)."""
         return self.outputs_ok and all(f.status == "ok" for f in self.fusions) and \
-            (self.verdict is None or self.verdict.status != "vacuous")
+            (self.verdict is None or self.verdict.status not in ("vacuous", "undetermined"))
 
     @property
     def plugin_errors(self) -> list[dict[str, str]]:
@@ -275,9 +276,10 @@ class RunReport:
 
 
 def combined_status(statuses) -> str:
-    """The status of several modules: the worst of ``error`` > ``mismatch`` > ``vacuous`` > ``drift`` > ``ok``."""
+    """The status of several modules: the worst of ``error`` > ``mismatch`` > ``undetermined`` > ``vacuous`` >
+    ``drift`` > ``ok``."""
     statuses = set(statuses)
-    return next((s for s in ("error", "mismatch", "vacuous", "drift") if s in statuses), "ok")
+    return next((s for s in ("error", "mismatch", "undetermined", "vacuous", "drift") if s in statuses), "ok")
 
 
 def _unflatten(shape: Shape, flat: list[np.ndarray]) -> Any:

@@ -198,15 +198,19 @@ class SpmdRunReport(RunReport):
     replica_count: int = 1
     collectives: list = attrs.Factory(list)
     output_shardings: list = attrs.Factory(list)
+    output_sharding_sources: list = attrs.Factory(list)  # per leaf: LeafSharding.to_json (source, inferred, ...)
     collective_backends: dict = attrs.Factory(dict)  # name -> {"backend", "kernel", "compiled_sm90" | "reason"}
 
     def spmd_json(self) -> dict:
         """The ``--json`` keys an SPMD run adds: ``num_partitions``, ``replica_count``, ``collectives``
-        (``{"name", "opcode", "groups", "channel_id", "bytes_per_partition", ...}``), ``output_shardings``."""
+        (``{"name", "opcode", "groups", "channel_id", "bytes_per_partition", ...}``), ``output_shardings`` (each
+        leaf's sharding text) and ``output_sharding_sources`` (``{"name", "sharding", "source", "from",
+        "inferred"[, "note"]}`` per leaf: :mod:`fusegen.runtime.spmd_outputs`)."""
         return {"num_partitions": self.num_partitions, "replica_count": self.replica_count,
                 "collectives": [{**c.to_json(), **self.collective_backends.get(c.name, {"backend": "host"})}
                                 for c in self.collectives],
-                "output_shardings": list(self.output_shardings)}
+                "output_shardings": list(self.output_shardings),
+                "output_sharding_sources": list(self.output_sharding_sources)}
 
     def collective_lines(self) -> list[str]:
         """One line per collective for the table output."""
@@ -288,7 +292,7 @@ def run_spmd_module(module: Module, args: list[list[Any]], device: Any = None, p
                     compile_kernels: bool = True, on_fusion: Callable | None = None, limits: Any = None,
                     verify: Any = None, expected: list[np.ndarray] | None = None,
                     expected_parts: list[list[np.ndarray]] | None = None, jobs: int = 1,
-                    plan: SpmdPlan | None = None) -> tuple[list[Any], Any, SpmdRunReport]:
+                    plan: SpmdPlan | None = None, stated: Any = None) -> tuple[list[Any], Any, SpmdRunReport]:
     """Run every device of ``module`` and judge the global outputs (see the module docstring).
 
     Args:
@@ -296,6 +300,11 @@ def run_spmd_module(module: Module, args: list[list[Any]], device: Any = None, p
         expected: the global known answer per output leaf (``--expected OUT.npz``), or
         expected_parts: per partition, its shard of every output leaf (a folder of ``part{K}.expected.npz``).
         jobs: worker processes for the first device's sm_90 compiles.
+        stated: the output shardings a capture stated
+            (:class:`~fusegen.runtime.sharding_sidecar.StatedShardings`); default: ``NAME.shardings.json``
+            beside ``module.filename`` if there is one. Each output leaf's sharding and its source:
+            :mod:`fusegen.runtime.spmd_outputs` (an inferred one that makes a mismatch is re-judged with the
+            other shardings that fit; ``undetermined`` when none does and no oracle but ``expected`` objects).
 
     Returns:
         ``(per-device outputs, global outputs as a tuple of leaves or one array, SpmdRunReport)``.
@@ -304,10 +313,14 @@ def run_spmd_module(module: Module, args: list[list[Any]], device: Any = None, p
         MultiDeviceUnsupported: an instruction fusegen cannot run as N copies (see :func:`plan_spmd`), or
             copies that diverged at a collective.
         ResourceLimitError: a limit was passed (each copy's own deadline is the run's).
+        ShardingError, InputError: an output sharding that does not fit ``expected`` or a sidecar that does not
+            fit the module (named).
         fusegen.runtime.support.UnsupportedInstructionError: an instruction nothing can run (before any run).
     """
-    from fusegen.runtime.spmd_io import assemble_leaves, output_shardings, split_leaves
     from fusegen.runtime.inputs import leaves
+    from fusegen.runtime.sharding_sidecar import stated_shardings
+    from fusegen.runtime.spmd_io import assemble_leaves
+    from fusegen.runtime.spmd_outputs import resolve_output_shardings, settle, sharding_notes
 
     from fusegen.runtime.support import check_supported
 
@@ -341,26 +354,22 @@ def run_spmd_module(module: Module, args: list[list[Any]], device: Any = None, p
         refs = run_spmd_reference(module, plan, args, lead.budget, reuse=[ex.fusion_references for ex in executors])
         f64s = run_spmd_reference(module, plan, args, lead.budget, promoted=True)
         k_leaves = [leaves(o) for o in outs]
-        shardings = output_shardings(module, plan, k_leaves, expected)
-        glob = assemble_leaves(shardings, plan, k_leaves, expected)
-        g_ref = assemble_leaves(shardings, plan, [leaves(r) for r in refs], expected)
-        bad = next((f for f in f64s if isinstance(f, OracleUnavailable)), None)
-        g_f64 = bad if bad is not None else assemble_leaves(shardings, plan, f64s, expected)
-        events = [e for ex in executors for e in ex.events]
-        if expected is None and expected_parts is not None:
-            expected = assemble_leaves(shardings, plan, [expected_parts[plan.partition(d)] for d in range(n)], None)
-        verdict = judge_module(module, [], tuple(glob), tuple(g_ref), events, lead.verify, expected, f64=g_f64)
-        parts = split_leaves(shardings, plan, expected) if expected is not None else None
-        for d in range(n):  # each device judged on its own: a replicated output wrong on one partition
-            fd = f64s[d]
-            vd = judge_module(module, [], outs[d], refs[d], executors[d].events, lead.verify,
-                              parts[d] if parts is not None else None, f64=fd)
-            for i, o in enumerate(vd.outputs):
-                g = verdict.outputs[i]
-                if _RANK_OUT[o.status] > _RANK_OUT[g.status]:
-                    o.reason = (o.reason + "; " if o.reason else "") + f"partition {plan.partition(d)}" + (
-                        f" replica {plan.replica(d)}" if plan.replica_count > 1 else "")
-                    verdict.outputs[i] = o
+        if stated is None:
+            stated = stated_shardings(module)
+        given = expected is not None  # a global expected: the sharding splits it per device
+        chosen = resolve_output_shardings(module, plan, k_leaves, expected, stated)
+        dims = [tuple(np.asarray(e).shape) for e in expected] if given else \
+            list(stated.global_shapes) if stated is not None else None
+        if not given and expected_parts is not None:  # the parts as the devices hold them: any sharding fits
+            expected = assemble_leaves([c.sharding for c in chosen], plan,
+                                       [expected_parts[plan.partition(d)] for d in range(n)], dims)
+        sides = _Sides(module, plan, outs, refs, f64s, executors, lead.verify)
+        verdict = sides.judge([c.sharding for c in chosen], expected, dims)
+        if given:
+            chosen = settle(chosen, verdict, lambda sh, with_e: sides.judge(sh, expected if with_e else None, dims))
+        shardings = [c.sharding for c in chosen]
+        verdict.notes = sharding_notes(chosen)
+        glob = assemble_leaves(shardings, plan, k_leaves, dims)
     ok = verdict.status != "mismatch"
     worst = max((o.max_abs_error for o in verdict.outputs), default=0.0)
     rows = _merge_rows(executors)
@@ -380,9 +389,47 @@ def run_spmd_module(module: Module, args: list[list[Any]], device: Any = None, p
                            timings=module_timings([f.timings for f in rows], module_level),
                            num_partitions=plan.num_partitions, replica_count=plan.replica_count,
                            collectives=list(plan.collectives.values()), collective_backends=dict(kernels.info),
-                           output_shardings=[s.text for s in shardings])
+                           output_shardings=[s.text for s in shardings],
+                           output_sharding_sources=[c.to_json(i) for i, c in enumerate(chosen)])
     g_out = tuple(glob) if module.entry.root.shape.is_tuple else glob[0]
     return outs, g_out, report
 
 
-_RANK_OUT = {"ok": 0, "drift": 1, "vacuous": 2, "mismatch": 3}
+_RANK_OUT = {"ok": 0, "drift": 1, "vacuous": 2, "undetermined": 3, "mismatch": 4}
+
+
+@attrs.define
+class _Sides:
+    """Every device's kernel outputs, references and f64 oracles, judged (:meth:`judge`) with given output
+    shardings: the verdict on the global outputs, then each device's own against its shard of ``expected``."""
+
+    module: Module
+    plan: SpmdPlan
+    outs: list
+    refs: list
+    f64s: list
+    executors: list
+    verify: Any
+
+    def judge(self, shardings: list, expected: list | None, dims: list | None) -> Any:
+        from fusegen.runtime.inputs import leaves
+        from fusegen.runtime.spmd_io import assemble_leaves, split_leaves
+
+        plan, module = self.plan, self.module
+        glob = assemble_leaves(shardings, plan, [leaves(o) for o in self.outs], dims)
+        g_ref = assemble_leaves(shardings, plan, [leaves(r) for r in self.refs], dims)
+        bad = next((f for f in self.f64s if isinstance(f, OracleUnavailable)), None)
+        g_f64 = bad if bad is not None else assemble_leaves(shardings, plan, self.f64s, dims)
+        events = [e for ex in self.executors for e in ex.events]
+        verdict = judge_module(module, [], tuple(glob), tuple(g_ref), events, self.verify, expected, f64=g_f64)
+        parts = split_leaves(shardings, plan, expected) if expected is not None else None
+        for d in range(plan.devices):  # each device judged on its own: a replicated output wrong on one partition
+            vd = judge_module(module, [], self.outs[d], self.refs[d], self.executors[d].events, self.verify,
+                              parts[d] if parts is not None else None, f64=self.f64s[d])
+            for i, o in enumerate(vd.outputs):
+                g = verdict.outputs[i]
+                if _RANK_OUT[o.status] > _RANK_OUT[g.status]:
+                    o.reason = (o.reason + "; " if o.reason else "") + f"partition {plan.partition(d)}" + (
+                        f" replica {plan.replica(d)}" if plan.replica_count > 1 else "")
+                    verdict.outputs[i] = o
+        return verdict

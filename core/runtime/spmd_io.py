@@ -4,11 +4,9 @@
   each parameter's ``sharding={...}`` gives every device its shard (:meth:`Sharding.shard`; a parameter
   without one must be given at its per-partition shape and is replicated). ``--inputs DIR`` is a folder of
   per-partition ``part{K}.inputs.npz`` (partition ``K``'s shards at the module's parameter shapes).
-* Outputs: each output leaf's sharding is the root's ``sharding={...}`` where the module prints one (XLA's
-  optimized modules often drop it); else it is read from the global expected array's shape (tiles =
-  global / per-partition dims, devices in row-major order as jit assigns them, any remaining partitions
-  replicating); else a leaf whose partitions agree bitwise is replicated and the rest is tiled like the
-  first sharded parameter of the same per-partition shape, or along dimension 0.
+* Outputs: each output leaf is reassembled, and a global ``--expected`` split per device, by the leaf's sharding,
+  which :mod:`fusegen.runtime.spmd_outputs` decides (the root's, the capture's, an aliased parameter's, ...) and
+  names the source of.
 
 Partition ``K`` of a tile assignment is device ``K``'s tile; with replicas, replica 0's partitions are the ones
 reassembled and every replica gets the same input shards.
@@ -23,13 +21,13 @@ import numpy as np
 
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Module
-from fusegen.hlo.sharding import Sharding, ShardingError, iota_devices, parse_sharding
+from fusegen.hlo.sharding import Sharding, ShardingError, parse_sharding
 from fusegen.runtime.inputs import (InputError, _read_npz_member, check_array, check_npz_headers, from_npz_dtype,
                                     load_inputs)
 from fusegen.runtime.spmd_plan import SpmdPlan
 
-__all__ = ["param_shardings", "split_inputs", "load_spmd_inputs", "load_expected_parts", "output_shardings",
-           "assemble_leaves", "split_leaves", "seeded_inputs"]
+__all__ = ["param_shardings", "split_inputs", "load_spmd_inputs", "load_expected_parts", "assemble_leaves",
+           "split_leaves", "seeded_inputs"]
 
 
 def param_shardings(module: Module) -> list[Sharding]:
@@ -153,74 +151,14 @@ def load_expected_parts(module: Module, plan: SpmdPlan, path: str | Path) -> lis
     return out
 
 
-def _from_shapes(local: tuple[int, ...], glob: tuple[int, ...], p: int) -> Sharding:
-    if len(local) != len(glob):
-        raise ShardingError(f"per-partition shape {list(local)} and global {list(glob)} differ in rank")
-    tiles = []
-    for lo, g in zip(local, glob):
-        t = -(-g // lo) if lo else 1
-        if (lo == 0 and g != 0) or (lo and -(-g // t) != lo):
-            raise ShardingError(f"global shape {list(glob)} is not a tiling of {list(local)}")
-        tiles.append(t)
-    t = int(np.prod(tiles, dtype=np.int64))
-    if t == 1:
-        return Sharding("replicated", "{replicated}")
-    if p % t:
-        raise ShardingError(f"global shape {list(glob)} needs {t} tiles of {list(local)}, not a divisor of {p} "
-                            "partitions")
-    dims = tiles + ([p // t] if p // t > 1 else [])
-    text = "{devices=[" + ",".join(map(str, dims)) + f"]<=[{p}]" + (" last_tile_dim_replicate}" if p // t > 1 else "}")
-    return Sharding("tiled", text, tiles=iota_devices(dims), data_rank=len(tiles))
-
-
-def output_shardings(module: Module, plan: SpmdPlan, per_device: list[list[np.ndarray]],
-                     expected: list[np.ndarray] | None) -> list[Sharding]:
-    """Each output leaf's sharding (see the module docstring for the order of the sources).
-
-    Raises:
-        ShardingError: a root sharding that does not parse, or an expected array that is no tiling of the
-            per-partition output.
-    """
-    p = plan.num_partitions
-    root = module.entry.root
-    n = len(per_device[0])
-    text = root.attrs.get("sharding")
-    if text:
-        s = parse_sharding(text)
-        return [s.leaf(i) if s.kind == "tuple" else s for i in range(n)]
-    params = [(tuple(q.shape.dimensions), s) for q, s in zip(module.entry.parameters, param_shardings(module))
-              if not q.shape.is_tuple and s.kind == "tiled"]
-    out = []
-    for i in range(n):
-        local = tuple(np.asarray(per_device[0][i]).shape)
-        if expected is not None:
-            try:
-                out.append(_from_shapes(local, tuple(np.asarray(expected[i]).shape), p))
-            except ShardingError as e:
-                raise ShardingError(f"output o{i}: {e}") from None
-            continue
-        first = np.asarray(per_device[0][i])
-        if all(np.array_equal(np.asarray(per_device[d][i]), first, equal_nan=first.dtype.kind in "fc")
-               for d in range(p)):
-            out.append(Sharding("replicated", "{replicated}"))
-            continue
-        like = next((s for dims, s in params if dims == local), None)
-        if like is None:
-            dims = [p] + [1] * (len(local) - 1) if local else [1]
-            like = _from_shapes(local, tuple(a * b for a, b in zip(local, dims)), p) if local else \
-                Sharding("replicated", "{replicated}")
-        out.append(like)
-    return out
-
-
 def assemble_leaves(shardings: list[Sharding], plan: SpmdPlan, per_device: list[list[np.ndarray]],
-                    expected: list[np.ndarray] | None) -> list[np.ndarray]:
-    """The global output leaves from every device's (replica 0's partitions'), cropped to ``expected``'s
-    shapes where given."""
+                    global_shapes: list[tuple[int, ...] | None] | None = None) -> list[np.ndarray]:
+    """The global output leaves from every device's (replica 0's partitions'), cropped to ``global_shapes``
+    (an uneven tiling's padding) where given."""
     out = []
     for i, s in enumerate(shardings):
         shards = [np.asarray(per_device[k][i]) for k in range(plan.num_partitions)]
-        dims = tuple(np.asarray(expected[i]).shape) if expected is not None else None
+        dims = global_shapes[i] if global_shapes is not None else None
         out.append(s.assemble(shards, dims if s.kind == "tiled" else None))
     return out
 

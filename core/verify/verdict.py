@@ -284,11 +284,14 @@ class ModuleVerdict:
     outputs: list[OutputVerdict]
     oracle: str = "f64"  # or "unavailable: why"
     first_out_of_budget: FusionEvent | None = None
+    notes: list[str] = attrs.field(factory=list)  # lines said after the outputs' (an SPMD run's inferred shardings)
 
     @property
     def status(self) -> str:
+        """The worst output's: ``mismatch`` > ``undetermined`` (an SPMD output whose inferred sharding cannot be
+        told from a mismatch: :mod:`fusegen.runtime.spmd_outputs`) > ``vacuous`` > ``drift`` > ``ok``."""
         s = {o.status for o in self.outputs}
-        return next((x for x in ("mismatch", "vacuous", "drift") if x in s), "ok")
+        return next((x for x in ("mismatch", "undetermined", "vacuous", "drift") if x in s), "ok")
 
     def to_json(self) -> dict:
         return {"outputs": [o.to_json() for o in self.outputs], "oracle": self.oracle,
@@ -315,7 +318,7 @@ class ModuleVerdict:
             ev = self.first_out_of_budget
             out.append(f"first fusion out of budget: {ev.where()}: error/budget {ev.ratio:.3g} at "
                        f"{list(ev.worst_index or ())} (kernel {_py(ev.value)}, reference {_py(ev.reference)})")
-        return out
+        return out + list(self.notes)
 
 
 def judge_module(module: Module, args: list[Any], out: Any, ref: Any, events: list[FusionEvent],
