@@ -46,6 +46,7 @@ from fusegen.analysis.shape_util import are_dimensions_consecutive
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import (COMPLEX_PARTS, Cx, ElementalGenerator, KernelContext, choose_index_dtype,
                                       deep_recursion, int_list)
+from fusegen.codegen.elemental.step_offsets import LoopSteps
 from fusegen.codegen.elemental.uniform_runs import UniformRuns
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
@@ -61,6 +62,9 @@ from fusegen_plugins.emitters._reduction_index import forward_index, input_index
 
 #: Elements of one program's input tile (``TA * TR * TB``).
 TILE_ELEMENTS = 4096
+#: Steps over the reduced extent written out (``tl.static_range``) rather than looped: XLA's row tile is at most
+#: ``MINOR_REDUCED_ELEMENTS_PER_THREAD`` (16) elements a thread, unrolled.
+UNROLLED_STEPS = 16
 
 # Names the kernel defines itself; never handed out for HLO instructions.
 _FIXED = ("pid", "pid_a", "pid_b", "t", "ta", "tr", "tb", "A", "B", "R", "A_c", "A_q", "B_c", "R_c", "okab", "it",
@@ -280,6 +284,21 @@ class ReductionFusion(FusionEmitter):
         tr = min(_floor_pow2(nr), max(1, TILE_ELEMENTS // (ta * tb)))
         return ta, tr, tb
 
+    def xla_row_step(self, geo: ReductionGeometry, ta: int, tr: int) -> int:
+        """``TR`` of a row reduction as XLA's threads read the row: one vector a thread a step (``reduced
+        threads x vector`` lanes of each of the ``TA`` rows), the steps unrolled (:data:`UNROLLED_STEPS`), as
+        XLA's ``RowReductionFusion`` tiles a row (``num_threads = [kept, reduced]``, each thread ``tile``
+        vectors). A warp then reduces its row with shuffles and each thread's vectors are of one row (a row
+        value loaded once a thread); the default ``tr`` when XLA's threads are not a power-of-two block of
+        ``TA`` rows."""
+        if geo.emitter not in ("RowReductionFusion", "MultiRowReductionFusion") or len(geo.num_threads) != 2:
+            return tr
+        kept, reduced = geo.num_threads
+        c = reduced * geo.vector_size
+        if c & (c - 1) or kept != ta or kernel_warps(geo.threads) * 32 != geo.threads:
+            return tr
+        return c
+
     # ------------------------------------------------------------------------------------------
     def emit(self) -> EmittedFusion:
         fusion = self.fusion
@@ -298,6 +317,8 @@ class ReductionFusion(FusionEmitter):
             ta, tr, tb = xla_tiles
         else:
             ta, tr, tb = self.tile(plan.dims, na, nr, nb) if nr > 0 else (min(_ceil_pow2(na), TILE_ELEMENTS), 1, 1)
+        if xla_tiles is not None and tb == 1:
+            tr = self.xla_row_step(geo, ta, tr)
         block, oblock = ta * tr * tb, ta * tb
         ga, gb = -(-na // ta), -(-nb // tb)
         nit = -(-nr // tr) if nr > 0 else 0
@@ -413,15 +434,19 @@ class ReductionFusion(FusionEmitter):
                                        expand="tl.reshape(tl.broadcast_to({x}[:, None], [TA, TR * TB]), [BLOCK])",
                                        seeds={"A_c": "A_q"}, hoist=hoist)
             if loop:
-                line("for it in range(0, NIT):")
+                ctx.steps = LoopSteps("it * TR", {"R_c": ("tr", 1), "tr": ("tr", 0), "A_c": ("A_c", 0),
+                                                  "B_c": ("B_c", 0)})
+                # a few steps are unrolled (straight-line, as XLA's per-thread tile), more stay a loop
+                line("for it in tl.static_range(0, NIT):" if nit <= UNROLLED_STEPS else "for it in range(0, NIT):")
                 body.indent()
                 gen.push_scope()
                 line("R = it * TR + tr")
             else:
                 line("R = tr")
             line("mask = okab & (R < NR)")
-            line("R_c = tl.max_contiguous(tl.multiple_of(tl.minimum(R, NR - 1), TR), TR)" if tb == 1 and tr > 1
-                 else "R_c = tl.minimum(R, NR - 1)")
+            # no clamp: lanes past the reduced extent are masked on every load, store and accumulation, and an
+            # unclamped R keeps each step's addresses one base plus constants (XLA's immediate offsets)
+            line("R_c = R")
             p = view_position(gen, plan.dims, "A_c", "R_c", "B_c")
             p = gen.itensor(p)
             for (hero, n, red, acc_types, fname, promoted), names in zip(reducers, accs):
@@ -455,6 +480,7 @@ class ReductionFusion(FusionEmitter):
             if ctx.runs is not None:
                 body.lines[hoist_at:hoist_at] = ctx.runs.hoist.lines  # coarse code: before the loop
                 ctx.runs = None
+            ctx.steps = None
 
         # fold the TR axis of the accumulators
         reduced: list[list[str]] = []

@@ -314,7 +314,9 @@ class TransposeFusion(FusionEmitter):
         ctx = KernelContext(idx_t, op_shapes)
         for n in ("lane", "mask_all"):
             ctx.names.reserve(n)
-        ctx.mask = "mask_all"  # every index is clamped into range; stores carry the real masks
+        # Lanes of a partial tile keep unclamped indices and are masked on every load and store (ctx.mask is the
+        # phase's mask): a clamp would make every lane's address its own 64-bit sum (XLA's kernels address a
+        # tile as one base plus constant offsets, masked at the array's edge)
         ctx.complex_values = True  # c64/c128 are (re, im) pairs: each part is a tile of its own
         gen = ElementalGenerator(ctx, comp)
 
@@ -353,9 +355,8 @@ class TransposeFusion(FusionEmitter):
                 for k in range(r):
                     if k in lane_of:
                         v = lane_of[k] if base[k] == 0 else gen.iexpr(f"{lane_of[k]} + {base[k]}", f"c{k}")
-                        if d[k] % tiles[k] != 0:
+                        if d[k] % tiles[k] != 0:  # masked, not clamped: see ctx.mask below
                             conds.append(f"({v} < {d[k]})")
-                            v = gen.iexpr(f"tl.minimum({v}, {d[k] - 1})", f"c{k}")
                         c[k] = v
                     elif base[k] != 0:
                         c[k] = gen.iexpr(f"{ctx.zero} + {base[k]}", f"c{k}")
@@ -373,6 +374,7 @@ class TransposeFusion(FusionEmitter):
             # ---- read phase: lanes input-minor-fastest
             ctx.body.line("# read phase: input-minor-fastest lanes (coalesced loads)")
             c_in, mask_in = coords(in_order)
+            ctx.mask = mask_in
             lin_in = linear([c_in[k] for k in inverse_permutation(p)], in_stride)
             in_shape = [tiles[k] for k in in_order]
             axes = [in_order.index(k) for k in out_order]
@@ -399,6 +401,7 @@ class TransposeFusion(FusionEmitter):
             # ---- write phase: lanes output-minor-fastest
             ctx.body.line("# write phase: output-minor-fastest lanes (coalesced stores)")
             c_out, mask_out = coords(out_order)
+            ctx.mask = mask_out
             lin_out = linear(c_out, out_stride)
             for h, xt in zip(hero_list, transposed):
                 oidx = gen.delinearize(lin_out, h.shape.dimensions, h.shape.minor_to_major())

@@ -34,6 +34,8 @@ class KernelContext:
         runs: the :class:`~fusegen.codegen.elemental.uniform_runs.UniformRuns` of a linear-index kernel on XLA's
             loop geometry (each thread ``width`` consecutive lanes); ``None`` (the default) elsewhere. With it,
             loads uniform over a run are made once per run.
+        steps: the :class:`~fusegen.codegen.elemental.step_offsets.LoopSteps` of a loop over the reduced extent
+            (``None`` elsewhere): loads affine in the step add it as a separate pointer offset.
     """
 
     def __init__(self, index_dtype: str, operand_shapes: Sequence[Shape]):
@@ -50,6 +52,7 @@ class KernelContext:
         self.block_shape = "[BLOCK]"
         self.complex_values = False
         self.runs: Any = None  # UniformRuns of a linear-index kernel (uniform_runs.py), set by its builder
+        self.steps: Any = None  # LoopSteps of a kernel's loop over a reduced extent (step_offsets.py)
         for n in ("lin_c", "lin_q", "off", "t"):
             self.names.reserve(n)
 

@@ -19,11 +19,12 @@ from fusegen.codegen.elemental.elementwise import ElementwiseMixin
 from fusegen.codegen.elemental.index_maps import IndexMapMixin
 from fusegen.codegen.elemental.reduce_dot import ReduceDotMixin
 from fusegen.codegen.elemental.shape_ops import ShapeOpsMixin
+from fusegen.codegen.elemental.step_offsets import StepOffsetsMixin
 from fusegen.codegen.elemental.uniform_runs import UniformRunsMixin
 
 
 class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, ElementwiseMixin, ConvertMixin,
-                         UniformRunsMixin):
+                         UniformRunsMixin, StepOffsetsMixin):
     """Generates values of one computation's instructions at given indices.
 
     Args:
@@ -45,6 +46,7 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             self._lin_of: list[dict[Any, Any]] = [{}]
             self._delin: list[dict[Any, Any]] = [{}]
             self._coarse: dict[str, int | str] = {}  # index variable -> its twin on the coarse block (UniformRuns)
+            self._steps: dict[str, Any] = {}  # index variable -> (base, coefficient) of a loop step (LoopSteps)
         else:  # index caches are shared with the enclosing generator (same kernel, same scopes)
             self._scopes = [{}]
             self._lin_of = parent._lin_of
@@ -95,7 +97,8 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             return a
         if a == 0:
             return b
-        return self._twin(self.iexpr(f"{a} + {b}" if isinstance(a, str) else f"{b} + {a}"), self.iadd, a, b)
+        r = self._twin(self.iexpr(f"{a} + {b}" if isinstance(a, str) else f"{b} + {a}"), self.iadd, a, b)
+        return self._step(r, "add", (a, b))
 
     def isub(self, a: int | str, b: int | str) -> int | str:
         if isinstance(a, int) and isinstance(b, int):
@@ -104,9 +107,10 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             return a
         if isinstance(b, int) and b < 0:
             return self.iadd(a, -b)
-        return self._twin(self.iexpr(f"{self.itensor(a)} - {b}"),
-                          lambda x, y: x - y if isinstance(x, int) and isinstance(y, int) else self.iexpr(f"{x} - {y}"),
-                          a, b)
+        r = self._twin(self.iexpr(f"{self.itensor(a)} - {b}"),
+                       lambda x, y: x - y if isinstance(x, int) and isinstance(y, int) else self.iexpr(f"{x} - {y}"),
+                       a, b)
+        return self._step(r, "sub", (a, b))
 
     def imul(self, a: int | str, k: int) -> int | str:
         if isinstance(a, int):
@@ -115,24 +119,26 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             return a
         if k == 0:
             return 0
-        return self._twin(self.iexpr(f"{a} * {k}"), lambda x: self.imul(x, k), a)
+        return self._step(self._twin(self.iexpr(f"{a} * {k}"), lambda x: self.imul(x, k), a), "mul", (a,), k)
 
     def idiv(self, a: int | str, k: int) -> int | str:
         if isinstance(a, int):
             return a // k
-        return a if k == 1 else self._twin_div(self.iexpr(f"{a} // {k}"), a, k)
+        return a if k == 1 else self._step(self._twin_div(self.iexpr(f"{a} // {k}"), a, k), "div", (a,))
 
     def imod(self, a: int | str, k: int) -> int | str:
         if isinstance(a, int):
             return a % k
-        return 0 if k == 1 else self._twin(self.iexpr(f"{a} % {k}"), lambda x: self.imod(x, k), a)
+        return 0 if k == 1 else self._step(self._twin(self.iexpr(f"{a} % {k}"), lambda x: self.imod(x, k), a), "mod",
+                                           (a,))
 
     def iclamp(self, a: int | str, lo: int, hi: int) -> int | str:
         if isinstance(a, int):
             return min(max(a, lo), hi)
         if lo == hi:
             return lo
-        return self._twin(self.iexpr(f"tl.minimum(tl.maximum({a}, {lo}), {hi})"), lambda x: self.iclamp(x, lo, hi), a)
+        r = self._twin(self.iexpr(f"tl.minimum(tl.maximum({a}, {lo}), {hi})"), lambda x: self.iclamp(x, lo, hi), a)
+        return self._step(r, "clamp", (a,))
 
     def delinearize(self, lin: int | str, dims: Sequence[int], m2m: Sequence[int]) -> Index:
         """Index of linear position ``lin`` in a shape whose elements are laid out minor-to-major ``m2m``."""
@@ -181,9 +187,10 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         else:
             expr = " + ".join(terms) + (f" + {const}" if const else "")
             total = self.iexpr(expr, "off")
+            live = [0 if dims[d] == 1 else idx[d] for d in range(len(dims))]
             if self.ctx.runs is not None:
-                live = [0 if dims[d] == 1 else idx[d] for d in range(len(dims))]
                 self._twin(total, lambda *q: self.linearize(q, dims, m2m), *live)
+            self._step(total, "lin", tuple(live), shape=(dims, m2m))
         self._lin_of[-1][(tuple(idx), dims, m2m)] = total
         return total
 
@@ -492,6 +499,8 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         if isinstance(lin, int) and self.ctx.block_shape != "[]":
             return self._load_uniform(ptr, shape, lin, inst)
         v = self._load_runs(ptr, shape, lin, inst) if self.ctx.runs is not None else None
+        if v is None and self.ctx.steps is not None:
+            v = self._load_steps(ptr, shape, lin, inst)
         if v is not None:
             return v
         off = self.itensor(lin)
