@@ -62,6 +62,16 @@ def concat_pieces(hero: Instruction) -> list[tuple[Instruction, int]]:
     return out
 
 
+def _stride(dims: Any, m2m: Any, k: int) -> int:
+    """Elements between consecutive indices of dimension ``k`` in a layout ``m2m`` of ``dims``."""
+    stride = 1
+    for d in m2m:
+        if d == k:
+            return stride
+        stride *= dims[d]
+    return stride
+
+
 class ConcatenateFusion(FusionEmitter):
     """Emitter for ``kConcatenate`` fusions (XLA ``ConcatenateFusion``).
 
@@ -145,7 +155,13 @@ class ConcatenateFusion(FusionEmitter):
                     raise EmitterUnsupported(op.opcode, op.name, "tuple-valued concatenate operand")
                 out_idx = tuple(gen.iadd(c, off) if j == kdim else c for j, c in enumerate(idx))
                 seed_value(gen, hero, out_idx, v)
-                lin_h = gen.linearize(out_idx, h_dims, h_m2m)
+                if op.shape.minor_to_major() == h_m2m and [x for x in h_m2m if h_dims[x] != 1][-1:] == [kdim]:
+                    # concatenated along the most major dimension: the output position is the operand's plus the
+                    # offset's rows (no division of the linear index, as XLA's simplified index map)
+                    lin_h = gen.iadd(lin_p, off * _stride(h_dims, h_m2m, kdim))
+                    gen._lin_of[-1][(tuple(out_idx), tuple(h_dims), tuple(h_m2m))] = lin_h
+                else:
+                    lin_h = gen.linearize(out_idx, h_dims, h_m2m)
                 alias = gen.delinearize(lin_h, h_dims, h_m2m)  # the index bitcast epilogues map back to
                 if tuple(alias) != out_idx:
                     seed_value(gen, hero, alias, v)
