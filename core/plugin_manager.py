@@ -333,7 +333,9 @@ class PluginManager:
             try:
                 obj = ep.load()
             except Exception as e:  # a broken plugin is left out, by name
-                self._quarantine(ep.name, group, dist, ep.value, f"import failed: {type(e).__name__}: {e}")
+                from fusegen.plugin_diagnostics import import_failure
+
+                self._quarantine(ep.name, group, dist, ep.value, import_failure(e))  # with FILE:LINE
                 continue
             self._add(obj, ep.name, group, dist, ep.value)
         for name, obj in self._extra:

@@ -89,6 +89,12 @@ class HloPass:
         options: the keys ``[pipeline.options.<name>]`` may set (:class:`fusegen.config.options.ConfigOption`,
             checked with file:line like a plugin's own keys); ``()``: the pass takes none.
         replaces: the name of another plugin's pass this one takes the place of.
+        error_budget: how far the rewrite may move the module's outputs, as a fraction of each output's
+            largest magnitude: after the pass, ``max |after - before| <= error_budget * max |before|`` per
+            output on seeded inputs, both evaluated by the reference evaluator (checked by the conformance
+            suite and by ``[pipeline] verify = true``; :mod:`fusegen.passes.pass_checks`). ``0`` (the default)
+            declares an exact rewrite: outputs bit for bit equal. A precision pass declares what its rounding
+            costs (e.g. ``2**-7`` for operands rounded to bf16). Integer outputs must always be equal.
     """
 
     name: str
@@ -96,6 +102,7 @@ class HloPass:
     plugin: str = ""
     options: tuple = attrs.field(default=(), converter=tuple)
     replaces: str | None = None
+    error_budget: float = attrs.field(default=0.0, converter=float, validator=attrs.validators.ge(0.0))
 
 
 @attrs.frozen

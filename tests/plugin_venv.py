@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -74,6 +75,19 @@ def fusegen_in(py: Path, *args: str, dists: str = "", env: dict | None = None, c
     full.update(env or {})
     return subprocess.run([str(py), "-m", "fusegen.cli", *args], capture_output=True, text=True, env=full,
                           cwd=cwd, timeout=timeout)
+
+
+def conformance_in(py: Path, plugin: str, cwd: Path, *extra: str, env: dict | None = None,
+                   timeout: float = 600) -> tuple[subprocess.CompletedProcess, dict]:
+    """``pytest -p fusegen.conformance --fusegen-plugin PLUGIN`` in the venv from ``cwd`` (the suite loads
+    fusegen's own plugins and the plugin's distribution only); the process and its JSON report."""
+    report = cwd / f"conformance-{plugin}.json"
+    full = {k: v for k, v in os.environ.items() if not k.startswith("FUSEGEN_") or k == "FUSEGEN_KERNEL_DIR"}
+    full.update(env or {})
+    proc = subprocess.run([str(py), "-m", "pytest", "-p", "fusegen.conformance", "-p", "no:cacheprovider",
+                           "--fusegen-plugin", plugin, "--fusegen-report", str(report), "-q", "-rs", *extra],
+                          capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout)
+    return proc, (json.loads(report.read_text()) if report.exists() else {})
 
 
 if __name__ == "__main__":  # python tests/plugin_venv.py DIR: build the venv by hand

@@ -182,7 +182,7 @@ def test_replay_tie_break_and_no_compiled(tmp_path):
 
 @pytest.mark.parametrize("record,needle", [
     ({"candidates": []}, "candidates must be a non-empty list"),
-    ({"candidates": [{"name": "a", "failure": "WRONG_RESULTS"}]}, "WRONG_RESULTS is recomputed"),
+    ({"candidates": [{"name": "a", "failure": "WRONG_RESULTS"}]}, "is WRONG_RESULTS but has no output to recompute"),
     ({"candidates": [{"name": "a", "output": [1]}, {"name": "a", "output": [1]}]}, "appears twice"),
     ({"candidates": [{"name": "a"}, {"name": "b", "output": [1]}]}, "has no output but check_correctness is true"),
     ({"rtol": -1, "candidates": [{"name": "a", "output": [1]}]}, "rtol must be a non-negative number"),

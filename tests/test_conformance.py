@@ -228,7 +228,7 @@ def test_loose_tolerance_on_the_command_line_lets_a_wrong_output_pass(pytester, 
     _install_broken_copy(pytester, monkeypatch, "wrong-output")  # stores value + 1
     res = _run_suite(pytester, "--fusegen-plugin", "broken_slices", "-q", "-k", "test_corpus_output",
                      "--fusegen-tolerance", "test_corpus_output*=rtol:0,atol:1.5")
-    res.assert_outcomes(passed=2, deselected=21)
+    res.assert_outcomes(passed=2, deselected=23)
 
 
 def test_capabilities_are_validated_naming_the_plugin_and_key():

@@ -116,14 +116,17 @@ def session(config: Any = None, device: Any = None, xla_flags: Sequence[str] = (
 def prepare(modules: list, s: Session, passes: Sequence[str] | None = None) -> list:
     """Run the pipeline (``passes``, else ``[pipeline] passes``, else the default one; ``[pipeline.options]``)
     on the modules that are not fused yet, in place; per-module pipeline results (``None`` where a module came
-    fused).
+    fused). Every pass's result is verified; with ``[pipeline] verify = true`` its outputs are compared too
+    (:func:`fusegen.passes.pipeline.run_pipeline`).
 
     Raises:
-        fusegen.passes.pipeline.PassError, fusegen.plugin_manager.PluginError.
+        fusegen.passes.pipeline.PassError (a :class:`fusegen.passes.pass_checks.PassCheckError` for a pass that
+        broke the module), fusegen.plugin_manager.PluginError.
     """
     from fusegen.passes.pipeline import optimize_if_needed
 
     pipeline = getattr(s.config, "pipeline", None)
     names = list(passes) if passes is not None else (list(pipeline.passes) if pipeline and pipeline.passes else None)
     return [optimize_if_needed(m, pm=s.pm, debug_options=s.config.debug_options, device=s.device, passes=names,
-                               pass_options_by_name=pipeline.options if pipeline else None) for m in modules]
+                               pass_options_by_name=pipeline.options if pipeline else None,
+                               check_values=bool(getattr(pipeline, "verify", False))) for m in modules]

@@ -5,7 +5,8 @@ A record (written by :func:`write_record`, ``fusegen run --autotune --record DIR
     {"window_us": 2, "rtol": 0.1, "check_correctness": true,
      "candidates": [{"name": str, "backend": str, "trusted": bool, "duration_us": float,
                      "scratch_bytes": int,
-                     "failure": null | "COMPILATION_FAILED" | "EXECUTION_FAILED" | "REDZONE_CHECK_FAILED",
+                     "failure": null | "COMPILATION_FAILED" | "EXECUTION_FAILED" | "REDZONE_CHECK_FAILED"
+                                | "WRONG_RESULTS",
                      "output": [numbers]}]}
 
 (plus optional ``instruction``, ``key``, per-candidate ``message`` and ``source``: where the durations came from,
@@ -13,8 +14,10 @@ A record (written by :func:`write_record`, ``fusegen run --autotune --record DIR
 ``Autotuner::GetTunedConfig``: one candidate is the winner without profiling; no compiled candidate
 is ``"No candidates could be compiled."``; one compiled candidate wins; otherwise the recorded
 candidates go through :func:`fusegen.autotuning.clustering.profile_all` (trusted first, clusters at
-``rtol``, demotion) and :func:`fusegen.autotuning.selection.pick_best_config` (``window_us``). WRONG
-RESULTS is never recorded: it is recomputed from the outputs.
+``rtol``, demotion) and :func:`fusegen.autotuning.selection.pick_best_config` (``window_us``). A candidate
+the tuning found WRONG_RESULTS is recorded with that failure, its message and its output; the replay computes
+WRONG_RESULTS again from the outputs (the recorded verdict is what the tuning saw, not an input), so a record
+edited by hand cannot make a wrong candidate right or a right one wrong.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from fusegen.autotuning.selection import (DEFAULT_SCRATCH_WINDOW_US, AutotuneErr
                                           ProfileResult, pick_best_config)
 
 RECORDABLE = ("COMPILATION_FAILED", "EXECUTION_FAILED", "REDZONE_CHECK_FAILED")
+#: Failures a record also says, but the replay recomputes from the outputs.
+RECOMPUTED = ("WRONG_RESULTS",)
 
 
 class RecordError(ValueError):
@@ -103,10 +108,13 @@ def load_record(obj: Any, source: str = "<record>") -> dict:
                 kind = FailureKind.parse(str(failure))
             except ValueError as e:
                 raise RecordError(f"{source}: candidates[{i}].failure: {e}") from None
-            if kind.name not in RECORDABLE:
-                raise RecordError(f"{source}: candidates[{i}].failure {failure!r} cannot be recorded; WRONG_RESULTS "
-                                  f"is recomputed from the outputs (use one of {', '.join(RECORDABLE)} or null)")
-            failure = kind.name
+            if kind.name not in RECORDABLE + RECOMPUTED:
+                raise RecordError(f"{source}: candidates[{i}].failure {failure!r} cannot be recorded (use one of "
+                                  f"{', '.join(RECORDABLE + RECOMPUTED)} or null)")
+            if kind.name in RECOMPUTED and c.get("output") is None:
+                raise RecordError(f"{source}: candidates[{i}] ({name}) is {kind.name} but has no output to recompute "
+                                  f"it from")
+            failure = None if kind.name in RECOMPUTED else kind.name  # recomputed from the outputs
         dur = _num(c, "duration_us", source, i, 0.0)
         scratch = _num(c, "scratch_bytes", source, i, 0, kind=(int,))
         output = c.get("output")
@@ -201,9 +209,9 @@ def record_json(instr_name: str, key_digest: str, results: Sequence[ProfileResul
     """The record of one tuned instruction (raw measurements; WRONG_RESULTS left to the replay)."""
     cands = []
     for r in results:
-        failure = r.failure.kind.name if (r.failure and r.failure.kind.name in RECORDABLE) else None
+        failure = r.failure.kind.name if (r.failure and r.failure.kind.name in RECORDABLE + RECOMPUTED) else None
         out = None
-        if r.output is not None and failure is None:
+        if r.output is not None and failure in (None, *RECOMPUTED):
             leaves = r.output if isinstance(r.output, (list, tuple)) else [r.output]
             out = [float(x) for leaf in leaves for x in np.asarray(leaf).astype(np.float64).ravel()]
         cfg = r.config

@@ -8,6 +8,8 @@ from typing import NoReturn
 
 import click
 
+from fusegen.passes.pipeline import DEFAULT_PIPELINE_TEXT
+
 EXIT_MISMATCH = 1
 EXIT_BAD_INPUT = 2
 EXIT_UNSUPPORTED = 4  # a valid module fusegen cannot run as it is meant to run (e.g. not as all its N devices)
@@ -66,7 +68,7 @@ def pipeline_option(f):
     click context, so commands need no parameter for it)."""
     return click.option("--passes", expose_value=False, callback=_set_passes, metavar="A,B,...", default=None,
                         help="Passes an unoptimized module goes through, in order (beats [pipeline] passes; "
-                             "default: dot-decomposer,gemm-fusion,gemm-rewriter,fusion).")(f)
+                             f"default: {DEFAULT_PIPELINE_TEXT}).")(f)
 
 
 def pipeline_passes(cfg) -> list[str] | None:
@@ -80,8 +82,8 @@ def pipeline_passes(cfg) -> list[str] | None:
 
 
 def prepare_modules(modules: list, cfg, device, pm=None) -> list:
-    """Run the pipeline (:func:`pipeline_passes`: ``--passes``, ``[pipeline] passes``, else dot-decomposer,
-    gemm-fusion, gemm-rewriter, fusion) with ``[pipeline.options.<pass>]`` on unoptimized modules, in place.
+    """Run the pipeline (:func:`pipeline_passes`: ``--passes``, ``[pipeline] passes``, else
+    :data:`fusegen.passes.pipeline.DEFAULT_PIPELINE`) with ``[pipeline.options.<pass>]`` on unoptimized modules, in place.
 
     Mirrors XLA: an unoptimized module (no fusions yet) is compiled before dispatch. Returns the
     per-module pipeline results (``None`` where the module was already fused). Every command (``run``,

@@ -294,6 +294,8 @@ class CompileResult:
         num_warps: warps per program in the compiled kernel.
         shared_bytes: static shared memory, bytes.
         seconds: wall time of the compilation (0 when served from fusegen's in-process cache).
+        registers: registers per thread ``ptxas`` allocated (the cubin's ``EIATTR_REGCOUNT``:
+            :func:`fusegen.codegen.launch_limits.cubin_registers`); 0 when unknown.
     """
 
     ptx: str
@@ -301,6 +303,7 @@ class CompileResult:
     num_warps: int
     shared_bytes: int
     seconds: float
+    registers: int = 0
 
 
 _COMPILED: dict[tuple, CompileResult] = {}
@@ -358,9 +361,12 @@ def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | 
                         options={"num_warps": warps, "num_stages": ks.num_stages})
     dt = time.perf_counter() - t0
     md = ck.metadata
-    res = CompileResult(ptx=ck.asm.get("ptx", ""), cubin_bytes=len(ck.asm.get("cubin", b"")),
+    from fusegen.codegen.launch_limits import cubin_registers
+
+    cubin = ck.asm.get("cubin", b"")
+    res = CompileResult(ptx=ck.asm.get("ptx", ""), cubin_bytes=len(cubin),
                         num_warps=int(getattr(md, "num_warps", warps)), shared_bytes=int(getattr(md, "shared", 0)),
-                        seconds=dt)
+                        seconds=dt, registers=cubin_registers(cubin) if isinstance(cubin, bytes) else 0)
     _COMPILED[key] = res
     return res
 

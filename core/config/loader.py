@@ -262,6 +262,7 @@ def load_config(
             pass_declarations = {n: list(p.options) for n, p in pm.passes().items()}
         if known_components is None:
             known_components = _known_components(pm)
+    quarantined = pm.quarantine_lines() if pm is not None else []
     plugin_options = dict(plugin_options or {})
     installed = set(installed_plugins) if installed_plugins is not None else set(plugin_options)
     b = _Builder()
@@ -338,26 +339,34 @@ def load_config(
     passes: list[str] | None = None
     pass_options: dict[str, dict[str, Any]] = {}
     b.set("pipeline.passes", None, SOURCE_DEFAULT, "Ordered pass names; unset means the default pipeline.")
+    b.set("pipeline.verify", False, SOURCE_DEFAULT, PipelineOptions.__attrs_attrs__.verify.metadata["help"])
+    verify_passes = False
     if doc is not None and "pipeline" in data:
         for key, value in data["pipeline"].items():
-            if key == "passes":
+            if key == "verify":
+                if not isinstance(value, bool):
+                    raise _wrong_type(doc, ("pipeline", "verify"), "bool", value)
+                verify_passes = value
+                b.set("pipeline.verify", value, _file_source(doc, "pipeline", "verify"))
+            elif key == "passes":
                 ok, conv = check_value(value, list[str])
                 if not ok:
                     raise _wrong_type(doc, ("pipeline", "passes"), "list[str]", value)
-                _check_passes(doc, conv, known_passes)
+                conv = _check_passes(doc, conv, known_passes, quarantined=quarantined, warnings=b.warnings)
                 passes = conv
                 b.set("pipeline.passes", conv, _file_source(doc, "pipeline", "passes"))
             elif key == "options":
                 for pname, popts in _table(doc, value, ("pipeline", "options")).items():
-                    _check_passes(doc, [pname], known_passes, ("pipeline", "options", pname))
+                    pname = _check_passes(doc, [pname], known_passes, ("pipeline", "options", pname),
+                                          quarantined=quarantined, warnings=b.warnings)[0]
                     popts = _table(doc, popts, ("pipeline", "options", pname))
                     pass_options[pname] = _pass_table(doc, pname, popts, pass_declarations)
                     for okey, oval in pass_options[pname].items():
                         b.set(f"pipeline.options.{pname}.{okey}", oval,
                               _file_source(doc, "pipeline", "options", pname, okey), f"Option of pass {pname!r}.")
             else:
-                raise _unknown_key(doc, key, ("pipeline",), ("passes", "options"))
-    pipeline = PipelineOptions(passes=passes, options=pass_options)
+                raise _unknown_key(doc, key, ("pipeline",), ("passes", "options", "verify"))
+    pipeline = PipelineOptions(passes=passes, options=pass_options, verify=verify_passes)
 
     # [plugins]
     lists: dict[str, list[str]] = {"enable": [], "disable": []}
@@ -400,9 +409,12 @@ def load_config(
                            if normalize_name(k) == normalize_name(key)), key)
             declared = {o.name: o for o in plugin_options.get(plugin, [])}
             if plugin not in installed and plugin not in plugin_options:
-                hint = did_you_mean(key, installed)
+                from fusegen.plugin_diagnostics import why_not_loaded
+
+                why = why_not_loaded(pm, key) if pm is not None else None
+                said = f"which {why}; ignored" if why else f"which is not installed; ignored{did_you_mean(key, installed)}"
                 b.warnings.append(f"{doc.location('plugins', key)}: {doc.table_name('plugins', key)} configures "
-                                  f"plugin {key!r}, which is not installed; ignored{hint}")
+                                  f"plugin {key!r}, {said}")
                 continue
             for okey, oval in value.items():
                 if okey not in declared:
@@ -487,11 +499,29 @@ def _pass_table(doc: TomlDocument, pname: str, table: dict[str, Any],
 
 
 def _check_passes(doc: TomlDocument, names: list[str], known: set[str] | None,
-                  key_path: tuple[str, ...] = ("pipeline", "passes")) -> None:
+                  key_path: tuple[str, ...] = ("pipeline", "passes"), quarantined: list[str] = (),
+                  warnings: list[str] | None = None) -> list[str]:
+    """The registered pass each name means (compared as plugin names are: ``dot_bf16`` is ``dot-bf16``).
+
+    An unknown name is an error (``PATH:LINE``, did-you-mean, the known passes), except while a plugin is
+    quarantined: its passes never registered, so the name is kept, a warning says which plugins are missing
+    and why, and only running the pipeline fails (so ``fusegen plugins`` and every command on fused input
+    still work)."""
     if known is None:
-        return
+        return list(names)
+    by_key = {normalize_name(k): k for k in known}
+    out = []
     for n in names:
-        if n not in known:
-            listed = ", ".join(sorted(known)) if known else "(none registered)"
-            raise doc.error(f"unknown pass {n!r} in {doc.table_name('pipeline')}{did_you_mean(n, known)}; "
-                            f"known passes: {listed}", *key_path)
+        hit = n if n in known else by_key.get(normalize_name(n))
+        if hit is not None:
+            out.append(hit)
+            continue
+        listed = ", ".join(sorted(known)) if known else "(none registered)"
+        msg = f"unknown pass {n!r} in {doc.table_name('pipeline')}{did_you_mean(n, known)}; known passes: {listed}"
+        if quarantined and warnings is not None:
+            warnings.append(f"{doc.location(*key_path)}: {msg}; it may belong to a quarantined plugin: "
+                            + "; ".join(quarantined))
+            out.append(n)
+            continue
+        raise doc.error(msg, *key_path)
+    return out

@@ -275,11 +275,18 @@ class PipelineOptions:
         passes: pass names in run order (names registered through ``fusegen_passes``), or None for the
             default pipeline.
         options: ``[pipeline.options.<pass>]`` tables, pass name -> {key: value}; passed to the pass's ``run``.
+        verify: also evaluate the module on seeded inputs before the pipeline and after every pass that
+            changes it, and fail a pass whose outputs move beyond its declared ``error_budget``
+            (:mod:`fusegen.passes.pass_checks`). Verifying the rewritten module's structure and entry
+            signature after every pass is always on.
     """
 
     passes: list[str] | None = attrs.field(
         default=None, metadata={"type": list[str], "help": "Ordered pass names; unset means the default pipeline."})
     options: dict[str, dict[str, Any]] = attrs.field(factory=dict)
+    verify: bool = attrs.field(default=False, metadata={
+        "type": bool, "help": "Evaluate the module before and after each pass; outputs must stay within the "
+                              "pass's error_budget."})
 
 
 @attrs.frozen

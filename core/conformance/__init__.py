@@ -22,8 +22,11 @@ Options:
         device whose launch limits apply).
     ``--fusegen-max-elements N`` (131072): corpus fusions / instructions with more operand + output elements
         are not run; ``--fusegen-max-codegen-elements N`` (32768): the same for codegen backends;
-        ``--fusegen-max-matcher-fusions N`` (0, all): corpus fusions every matcher is asked about. What a
-        limit leaves out is counted in the skip reasons and the report's ``corpus`` section.
+        ``--fusegen-max-matcher-fusions N`` (0, all): corpus fusions every matcher is asked about;
+        ``--fusegen-max-configs N`` (16; 0: all): configs of a codegen backend whose results are checked per
+        instruction (a seeded sample keeping the first when there are more; the result's ``configs_checked``
+        says how many of how many). What a limit leaves out is counted in the skip reasons and the report's
+        ``corpus`` section.
 
 The corpus is the shared one plus every ``$FUSEGEN_CORPUS`` directory (:mod:`fusegen.conformance.corpus`).
 """
@@ -72,6 +75,9 @@ def pytest_addoption(parser: Any) -> None:
                 help="The same limit for codegen-backend checks (default 32768).")
     g.addoption("--fusegen-max-matcher-fusions", type=int, default=0, metavar="N",
                 help="Corpus fusions each kind matcher is asked about (default 0: all of them).")
+    g.addoption("--fusegen-max-configs", type=int, default=16, metavar="N",
+                help="Configs of a codegen backend whose results are checked per instruction (default 16; 0: "
+                     "every one); with more, a seeded sample of N that keeps the first, its size reported.")
 
 
 def parse_tolerance(spec: str) -> tuple[str, dict[str, float]]:
@@ -140,6 +146,7 @@ class _State:
         self.max_codegen_elements = (corpus.MAX_CODEGEN_ELEMENTS if opt.fusegen_max_codegen_elements is None
                                      else max(0, opt.fusegen_max_codegen_elements))
         self.max_matcher_fusions = max(0, int(opt.fusegen_max_matcher_fusions or 0))
+        self.max_configs = max(0, int(opt.fusegen_max_configs if opt.fusegen_max_configs is not None else 16))
         try:
             self.corpus_roots = corpus.corpus_roots()
         except corpus.CorpusError as e:
@@ -255,6 +262,9 @@ def pytest_runtest_logreport(report: Any) -> None:
         r = results[report.nodeid] = {"nodeid": report.nodeid, "test": report.nodeid.rsplit("::", 1)[-1],
                                       "outcome": "passed", "duration_s": 0.0}
     r["duration_s"] = round(r["duration_s"] + float(getattr(report, "duration", 0.0)), 4)
+    for key, value in getattr(report, "user_properties", ()) or ():
+        if key.startswith("fusegen_"):  # what a check says it covered (e.g. configs_checked)
+            r[key[len("fusegen_"):]] = value
     if hasattr(report, "wasxfail"):
         r["outcome"] = "xfailed" if report.skipped else "xpassed"
         r["message"] = str(report.wasxfail)
@@ -303,7 +313,7 @@ def build_report(config: Any) -> dict:
                    "compile_target": "sm_90", "host": platform.machine()},
         "options": {"max_corpus": st.max_corpus, "max_examples": st.max_examples,
                     "max_elements": st.max_elements, "max_codegen_elements": st.max_codegen_elements,
-                    "max_matcher_fusions": st.max_matcher_fusions,
+                    "max_matcher_fusions": st.max_matcher_fusions, "max_configs": st.max_configs,
                     "tolerance_overrides": st.tolerance_overrides, "xfail_file": st.xfail_path},
         "corpus": {"roots": [str(r) for r in st.corpus_roots],
                    "left_out": {k: d.to_json() for k, d in st.dropped.items()}},

@@ -53,29 +53,11 @@ def emit_with_plugin(target: Any, fusion: Any, device: Any, check: str) -> tuple
 
 
 def launch_problems(emitted: Any, device: Any) -> list[str]:
-    """Launch dimensions outside ``device``'s limits, one line each (``[]`` when all are within).
+    """Launch dimensions outside ``device``'s limits, one line each (``[]`` when all are within):
+    :func:`fusegen.codegen.launch_limits.launch_problems`, the check ``fusegen run`` and ``explain`` make."""
+    from fusegen.codegen.launch_limits import launch_problems as problems
 
-    Limits: grid x <= ``block_dim_limit[0]`` (2^31-1), y and z <= ``block_dim_limit[1:]`` (65535), at most
-    3 grid axes, at least one program; ``num_warps * threads_per_warp <= threads_per_block_limit``;
-    ``shared_memory_bytes <= shared_memory_per_block_optin``.
-    """
-    out = []
-    for ks in emitted.kernels:
-        ld = ks.launch
-        grid = tuple(ld.grid)
-        if not 1 <= len(grid) <= 3:
-            out.append(f"kernel {ks.name}: grid {grid} has {len(grid)} axes (1 to 3 allowed)")
-        for axis, (g, lim) in enumerate(zip(grid, device.block_dim_limit)):
-            if not isinstance(g, (int, np.integer)) or g < 1 or g > lim:
-                out.append(f"kernel {ks.name}: grid[{axis}]={g} outside [1, {lim}]")
-        threads = int(ld.num_warps) * device.threads_per_warp
-        if ld.num_warps < 1 or threads > device.threads_per_block_limit:
-            out.append(f"kernel {ks.name}: num_warps={ld.num_warps} gives {threads} threads per block, "
-                       f"limit {device.threads_per_block_limit}")
-        if ld.shared_memory_bytes > device.shared_memory_per_block_optin:
-            out.append(f"kernel {ks.name}: {ld.shared_memory_bytes} bytes of shared memory, limit "
-                       f"{device.shared_memory_per_block_optin}")
-    return out
+    return problems(emitted, device)
 
 
 def check_launch(target: Any, fusion_name: str, emitted: Any, device: Any) -> None:
@@ -162,3 +144,42 @@ def source_fingerprint(emitted: Any) -> list[tuple]:
              tuple(sorted(ks.constexprs.items())), tuple(ks.launch.grid), ks.launch.num_warps,
              ks.launch.shared_memory_bytes) for ks in emitted.kernels] + [
         ("copies", tuple(emitted.copies)), ("aliases", tuple(sorted(emitted.output_aliases.items())))]
+
+
+def sample_configs(configs: Sequence[Any], limit: int, seed: int = 0) -> list[Any]:
+    """All of ``configs`` when ``limit`` is 0 or not smaller; else the first (the backend's preferred one) and a
+    seeded random ``limit - 1`` of the rest, in their order."""
+    configs = list(configs)
+    if not limit or len(configs) <= limit:
+        return configs
+    rng = np.random.default_rng(seed)
+    rest = sorted(rng.choice(np.arange(1, len(configs)), size=limit - 1, replace=False).tolist())
+    return [configs[0]] + [configs[k] for k in rest]
+
+
+def config_result_problem(backend: Any, inst: Any, cfg: Any, exe: Any, ops: Sequence[Any], ref: Any,
+                          tol: dict[str, float] | None) -> str | None:
+    """Run ``exe`` (``backend``'s executable of ``inst`` with ``cfg``) on ``ops`` as the autotuner does (physical
+    1-D buffers, zeroed outputs and scratch) and compare every output leaf with ``ref``; ``None`` when within
+    ``tol``, else one clause naming the config."""
+    from fusegen.codegen import triton_runtime
+    from fusegen.hlo import dtypes
+    from fusegen.hlo.layout_util import from_physical, to_physical
+    from fusegen.runtime.inputs import leaves
+
+    inputs = [triton_runtime.to_storage(to_physical(np.asarray(v), o.shape), o.shape.element_type)
+              for v, o in zip(ops, inst.operands)]
+    shapes = inst.shape.leaves()
+    outputs = [triton_runtime.to_storage(np.zeros(s.numel, dtypes.numpy_dtype(s.element_type)), s.element_type)
+               for s in shapes]
+    n = backend.scratch_bytes(cfg)
+    try:
+        exe.run(inputs, outputs, np.zeros(n, np.uint8) if n else None)
+    except Exception as e:
+        return f"config {cfg} raised {type(e).__name__}: {e}"
+    for k, (s, o, r) in enumerate(zip(shapes, outputs, leaves(ref))):
+        got = from_physical(triton_runtime.from_storage(o, s.element_type), s)
+        ok, err = within(got, r, s.element_type, tol)
+        if not ok:
+            return f"config {cfg} output {k}: max abs error {err:.3g}"
+    return None

@@ -1,9 +1,10 @@
 """Finding the corpus and the corpus fusions / instructions a plugin serves.
 
 The corpus is the shared one, ``<repo>/../shared/corpus`` where ``<repo>`` is the checkout holding the
-``fusegen`` package (an editable install), **plus** every directory listed in ``$FUSEGEN_CORPUS``
-(``os.pathsep``-separated: a plugin author's own HLO files, searched recursively for ``*.hlo``). With
-neither, the corpus checks skip with the reason.
+``fusegen`` package (an editable install), all of it, **plus** every directory listed in ``$FUSEGEN_CORPUS``
+(``os.pathsep``-separated: a plugin author's own HLO files, searched recursively for ``*.hlo``; a plugin's
+``corpus`` capability globs narrow the shared corpus only). With neither, the corpus checks skip with the
+reason.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ MAX_ELEMENTS = 1 << 17
 #: Default of ``--fusegen-max-codegen-elements``: the same limit for codegen-backend checks (each runs
 #: several configs).
 MAX_CODEGEN_ELEMENTS = MAX_ELEMENTS // 4
-#: The shared corpus's directories the suite searches (a ``$FUSEGEN_CORPUS`` directory: all ``**/*.hlo``).
-SHARED_PATTERNS = ("xla/cases/*.hlo", "jax/*.hlo", "xla/modules/*.hlo", "bugs/*.hlo")
+#: What the suite searches in the shared corpus: all of it (``xla/``, ``jax/`` with ``launch/``, ``sweep/``,
+#: ``spmd/``, ``bugs/``, ``hostile/``); a ``$FUSEGEN_CORPUS`` directory: all ``**/*.hlo`` too.
+SHARED_PATTERNS = ("**/*.hlo",)
 
 
 class CorpusError(ValueError):
@@ -72,19 +74,20 @@ def corpus_root() -> Path | None:
 
 
 def corpus_files(roots: list[Path], patterns: tuple[str, ...] = ()) -> list[Path]:
-    """HLO files of every root: ``patterns`` (relative to each root) when given; else the shared corpus's
-    :data:`SHARED_PATTERNS` and every ``**/*.hlo`` of the other roots. Sorted per root, each file once."""
+    """HLO files of every root, sorted per root, each file once: in the shared corpus those matching
+    ``patterns`` (a plugin's ``corpus`` capability globs, relative to it) or, without any, all of it
+    (:data:`SHARED_PATTERNS`); in every other root (``$FUSEGEN_CORPUS``: the plugin author's own files) every
+    ``**/*.hlo``, whatever the globs say."""
     shared = shared_corpus_root()
     out: list[Path] = []
     for root in roots:
-        pats = patterns or (SHARED_PATTERNS if shared is not None and root.resolve() == shared.resolve()
-                            else ("**/*.hlo",))
-        out.extend(hlo_files(root, pats))
+        is_shared = shared is not None and root.resolve() == shared.resolve()
+        out.extend(hlo_files(root, (patterns or SHARED_PATTERNS) if is_shared else ("**/*.hlo",)))
     return list(dict.fromkeys(out))
 
 
 def hlo_files(root: Path, patterns: tuple[str, ...] = ()) -> list[Path]:
-    """HLO files under ``root`` matching ``patterns`` (default: xla/cases, jax, xla/modules), sorted."""
+    """HLO files under ``root`` matching ``patterns`` (default :data:`SHARED_PATTERNS`), sorted."""
     pats = patterns or SHARED_PATTERNS
     out: list[Path] = []
     for pat in pats:

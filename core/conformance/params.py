@@ -127,7 +127,35 @@ def build_params(st: Any) -> dict[str, list]:
     for n in ("test_supported_configs", "test_scratch_bytes", "test_compile_apply_roundtrip",
               "test_codegen_results_within_tolerance"):
         p[n] = cparams
+    _pass_params(st, p, roots)
     return p
+
+
+def _pass_params(st: Any, p: dict[str, list], roots: list) -> None:
+    """The pass checks' parameters: each pass, and each (pass, corpus module it changes)."""
+    from fusegen.conformance.corpus import Dropped
+    from fusegen.conformance.pass_corpus import modules_changed_by
+
+    t = st.target
+    p["test_pass_declared"] = [pytest.param(q, id=q.name) for q in t.passes]
+    if not t.passes:
+        st.skip_reasons["passes"] = st.skip_reasons["pass-modules"] = f"plugin {t.name!r} registers no pass"
+        p["test_pass_rewrites_corpus"] = []
+        return
+    drop = st.dropped["passes"] = Dropped(st.max_elements, "--fusegen-max-elements")
+    mparams, searched = [], 0
+    if roots:
+        for q in t.passes:
+            mods, searched = modules_changed_by(t, q, roots, max(1, min(st.max_corpus, 4)), st.max_elements, drop,
+                                                st.device)
+            mparams.extend(pytest.param((q, m), id=f"{q.name}-{m.test_id}") for m in mods)
+    if not mparams:
+        names = ", ".join(repr(q.name) for q in t.passes)
+        st.skip_reasons["pass-modules"] = NO_CORPUS if not roots else _with(
+            f"plugin {t.name!r}'s passes {names} change none of the {searched} corpus modules searched (all of "
+            f"{', '.join(str(r) for r in roots)}); put modules they rewrite in a directory named by FUSEGEN_CORPUS",
+            drop)
+    p["test_pass_rewrites_corpus"] = mparams
 
 
 def _where(t: Any) -> str:

@@ -3,7 +3,8 @@
 Each test is one check (its name, with ``test_`` dropped and ``_`` as ``-``, is what failure messages
 say in brackets). Tests are parametrised over the plugin under test in ``pytest_generate_tests``:
 emitter checks over the corpus fusions its factories serve and over the kinds it declares; backend
-checks over its execution backends, codegen backends and the corpus instructions they accept. A test
+checks over its execution backends, codegen backends and the corpus instructions they accept; pass checks
+(:mod:`fusegen.conformance.suite_passes`) over its passes and the corpus modules each one changes. A test
 whose capability the plugin does not declare, or whose device this machine lacks, is skipped with the
 reason.
 """
@@ -17,6 +18,7 @@ import pytest
 
 from fusegen.conformance import checks, corpus, generators
 from fusegen.conformance.checks import CheckFailed
+from fusegen.conformance.suite_passes import test_pass_declared, test_pass_rewrites_corpus  # noqa: F401 (collected)
 
 NONE = "none"
 
@@ -71,7 +73,7 @@ def test_declares_capabilities(st: Any, case: Any) -> None:
     if unserved:
         raise CheckFailed("declares-capabilities", f"plugin {t.name!r} declares kinds {unserved} but registers no "
                                                    f"emitter factory for them")
-    if not (t.is_emitter_plugin or t.is_backend_plugin or t.info.hooks):
+    if not (t.is_emitter_plugin or t.is_backend_plugin or t.passes or t.info.hooks):
         raise CheckFailed("declares-capabilities", f"plugin {t.name!r} implements no fusegen hook")
 
 
@@ -475,41 +477,33 @@ def test_compile_apply_roundtrip(st: Any, case: Any) -> None:
 
 
 def test_codegen_results_within_tolerance(st: Any, case: Any, request: Any) -> None:
-    """The compiled executable of the first compilable config gives the reference evaluator's result."""
-    import numpy as np
-
-    from fusegen.codegen import triton_runtime
-    from fusegen.hlo.layout_util import from_physical, to_physical
-    from fusegen.hlo import dtypes
-    from fusegen.runtime.inputs import leaves
-
+    """Every config the backend offers for the instruction (or a seeded sample of ``--fusegen-max-configs``
+    that keeps the first, its size in the result's ``configs_checked``) compiles to an executable whose result
+    equals the reference evaluator's; a config that does not compile is left out (the tuner skips it too), one
+    that computes wrong values fails, named. At least one config must compile."""
     backend, module, inst, path = _codegen(st, case)
     st.require_device("cpu-interpreter", "cuda-gpu")
     where = f"plugin {st.target.name!r}: backend {backend.name!r} on %{inst.name} ({path.name})"
-    exe, cfg = None, None
-    for c in backend.get_supported_configs(inst)[: st.max_compiles]:
-        try:
-            exe, cfg = backend.compile(inst, c), c
-            break
-        except Exception:
-            continue
-    if exe is None:
-        raise CheckFailed("compile-apply-roundtrip", f"{where}: no config compiles")
+    cfgs = backend.get_supported_configs(inst)
+    sample = checks.sample_configs(cfgs, st.max_configs)
+    request.node.user_properties.append(("fusegen_configs_checked", f"{len(sample)} of {len(cfgs)}"))
     ops, ref = corpus.operands_and_reference(module, inst)
-    inputs = [triton_runtime.to_storage(to_physical(np.asarray(v), o.shape), o.shape.element_type)
-              for v, o in zip(ops, inst.operands)]
-    shapes = inst.shape.leaves()
-    outputs = [triton_runtime.to_storage(np.zeros(s.numel, dtypes.numpy_dtype(s.element_type)), s.element_type)
-               for s in shapes]
-    n = backend.scratch_bytes(cfg)
-    scratch = np.zeros(n, np.uint8) if n else None
-    try:
-        exe.run(inputs, outputs, scratch)
-    except Exception as e:
-        raise CheckFailed("results-within-tolerance", f"{where}: running {cfg} raised {type(e).__name__}: {e}") from e
     tol = _tol(st, request)
-    for k, (s, o, r) in enumerate(zip(shapes, outputs, leaves(ref))):
-        got = from_physical(triton_runtime.from_storage(o, s.element_type), s)
-        ok, err = checks.within(got, r, s.element_type, tol)
-        if not ok:
-            raise CheckFailed("results-within-tolerance", f"{where}: config {cfg} output {k}: max abs error {err:.3g}")
+    wrong, failed, ran = [], [], 0
+    for cfg in sample:
+        try:
+            exe = backend.compile(inst, cfg)
+        except Exception as e:
+            failed.append(f"{cfg}: {type(e).__name__}: {e}")
+            continue
+        ran += 1
+        problem = checks.config_result_problem(backend, inst, cfg, exe, ops, ref, tol)
+        if problem:
+            wrong.append(problem)
+    if wrong:
+        checked = f"{len(sample)} of {len(cfgs)} configs checked" + (" (seeded sample)" if len(sample) < len(cfgs) else "")
+        raise CheckFailed("results-within-tolerance", f"{where}: {len(wrong)} of {ran} compiled configs give wrong "
+                                                      f"results ({checked}): " + "; ".join(wrong[:4]))
+    if not ran:
+        raise CheckFailed("compile-apply-roundtrip", f"{where}: none of {len(sample)} configs compiles: "
+                                                     + "; ".join(failed[:3]))

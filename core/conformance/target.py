@@ -176,6 +176,7 @@ class Target:
         self.factories = [f for f in self.pm.emitter_factories() if f.plugin == name]
         self.execution_backends = [b for b in self.pm.execution_backends() if b.plugin == name]
         self.codegen_backends = self._codegen_backends()
+        self.passes = [p for p in self.pm.passes().values() if p.plugin == name]
         self.capabilities = self._capabilities()
         self.generators = self._generators()
 
@@ -269,6 +270,7 @@ class Target:
              "emitter_factories": [f"{f.name}:{f.kind}@{f.rank}" for f in self.factories],
              "execution_backends": [f"{b.name}@{b.rank}" for b in self.execution_backends],
              "codegen_backends": [getattr(b, "name", type(b).__name__) for b in self.codegen_backends],
+             "passes": [f"{p.name} (error_budget={p.error_budget:g})" for p in self.passes],
              "capabilities": self.capabilities.to_json()}
         json.dumps(d)
         return d

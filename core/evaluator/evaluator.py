@@ -220,13 +220,13 @@ def evaluate_instruction(inst: Instruction, operands: list[Value]) -> Value:
     return _apply(inst, list(operands), lifted=False)
 
 
-_PLAN_CACHE: dict[int, tuple[Computation, int, list, dict]] = {}
+_PLAN_CACHE: dict[int, tuple[Computation, tuple, list, dict]] = {}
 
 
 def _plan(comp: Computation) -> tuple[list[Instruction], dict[int, int]]:
     """Instructions reachable from the root in definition order, and each one's last use position."""
     hit = _PLAN_CACHE.get(id(comp))
-    if hit is not None and hit[0] is comp and hit[1] == len(comp.instructions):
+    if hit is not None and hit[0] is comp and hit[1] == (len(comp.instructions), comp.version, id(comp.root)):
         return hit[2], hit[3]
     if comp.root is None:
         raise EvaluationError(f"computation %{comp.name} has no root")
@@ -251,7 +251,7 @@ def _plan(comp: Computation) -> tuple[list[Instruction], dict[int, int]]:
         for o in i.operands:
             last[id(o)] = k
     last[id(comp.root)] = len(order)
-    _PLAN_CACHE[id(comp)] = (comp, len(comp.instructions), order, last)
+    _PLAN_CACHE[id(comp)] = (comp, (len(comp.instructions), comp.version, id(comp.root)), order, last)
     return order, last
 
 

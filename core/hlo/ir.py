@@ -237,6 +237,9 @@ class Computation:
     is_entry: bool = False
     line: int = _field(default=0, repr=False)
     _users: dict[int, list[Instruction]] | None = _field(default=None, repr=False, alias="_users")
+    #: bumped by every structural edit through :meth:`add` / :meth:`invalidate` (caches of derived facts, such
+    #: as the evaluator's plan, compare it)
+    version: int = _field(default=0, repr=False, eq=False)
 
     def __repr__(self) -> str:
         return f"<Computation %{self.name}: {len(self.instructions)} instructions>"
@@ -248,7 +251,7 @@ class Computation:
     def add(self, inst: Instruction) -> Instruction:
         inst.parent = self
         self.instructions.append(inst)
-        self._users = None
+        self.invalidate()
         return inst
 
     @property
@@ -276,8 +279,9 @@ class Computation:
         return list(self._users.get(id(inst), []))
 
     def invalidate(self) -> None:
-        """Forget cached use lists after a structural edit."""
+        """Forget cached use lists (and, through :attr:`version`, every other cache) after a structural edit."""
         self._users = None
+        self.version += 1
 
     def post_order(self) -> list[Instruction]:
         """Instructions reachable from the root, operands before users (then unreachable ones)."""

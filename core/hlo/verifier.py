@@ -15,6 +15,7 @@ from typing import Iterable
 
 from fusegen.hlo.ir import Computation, Instruction, Shape
 from fusegen.hlo.opcodes import SAME_SHAPE_OPCODES
+from fusegen.hlo.shape_checks import compatible, shape_text
 
 __all__ = ["INT64_MAX", "shape_error", "instruction_error", "parameters_error", "call_cycle", "called_error"]
 
@@ -301,22 +302,8 @@ def call_cycle(edges: dict[int, list[tuple[Computation, object]]], roots: list[C
     return None
 
 
-def _same(a: Shape | None, b: Shape | None) -> bool:
-    """Equal shapes ignoring layouts (``ShapeUtil::Compatible``)."""
-    if a is b or a is None or b is None:  # the parser interns shapes: equal texts are one object
-        return True
-    if a.is_tuple or b.is_tuple:
-        ta, tb = a.tuple_shapes or (), b.tuple_shapes or ()
-        return a.is_tuple == b.is_tuple and len(ta) == len(tb) and all(_same(x, y) for x, y in zip(ta, tb))
-    return a.element_type == b.element_type and tuple(a.dimensions) == tuple(b.dimensions)
-
-
-def _text(s: Shape | None) -> str:
-    if s is None:
-        return "?"
-    if s.is_tuple:
-        return "(" + ", ".join(_text(t) for t in s.tuple_shapes or ()) + ")"
-    return f"{s.element_type}[{','.join(map(str, s.dimensions))}]"
+_same = compatible  # equal shapes ignoring layouts (``ShapeUtil::Compatible``)
+_text = shape_text
 
 
 def _takes(inst: Instruction, comp: Computation, args: list[Shape | None], what: str) -> str | None:

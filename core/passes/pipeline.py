@@ -27,6 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: XLA's order: dot canonicalization (``OptimizeHloModule``), the GEMM routing passes, the fusion pipeline.
 DEFAULT_PIPELINE: tuple[str, ...] = ("dot-decomposer", "gemm-fusion", "gemm-rewriter", "fusion")
+#: :data:`DEFAULT_PIPELINE` as every help text says it.
+DEFAULT_PIPELINE_TEXT = ",".join(DEFAULT_PIPELINE)
 
 #: Opcodes that a fusion pass would put into a fusion (their presence without any fusion marks the module
 #: as unoptimized).
@@ -102,48 +104,108 @@ class PipelineResult:
         return [n for n, _ in self.per_pass]
 
 
+def resolve_pass_names(names: Sequence[str], registry: dict[str, Any], pm: "PluginManager | None" = None,
+                       where: str = "") -> list[str]:
+    """The registered pass each of ``names`` means: names compare as plugin names do
+    (:func:`fusegen.registry.normalize_name`: ``dot_bf16`` is ``dot-bf16``).
+
+    Raises:
+        PassError: a name no pass has, with a did-you-mean, the known passes and, when plugins are quarantined,
+            their reasons (a quarantined plugin's passes are not registered).
+    """
+    from fusegen.registry import normalize_name
+
+    by_key = {normalize_name(n): n for n in registry}
+    out = []
+    for n in names:
+        hit = n if n in registry else by_key.get(normalize_name(n))
+        if hit is None:
+            raise PassError(unknown_pass_message(n, registry, pm, where))
+        out.append(hit)
+    return out
+
+
+def unknown_pass_message(name: str, known: Any, pm: "PluginManager | None" = None, where: str = "") -> str:
+    """``unknown pass 'x'[ in WHERE]; did you mean 'y'?; known passes: ...``, then each quarantined plugin's
+    reason (its passes never registered)."""
+    from fusegen.config.xla_flags import did_you_mean
+
+    known = sorted(known)
+    msg = f"unknown pass {name!r}{f' in {where}' if where else ''}{did_you_mean(name, known)}; known passes: " \
+          f"{', '.join(known) or '(none)'}"
+    lines = pm.quarantine_lines() if pm is not None and getattr(pm, "broken", None) else []
+    if lines:
+        msg += "; not loaded, so their passes are missing: " + "; ".join(lines)
+    return msg
+
+
 def run_pipeline(module: "Module", passes: Sequence[str] | None = None, *, pm: "PluginManager | None" = None,
                  debug_options: "DebugOptions | None" = None, device: "DeviceDescription | None" = None,
-                 pass_options_by_name: dict[str, dict[str, Any]] | None = None) -> PipelineResult:
+                 pass_options_by_name: dict[str, dict[str, Any]] | None = None,
+                 check_values: bool = False) -> PipelineResult:
     """Run ``passes`` (names; default :data:`DEFAULT_PIPELINE`) over ``module`` in place, in order.
+
+    After every pass the module is verified and its entry signature compared with the one before
+    (:func:`fusegen.passes.pass_checks.check_after_pass`; linear in the module's size); with ``check_values``
+    (``[pipeline] verify = true``) the reference evaluator also runs the module on seeded inputs before the
+    pipeline and after every pass that changed it, and the outputs must stay within the pass's
+    ``error_budget`` (:func:`fusegen.passes.pass_checks.check_values`).
 
     Args:
         module: the module (edited in place).
-        passes: pass names registered through ``fusegen_passes``.
+        passes: pass names registered through ``fusegen_passes`` (compared as plugin names are: ``dot_bf16``
+            is ``dot-bf16``).
         pm: plugin manager (default: the process-wide one).
         debug_options: XLA flags in force (default: XLA's defaults).
         device: target device (default H200).
-        pass_options_by_name: ``[pipeline.options.<pass>]`` tables.
+        pass_options_by_name: ``[pipeline.options.<pass>]`` tables (keys normalised as pass names).
+        check_values: also compare the outputs before and after each pass.
 
     Returns:
         :class:`PipelineResult`.
 
     Raises:
-        PassError: an unknown pass name (the message lists the known ones), or a pass raised (the message
-            names the pass and its plugin).
+        PassError: an unknown pass name (the message lists the known ones and any quarantined plugin), or a
+            pass raised (the message names the pass and its plugin).
+        fusegen.passes.pass_checks.PassCheckError: a pass produced an invalid module, changed the entry
+            signature, or (``check_values``) changed the outputs beyond its budget.
     """
+    from fusegen.hlo.module_verifier import entry_signature
+    from fusegen.passes import pass_checks
     from fusegen.plugin_manager import default_plugin_manager
+    from fusegen.registry import normalize_name
 
     pm = pm or default_plugin_manager()
     registry = pm.passes()
-    names = list(DEFAULT_PIPELINE if passes is None else passes)
-    for n in names:
-        if n not in registry:
-            raise PassError(f"unknown pass {n!r}; known passes: {', '.join(sorted(registry)) or '(none)'}")
+    names = resolve_pass_names(list(DEFAULT_PIPELINE if passes is None else passes), registry, pm)
+    by_key = {normalize_name(k): v for k, v in (pass_options_by_name or {}).items()}
     opts = PassOptions(debug_options=debug_options, device=device)
     per: list[tuple[str, bool]] = []
     changed = False
+    inputs, values = None, None
+    if check_values and names:
+        try:
+            inputs, values = pass_checks.seeded_outputs(module)
+        except Exception as e:  # the input cannot be evaluated: nothing to compare with (said once)
+            opts.log.append(f"[pipeline] verify: outputs not compared, the module before the passes does not "
+                            f"evaluate: {type(e).__name__}: {e}")
     for n in names:
         p = registry[n]
-        opts.options = {o.name: o.default for o in p.options} | dict((pass_options_by_name or {}).get(n, {}))
+        opts.options = {o.name: o.default for o in p.options} | dict(by_key.get(normalize_name(n), {}))
         opts.context = pm.context_for(p.plugin, device=opts.device)
+        signature = entry_signature(module)
         try:
             ch = bool(p.run(module, opts))
         except PassError:
             raise
         except Exception as e:
-            raise PassError(f"pass {n!r} (plugin {p.plugin!r}) failed on module {module.name}: "
+            raise PassError(f"{pass_checks.pass_label(p, pm)} failed on module {module.name}: "
                             f"{type(e).__name__}: {e}") from e
+        for c in module.computations:  # a pass may edit lists in place: no cache may outlive it
+            c.invalidate()
+        pass_checks.check_after_pass(module, p, signature, pm)
+        if ch and values is not None:
+            values = pass_checks.check_values(p, pm, values, module, inputs)
         per.append((n, ch))
         changed = changed or ch
     return PipelineResult(changed, per, list(opts.log))
@@ -169,10 +231,12 @@ def is_unoptimized(module: "Module") -> bool:
 def optimize_if_needed(module: "Module", *, pm: "PluginManager | None" = None,
                        debug_options: "DebugOptions | None" = None,
                        device: "DeviceDescription | None" = None, passes: Sequence[str] | None = None,
-                       pass_options_by_name: dict[str, dict[str, Any]] | None = None) -> PipelineResult | None:
+                       pass_options_by_name: dict[str, dict[str, Any]] | None = None,
+                       check_values: bool = False) -> PipelineResult | None:
     """Run ``passes`` (default :data:`DEFAULT_PIPELINE`; ``[pipeline] passes`` / ``--passes`` in the CLI) when
-    :func:`is_unoptimized` says so; ``None`` when the module was left alone."""
+    :func:`is_unoptimized` says so; ``None`` when the module was left alone. ``check_values``: see
+    :func:`run_pipeline`."""
     if not is_unoptimized(module):
         return None
     return run_pipeline(module, passes, pm=pm, debug_options=debug_options, device=device,
-                        pass_options_by_name=pass_options_by_name)
+                        pass_options_by_name=pass_options_by_name, check_values=check_values)

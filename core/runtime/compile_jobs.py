@@ -36,24 +36,27 @@ def fusion_fingerprint(inst: Instruction, kernels: Sequence[Any]) -> tuple:
                   for k in kernels))
 
 
-def compile_kernels(kernels: Sequence[Any], capability: int = 90) -> tuple[str, float, tuple[int, ...]]:
+def compile_kernels(kernels: Sequence[Any], capability: int = 90) -> tuple:
     """Compile every kernel for ``sm_<capability>``; returns ``("ok" | "failed: <Error>: <first line>",
-    seconds, shared)`` with ``shared`` each compiled kernel's shared memory in bytes (Triton's ``shared``
-    metadata; empty when the compile failed).
+    seconds, shared, registers)`` with ``shared`` each compiled kernel's shared memory in bytes (Triton's
+    ``shared`` metadata) and ``registers`` its registers per thread (the cubin's; 0 unknown), both empty when
+    the compile failed.
 
     Runs in a worker process too (a module-level function, so it pickles).
     """
     from fusegen.codegen import triton_runtime
 
     t0 = time.perf_counter()
-    shared = []
+    shared, registers = [], []
     try:
         for k in kernels:
-            shared.append(triton_runtime.compile_for_target(k, capability=capability).shared_bytes)
+            res = triton_runtime.compile_for_target(k, capability=capability)
+            shared.append(res.shared_bytes)
+            registers.append(res.registers)
     except Exception as e:
         return (f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", time.perf_counter() - t0,
-                ())
-    return "ok", time.perf_counter() - t0, tuple(shared)
+                (), ())
+    return "ok", time.perf_counter() - t0, tuple(shared), tuple(registers)
 
 
 def with_compiled_shared(ks: Any, shared: int) -> Any:
@@ -67,13 +70,13 @@ def with_compiled_shared(ks: Any, shared: int) -> Any:
                                                 launch_shared_memory_bytes=int(shared)))
 
 
-def apply_compiled_shared(rep: Any, result: tuple[str, float, tuple[int, ...]]) -> None:
+def apply_compiled_shared(rep: Any, result: tuple) -> None:
     """Record a Triton fusion's compiled shared memory in its report (``rep.kernels`` and the ``launch``
     string); native emitters keep XLA's launch (their shared tiles are static: the thunk's shared memory
     is 0), and a failed compile changes nothing."""
     from fusegen import kinds
 
-    status, _seconds, shared = result
+    status, _seconds, shared = result[:3]
     if rep.kind != kinds.TRITON or status != "ok" or len(shared) != len(rep.kernels):
         return
     primary = next((i for i, k in enumerate(rep.kernels) if str(k.launch) == rep.launch), 0)
@@ -126,7 +129,7 @@ class CompileJobs:
         self.jobs = max(1, int(jobs))
         self.pool_after = pool_after
         self._pool: Any = None  # fusegen.runtime.worker_pool.WorkerPool, started after pool_after compiles
-        self._by_key: dict[tuple, Future | tuple[str, float, tuple[int, ...]]] = {}
+        self._by_key: dict[tuple, Future | tuple] = {}
         self._deferred: dict[tuple, tuple] = {}  # key -> kernels, waiting for the pool or for result()
         self.distinct = 0  # compiles actually run (the rest were served by an identical fusion's)
 
@@ -150,9 +153,9 @@ class CompileJobs:
             self._deferred.clear()
         return key, True
 
-    def result(self, handle: tuple) -> tuple[str, float, tuple[int, ...]]:
-        """``(status, seconds, shared)`` of a submitted compile (:func:`compile_kernels`; a worker that died
-        reads as a failed compile)."""
+    def result(self, handle: tuple) -> tuple:
+        """``(status, seconds, shared, registers)`` of a submitted compile (:func:`compile_kernels`; a worker
+        that died reads as a failed compile)."""
         if handle in self._deferred:
             self._done(handle, compile_kernels(self._deferred.pop(handle)))
         r = self._by_key[handle]
@@ -160,11 +163,11 @@ class CompileJobs:
             try:
                 r = r.result()
             except Exception as e:  # WorkerDied, a pickling problem: the compile did not happen
-                r = (f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 0.0, ())
+                r = (f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", 0.0, (), ())
             self._done(handle, r)
         return r
 
-    def _done(self, handle: tuple, r: tuple[str, float, tuple[int, ...]]) -> None:
+    def _done(self, handle: tuple, r: tuple) -> None:
         # the shared memory of a good compile outlives the run: `explain` reads it (compile_record)
         self._by_key[handle] = r
         if r[0] == "ok":

@@ -52,6 +52,13 @@ def kernel_failure(rep: Any, emitted: Any, exc: BaseException, what: str) -> str
     return f"plugin {rep.plugin!r}, {rep.emitter}.emit: kernel {what}{at}: {type(exc).__name__}: {msg}"
 
 
+def limits_failure(rep: Any, problems: list[str], device: Any, when: str = "") -> str:
+    """The reason of a fusion whose kernels launch over ``device``'s limits (``when``: ``" after its sm_90
+    compile"`` for registers / compiled shared memory): the launch CUDA would refuse is not run."""
+    return (f"plugin {rep.plugin!r}, {rep.emitter}.emit: kernel launch over the limits of {device.name}{when}: "
+            + "; ".join(problems))
+
+
 def compile_failure(rep: Any) -> str:
     """The reason of a fusion whose kernel did not compile for sm_90 (``rep.compiled`` holds Triton's words)."""
     return f"plugin {rep.plugin!r}, {rep.emitter}.emit: kernel {_files(rep.kernels)} did not compile for sm_90: " \
