@@ -13,7 +13,7 @@ from typing import Any
 
 from fusegen.registry import normalize_name
 
-__all__ = ["why_not_loaded", "import_error_location", "import_failure"]
+__all__ = ["why_not_loaded", "import_error_location", "import_failure", "quarantine_note"]
 
 
 def why_not_loaded(pm: Any, name: str) -> str | None:
@@ -60,3 +60,15 @@ def import_failure(exc: BaseException) -> str:
     where = import_error_location(exc)
     msg = str(exc.msg if isinstance(exc, SyntaxError) and exc.msg else exc)
     return f"import failed{f' at {where}' if where else ''}: {type(exc).__name__}: {msg}"
+
+
+def quarantine_note(pm: Any = None) -> str:
+    """``"; not loaded, so what they register is missing: <one line per quarantined plugin>"`` for a message
+    about an unknown name (a pass, a backend); ``""`` when no plugin is quarantined. ``pm``: default the
+    process-wide plugin manager."""
+    if pm is None:
+        from fusegen.plugin_manager import default_plugin_manager
+
+        pm = default_plugin_manager()
+    lines = pm.quarantine_lines() if getattr(pm, "broken", None) else []
+    return "; not loaded, so what they register is missing: " + "; ".join(lines) if lines else ""

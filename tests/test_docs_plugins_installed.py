@@ -1,8 +1,9 @@
 """Every plugin docs/plugins.md defines is a real package: each ``# file: X.py`` block with a ``@hookimpl`` is
 written out with the guide's ``pyproject.toml`` block for it, pip-installed into a venv, and passes the
 conformance suite there; the guide's commands (``fusegen run dense_relu.hlo``: the dot runs on
-``numpy_dot``; ``fusegen explain transpose.hlo --indexing``: the remap emitter's maps) print what the guide
-says (issue 19: the kit and the docs run in CI)."""
+``numpy_dot``, with the config its tuner applied; ``fusegen explain transpose.hlo --indexing``: the remap
+emitter's maps; ``fusegen opt mlp.hlo``: the ``dot-bf16`` pass on the pass kit) print what the guide says
+(issues 19 and 30: the kits and the docs run in CI)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def _pyprojects() -> dict[str, dict]:
 
 def test_every_plugin_of_the_guide_has_a_pyproject_naming_its_entry_point():
     blocks, projects = plugin_blocks(), _pyprojects()
-    assert {"fusegen_negate", "fusegen_numpy_dot", "fusegen_remap"} <= set(blocks)
+    assert {"fusegen_negate", "fusegen_numpy_dot", "fusegen_remap", "fusegen_dot_bf16"} <= set(blocks)
     for module in blocks:
         assert module in projects, f"docs/plugins.md: plugin {module}.py has no pyproject.toml block listing it"
         eps = projects[module]["meta"]["project"]["entry-points"]
@@ -109,6 +110,7 @@ def test_guide_plugin_installed_in_a_venv_passes_the_conformance_suite(guide_ven
         "numpy_dot": {"test_execution_backend_results", "test_supported_configs", "test_scratch_bytes",
                       "test_compile_apply_roundtrip", "test_codegen_results_within_tolerance",
                       "test_codegen_backend_declared"},
+        "dot_bf16": {"test_pass_declared", "test_pass_rewrites_corpus"},
     }.get(plugin, {"test_declares_capabilities"})
     assert want <= passed, (want - passed, data["results"])
 
@@ -187,3 +189,40 @@ def test_guide_emitter_on_maps_appears_in_the_report_with_its_thread_maps(guide_
                                     "%t -> operand %p": explained["operands"][0]["thread_to_input"]}
     html = (guide_venv.files / "transpose.html").read_text()
     assert "Thread indexing (RemapFusion: launch ids → element)" in html and "%t -&gt; operand %p" in html
+
+
+def test_guide_backend_runs_with_the_config_its_tuner_applied(guide_venv):
+    # NumpyDotBackend.apply_config writes numpy_dot_config; the execution backend reads it back at run time
+    text = (guide_venv.files / "dense_relu.hlo").read_text()
+    bad = text.replace("rhs_contracting_dims={0}\n", 'rhs_contracting_dims={0}, backend_config={"numpy_dot_config":'
+                                                      '{"split_k":0}}\n')
+    assert bad != text
+    (guide_venv.files / "dense_relu_split0.hlo").write_text(bad)
+    proc = _fusegen(guide_venv, "run", "dense_relu_split0.hlo", "--no-compile", plugin="numpy_dot")
+    assert proc.returncode == 2 and "plugin 'numpy_dot' raised in numpy_dot.execute" in proc.stderr, proc.stderr
+    (guide_venv.files / "dense_relu_split2.hlo").write_text(bad.replace('"split_k":0', '"split_k":2'))
+    proc = _fusegen(guide_venv, "run", "dense_relu_split2.hlo", "--no-compile", "--json", plugin="numpy_dot")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["status"] == "ok", proc.stderr[-2000:]
+
+
+def test_guide_pass_on_the_kit_rewrites_and_runs_as_the_guide_shows(guide_venv):
+    body = plugin_blocks()["fusegen_dot_bf16"]
+    assert len(body.splitlines()) < 60
+    for name in ("kit.instructions_outside_fusions", "kit.contracting_sizes", "kit.add_instruction", "before=",
+                 "after=", "kit.replace_all_uses", "kit.replace_operand", "error_budget="):
+        assert name in body, name
+    lines = _sh_block_after("// file: mlp.hlo")
+    assert lines[0] == "$ fusegen opt mlp.hlo --passes dot-bf16 --config bf16.toml"
+    proc = _fusegen(guide_venv, "opt", "mlp.hlo", "--passes", "dot-bf16", "--config", "bf16.toml", plugin="dot_bf16")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shown = lines[2:lines.index(next(ln for ln in lines if ln.startswith("$ fusegen run")))]
+    assert [ln for ln in proc.stdout.splitlines() if ln.startswith("  %") or ln.startswith("  ROOT")][3:] == shown
+    run_cmd = next(ln for ln in lines if ln.startswith("$ fusegen run"))
+    assert run_cmd.startswith("$ fusegen run mlp.hlo --config bf16.toml --json")
+    proc = _fusegen(guide_venv, "run", "mlp.hlo", "--config", "bf16.toml", "--json", "--no-compile", plugin="dot_bf16")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert json.loads(lines[-1]) == [doc["status"], [f["emitter"] for f in doc["fusions"]]]
+    plan = json.loads(_fusegen(guide_venv, "explain", "mlp.hlo", "--config", "bf16.toml", "--json",
+                               plugin="dot_bf16").stdout)
+    assert plan["passes"] == ["dot-bf16", "dot-decomposer", "gemm-fusion", "gemm-rewriter", "fusion"]

@@ -23,9 +23,9 @@ Options:
     ``--fusegen-max-elements N`` (131072): corpus fusions / instructions with more operand + output elements
         are not run; ``--fusegen-max-codegen-elements N`` (32768): the same for codegen backends;
         ``--fusegen-max-matcher-fusions N`` (0, all): corpus fusions every matcher is asked about;
-        ``--fusegen-max-configs N`` (16; 0: all): configs of a codegen backend whose results are checked per
-        instruction (a seeded sample keeping the first when there are more; the result's ``configs_checked``
-        says how many of how many). What a limit leaves out is counted in the skip reasons and the report's
+        ``--fusegen-max-configs N`` (8; 0: all): configs of a codegen backend whose results are checked on its
+        first (smallest) corpus instruction (a seeded sample keeping the first when there are more; the
+        result's ``configs_checked`` says how many of how many; later instructions check the first config). What a limit leaves out is counted in the skip reasons and the report's
         ``corpus`` section.
 
 The corpus is the shared one plus every ``$FUSEGEN_CORPUS`` directory (:mod:`fusegen.conformance.corpus`).
@@ -75,9 +75,9 @@ def pytest_addoption(parser: Any) -> None:
                 help="The same limit for codegen-backend checks (default 32768).")
     g.addoption("--fusegen-max-matcher-fusions", type=int, default=0, metavar="N",
                 help="Corpus fusions each kind matcher is asked about (default 0: all of them).")
-    g.addoption("--fusegen-max-configs", type=int, default=16, metavar="N",
-                help="Configs of a codegen backend whose results are checked per instruction (default 16; 0: "
-                     "every one); with more, a seeded sample of N that keeps the first, its size reported.")
+    g.addoption("--fusegen-max-configs", type=int, default=8, metavar="N",
+                help="Configs of a codegen backend whose results are checked on its first corpus instruction (default "
+                     "8; 0: every one); with more, a seeded sample of N that keeps the first, its size reported.")
 
 
 def parse_tolerance(spec: str) -> tuple[str, dict[str, float]]:
@@ -146,7 +146,7 @@ class _State:
         self.max_codegen_elements = (corpus.MAX_CODEGEN_ELEMENTS if opt.fusegen_max_codegen_elements is None
                                      else max(0, opt.fusegen_max_codegen_elements))
         self.max_matcher_fusions = max(0, int(opt.fusegen_max_matcher_fusions or 0))
-        self.max_configs = max(0, int(opt.fusegen_max_configs if opt.fusegen_max_configs is not None else 16))
+        self.max_configs = max(0, int(opt.fusegen_max_configs if opt.fusegen_max_configs is not None else 8))
         try:
             self.corpus_roots = corpus.corpus_roots()
         except corpus.CorpusError as e:

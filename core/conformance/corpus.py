@@ -95,7 +95,7 @@ def hlo_files(root: Path, patterns: tuple[str, ...] = ()) -> list[Path]:
     return list(dict.fromkeys(out))
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=1024)  # the whole shared corpus (4 MB of text): parsed once per session
 def parse_file(path: Path) -> tuple:
     """Every module of ``path`` (``()`` when it does not parse: the parser's own tests cover that)."""
     from fusegen.hlo.parser import parse_modules
@@ -203,14 +203,14 @@ def fusions_served_by(target: Any, roots: "list[Path] | Path", limit: int, max_e
     """Up to ``limit`` shared-corpus fusions whose emitter comes from ``target``'s factories, spread over the
     corpus, then every such fusion of the other roots (``$FUSEGEN_CORPUS``: a user's corpus is never
     sampled); at most ``max_elements`` operand + output elements (larger ones are counted in ``dropped``), in
-    a stable order."""
+    a stable order. A fusion the emitter declines (``EmitterUnsupported``) is not one it serves: the next
+    one in the corpus takes its place in the sample."""
     from fusegen.analysis.fusion_analysis import FusionAnalysis
-    from fusegen.codegen.emitter import EmitterUnsupported
     from fusegen.dispatch import get_emitter_fusion_kind, get_fusion_emitter
 
     roots = [roots] if isinstance(roots, Path) else roots
     names = {f.name for f in target.factories}
-    found: list[CorpusFusion] = []
+    found: list[tuple[CorpusFusion, Any]] = []
     for path, mi, inst in all_fusions(roots):
         try:
             size = _elements(inst)
@@ -227,21 +227,39 @@ def fusions_served_by(target: Any, roots: "list[Path] | Path", limit: int, max_e
             if dropped is not None:
                 dropped.add(size)
             continue
-        try:
-            em.emit()
-        except EmitterUnsupported:
-            continue  # a documented decline: the fusion runs on an execution backend
-        except Exception:
-            pass  # anything else is the plugin's failure, reported by the tests
-        found.append(CorpusFusion(path, mi, inst.name, kind, fac.name, size))
+        found.append((CorpusFusion(path, mi, inst.name, kind, fac.name, size), em))
     # the limit samples the shared corpus; a user's own ($FUSEGEN_CORPUS) fusions are always all taken
     shared = shared_corpus_root()
-    mine = [f for f in found if shared is None or not f.path.resolve().is_relative_to(shared.resolve())]
-    found = [f for f in found if f not in mine]
-    if len(found) <= limit:
-        return found + mine
-    step = len(found) / limit
-    return [found[int(i * step)] for i in range(limit)] + mine
+    mine = [f for f in found if shared is None or not f[0].path.resolve().is_relative_to(shared.resolve())]
+    ids = {id(f) for f in mine}
+    rest = [f for f in found if id(f) not in ids]
+    out: list[CorpusFusion] = [f for f, em in mine if _emits(em)]
+    picked: list[CorpusFusion] = []
+    step = max(len(rest) / limit, 1.0) if limit else 1.0
+    k = 0
+    for i in range(limit):  # evenly spread; a declined fusion gives its place to the next one
+        k = max(k, int(i * step))
+        while k < len(rest) and not _emits(rest[k][1]):
+            k += 1
+        if k >= len(rest):
+            break
+        picked.append(rest[k][0])
+        k += 1
+    return picked + out
+
+
+def _emits(emitter: Any) -> bool:
+    """False when ``emitter`` declines (``EmitterUnsupported``: the fusion runs on an execution backend); any
+    other failure is the plugin's, reported by the tests."""
+    from fusegen.codegen.emitter import EmitterUnsupported
+
+    try:
+        emitter.emit()
+    except EmitterUnsupported:
+        return False
+    except Exception:
+        pass
+    return True
 
 
 def load_fusion(cf: CorpusFusion) -> tuple[Any, Any]:

@@ -113,11 +113,13 @@ def build_params(st: Any) -> dict[str, list]:
     if not t.codegen_backends:
         st.skip_reasons["codegen-declared"] = f"plugin {t.name!r} registers no codegen backend"
     cparams = []
+    st.codegen_first = {}
     if t.codegen_backends and roots and _runs_here(st):
         for b in t.codegen_backends:
             for loc in instructions_for_backend(roots, t.capabilities.corpus, _codegen_accept(b),
                                                 max(1, min(st.max_corpus, 2)), st.max_codegen_elements,
                                                 drop["codegen"]):
+                st.codegen_first.setdefault(b.name, loc)  # every config is checked on this one
                 cparams.append(pytest.param((b, loc), id=f"{b.name}-{loc[0].stem}:{loc[2]}"))
     if not cparams:
         st.skip_reasons["codegen"] = (

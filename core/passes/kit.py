@@ -18,7 +18,8 @@ re-exported from where it lives (those modules' imports keep working):
 * **Editing**: :func:`add_instruction` (a new instruction with a module-unique name, placed before or after
   an anchor), :func:`insert_before` / :func:`insert_after` (place an instruction you built),
   :func:`replace_all_uses` (point every user, and the root, at another instruction; users the new one is
-  computed from keep theirs, so ``convert(dot)`` can take the dot's place),
+  computed from keep theirs, so ``convert(dot)`` can take the dot's place), :func:`replace_operand` (one
+  user's operand),
   :func:`replace_instruction` (that, then drop the old one), :func:`remove_dead`, :func:`topo_sort`,
   :class:`NameUniquer`.
 * **Checking**: :func:`verify_module` / :func:`check_module` (what the pipeline runs after every pass:
@@ -52,7 +53,7 @@ __all__ = [
     "NameUniquer", "PassError", "PassOptions", "Shape", "add_instruction", "check_module",
     "computations_outside_fusions", "contracting_sizes", "dot_dimensions", "entry_signature", "insert_after",
     "insert_before", "instructions_outside_fusions", "pass_options", "remove_dead", "replace_all_uses",
-    "replace_instruction", "topo_sort", "verify_module", "with_element_type",
+    "replace_instruction", "replace_operand", "topo_sort", "verify_module", "with_element_type",
 ]
 
 
@@ -154,6 +155,12 @@ def replace_all_uses(comp: Computation, old: Instruction, new: Instruction) -> N
             inst.operands = [new if o is old else o for o in inst.operands]
     if comp.root is old:
         comp.root = new
+    comp.invalidate()
+
+
+def replace_operand(comp: Computation, user: Instruction, old: Instruction, new: Instruction) -> None:
+    """Point ``user``'s operands that are ``old`` at ``new`` (``HloInstruction::ReplaceOperandWith``)."""
+    user.operands = [new if o is old else o for o in user.operands]
     comp.invalidate()
 
 

@@ -133,9 +133,10 @@ def unknown_pass_message(name: str, known: Any, pm: "PluginManager | None" = Non
     known = sorted(known)
     msg = f"unknown pass {name!r}{f' in {where}' if where else ''}{did_you_mean(name, known)}; known passes: " \
           f"{', '.join(known) or '(none)'}"
-    lines = pm.quarantine_lines() if pm is not None and getattr(pm, "broken", None) else []
-    if lines:
-        msg += "; not loaded, so their passes are missing: " + "; ".join(lines)
+    if pm is not None:
+        from fusegen.plugin_diagnostics import quarantine_note
+
+        msg += quarantine_note(pm)
     return msg
 
 
