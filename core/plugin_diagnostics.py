@@ -63,12 +63,13 @@ def import_failure(exc: BaseException) -> str:
 
 
 def quarantine_note(pm: Any = None) -> str:
-    """``"; not loaded, so what they register is missing: <one line per quarantined plugin>"`` for a message
+    """``"; not loaded, so what they register is missing: plugin 'x' (dist) is quarantined: <reason>; ..."`` for a message
     about an unknown name (a pass, a backend); ``""`` when no plugin is quarantined. ``pm``: default the
     process-wide plugin manager."""
     if pm is None:
         from fusegen.plugin_manager import default_plugin_manager
 
         pm = default_plugin_manager()
-    lines = pm.quarantine_lines() if getattr(pm, "broken", None) else []
+    lines = [f"plugin {i.name!r} ({i.distribution}) is quarantined: {i.reason}" for i in
+             (getattr(pm, "broken", None) or {}).values()]
     return "; not loaded, so what they register is missing: " + "; ".join(lines) if lines else ""

@@ -219,7 +219,7 @@ def _failed(data: dict) -> dict[str, dict]:
 
 @needs_corpus
 @pytest.mark.parametrize("plugin, matcher, what", [
-    ("raising_matcher", "always-raises", "raised on 6"),
+    ("raising_matcher", "always-raises", "raised on"),
     ("typo_matcher", "typo", "answered something that is not a kind on"),
 ])
 def test_suite_fails_a_broken_matcher_only_plugin(broken_venv, tmp_path, plugin, matcher, what):

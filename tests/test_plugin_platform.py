@@ -87,6 +87,57 @@ def test_commands_run_on_the_builtins_beside_broken_plugins(plugin_venv):
     assert [f["status"] for f in json.loads(p.stdout)["fusions"]] == ["ok", "ok"]
 
 
+def test_a_quarantined_plugins_names_say_why_and_only_running_its_pass_fails(plugin_venv, tmp_path):
+    _toml(tmp_path / "fusegen.toml", """
+        [pipeline]
+        passes = ["broken-import-pass", "fusion"]
+
+        [plugins.broken_hook]
+        threshold = 3
+        """)
+    broken = _broken_lines(plugin_venv)
+    import_reason = f"plugin 'broken_import' ({BROKEN}) is quarantined: {broken['broken_import'][1]}"
+    # every command still runs (fusegen plugins, run on a fused module); the warnings say why the names are missing
+    for args in (["plugins"], ["run", str(EXAMPLE), "--no-compile"]):
+        p = fusegen_in(plugin_venv, *args, dists=BROKEN, cwd=tmp_path)
+        assert p.returncode == 0, (args, p.stderr[-3000:])
+        warn = [ln for ln in p.stderr.splitlines() if "fusegen.toml:" in ln]
+        assert len(warn) == 2, warn
+        assert warn[0].startswith(f"fusegen: warning: {tmp_path / 'fusegen.toml'}:2: unknown pass 'broken-import-pass' "
+                                  f"in [pipeline]; known passes: ") and import_reason in warn[0], warn[0]
+        assert warn[1].endswith(":4: [plugins.broken_hook] configures plugin 'broken_hook', which is quarantined: "
+                                "raised in fusegen_emitter_factories: RuntimeError: registry exploded; ignored"), warn[1]
+    # running the pipeline is what fails: naming the pass and why it is missing
+    unfused = _toml(tmp_path / "unfused.hlo", """
+        HloModule u
+        ENTRY e {
+          x = f32[4] parameter(0)
+          ROOT n = f32[4] negate(x)
+        }
+        """)
+    p = fusegen_in(plugin_venv, "opt", str(unfused), dists=BROKEN, cwd=tmp_path)
+    (err,) = [ln for ln in p.stderr.splitlines() if ln.startswith("fusegen: error:")]
+    assert p.returncode == 2 and err.startswith(f"fusegen: error: {unfused}: unknown pass 'broken-import-pass'; "
+                                                "known passes: ") and import_reason in err, err
+
+
+def test_pass_names_compare_as_plugin_names_and_every_help_says_one_default_pipeline(plugin_venv, tmp_path):
+    from fusegen.passes.pipeline import DEFAULT_PIPELINE_TEXT
+
+    _toml(tmp_path / "fusegen.toml", """
+        [pipeline]
+        passes = ["dot_decomposer", "gemm_fusion", "Gemm.Rewriter", "fusion"]
+        """)
+    p = fusegen_in(plugin_venv, "explain", str(corpus_path("jax/gelu_matmul.pre.hlo")), "--json", cwd=tmp_path)
+    assert p.returncode == 0 and json.loads(p.stdout)["passes"] == DEFAULT_PIPELINE_TEXT.split(","), p.stderr
+    (tmp_path / "fusegen.toml").write_text('[pipeline]\npasses = ["gemm-fusoin"]\n')
+    p = fusegen_in(plugin_venv, "explain", str(corpus_path("jax/gelu_matmul.pre.hlo")), cwd=tmp_path)
+    assert p.returncode == 2 and "unknown pass 'gemm-fusoin' in [pipeline]; did you mean 'gemm-fusion'?" in p.stderr
+    for cmd in ("opt", "run", "explain", "tune", "report"):
+        text = fusegen_in(plugin_venv, cmd, "--help").stdout
+        assert f"default:{DEFAULT_PIPELINE_TEXT})" in "".join(text.split()), (cmd, text)  # click wraps at '-' 
+
+
 def test_strict_mode_turns_a_quarantine_into_exit_2(plugin_venv, tmp_path):
     strict = _toml(tmp_path / "strict.toml", "[plugins]\nstrict = true\n")
     for extra, env in ((["--strict-plugins"], {}), ([], {"FUSEGEN_STRICT_PLUGINS": "1"}),

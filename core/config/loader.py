@@ -262,7 +262,11 @@ def load_config(
             pass_declarations = {n: list(p.options) for n, p in pm.passes().items()}
         if known_components is None:
             known_components = _known_components(pm)
-    quarantined = pm.quarantine_lines() if pm is not None else []
+    quarantined = ""  # why passes may be missing: quarantined plugins never registered theirs
+    if pm is not None and pm.broken:
+        from fusegen.plugin_diagnostics import quarantine_note
+
+        quarantined = quarantine_note(pm)
     plugin_options = dict(plugin_options or {})
     installed = set(installed_plugins) if installed_plugins is not None else set(plugin_options)
     b = _Builder()
@@ -499,7 +503,7 @@ def _pass_table(doc: TomlDocument, pname: str, table: dict[str, Any],
 
 
 def _check_passes(doc: TomlDocument, names: list[str], known: set[str] | None,
-                  key_path: tuple[str, ...] = ("pipeline", "passes"), quarantined: list[str] = (),
+                  key_path: tuple[str, ...] = ("pipeline", "passes"), quarantined: str = "",
                   warnings: list[str] | None = None) -> list[str]:
     """The registered pass each name means (compared as plugin names are: ``dot_bf16`` is ``dot-bf16``).
 
@@ -519,8 +523,7 @@ def _check_passes(doc: TomlDocument, names: list[str], known: set[str] | None,
         listed = ", ".join(sorted(known)) if known else "(none registered)"
         msg = f"unknown pass {n!r} in {doc.table_name('pipeline')}{did_you_mean(n, known)}; known passes: {listed}"
         if quarantined and warnings is not None:
-            warnings.append(f"{doc.location(*key_path)}: {msg}; it may belong to a quarantined plugin: "
-                            + "; ".join(quarantined))
+            warnings.append(f"{doc.location(*key_path)}: {msg}{quarantined}")
             out.append(n)
             continue
         raise doc.error(msg, *key_path)
