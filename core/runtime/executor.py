@@ -29,7 +29,6 @@ from fusegen.codegen import triton_runtime
 from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.codegen.kernel import EmittedFusion
 from fusegen.codegen.kernel_dir import KernelDirError
-from fusegen.codegen.launch_limits import compiled_problems, launch_problems
 from fusegen.device import DeviceDescription, get_device
 from fusegen.evaluator.evaluator import UnsupportedOpError, evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
@@ -42,7 +41,7 @@ from fusegen.verify.verdict import judge_module, record_fusion
 from fusegen.runtime.compile_jobs import CompileJobs, apply_compiled_shared
 from fusegen.runtime.kernel_reuse import KernelReuse
 from fusegen.runtime.limits import Budget, RunLimits
-from fusegen.runtime.plugin_failures import compile_failure, kernel_failure, limits_failure
+from fusegen.runtime.plugin_failures import check_compiled, compile_failure, kernel_failure, refuse_over_limits
 from fusegen.runtime.timings import MODULE_PHASES, Timings, module_timings
 
 _CONTROL_FLOW = frozenset(["call", "while", "conditional"])
@@ -403,12 +402,7 @@ class Executor:
             if emitted is not None and not isinstance(emitted, EmittedFusion):
                 raise PluginError(factory.plugin, f"{rep.emitter}.emit returned {type(emitted).__name__} for fusion "
                                                   f"%{inst.name}, expected an EmittedFusion")
-        over = launch_problems(emitted, self.device) if emitted is not None else []
-        if over:  # CUDA would refuse the launch: the row says so and names the plugin; the kernels never run
-            rep.emitter, rep.launch = emitted.emitter, str(emitted.launch) if emitted.launch else "-"
-            rep.kernels, rep.status = list(emitted.kernels), "error"
-            rep.reason = limits_failure(rep, over, self.device)
-            emitted = None
+        emitted = refuse_over_limits(rep, emitted, self.device)  # a launch CUDA would refuse never runs
         if emitted is not None:
             rep.emitter = emitted.emitter
             rep.backend = "triton" if emitted.kernels else "memcpy"
@@ -523,7 +517,7 @@ class Executor:
                     result = self.compiles.result(handle)
                     rep.compiled = result[0]
                     apply_compiled_shared(rep, result)
-                    self._check_compiled(rep, result)
+                    check_compiled(rep, result, self.device)
                 else:
                     self._pending.append((rep, handle, fresh))
         with tm.phase("compare"):
@@ -541,7 +535,7 @@ class Executor:
                 result = self.compiles.result(handle)
                 rep.compiled, seconds = result[0], result[1]
                 apply_compiled_shared(rep, result)
-                self._check_compiled(rep, result)
+                check_compiled(rep, result, self.device)
                 if fresh:
                     rep.timings.add("compile", seconds)
                 if rep.compiled.startswith("failed") and rep.status != "error" and rep.backend != "host":
@@ -550,16 +544,6 @@ class Executor:
             self._pending.clear()
         finally:
             self.compiles.close()
-
-    def _check_compiled(self, rep: FusionReport, result: tuple) -> None:
-        """A compiled kernel over the device's registers or shared memory is an error row naming the plugin
-        (the launch would fail on the device: ``TOO MANY RESOURCES REQUESTED``)."""
-        if result[0] != "ok" or rep.status == "error":
-            return
-        over = compiled_problems(rep.kernels, result[2], result[3] if len(result) > 3 else (), self.device)
-        if over:
-            rep.status = "error"
-            rep.reason = limits_failure(rep, over, self.device, " after its sm_90 compile")
 
     def _record(self, rep: FusionReport, inst: Instruction, out: Any, ref: Any, ops: list[Any] | None = None) -> None:
         if rep.status == "error":

@@ -59,6 +59,35 @@ def limits_failure(rep: Any, problems: list[str], device: Any, when: str = "") -
             + "; ".join(problems))
 
 
+def refuse_over_limits(rep: Any, emitted: Any, device: Any) -> Any:
+    """``emitted``, or None when one of its launches is over ``device``'s limits
+    (:func:`fusegen.codegen.launch_limits.launch_problems`): then ``rep`` becomes an error row naming the plugin
+    that keeps the emitter and launch it reported, and the fusion runs on an execution backend."""
+    from fusegen.codegen.launch_limits import launch_problems
+
+    over = launch_problems(emitted, device) if emitted is not None else []
+    if not over:
+        return emitted
+    rep.emitter, rep.launch = emitted.emitter, str(emitted.launch) if emitted.launch else "-"
+    rep.kernels, rep.status = list(emitted.kernels), "error"
+    rep.reason = limits_failure(rep, over, device)
+    return None
+
+
+def check_compiled(rep: Any, result: tuple, device: Any) -> None:
+    """A compiled kernel over ``device``'s registers or shared memory (``result``: ``(status, seconds, shared,
+    registers)`` of :func:`fusegen.runtime.compile_jobs.compile_kernels`) makes ``rep`` an error row naming the
+    plugin: the launch would fail on the device (``TOO MANY RESOURCES REQUESTED``)."""
+    from fusegen.codegen.launch_limits import compiled_problems
+
+    if result[0] != "ok" or rep.status == "error":
+        return
+    over = compiled_problems(rep.kernels, result[2], result[3] if len(result) > 3 else (), device)
+    if over:
+        rep.status = "error"
+        rep.reason = limits_failure(rep, over, device, " after its sm_90 compile")
+
+
 def compile_failure(rep: Any) -> str:
     """The reason of a fusion whose kernel did not compile for sm_90 (``rep.compiled`` holds Triton's words)."""
     return f"plugin {rep.plugin!r}, {rep.emitter}.emit: kernel {_files(rep.kernels)} did not compile for sm_90: " \
