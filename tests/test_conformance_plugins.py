@@ -371,5 +371,10 @@ def test_fusegen_corpus_entries_are_added_after_the_shared_corpus(tmp_path):
         assert roots[0] == CORPUS
         files = corpus_files(roots)
         assert files[-1] == tmp_path / "a" / "x.hlo" and any(CORPUS in f.parents for f in files)
+        # all of the shared corpus, sweep included; a plugin's globs narrow it, never a FUSEGEN_CORPUS directory
+        assert {f.relative_to(CORPUS).parts[0] for f in files if CORPUS in f.parents} >= {
+            "xla", "jax", "sweep", "spmd", "bugs", "hostile"}
+        narrow = corpus_files(roots, ("jax/gelu_matmul.pre.hlo",))
+        assert narrow == [CORPUS / "jax" / "gelu_matmul.pre.hlo", tmp_path / "a" / "x.hlo"]
     with pytest.raises(CorpusError, match="FUSEGEN_CORPUS entry '.*nope' is not a directory"):
         corpus_roots({"FUSEGEN_CORPUS": str(tmp_path / "nope")})

@@ -199,25 +199,31 @@ def all_fusions(roots: list[Path]) -> Iterator[tuple[Path, int, Any]]:
 
 
 def fusions_served_by(target: Any, roots: "list[Path] | Path", limit: int, max_elements: int = MAX_ELEMENTS,
-                      dropped: Dropped | None = None) -> list[CorpusFusion]:
+                      dropped: Dropped | None = None, stats: dict | None = None) -> list[CorpusFusion]:
     """Up to ``limit`` shared-corpus fusions whose emitter comes from ``target``'s factories, spread over the
     corpus, then every such fusion of the other roots (``$FUSEGEN_CORPUS``: a user's corpus is never
     sampled); at most ``max_elements`` operand + output elements (larger ones are counted in ``dropped``), in
     a stable order. A fusion the emitter declines (``EmitterUnsupported``) is not one it serves: the next
-    one in the corpus takes its place in the sample."""
+    one in the corpus takes its place in the sample. ``stats`` (when given) gets the counts a skip reason
+    states: ``searched`` fusions, ``of_kind`` (dispatched to one of the plugin's kinds), ``served`` (by its
+    factories, within the limit), ``declined``."""
     from fusegen.analysis.fusion_analysis import FusionAnalysis
     from fusegen.dispatch import get_emitter_fusion_kind, get_fusion_emitter
 
     roots = [roots] if isinstance(roots, Path) else roots
     names = {f.name for f in target.factories}
     found: list[tuple[CorpusFusion, Any]] = []
+    n = stats if stats is not None else {}
+    n.update(searched=0, of_kind=0, served=0, declined=0)
     for path, mi, inst in all_fusions(roots):
+        n["searched"] += 1
         try:
             size = _elements(inst)
             a = FusionAnalysis.create(inst, device_for(path))
             kind = get_emitter_fusion_kind(a, target.pm).kind
             if kind not in target.capabilities.kinds and not any(f.kind == kind for f in target.factories):
                 continue
+            n["of_kind"] += 1
             em, fac = get_fusion_emitter(a, kind, target.pm)
         except Exception:
             continue  # fusions fusegen cannot analyse are the analysis tests' business
@@ -241,10 +247,13 @@ def fusions_served_by(target: Any, roots: "list[Path] | Path", limit: int, max_e
         k = max(k, int(i * step))
         while k < len(rest) and not _emits(rest[k][1]):
             k += 1
+            n["declined"] += 1
         if k >= len(rest):
             break
         picked.append(rest[k][0])
         k += 1
+    n["declined"] += len(mine) - len(out)
+    n["served"] = len(picked) + len(out)
     return picked + out
 
 

@@ -41,10 +41,15 @@ def build_params(st: Any) -> dict[str, list]:
     elif not roots:
         st.skip_reasons["corpus"] = NO_CORPUS
     else:
-        fusions = fusions_served_by(t, roots, st.max_corpus, st.max_elements, drop["fusions"])
+        n: dict = {}
+        fusions = fusions_served_by(t, roots, st.max_corpus, st.max_elements, drop["fusions"], n)
         if not fusions:
-            st.skip_reasons["corpus"] = _with(f"no corpus fusion of at most {st.max_elements} elements is served by "
-                                              f"plugin {t.name!r}'s emitters", drop["fusions"])
+            kinds = sorted(set(t.capabilities.kinds) | {f.kind for f in t.factories})
+            st.skip_reasons["corpus"] = _with(
+                f"none of the {n['searched']} corpus fusions searched ({', '.join(str(r) for r in roots)}) is served "
+                f"by plugin {t.name!r}'s emitters: {n['of_kind']} dispatch to its kinds {kinds}"
+                + (f", its emitters declined {n['declined']}" if n["declined"] else "")
+                + "; put fusions it serves in a directory named by FUSEGEN_CORPUS", drop["fusions"])
     fparams = [pytest.param(f, id=f.test_id) for f in fusions]
     for n in ("test_corpus_output", "test_compiles_sm90", "test_launch_within_limits", "test_deterministic_source"):
         p[n] = fparams
