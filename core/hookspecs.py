@@ -64,7 +64,10 @@ def fusegen_passes():
 
     Returns:
         list[fusegen.registry.HloPass]: pass names are owned (unique across plugins; ``replaces=`` takes
-        one over). ``HloPass.options`` declares the keys ``[pipeline.options.<name>]`` may set.
+        one over). ``HloPass.options`` declares the keys ``[pipeline.options.<name>]`` may set;
+        ``HloPass.error_budget`` how far the rewrite may move the module's outputs (0: exact). After every
+        pass the module is verified and its entry signature compared (:mod:`fusegen.passes.pass_checks`);
+        ``fusegen.passes.kit`` has the editing helpers.
     """
 
 

@@ -170,8 +170,9 @@ def test_tune_records_wrong_results_as_the_failure(plugin_venv, tmp_path):
                       "fusion(a, b), kind=kCustom, calls=f, backend_config={\"fusion_backend_config\":"
                       "{\"kind\":\"__triton_gemm\"}}\n}\n")
     rec = tmp_path / "records"
+    # every candidate run and compared (on a CPU: timed in the interpreter, on request), as on a GPU
     p = fusegen_in(plugin_venv, "tune", str(module), "--backends", "splitk_gemm_bug", "--cost-model-top-k", "0",
-                   "--workers", "0", "--record", str(rec), "--cache-dir", str(tmp_path / "cache"),
+                   "--workers", "0", "--record", str(rec), "--cache-dir", str(tmp_path / "cache"), "--measure-on-cpu",
                    dists="fusegen-test-gemm-drop-chunk", cwd=tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     (record,) = [json.loads(f.read_text()) for f in rec.glob("*.json")]
