@@ -7,8 +7,9 @@ XLA's PTX of the program (``NAME.xla.ptx``: the dumped ``*.ptx`` modules concate
 memory instructions are easy to get wrong: fp8 dequantize / quantize with scalar, row and column scales, row
 reductions (short, odd, long, with a broadcast scale), multi-row, column, small-column and scalar reductions,
 2-D/3-D transposes, broadcast-heavy and int8 loops, multi-output loops, concatenates, scatter, in-place DUS and
-block-level softmax / RMS norm / layer norm. ``tests/test_kernel_vector_width.py`` compares fusegen's sm_90
-kernels for them with XLA's; ``../shared/tools/sass_compare.py`` runs on the folder with
+block-level softmax / RMS norm / layer norm; ``y_*``: column and multi-output reductions, argmax, transposing,
+pred, u8, f16 and odd loops, reduce-window, gather, pad, slice, a broadcast concatenate.
+``tests/test_kernel_vector_width.py`` compares fusegen's sm_90 kernels for them with XLA's; ``../shared/tools/sass_compare.py`` runs on the folder with
 ``FUSEGEN_SHARED_LAUNCH=tests/data/xla_kernels``. Needs the plugin (not a project dependency)::
 
     .venv/bin/python -m pip install jax-cuda12-plugin==0.10.2 jax-cuda12-pjrt==0.10.2
@@ -67,6 +68,27 @@ def programs(jnp, jax):
         ("x_softmax_bf16", lambda x: jax.nn.softmax(x.astype(f32), -1).astype(bf16), [((1024, 2048), bf16)]),
         ("x_rmsnorm", rmsnorm, [((4096, 4096), bf16), ((4096,), bf16)]),
         ("x_layernorm_f32", layernorm, [((2048, 1536), f32)]),
+        ("y_colsum_scaled", lambda x, s: (x * s[None, :]).sum(0), [((2048, 1024), f32), ((1024,), f32)]),
+        ("y_mean_var", lambda x: (x.mean(-1), (x * x).mean(-1)), [((4096, 512), f32)]),
+        ("y_row_argmax", lambda x: jnp.argmax(x, -1), [((2048, 1000), f32)]),
+        ("y_loop_transpose", lambda x: jnp.sin(x.T) + 1, [((2048, 1024), f32)]),
+        ("y_loop_pred", lambda a, b: (a > b) & (a < 2 * b), [((2048, 1024), f32), ((2048, 1024), f32)]),
+        ("y_loop_u8", lambda a: (a.astype(i32) * 3 + 1).astype(jnp.uint8), [((4096, 1024), jnp.uint8)]),
+        ("y_loop_f16_bcast", lambda x, b: (x * b[:, None, None]).astype(jnp.float16),
+         [((64, 256, 256), jnp.float16), ((64,), jnp.float16)]),
+        ("y_loop_odd", lambda x: jnp.exp(x) * 2, [((1023, 1021), f32)]),
+        ("y_reduce_window", lambda x: lax.reduce_window(x, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID"),
+         [((16, 128, 128, 64), f32)]),
+        ("y_gather_rows", lambda t, i: t[i], [((8192, 512), bf16), ((2048,), i32)]),
+        ("y_iota_mask", lambda x: jnp.where(jnp.arange(1024)[None, :] < jnp.arange(2048)[:, None] % 1024, x, 0.0),
+         [((2048, 1024), f32)]),
+        ("y_softmax_bf16_3d", lambda x: jax.nn.softmax(x, -1), [((16, 512, 512), bf16)]),
+        ("y_sum_bf16_major", lambda x: x.sum(0), [((64, 4096), bf16)]),
+        ("y_scalar_max_bf16", lambda x: x.max(), [((1 << 20,), bf16)]),
+        ("y_pad", lambda x: jnp.pad(x, ((1, 1), (3, 5))), [((2048, 1024), f32)]),
+        ("y_slice", lambda x: x[:, 128:896] * 2, [((2048, 1024), f32)]),
+        ("y_concat_bcast", lambda a, b: jnp.concatenate([a, jnp.broadcast_to(b, (1024, 256))], axis=1),
+         [((1024, 768), f32), ((256,), f32)]),
     ]
 
 
