@@ -138,11 +138,14 @@ def test_an_over_limit_launch_is_an_error_row_in_run_and_explain(plugin_venv, tm
         (f,) = json.loads(p.stdout)["fusions"]
         assert (f["plugin"], f["emitter"], f["launch"]) == ("reverse_warps64", "Warps64Reverse", "grid=33 warps=64"), f
         assert f.get("status", "error") == "error" and said in f["reason"] and said in p.stderr
-    # the good emitter's launch is fine and its kernel right
+    # the good emitter's launch is fine and its kernel right; the one ignoring its map is a mismatch (exit 1)
     p = fusegen_in(plugin_venv, "run", str(REVERSE_2D), "--no-compile", "--json", dists="fusegen-test-reverse")
     assert p.returncode == 0, p.stderr[-2000:]
     (f,) = json.loads(p.stdout)["fusions"]
     assert (f["status"], f["emitter"], f["kind"]) == ("ok", "ReverseFusion", "kReverse")
+    p = fusegen_in(plugin_venv, "run", str(REVERSE_2D), "--no-compile", "--json", dists="fusegen-test-reverse-no-map")
+    (f,) = json.loads(p.stdout)["fusions"]
+    assert p.returncode == 1 and (f["status"], f["emitter"]) == ("mismatch", "NoMapReverse"), (p.returncode, f)
 
 
 @needs_corpus

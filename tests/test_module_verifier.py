@@ -171,3 +171,30 @@ def test_output_difference_within_a_budget():
     i = np.array([1, 2, 3], np.int32)
     assert "integer outputs must be equal" in output_difference([i], [i + np.array([0, 0, 1], np.int32)], 0.5,
                                                                  ["s32"])
+
+
+def test_sort_comparator_and_bitcast_bytes():
+    m = parse_module("""HloModule s
+cmp {
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  c = s32[] parameter(2)
+  d = s32[] parameter(3)
+  ROOT lt = pred[] compare(a, b), direction=LT
+}
+ENTRY e {
+  k = f32[4,8]{1,0} parameter(0)
+  v = s32[4,8]{1,0} parameter(1)
+  s = (f32[4,8]{1,0}, s32[4,8]{1,0}) sort(k, v), dimensions={1}, to_apply=cmp
+  k2 = f32[4,8]{1,0} get-tuple-element(s), index=0
+  ROOT bc = u8[4,8,4]{2,1,0} bitcast(k2)
+}
+""")
+    assert verify_module(m) == []
+    _inst(m, "c").shape = Shape("f32", ())
+    assert verify_module(m) == ["computation 'e': sort %s: comparator 'cmp' takes (f32[], f32[], f32[], s32[]), expected "
+                                "(f32[], f32[], s32[], s32[])"]
+    _inst(m, "c").shape = Shape("s32", ())
+    _shape(m, "bc", "u8", (4, 8, 2))
+    assert verify_module(m) == ["computation 'e': bitcast %bc changes the byte size: f32[4,8] %k2 -> u8[4,8,2] (a "
+                                "bitcast reinterprets the same bytes)"]

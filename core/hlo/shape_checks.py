@@ -4,7 +4,8 @@ instruction's result must be, given its operands.
 Mirrors ``xla/service/hlo_verifier.cc`` ``ShapeVerifier`` (``HandleElementwiseBinary``, ``HandleDot``,
 ``HandleConvert``, ``HandleReduce``, ``HandleConcatenate``, ``HandlePad``, ``HandleSlice``,
 ``HandleDynamicSlice``, ``HandleDynamicUpdateSlice``, ``HandleSelect``, ``HandleClamp``, ``HandleTuple``,
-``HandleGetTupleElement``, ``HandleFusion`` / ``HloVerifier::CheckFusionInstruction``) and the rules of
+``HandleGetTupleElement``, ``HandleSort``, ``HandleBitcast``, ``HandleFusion`` /
+``HloVerifier::CheckFusionInstruction``) and the rules of
 ``xla/service/shape_inference.cc`` they apply (``InferBinaryOpShape``, ``InferDotOpShape``,
 ``InferReduceShape``...). Shapes are compared as ``ShapeUtil::Compatible`` does (element type and
 dimensions, layouts ignored), as XLA's verifier does for every opcode whose layout may change.
@@ -338,10 +339,54 @@ def _fusion(inst: Instruction) -> str | None:
     return None
 
 
-_HANDLERS = {"dot": _dot, "reduce": _reduce, "concatenate": _concatenate, "pad": _pad, "slice": _slice,
+def _sort(inst: Instruction) -> str | None:
+    ops, s = inst.operands, inst.shape
+    if not all(_array(o.shape) for o in ops):
+        return None
+    first = ops[0].shape
+    for o in ops[1:]:
+        if o.shape.dimensions != first.dimensions:
+            return f"sort %{inst.name}: operands {shape_text(first)} and {shape_text(o.shape)} differ in dimensions"
+    results = s.tuple_shapes if s.is_tuple else (s,)
+    if len(results) != len(ops) or not all(compatible(r, o.shape) for r, o in zip(results, ops)):
+        return f"sort %{inst.name} is {shape_text(s)} but sorts {', '.join(shape_text(o.shape) for o in ops)}"
+    comp = inst.attrs.get("to_apply")
+    if isinstance(comp, Computation) and comp.root is not None:
+        params = comp.parameters
+        want = [Shape(o.shape.element_type, ()) for o in ops for _ in (0, 1)]
+        if len(params) != len(want) or not all(compatible(p.shape, w) for p, w in zip(params, want)):
+            return (f"sort %{inst.name}: comparator {comp.name!r} takes "
+                    f"({', '.join(shape_text(p.shape) for p in params)}), expected "
+                    f"({', '.join(shape_text(w) for w in want)})")
+        if not compatible(comp.root.shape, Shape("pred", ())):
+            return f"sort %{inst.name}: comparator {comp.name!r} returns {shape_text(comp.root.shape)}, not pred[]"
+    return None
+
+
+def _bits(et: str) -> int | None:
+    from fusegen.hlo import dtypes
+
+    try:
+        return dtypes.bit_width(et)
+    except Exception:
+        return None
+
+
+def _bitcast(inst: Instruction) -> str | None:
+    a, s = inst.operands[0].shape, inst.shape
+    if not (_array(a) and _array(s)) or a.dynamic or s.dynamic:
+        return None
+    x, y = _bits(a.element_type), _bits(s.element_type)
+    if x is None or y is None or a.numel * x == s.numel * y:
+        return None
+    return (f"bitcast %{inst.name} changes the byte size: {shape_text(a)} %{inst.operands[0].name} -> {shape_text(s)} "
+            f"(a bitcast reinterprets the same bytes)")
+
+
+_HANDLERS = {"dot": _dot, "sort": _sort, "bitcast": _bitcast, "reduce": _reduce, "concatenate": _concatenate, "pad": _pad, "slice": _slice,
              "dynamic-slice": _dynamic_slice, "dynamic-update-slice": _dynamic_update_slice, "tuple": _tuple_ops,
              "get-tuple-element": _tuple_ops, "fusion": _fusion}
-_MIN_OPERANDS = {"dot": 2, "reduce": 2, "pad": 2, "slice": 1, "dynamic-slice": 1, "dynamic-update-slice": 2,
+_MIN_OPERANDS = {"dot": 2, "sort": 1, "bitcast": 1, "reduce": 2, "pad": 2, "slice": 1, "dynamic-slice": 1, "dynamic-update-slice": 2,
                  "get-tuple-element": 1, "select": 3, "clamp": 3, "compare": 2}
 
 
