@@ -137,6 +137,7 @@ class ConcatenateFusion(FusionEmitter):
         idx_t = choose_index_dtype(op_shapes + list(leaves), max(block, 4096))
         ctx = KernelContext(idx_t, op_shapes)
         # operand indices are clamped into range; loads and stores carry the pass's mask (set per pass)
+        ctx.names.reserve("start")
         gen = ElementalGenerator(ctx, comp)
         h_dims, h_m2m = hero.shape.dimensions, hero.shape.minor_to_major()
         with deep_recursion():
@@ -146,6 +147,12 @@ class ConcatenateFusion(FusionEmitter):
                 # the clamp moves only lanes past the operand, which the pass's mask keeps from every load and
                 # store: lin_p keeps lin's contiguity for Triton's vectoriser (XLA's unrolled 16-byte accesses)
                 bound = "N - 1" if n == n_max else str(n - 1)
+                if n < n_max:
+                    # a program wholly past this operand skips its pass (XLA branches per thread on the operand
+                    # the index lies in): the pass's values are not live beside the others'
+                    ctx.body.line(f"if start < {n}:")
+                    ctx.body.indent()
+                    gen.push_scope()
                 lin_p = gen.iexpr(f"tl.max_contiguous(tl.multiple_of(tl.minimum(lin, {bound}), BLOCK), BLOCK)", "lin_p")
                 mask_p = "mask" if n == n_max else ctx.emit(f"lin < {n}", "mask_p")
                 ctx.mask = mask_p
@@ -173,10 +180,14 @@ class ConcatenateFusion(FusionEmitter):
                     ptr = ctx.param("output", k, ls, f"out{k}")
                     store_line(gen, ptr, gen.linearize(ridx, ls.dimensions, ls.minor_to_major()), val,
                                ls.element_type, mask_p)
+                if n < n_max:
+                    gen.pop_scope()
+                    ctx.body.dedent()
         pid = "tl.program_id(0)" if gy == 1 else f"(tl.program_id(1) * {gx} + tl.program_id(0))"
         if idx_t == "tl.int64":
             pid = f"{pid}.to(tl.int64)"
-        prologue = [f"lin = {pid} * BLOCK + tl.arange(0, BLOCK)", "mask = lin < N", f"zero = tl.full([BLOCK], 0, {idx_t})"]
+        prologue = [f"start = {pid} * BLOCK", "lin = start + tl.arange(0, BLOCK)", "mask = lin < N",
+                    f"zero = tl.full([BLOCK], 0, {idx_t})"]
         entry = ts.sanitize_identifier(f"concatenate_{fusion.name}", "k")
         source = ctx.render(entry, ["BLOCK", "N"], prologue)
         variant = None
