@@ -103,6 +103,31 @@ def test_a_gpu_run_remeasures_every_figure_but_a_gpu_measurement(tmp_path, sourc
         assert t.tune_instruction(f).step == "cache"
 
 
+def test_a_pick_made_without_timing_or_estimates_is_not_cached_for_a_gpu_run(tmp_path):
+    """No config has an estimate and nothing is timed: the first that compiles is used, as level 0 does, and (as
+    XLA never caches a level-0 pick) it is not cached: a GPU run sharing the directory tunes the instruction
+    instead of applying the CPU's arbitrary choice, and an XLA export never sees it."""
+    from fusegen.autotuning.testing import FakeLibraryBackend
+
+    class SlowFirst(FakeLibraryBackend):  # algorithm ids: no estimate for either config; the first is the slower
+        CONFIGS = FakeLibraryBackend.CONFIGS[::-1]
+
+    (_, (f,)) = make_gemm_module([(64, 64, 64)])
+    o = AutotuneOptions(compile_workers=0, xla_gpu_per_fusion_autotune_cache_dir=str(tmp_path))
+    with Autotuner([SlowFirst()], o, H200) as t:
+        if t.timing != "estimate":
+            pytest.skip("a GPU is usable here: candidates are measured, not estimated")
+        rep = t.tune_instruction(f)
+    assert (rep.step, rep.source["kind"], rep.configs) == ("first-compilable", "untimed", 2)
+    assert rep.winner == "fake_lib:algorithm=1,cost_us=1500,workspace=0"
+    assert DirectoryTier(tmp_path).files() == [] and len(t.cache.memory) == 0
+    (_, (g,)) = make_gemm_module([(64, 64, 64)])
+    with Autotuner([SlowFirst()], o, H200, profiler=GpuLikeProfiler()) as t:
+        rep = t.tune_instruction(g)
+    assert (rep.step, rep.source["kind"]) == ("tuned", "measured")
+    assert rep.winner == "fake_lib:algorithm=0,cost_us=700,workspace=4096"  # 700 µs against 1500: measured, not guessed
+
+
 def test_without_a_gpu_a_cached_host_winner_is_never_applied(tmp_path):
     from fusegen_plugins.backends.host import HostCodegenBackend
 

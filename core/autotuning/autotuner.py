@@ -20,7 +20,8 @@ order:
 
 **Without the target GPU** (fusegen): nothing is timed unless asked. The compiled candidates are ranked by
 their estimates (``fusegen.perf`` or the backend's own) and ``pick_best_config`` runs on those; a config
-without an estimate is only chosen when no config has one (then the first that compiled, as level 0 does).
+without an estimate is only chosen when no config has one (then the first that compiled, as level 0 does, and
+like a level-0 pick it is not cached: a GPU run sharing the cache tunes the instruction).
 ``measure_on_cpu`` times them in Triton's interpreter instead, recorded as CPU time. A backend that runs on the
 host (``targets_gpu = False``) is never a candidate for the GPU device key. Every result records its
 :class:`~fusegen.cache.provenance.Source`; on a GPU a cached entry that is not a GPU measurement is a hint: the
@@ -424,8 +425,11 @@ class Autotuner:
                 o = self.compile_configs(instr, [c], parallel=False)[0]
                 if o.ok:
                     rep.compiled, rep.results = 1, _merge_in_config_order(configs, failed, [])
+                    # a pick among several with no figure at all: applied, not cached (XLA never caches a level-0
+                    # pick), so a GPU run sharing the cache tunes it and an XLA export never sees it
                     self._finish(instr, key, rep, c, "first-compilable", None, provenance.untimed(
-                        "no config has an estimate and nothing is timed without the GPU: the first that compiled"))
+                        "no config has an estimate and nothing is timed without the GPU: the first that compiled; "
+                        "not cached"), cache=False)
                     return
                 failed.append(ProfileResult(c.name, failure=Failure(FailureKind.COMPILATION_FAILED, o.error or ""),
                                             config=c, scratch_bytes=int(self.by_name[c.backend].scratch_bytes(c))))
@@ -443,15 +447,17 @@ class Autotuner:
         self._finish(instr, key, rep, chosen.config, "tuned", chosen, src)
 
     def _finish(self, instr: "Instruction", key: CacheKey, rep: InstructionReport, config: Config, step: str,
-                result: ProfileResult | None, source: "provenance.Source") -> None:
+                result: ProfileResult | None, source: "provenance.Source", cache: bool = True) -> None:
         self._apply(instr, config)
         b = self.by_name[config.backend]
         rep.step, rep.winner = step, config.name
         rep.duration_us = result.duration_us if result is not None else None
         rep.scratch_bytes = result.scratch_bytes if result is not None else int(b.scratch_bytes(config))
         rep.source = source.to_json()
-        tr = TuneResult(config, b.version, rep.duration_us, rep.scratch_bytes, rep.configs, dict(rep.failures), source)
-        self.cache.insert(CacheEntry(key, tr))
+        if cache:
+            tr = TuneResult(config, b.version, rep.duration_us, rep.scratch_bytes, rep.configs, dict(rep.failures),
+                            source)
+            self.cache.insert(CacheEntry(key, tr))
 
     def _first_compilable(self, instr: "Instruction", configs: Sequence[Config], rep: InstructionReport) -> None:
         """Level 0: first supported config that compiles (in order), else the first default config."""
