@@ -110,3 +110,24 @@ def test_capture_command_with_fusegen_pipeline_then_run(tmp_path):
     doc = json.loads(res.output)
     assert doc["status"] in ("ok", "drift") and {f["kind"] for f in doc["fusions"]} >= {"kTriton"}
     assert all(o.get("kernel_vs_expected") is not None for o in doc["outputs"])
+
+
+#: jax started without JAX_PLATFORMS=cpu (a notebook's default): on a machine without the CUDA libraries the
+#: CUDA plugin fails its version check at jax's first use and jax goes on without it.
+_STARTED_JAX = """
+import jax, jax.numpy as jnp
+x = jnp.arange(4.0) * 2
+import fusegen
+c = fusegen.capture(lambda a: jnp.sin(a) * 2, x)
+print(c.devices, c.compiler, "HloModule" in c.text, jax.default_backend())
+"""
+
+
+@needs_plugin
+def test_capture_after_jax_started_without_jax_platforms():
+    """The README's session as a notebook runs it: jax used before the capture, JAX_PLATFORMS unset. The
+    deviceless compile needs no CUDA, so the capture registers the plugin jax left out."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    p = subprocess.run([sys.executable, "-c", _STARTED_JAX], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.split()[:3] == ["1", "xla", "True"]

@@ -36,11 +36,52 @@ def _jax() -> Any:
     return jax
 
 
+def _register_cuda_plugin_without_cuda() -> bool:
+    """Register jax's CUDA plugin when it is installed but jax left it out (True if it was registered now).
+
+    Without ``JAX_PLATFORMS=cpu``, jax's first use initializes the plugin, whose CUDA version check fails on a
+    machine without the CUDA libraries, and jax goes on without it. A deviceless compile needs no CUDA runtime,
+    so the plugin's own ``initialize()`` is run again with that check skipped
+    (``JAX_SKIP_CUDA_CONSTRAINTS_CHECK``, the plugin's switch); jax's default backend stays as it was.
+    """
+    import importlib
+    import os
+
+    from jax._src import xla_bridge
+
+    if "cuda" in getattr(xla_bridge, "_topology_factories", {"cuda": None}):
+        return False  # registered already (or a jax whose registry this does not know)
+    try:
+        plugin = importlib.import_module("jax_plugins.xla_cuda12")
+    except ImportError:
+        return False
+    saved = os.environ.get("JAX_SKIP_CUDA_CONSTRAINTS_CHECK")
+    os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = "1"
+    try:
+        plugin.initialize()
+    except Exception:
+        return False
+    finally:
+        if saved is None:
+            os.environ.pop("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", None)
+        else:
+            os.environ["JAX_SKIP_CUDA_CONSTRAINTS_CHECK"] = saved
+    return "cuda" in xla_bridge._topology_factories
+
+
 def _topology(jax: Any, dev: Any, n: int) -> Any:
     from jax.experimental import topologies
 
-    try:
+    def get() -> Any:
         return topologies.get_topology_desc(platform="cuda", topology=f"1x1x{n}", target_config=target_config_text(dev))
+
+    try:
+        try:
+            return get()
+        except NotImplementedError:
+            if not _register_cuda_plugin_without_cuda():
+                raise
+            return get()
     except Exception as e:
         raise CaptureError(f"no deviceless XLA:GPU compile ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): "
                            f"{INSTALL}; set JAX_PLATFORMS=cpu on a machine without a GPU; or capture(..., "
