@@ -55,6 +55,11 @@ def _shape(m, name, et, dims):
     _inst(m, name).shape = Shape(et, tuple(dims), Layout(tuple(range(len(dims) - 1, -1, -1))))
 
 
+def _implicit_broadcast(m):
+    e = m.entry
+    kit.add_instruction(e, "power", _inst(m, "d").shape, [_inst(m, "d"), _inst(m, "z")], before=e.root, name="sq")
+
+
 def _reorder(m):
     e = m.entry
     d = _inst(m, "d")
@@ -77,6 +82,8 @@ FAULTS = [
      "exponential %e is s32[8,16] but its operand %p0 is f32[8,16]", True),
     ("reduce result", lambda m: _shape(m, "r", "f32", (16,)),
      "reduce %r: result 0 is f32[16] but reducing dimensions [1] of f32[8,16] gives [8]", True),
+    ("binary op implicit broadcast", _implicit_broadcast,
+     "power %sq: operand %z is f32[], the result f32[8,16] (HLO has no implicit broadcast", True),
     ("layout", lambda m: setattr(_inst(m, "x"), "shape", Shape("f32", (8, 32), Layout((1, 1)))),
      "computation 'main', %x: layout {1,1} of f32[8, 32] is not a permutation of its 2 dimensions", True),
     ("operand outside the computation", lambda m: setattr(_inst(m, "c"), "operands", [Instruction(

@@ -175,6 +175,10 @@ def _elementwise(inst: Instruction) -> str | None:  # noqa: C901 - one branch pe
             return f"{op} %{inst.name}: operands are {a}, expected pred or an integer type"
         if op in _SHIFT and not _is_int(a):
             return f"{op} %{inst.name}: operands are {a}, expected an integer type"
+        for o in ops:  # XLA's CheckElementwiseInstruction (hlo_verifier.cc): no implicit broadcast
+            if tuple(o.shape.dimensions) != tuple(s.dimensions):
+                return (f"{op} %{inst.name}: operand %{o.name} is {shape_text(o.shape)}, the result {shape_text(s)} "
+                        f"(HLO has no implicit broadcast: broadcast the operand first)")
     elif op == "compare":
         a, b = ops[0].shape.element_type, ops[1].shape.element_type
         if a != b:
