@@ -79,6 +79,27 @@ def test_an_unreadable_version_is_left_in_place_and_tuned_around(tmp_path):
     assert json.loads(path.read_text())["format_version"] == 9  # READ mode: the file is untouched
 
 
+def test_an_entry_of_a_newer_format_is_never_overwritten(tmp_path):
+    """UPDATE mode: a file a newer fusegen wrote (format_version 9, e.g. a GPU measurement in a shared directory)
+    is tuned around and left as it is; the new result stays in this process's memory, with a warning."""
+    f, key, e = _entry(provenance.measured(H200.model))
+    path = DirectoryTier(tmp_path).file_for(key.digest)
+    future = json.loads(e.dumps())
+    future["format_version"] = 9
+    path.write_text(json.dumps(future))
+    before = path.read_bytes()
+    o = AutotuneOptions(compile_workers=0, xla_gpu_per_fusion_autotune_cache_dir=str(tmp_path))
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with Autotuner([FakeGemmBackend()], o, H200, profiler=CpuWallTimeProfiler()) as t:
+            rep = t.tune_instruction(f)
+            assert rep.step == "tuned" and t.cache.memory.get(key) is not None
+            assert t.cache.stats["writes_directory"] == 0
+    assert path.read_bytes() == before
+    assert any(f"{path}: format_version 9 was written by a newer fusegen; left in place, not overwritten"
+               in str(x.message) for x in w), [str(x.message) for x in w]
+
+
 @pytest.mark.parametrize("source,remeasured", [
     (provenance.estimated(H200.model), True), (provenance.cpu_interpreter(), True), (provenance.UNKNOWN, True),
     (provenance.measured(H200.model), False), (provenance.untimed("the only supported config"), False)])

@@ -14,7 +14,8 @@ Files: ``<dir>/<sha256 hex of key>.json``, written to ``<dir>/.tmp-<digest>-<pid
 ``os.replace`` d into place, which is atomic on POSIX and Windows, so concurrent writers of one key
 leave one complete file (the last writer's) and readers never see a partial one; no lock is needed.
 A file that is truncated, corrupt, or holds another key is reported with a warning naming it,
-ignored (a miss), and overwritten by the re-tuned result; other entries are never touched. Only
+ignored (a miss), and overwritten by the re-tuned result; other entries are never touched. A file of a newer
+``format_version`` (a newer fusegen's) is ignored the same way but never overwritten. Only
 regular files of at most :data:`~fusegen.cache.format.MAX_ENTRY_BYTES` are read, without following
 symlinks or blocking (a FIFO, a symlink to ``/dev/zero``, a directory or a deeply nested JSON file in
 place of an entry is a bad entry like any other); a directory in place of an entry is moved aside
@@ -25,6 +26,7 @@ file is reported once per tier object.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -33,7 +35,8 @@ from pathlib import Path
 import stat
 from typing import Callable, Iterator
 
-from fusegen.cache.format import CacheEntry, CacheFormatError, entry_from_text, read_bounded
+from fusegen.cache.format import (ENTRY_FORMAT, FORMAT_VERSION, CacheEntry, CacheFormatError, entry_from_text,
+                                  read_bounded)
 from fusegen.cache.key import CacheKey, is_digest
 
 log = logging.getLogger("fusegen.cache")
@@ -146,10 +149,30 @@ class DirectoryTier:
             self.report(target, "is a directory, not a regular file")  # once, with get()'s words
             log.warning("moved directory %s aside to %s to write the autotune cache entry", target, aside.name)
 
-    def put(self, entry: CacheEntry) -> Path:
-        """Write atomically (temp file in the same directory, then ``os.replace``)."""
+    def _newer_format(self, target: Path) -> int | None:
+        """The ``format_version`` of an entry file at ``target`` written by a newer fusegen (else ``None``)."""
+        try:
+            obj = json.loads(read_bounded(target))
+        except (OSError, CacheFormatError, ValueError, RecursionError):  # not an entry of any format
+            return None
+        v = obj.get("format_version") if isinstance(obj, dict) and obj.get("format") == ENTRY_FORMAT else None
+        return v if isinstance(v, int) and not isinstance(v, bool) and v > FORMAT_VERSION else None
+
+    def put(self, entry: CacheEntry) -> Path | None:
+        """Write atomically (temp file in the same directory, then ``os.replace``); the path written.
+
+        An existing entry file of a newer format (a newer fusegen's, maybe a GPU measurement in a shared
+        directory) is never overwritten: it is left in place with a :class:`CacheWarning` and ``None`` returned.
+        """
         self.path.mkdir(parents=True, exist_ok=True)
         digest = entry.digest
+        newer = self._newer_format(self.file_for(digest))
+        if newer is not None:
+            msg = (f"{self.file_for(digest)}: format_version {newer} was written by a newer fusegen; left in place, "
+                   f"not overwritten")
+            log.warning(msg)
+            warnings.warn(msg, CacheWarning, stacklevel=3)
+            return None
         tmp = self.path / f".tmp-{digest}-{os.getpid()}-{time.monotonic_ns()}.json"
         data = entry.dumps().encode("utf-8")
         try:
@@ -248,5 +271,5 @@ class TieredCache:
         """Store in memory and, unless mode is READ, in the directory."""
         self.memory.put(entry)
         if self.directory is not None and self.mode != "READ":
-            self.directory.put(entry)
-            self.stats["writes_directory"] += 1
+            if self.directory.put(entry) is not None:
+                self.stats["writes_directory"] += 1

@@ -214,18 +214,20 @@ def import_(ctx, file, cost_model_top_k, level, backends_spec, sub_cache_dir):
             fail(str(e))
         for n in rep.notes:
             click.echo(f"fusegen: warning: {n}", err=True)
-        for e in rep.entries:
-            tier.put(e)
-        click.echo(f"imported {len(rep.entries)} entries from {rep.results} XLA results into {tier.path}"
-                   + (f"; {rep.skipped} skipped" if rep.skipped else ""))
+        kept = sum(tier.put(e) is None for e in rep.entries)  # a newer fusegen's file is left in place
+        click.echo(f"imported {len(rep.entries) - kept} entries from {rep.results} XLA results into {tier.path}"
+                   + (f"; {rep.skipped} skipped" if rep.skipped else "")
+                   + (f"; {kept} left as a newer fusegen wrote them" if kept else ""))
         return
     try:
         entries = bundle_from_text(text, file)
     except CacheFormatError as e:
         fail(str(e))
+    kept = 0
     for e in entries:
         try:
-            tier.put(e)
+            kept += tier.put(e) is None  # a newer fusegen's file is left in place
         except OSError as ex:
             fail(f"{tier.path}: cannot write entry {e.digest[:16]}: {ex.strerror or ex}")
-    click.echo(f"imported {len(entries)} entries into {tier.path}")
+    click.echo(f"imported {len(entries) - kept} entries into {tier.path}"
+               + (f"; {kept} left as a newer fusegen wrote them" if kept else ""))
