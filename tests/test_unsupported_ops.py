@@ -67,6 +67,11 @@ def test_run_exits_4_naming_the_first_op_and_counting_the_rest(tmp_path):
     assert "plugin" not in res.output and "raised" not in res.output
 
 
+def test_run_help_names_exit_4():
+    res = CliRunner().invoke(cli, ["run", "--help"])
+    assert "4 on a valid module fusegen cannot run" in " ".join(res.output.split())
+
+
 def test_explain_warns_before_any_run_and_lists_them_in_json(tmp_path):
     f = _write(tmp_path)
     res = CliRunner().invoke(cli, ["explain", str(f)])

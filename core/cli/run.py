@@ -166,7 +166,8 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     summary table is printed before the run table (to stderr with --json; the JSON gets an "autotune"
     list). Module outputs that differ from the reference but are as close to an f64 evaluation as the
     reference itself (and every fusion within its error budget) are "drift", exit 0. Exit 1 on any
-    mismatch or failed tuning, 2 on bad input, 3 on an internal error.
+    mismatch or failed tuning, 2 on bad input, 3 on an internal error, 4 on a valid module fusegen cannot
+    run (an op it has no implementation of, a multi-device module it cannot run as all its devices).
     """
     from fusegen.api import Session, run_modules
     from fusegen.plugin_manager import default_plugin_manager
