@@ -75,6 +75,22 @@ def test_loads_in_flight_bound_from_load_width_and_occupancy():
 
 
 @needs_corpus
+def test_a_kernel_without_loads_has_no_loads_in_flight_bound():
+    """A store-only kernel (new_loop_multi_output's f32[333,777] iota-and-add, no operands) waits on no load: its
+    estimate stays its write time at the DRAM bandwidth (the bound counted one phantom load before)."""
+    m = fusegen.load(LAUNCH / "new_loop_multi_output.h200_opt.hlo")
+    f = next(x for x in m.fusion_instructions() if x.name == "loop_add_fusion")
+    assert not f.operands
+    adj = machine_code.Adjustments(kernel="loop_loop_add_fusion", registers=8, blocks_per_sm=16, warps_per_block=4,
+                                   mean_access_bytes=4.0, global_loads=0)
+    assert machine_code.in_flight_bandwidth(adj, DEV, num_blocks=2022) is None
+    plain = perf.estimate_fusion(f, H200)
+    est = machine_code.apply(plain, adj, DEV)
+    assert est.seconds == plain.seconds
+    assert est.data.write_time == pytest.approx(333 * 777 * 4 / 4.8e12) and est.machine_code["global_loads"] == 0
+
+
+@needs_corpus
 def test_narrow_loads_slow_a_memory_bound_kernel_by_the_shortfall():
     m = fusegen.load(LAUNCH / "gpu_transpose_add.default.h200_opt.hlo")
     f = m.fusion_instructions()[0]

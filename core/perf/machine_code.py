@@ -12,7 +12,8 @@ XLA's performance model never sees machine code; fusegen compiles every kernel f
   counterpart; a published Hopper HBM figure, to be calibrated with ``scripts/gpu-check``). A kernel has at most
   ``resident warps x 32 threads x mean access bytes x global loads in its straight-line body`` bytes in flight
   per SM (resident warps from registers and shared memory, :meth:`SassStats.occupancy`, and from how many blocks
-  the launch has per SM). When that is less, memory time is scaled up by the shortfall.
+  the launch has per SM). When that is less, memory time is scaled up by the shortfall; a kernel without
+  global loads (stores only) has no such bound.
 * **Spills.** Each thread's spill stores and loads go to local memory (through L2: at 2.5x the DRAM
   bandwidth), added to memory time; a kernel that cannot launch (zero resident blocks) is infinite.
 
@@ -110,12 +111,12 @@ def adjustments(sass: Any, dev: PerfDevice, device: Any = None) -> Adjustments:
 
 def in_flight_bandwidth(adj: Adjustments, dev: PerfDevice, num_blocks: int) -> float | None:
     """Bytes/s the kernel's loads in flight can sustain (Little's law, see the module docstring); ``None`` when
-    the machine code does not say."""
-    if not adj.known or not adj.mean_access_bytes or adj.blocks_per_sm is None:
+    the machine code does not say, or the kernel loads nothing from global memory (stores wait on no load)."""
+    if not adj.known or not adj.mean_access_bytes or adj.blocks_per_sm is None or adj.global_loads <= 0:
         return None
     per_sm_blocks = min(adj.blocks_per_sm, math.ceil(max(num_blocks, 1) / dev.cores))
     active_sms = min(max(num_blocks, 1), dev.cores)
-    in_flight = per_sm_blocks * adj.warps_per_block * dev.warp_size * adj.mean_access_bytes * max(adj.global_loads, 1)
+    in_flight = per_sm_blocks * adj.warps_per_block * dev.warp_size * adj.mean_access_bytes * adj.global_loads
     return active_sms * in_flight / DRAM_LATENCY_S
 
 
