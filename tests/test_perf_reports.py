@@ -121,3 +121,16 @@ def test_explain_compile_estimates_with_the_kernels_machine_code():
     assert mc["registers"] > 0 and mc["mean_access_bytes"] > 0 and mc["tensor_core_instructions"] == 0
     # the machine-code terms only ever add time (memory time scaled by loads in flight, spills)
     assert f["estimate"]["kernel_us"] == pytest.approx(plain["kernel_us"] + mc.get("memory_us_added", 0.0), abs=1e-6)
+
+
+def test_report_help_gives_the_cost_model_default_the_tuner_uses():
+    """Without a GPU and without --measure-on-cpu the tuner keeps every config (top-k 0) and ranks them by estimate;
+    the report's help said "default 4 on a CPU" (the interpreter-timing default)."""
+    from click.testing import CliRunner
+
+    from fusegen.autotuning.options import default_top_k
+    from fusegen.cli.report import report
+
+    assert default_top_k(None, H200, measure_on_cpu=False) == 0
+    text = " ".join(CliRunner().invoke(report, ["--help"]).output.split())
+    assert "(0, the default: all)" in text and "default 4" not in text

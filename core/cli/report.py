@@ -35,7 +35,8 @@ from fusegen.cli.progress import rich_progress
 @click.option("--record", "record_dir", type=click.Path(file_okay=False), default=None,
               help="With --autotune: write replay records here. Without: chart the records found here.")
 @click.option("--cost-model-top-k", "top_k", type=click.IntRange(0, None), default=None,
-              help="With --autotune: time only the cost model's best K configs (0: all; default 4 on a CPU).")
+              help="With --autotune on a GPU: time only the cost model's best K configs and up to K without an "
+                   "estimate (0, the default: all). Without a GPU nothing is timed: configs are ranked by estimate.")
 @click.option("--autotune-cache-dir", type=click.Path(file_okay=False), default=None,
               help="With --autotune: xla_gpu_per_fusion_autotune_cache_dir.")
 @click.option("--run", "do_run", is_flag=True,
