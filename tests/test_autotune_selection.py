@@ -193,3 +193,19 @@ def test_replay_bad_record_is_one_line_error(tmp_path, record, needle):
     assert res.exit_code == 2
     assert needle in res.output and str(p) in res.output
     assert "Traceback" not in res.output
+
+
+def test_replay_says_where_the_recorded_times_came_from(tmp_path):
+    """A record of a tuning without the GPU holds estimates: the replay says so (text and --json 'source')."""
+    from fusegen.cache import provenance
+    from fusegen.perf import MODEL_VERSION
+
+    src = provenance.estimated("NVIDIA H200 141GB HBM3e").to_json()
+    label = f"estimated by fusegen.perf v{MODEL_VERSION}"
+    record = {"check_correctness": False, "source": src, "candidates": [
+        {"name": "a", "trusted": False, "duration_us": 6.7, "failure": None},
+        {"name": "b", "trusted": False, "duration_us": 19.5, "failure": None}]}
+    res = CliRunner().invoke(tune, ["--replay", str(_record(tmp_path, record)), "--json"])
+    assert res.exit_code == 0 and json.loads(res.output)["source"]["label"] == label
+    text = CliRunner().invoke(tune, ["--replay", str(_record(tmp_path, record))]).output
+    assert text.splitlines()[:2] == ["winner: a", f"  (times: {label})"]

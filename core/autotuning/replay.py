@@ -55,9 +55,14 @@ class ReplayOutcome:
     results: list[ProfileResult]
     tie_break: bool = False
     fastest: str | None = None
+    #: where the record's durations came from (``Source.to_json()``); ``None`` for a record without one
+    source: dict | None = None
 
     def to_json(self) -> dict:
-        return {"winner": self.winner, "error": self.error, "failures": dict(self.failures)}
+        out = {"winner": self.winner, "error": self.error, "failures": dict(self.failures)}
+        if self.source is not None:
+            out["source"] = dict(self.source)
+        return out
 
 
 def _num(c: dict, field: str, source: str, i: int, default=None, kind=(int, float)):
@@ -160,7 +165,8 @@ def replay(record: dict) -> ReplayOutcome:
 
     def outcome(winner: str | None, error: str | None, tie: bool = False, fastest: str | None = None) -> ReplayOutcome:
         return ReplayOutcome(winner, error, {r.name: r.failure.kind.name for r in results if r.failed},
-                             {r.name: r.failure.message for r in results if r.failed}, results, tie, fastest)
+                             {r.name: r.failure.message for r in results if r.failed}, results, tie, fastest,
+                             record.get("source"))
 
     if len(results) == 1:  # exactly one supported config: used without compiling
         results[0].failure = None
@@ -243,6 +249,8 @@ def format_outcome(o: ReplayOutcome) -> str:
     lines = []
     if o.winner:
         lines.append(f"winner: {o.winner}")
+        if o.source is not None:
+            lines.append(f"  (times: {o.source.get('label', o.source.get('kind'))})")
         if o.tie_break:
             lines.append(f"  (fewer scratch bytes within the window than the fastest, {o.fastest})")
     else:
