@@ -29,7 +29,7 @@ from fusegen.runtime.inputs import InputError
 from fusegen.runtime.sharding_sidecar import read_sidecar, sidecar_path, stated_shardings, write_sidecar
 from fusegen.runtime.spmd import run_spmd_module
 from fusegen.runtime.spmd_io import split_inputs
-from fusegen.runtime.spmd_outputs import row_major_guess
+from fusegen.runtime.spmd_outputs import resolve_output_shardings, row_major_guess
 from fusegen.runtime.spmd_plan import plan_spmd
 
 DATA = Path(__file__).parent / "data" / "spmd"
@@ -180,6 +180,17 @@ def test_no_fitting_sharding_explains_it_cannot_tell_not_a_mismatch():
     assert v.status == "undetermined" and v.reason.startswith("cannot tell")
     assert "{devices=[2,4]<=[8]}" in v.reason and "{devices=[2,4]<=[4,2]T(1,0)}" in v.reason
     assert any("(inferred)" in line for line in rep.verdict.lines())
+
+
+def test_without_a_global_expected_the_sources_say_what_assembled_the_outputs():
+    m = parse_module(AB.format(root="negate(%b)", alias=""), "<t>")
+    plan = plan_spmd(m)
+    same = [[np.ones((4, 4), np.float32)] for _ in range(8)]
+    differ = [[np.full((4, 4), d, np.float32)] for d in range(8)]
+    assert resolve_output_shardings(m, plan, same, None)[0].source == "agree"
+    (leaf,) = resolve_output_shardings(m, plan, differ, None)
+    assert leaf.source == "parameter" and leaf.inferred and leaf.sharding.text == A.text
+    assert "ambiguous: parameter 1 (%b)" in leaf.detail and B.text in leaf.detail
 
 
 @pytest.mark.parametrize("param, ok", [(1, True), (0, False)])

@@ -42,7 +42,8 @@ from fusegen.hlo.ir import Module, Shape
 from fusegen.hlo.sharding import Sharding, ShardingError, iota_devices, parse_sharding
 from fusegen.runtime.spmd_plan import SpmdPlan
 
-__all__ = ["STATED", "LeafSharding", "resolve_output_shardings", "settle", "aliases", "row_major_guess"]
+__all__ = ["STATED", "LeafSharding", "resolve_output_shardings", "settle", "sharding_notes", "aliases",
+           "row_major_guess"]
 
 #: Sources that the module or its capture state (a leaf from any other source was inferred).
 STATED = ("root", "capture", "alias")
@@ -263,8 +264,11 @@ def resolve_output_shardings(module: Module, plan: SpmdPlan, per_device: list[li
         if all(np.array_equal(np.asarray(per_device[d][i]), first, equal_nan=first.dtype.kind in "fc")
                for d in range(p)):
             out.append(LeafSharding(_REPLICATED, "agree", "the partitions' outputs, equal bitwise (replicated)"))
-        elif cands:
-            out.append(attrs.evolve(cands[0], candidates=cands[1:]))
+        elif len(cands) == 1:
+            out.append(cands[0])
+        elif cands:  # nothing is judged by it without a global expected: the first assembles the outputs
+            others = "; ".join(f"{c.detail} say {c.sharding.text}" for c in cands[1:])
+            out.append(attrs.evolve(cands[0], candidates=cands[1:], detail=f"{cands[0].detail}; ambiguous: {others}"))
         elif local:
             dims = [p] + [1] * (len(local) - 1)
             out.append(LeafSharding(row_major_guess(local, tuple(a * b for a, b in zip(local, dims)), p), "dim0",
