@@ -131,3 +131,33 @@ def test_capture_after_jax_started_without_jax_platforms():
     p = subprocess.run([sys.executable, "-c", _STARTED_JAX], capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.split()[:3] == ["1", "xla", "True"]
+
+
+IN_MEMORY = '''
+import json, os
+os.environ["JAX_PLATFORMS"] = "cpu"
+import jax, numpy as np
+from jax.sharding import PartitionSpec as P
+import fusegen
+
+def scale(x):  # the output transposed over the mesh: P("b", "a"), which no parameter has
+    return 2.0 * x.T
+
+x = np.arange(32, dtype=np.float32).reshape(4, 8)
+c = fusegen.capture(scale, x, mesh={"a": 2, "b": 2}, in_shardings=P("a", "b"), out_shardings=P("b", "a"))
+r = fusegen.run(c, compile=False)
+print(json.dumps({"status": r.status, "texts": list(c.out_shardings), "sources": r.output_sharding_sources}))
+'''
+
+
+@needs_plugin
+@pytest.mark.slow
+def test_a_capture_in_memory_runs_with_the_output_shardings_jax_states():
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run([sys.executable, "-c", IN_MEMORY], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["status"] == "ok" and doc["texts"] == ["{devices=[2,2]<=[2,2]T(1,0)}"]
+    (src,) = doc["sources"]
+    assert src["source"] == "capture" and src["from"] == "fusegen.capture of scale" and not src["inferred"]
