@@ -149,17 +149,24 @@ def test_a_pick_made_without_timing_or_estimates_is_not_cached_for_a_gpu_run(tmp
     assert rep.winner == "fake_lib:algorithm=0,cost_us=700,workspace=4096"  # 700 µs against 1500: measured, not guessed
 
 
-def test_without_a_gpu_a_cached_host_winner_is_never_applied(tmp_path):
+def test_without_a_gpu_a_cached_host_winner_is_never_applied(tmp_path, caplog):
     from fusegen_plugins.backends.host import HostCodegenBackend
+
+    from fusegen.cache.tiers import CacheWarning
 
     f, key, e = _entry(provenance.UNKNOWN, backend="host", impl="numpy")  # what fusegen before format 2 cached
     DirectoryTier(tmp_path).put(e)
     o = AutotuneOptions(compile_workers=0, xla_gpu_per_fusion_autotune_cache_dir=str(tmp_path))
-    with pytest.warns(RuntimeWarning, match="'host' backend, which runs on the CPU and is not an XLA:GPU backend"):
+    why = "'host' backend, which runs on the CPU and is not an XLA:GPU backend"
+    # a CacheWarning (the CLI shows its one log line, not the Python warning with a source line)
+    with pytest.warns(CacheWarning, match=why) as w:
         with Autotuner([FakeGemmBackend(), HostCodegenBackend()], o, H200) as t:
             if t.timing != "estimate":
                 pytest.skip("a GPU is usable here: candidates are measured, not estimated")
             rep = t.tune_instruction(f)
+    assert all(issubclass(x.category, RuntimeWarning) for x in w if why in str(x.message))
+    assert [r.getMessage() for r in caplog.records if why in r.getMessage()] == [
+        f"cached config host:impl=numpy for %{f.name} is the {why}; tuning %{f.name} again"]
     assert rep.winner.startswith("fake_triton:") and rep.source["kind"] == "estimated"
     assert all(not c.name.startswith("host") for c in (r.config for r in rep.results))
 

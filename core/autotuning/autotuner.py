@@ -267,13 +267,12 @@ class Autotuner:
         """Whether a cached entry is applied as it is (else the instruction is tuned again; nothing is deleted)."""
         cfg, src = entry.result.config, entry.result.source
         if cfg.backend in self.excluded:
-            warnings.warn(f"cached config {cfg.name} for %{instr.name} is the {cfg.backend!r} backend, which runs on "
-                          f"the CPU and is not an XLA:GPU backend; tuning %{instr.name} again", RuntimeWarning,
-                          stacklevel=4)
+            _ignored(f"cached config {cfg.name} for %{instr.name} is the {cfg.backend!r} backend, which runs on the "
+                     f"CPU and is not an XLA:GPU backend; tuning %{instr.name} again")
             return False
         if cfg.backend not in self.by_name:
-            warnings.warn(f"cached config {cfg.name} for %{instr.name} names backend {cfg.backend!r}, which "
-                          f"is not registered; ignoring it", RuntimeWarning, stacklevel=4)
+            _ignored(f"cached config {cfg.name} for %{instr.name} names backend {cfg.backend!r}, which is not "
+                     f"registered; ignoring it")
             return False
         if src.is_measurement or src.kind == "untimed":
             return True
@@ -520,6 +519,14 @@ class Autotuner:
                 f"Failed to get configs for: {len(failed)} out of {len(instrs)} instructions. See logs for all "
                 f"failures. Example failure: \n%{failed[0].name}: {failed[0].error}", code="Internal")
         return reports
+
+
+def _ignored(message: str) -> None:
+    """A cached config not applied: one log line (what the CLI shows) and a :class:`CachedConfigWarning`."""
+    from fusegen.cache.tiers import CachedConfigWarning
+
+    log.warning(message)
+    warnings.warn(message, CachedConfigWarning, stacklevel=5)
 
 
 def _model_version() -> int:

@@ -48,6 +48,11 @@ class CacheWarning(UserWarning):
     """A cache file was ignored (corrupt, truncated, wrong key); the message names the file."""
 
 
+class CachedConfigWarning(CacheWarning, RuntimeWarning):
+    """A readable cache entry's config is not applied (a host winner for a GPU key, an unregistered backend); the
+    message names the config and the instruction. Logged once too, so the CLI shows one line, not the warning."""
+
+
 def normalize_mode(mode: str) -> str:
     """``update``/``UPDATE``/``1`` -> ``UPDATE`` (also ``READ``=2, ``WRITE_ONLY``=3; XLA's proto values).
 
