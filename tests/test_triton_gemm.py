@@ -17,6 +17,8 @@ from fusegen.passes.pipeline import optimize_if_needed
 from fusegen.runtime.compare import compare
 from fusegen.runtime.executor import run_module
 from fusegen.runtime.inputs import make_inputs
+from fusegen.verify.budget import judge, output_budgets
+from fusegen.verify.options import VerifyOptions
 from fusegen_plugins.backends.triton import TritonBackend, _Analysis
 from fusegen_plugins.backends.triton_configs import TritonGemmConfig, default_configs
 from fusegen_plugins.backends.triton_gemm_emitter import TritonGemmFusion
@@ -40,8 +42,10 @@ def _check(f, cfg=None, seed=0):
     ops = _operands(f, seed)
     out = triton_runtime.run_fusion(emitted, ops, f)[0]
     ref = evaluate_instruction(f, ops)
-    c = compare(out, np.asarray(ref), f.shape.element_type)
-    assert c.ok, (cfg, c)
+    # within the fusion's error budget: f32 dots run at tf32 as in XLA (budget "tf32"), others as their type
+    (budget,) = output_budgets(f)
+    j = judge(out, np.asarray(ref), budget, VerifyOptions())
+    assert j.ratio <= 1, (cfg, budget, j)
     return emitted
 
 

@@ -8,7 +8,8 @@
 * :func:`patch_select_gather`: ``tl.where`` as a bitwise select, 1-D ``tl.gather`` as ``np.take``;
 * :func:`patch_dot`: ``tl.dot`` reads bf16/fp8 operands as their values (not raw bits), multiplies f32 operands
   at tf32 as the tensor cores do when ``input_precision="tf32"``, accumulates in f32 (s32 for 8-bit integers);
-* :func:`patch_inline_asm`: the one inline-asm idiom fusegen's kernels use, ``cvt.rna.tf32.f32``, in numpy.
+* :func:`patch_inline_asm`: the inline asm fusegen's kernels use (``cvt.rna.tf32.f32``, ``.pragma "nounroll"``)
+  in numpy.
 """
 
 from __future__ import annotations
@@ -315,8 +316,13 @@ def patch_dot() -> None:
     builder.create_dot = create_dot
 
 
-#: The inline-asm texts the interpreter runs (numpy implementations, one output per input element).
-_INLINE_ASM = {"cvt.rna.tf32.f32 $0, $1;": tf32_round}
+#: PTX ``.pragma "nounroll";`` as inline asm: the loop whose header holds it stays a loop in ptxas (fusegen's
+#: GEMM K loops, as XLA's kernels keep theirs); no value, so its interpreter result is a dummy int32 0.
+NOUNROLL_ASM = '.pragma "nounroll";'
+
+#: The inline-asm texts the interpreter runs: text -> numpy function of the input arrays giving the output.
+_INLINE_ASM = {"cvt.rna.tf32.f32 $0, $1;": lambda vals: tf32_round(vals[0]),
+               NOUNROLL_ASM: lambda vals: np.zeros(1, dtype=np.int32)}
 
 
 class _AsmCall:
@@ -334,7 +340,8 @@ def patch_inline_asm() -> None:
     """Run :data:`_INLINE_ASM`'s inline assembly (``tl.inline_asm_elementwise``) in Triton's interpreter, which
     otherwise raises ``NotImplementedError`` for any; every other text still does (idempotent). XLA's Triton
     pipeline rounds the f32 operands of a tf32 dot with ``cvt.rna.tf32.f32`` (its
-    ``RoundF32ToTF32ForTf32DotRewritePass``), and fusegen's GEMM kernels emit that instruction as XLA does."""
+    ``RoundF32ToTF32ForTf32DotRewritePass``), and fusegen's GEMM kernels emit that instruction as XLA does;
+    their K loops carry :data:`NOUNROLL_ASM`, which computes nothing."""
     from triton.runtime import interpreter as interp
 
     builder = interp.InterpreterBuilder
@@ -343,11 +350,11 @@ def patch_inline_asm() -> None:
     def create_inline_asm(self: Any, asm: str, constraints: str, values: list, types: list, is_pure: bool,
                           pack: int) -> Any:
         fn = _INLINE_ASM.get(" ".join(str(asm).split()))
-        if fn is None or len(values) != 1 or len(types) != 1:
+        if fn is None or len(types) != 1:
             return original(self, asm, constraints, values, types, is_pure, pack)
         ty = types[0]
         scalar = ty.scalar if hasattr(ty, "scalar") else ty
-        return _AsmCall([interp.TensorHandle(fn(values[0].data), scalar)])
+        return _AsmCall([interp.TensorHandle(fn([v.data for v in values]), scalar)])
 
     builder.create_inline_asm = create_inline_asm
 

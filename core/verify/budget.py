@@ -7,7 +7,9 @@ A fusion output's budget (per element, absolute) is
 where ``t`` is the *lowest-precision floating type computed on the path to the output* inside the fused
 computation (a bf16 intermediate rounds differently when a kernel keeps it in f32, so an f32 output fed by a
 computed bf16 value inherits bf16's budget; the fusion's parameters do not count: kernel and reference read
-the same operand values), ``rtol(t)`` the per-type relative tolerance of
+the same operand values; a ``dot`` counts the type XLA:GPU forms its products in,
+:meth:`fusegen.hlo.dot_numerics.DotNumerics.product_type`: ``tf32`` for an f32 dot at default precision, which
+runs on tensor cores with 10 mantissa bits), ``rtol(t)`` the per-type relative tolerance of
 :mod:`fusegen.runtime.compare`, ``floor(t)`` the ``[verify]`` floor (:class:`~fusegen.verify.options.VerifyOptions`)
 and ``K`` the largest number of terms one output element sums on that path (a ``reduce``'s reduced size, a
 ``dot``'s contracting size, a convolution's window times input features). Summation error grows like
@@ -32,7 +34,7 @@ from fusegen.runtime.compare import abs_error, tolerance
 from fusegen.verify.options import VerifyOptions
 
 #: Mantissa bits per floating type (lower = less precise).
-MANTISSA = {"f64": 52, "c128": 52, "f32": 23, "c64": 23, "f16": 10, "bf16": 7}
+MANTISSA = {"f64": 52, "c128": 52, "f32": 23, "c64": 23, "tf32": 10, "f16": 10, "bf16": 7}
 GROWTH_FREE_TERMS = 256
 _TINY = 2.0 ** -126  # smallest normal f32: the scale of an all-zero reference
 
@@ -88,6 +90,21 @@ def _reduced_terms(inst: Instruction) -> int:
     return 1
 
 
+def _dot_product_type(dot: Instruction) -> str | None:
+    """The type XLA:GPU forms ``dot``'s products in (``tf32`` for f32 operands at default precision), or None
+    for a dot whose algorithm or precision is unknown (the evaluator's own error names it)."""
+    from fusegen.hlo.dot_numerics import DotNumericsError, dot_numerics
+
+    try:
+        num = dot_numerics(dot)
+    except DotNumericsError:
+        return None
+    types = [o.shape.element_type for o in dot.operands[:2] if o.shape.is_array]
+    if not types or not all(dtypes.is_floating(t) for t in types):
+        return None
+    return min((num.product_type(t) for t in types), key=mantissa_bits)
+
+
 def _walk(root: Instruction, seen: set[int], acc: dict[str, Any]) -> None:
     stack = [root]
     while stack:
@@ -100,11 +117,45 @@ def _walk(root: Instruction, seen: set[int], acc: dict[str, Any]) -> None:
                 if mantissa_bits(s.element_type) < mantissa_bits(acc["type"]):
                     acc["type"] = s.element_type
         acc["terms"] = max(acc["terms"], _reduced_terms(inst))
+        if inst.opcode == "dot":
+            product = _dot_product_type(inst)
+            if product is not None and mantissa_bits(product) < mantissa_bits(acc["type"]):
+                acc["type"] = product
         for c in inst.called_computations:  # nested fusions, reduce combiners, calls: wholly on the path
             _walk(c.root, seen, acc)
             for p in c.parameters:
                 _walk(p, seen, acc)
         stack.extend(inst.operands)
+
+
+def output_tolerance_types(module: Any) -> list[str]:
+    """Per array leaf of ``module``'s entry output: the type whose tolerance and floor judge it against the
+    reference and the f64 oracle. That is the leaf's own type unless a ``dot`` on its path (in the entry
+    computation or any computation it calls) forms its products at lower precision than the leaf holds: then
+    the dot's product type (``tf32`` for an f32 dot at default precision). The reference evaluator multiplies
+    in f32 there, XLA:GPU (and the kernel) on tensor cores."""
+    root = module.entry.root
+    leaves = root.shape.leaves()
+    roots = list(root.operands) if root.opcode == "tuple" and len(leaves) == len(root.operands) else [root] * len(leaves)
+    out = []
+    for shape, r in zip(leaves, roots):
+        t = shape.element_type
+        seen: set[int] = set()
+        stack = [r]
+        while stack:
+            inst = stack.pop()
+            if id(inst) in seen:
+                continue
+            seen.add(id(inst))
+            if inst.opcode == "dot":
+                p = _dot_product_type(inst)
+                if p is not None and mantissa_bits(p) < mantissa_bits(t):
+                    t = p
+            stack.extend(inst.operands)
+            for c in inst.called_computations:  # fusions, calls, loop bodies: every instruction of them
+                stack.extend(c.instructions)
+        out.append(t)
+    return out
 
 
 def output_budgets(fusion: Instruction) -> list[Budget]:

@@ -7,8 +7,9 @@ Two tolerances, both configurable (``[verify]`` in ``fusegen.toml``, ``--rtol`` 
   program's element types allow: ``drift``, not ``mismatch``. Default 4: kernels reassociate sums and use
   other transcendental approximations, so their rounding error is the reference's up to a small factor.
 * ``atol``: the per-dtype *floor*, a fraction of the output's largest magnitude (``max(1, max|oracle|)``) that
-  is always allowed, about a few units in the last place of the type: f64 1e-12, f32 1e-5, f16 1e-3,
-  bf16 1e-2, f8 0.07. ``--atol X`` (or ``atol = X``) sets every type's floor; ``[verify.atol]`` sets them per
+  is always allowed, about a few units in the last place of the type: f64 1e-12, f32 1e-5, tf32 (the
+  products of an f32 dot on tensor cores, each operand rounded to 10 mantissa bits: 4 ulps of 2^-10) 4e-3,
+  f16 1e-3, bf16 1e-2, f8 0.07. ``--atol X`` (or ``atol = X``) sets every type's floor; ``[verify.atol]`` sets them per
   type (``bf16 = 2e-2``).
 """
 
@@ -19,8 +20,8 @@ from typing import Any, Mapping
 import attrs
 
 #: Per-dtype floors (fractions of max(1, max|value|)); one ulp-ish of each type, times a few.
-DEFAULT_FLOORS: dict[str, float] = {"f64": 1e-12, "c128": 1e-12, "f32": 1e-5, "c64": 1e-5, "f16": 1e-3,
-                                    "bf16": 1e-2, "f8": 0.07}
+DEFAULT_FLOORS: dict[str, float] = {"f64": 1e-12, "c128": 1e-12, "f32": 1e-5, "c64": 1e-5, "tf32": 4e-3,
+                                    "f16": 1e-3, "bf16": 1e-2, "f8": 0.07}
 DEFAULT_RTOL = 4.0
 KEYS = ("rtol", "atol", "allow_vacuous")
 
@@ -47,6 +48,14 @@ class VerifyOptions:
         if element_type.startswith(("f8", "f4")):
             return self.floors.get(element_type, self.floors.get("f8", DEFAULT_FLOORS["f8"]))
         return self.floors.get(element_type, 0.0)
+
+    def with_floor_of(self, element_type: str, precision_type: str) -> "VerifyOptions":
+        """A copy whose floor for ``element_type`` is at least ``precision_type``'s (an f32 output computed by
+        a tf32 dot is judged with tf32's floor); ``self`` when that changes nothing."""
+        f = max(self.floor(element_type), self.floor(precision_type))
+        if precision_type == element_type or f == self.floor(element_type):
+            return self
+        return attrs.evolve(self, floors={**self.floors, element_type: f})
 
     def with_overrides(self, rtol: float | None = None, atol: float | None = None,
                        allow_vacuous: bool | None = None) -> "VerifyOptions":

@@ -28,7 +28,7 @@ import numpy as np
 
 from fusegen.hlo.ir import Computation, Instruction, Module
 from fusegen.runtime.compare import abs_error, all_nonfinite, compare
-from fusegen.verify.budget import judge_fusion
+from fusegen.verify.budget import judge_fusion, output_tolerance_types
 from fusegen.verify.expected import (OutputPath, edge_values, judge_expected, load_expected,  # noqa: F401
                                      output_paths, typed)
 from fusegen.verify.options import VerifyOptions
@@ -208,10 +208,13 @@ def _max(d: np.ndarray) -> float:
 
 def _judge_output(i: int, t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray | None,
                   options: VerifyOptions, budgets_ok: bool, path: OutputPath | None = None,
-                  tied: tuple | None = None) -> OutputVerdict:
+                  tied: tuple | None = None, tolerance_type: str | None = None) -> OutputVerdict:
+    """One output's verdict; ``tolerance_type`` (default ``t``) gives the tolerance against the reference
+    (``tf32`` for an output of a tf32 dot, :func:`fusegen.verify.budget.output_tolerance_types`), and
+    ``options`` already carries its floor (:meth:`VerifyOptions.with_floor_of`)."""
     if e is not None:
         e = typed(e, k)  # np.savez stores bfloat16 arrays as raw bytes
-    c = compare(k, r, t)
+    c = compare(k, r, tolerance_type or t)
     v = OutputVerdict(f"o{i}", t, "ok" if c.ok else "mismatch", c.max_abs_error)
     if k.shape != r.shape:
         return v
@@ -353,17 +356,22 @@ def judge_module(module: Module, args: list[Any], out: Any, ref: Any, events: li
             terms = _term_magnitudes(module, args)
             if terms is not None and len(terms) == len(paths):
                 paths = [attrs.evolve(p, terms=t) if p.order_dependent else p for p, t in zip(paths, terms)]
+    # an output computed by a dot at lower precision than its type (tf32) is judged at that precision
+    tts = output_tolerance_types(module)
+    tts += [s.element_type for s in shapes[len(tts):]]
+    opts = [options.with_floor_of(s.element_type, tt) for s, tt in zip(shapes, tts)]
     outs = [_judge_output(i, s.element_type, k, r, os_[i] if os_ else None,
-                          expected[i] if expected is not None else None, options, first is None, p)
+                          expected[i] if expected is not None else None, opts[i], first is None, p,
+                          tolerance_type=tts[i])
             for i, (s, k, r, p) in enumerate(zip(shapes, ks, rs, paths))]
     if ties and first is None and any(o.status == "mismatch" for o in outs):
-        _judge_ties(module, args, shapes, ks, rs, os_, expected, paths, outs, options, ties, budget)
+        _judge_ties(module, args, shapes, ks, rs, os_, expected, paths, outs, opts, ties, budget, tts)
     return ModuleVerdict(outs, oracle, first)
 
 
 def _judge_ties(module: Module, args: list[Any], shapes: list, ks: list, rs: list, os_: list | None,
-                expected: list | None, paths: list, outs: list[OutputVerdict], options: VerifyOptions,
-                ties: list, budget: Any) -> None:
+                expected: list | None, paths: list, outs: list[OutputVerdict], opts: list[VerifyOptions],
+                ties: list, budget: Any, tts: list[str]) -> None:
     """Replace each mismatching verdict of ``outs`` that near-ties explain (:mod:`fusegen.verify.ties`).
 
     First the reference re-run with every tie in the kernel path's order: an output that differed from the
@@ -386,21 +394,22 @@ def _judge_ties(module: Module, args: list[Any], shapes: list, ks: list, rs: lis
         if v.status != "mismatch" or i >= len(rs) or rs[i].shape != ks[i].shape:
             continue
         t, k, o = s.element_type, ks[i], os_[i] if os_ else None
+        options, tt = opts[i], tts[i]
         e = typed(expected[i], k) if expected is not None else None
         r, noted = rs[i], []
-        if not compare(k, r, t).ok:
+        if not compare(k, r, tt).ok:
             if None not in flips:
                 flips[None] = run()
             got = flips[None]
             if got is not None and got[1] and i < len(got[0]) and got[0][i].shape == k.shape:
                 r, noted = got[0][i], got[1]
-        alone = _judge_output(i, t, k, r, o, None, options, True, paths[i])
+        alone = _judge_output(i, t, k, r, o, None, options, True, paths[i], tolerance_type=tt)
         if alone.status == "mismatch":
             continue  # the kernels differ from the reference that took their choices: not a tie
         tied, used = None, []
         path = paths[i] or OutputPath(False, False, False, 0.0)
-        if e is not None and e.shape == k.shape and _judge_output(i, t, k, r, o, e, options, True,
-                                                                  paths[i]).status == "mismatch":
+        if e is not None and e.shape == k.shape and _judge_output(i, t, k, r, o, e, options, True, paths[i],
+                                                                  tolerance_type=tt).status == "mismatch":
             fails = failing(t, k, r, o, e, path, options)
             explained = np.zeros(fails.shape, bool)
             for tie in flip_order(ties, FLIPS_TRIED):
@@ -420,7 +429,7 @@ def _judge_ties(module: Module, args: list[Any], shapes: list, ks: list, rs: lis
             tied = (explained, f"the reference re-run with {describe(used)} flipped gives the expected value there")
         if not noted and tied is None:
             continue
-        nv = _judge_output(i, t, k, r, o, e, options, True, paths[i], tied)
+        nv = _judge_output(i, t, k, r, o, e, options, True, paths[i], tied, tolerance_type=tt)
         if nv.status == "mismatch":
             continue
         if noted:
