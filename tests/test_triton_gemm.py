@@ -220,7 +220,7 @@ def test_batched_interpret_variant_is_bitwise_the_per_batch_one(cfg):
     v = k.interpret_variant
     assert k.launch.grid == (9 * -(-40 // cfg.block_m) * -(-20 // cfg.block_n),)  # XLA's launch stays
     assert v.constexprs["N"] == 5 and "acc = tl.full([2, 64, 32], 0, tl.float32)" in v.source
-    per_batch = attrs.evolve(cfg, block_m=64, block_n=32)
+    per_batch = attrs.evolve(cfg, block_m=64, block_n=32, block_k=32)  # the variant's tiles (block_k to 32 >= K)
     plain = TritonGemmFusion(_Analysis(f), per_batch, interpret_variant=False).emit()
     assert plain.kernels[0].constexprs["N"] == 9
     ops = _operands(f, seed=3)

@@ -32,10 +32,15 @@ def _triton_version() -> str:
         return "none"
 
 
+#: Part of every key: bump when what the kernels of a fusion compile to changes for the same fusion (an emitter
+#: writing another program, another pointer alignment): "2" = buffers declared 16-byte aligned, GEMMs as XLA's.
+RECORD_SCHEMA = "2"
+
+
 def compile_key(parts: Any) -> str:
-    """A file-name-safe hash of ``parts`` (what decides a compile's result: JSON-able, ``str`` for the rest)
-    and the Triton version (another Triton compiles another kernel)."""
-    text = json.dumps([parts, _triton_version()], default=str, sort_keys=True)
+    """A file-name-safe hash of ``parts`` (what decides a compile's result: JSON-able, ``str`` for the rest),
+    :data:`RECORD_SCHEMA` and the Triton version (another Triton compiles another kernel)."""
+    text = json.dumps([parts, RECORD_SCHEMA, _triton_version()], default=str, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -107,6 +107,9 @@ class KernelSource:
             multi-launch sorts). Empty: one launch without scalars. The interpreter variant runs its own
             ``scalar_launches``: the same launches, or fewer doing the same steps in the same order
             (a variant whose programs hold whole rows). ``launch`` is every launch's grid.
+        notes: where the emitter knows its kernel is not XLA's program, why (one sentence each: e.g. a tile
+            padded because upstream Triton has no smaller ``tl.dot``, so shared memory differs); reports and
+            benchmark rows show them.
     """
 
     name: str
@@ -119,6 +122,7 @@ class KernelSource:
     interpret_variant: "KernelSource | None" = attrs.field(default=None, eq=False, repr=False)
     scalar_types: tuple[str, ...] = ()
     scalar_launches: tuple[tuple[int, ...], ...] = ()
+    notes: tuple[str, ...] = attrs.field(default=(), eq=False)
 
     @property
     def launch_args(self) -> tuple[tuple[int, ...], ...]:

@@ -348,8 +348,10 @@ def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | 
 
     warps = int(num_warps or ks.launch.num_warps)
     scalar_types = tuple(scalar_types) or tuple(ks.scalar_types)
+    # the buffers' types are part of the signature, not of the source: a bf16 and an f16 kernel share a text
     key = (source_hash(ks), capability, warps, ks.num_stages, pointer_alignment, scalar_types,
-           tuple(sorted(ks.constexprs.items())))
+           tuple(sorted(ks.constexprs.items())),
+           tuple(triton_source.storage_type(p.shape.element_type) for p in ks.params))
     if key in _COMPILED:
         return attrs.evolve(_COMPILED[key], seconds=0.0)
     jitfn = load_kernel(ks)

@@ -53,7 +53,7 @@ def kernel_compile_info(kernel: Any, capability: int = 90) -> dict[str, Any]:
     from fusegen.codegen import triton_runtime
 
     try:
-        res = triton_runtime.compile_for_target(kernel, capability=capability)
+        res = triton_runtime.compile_for_target(kernel, capability=capability, pointer_alignment=16)  # as launched
     except Exception as e:  # the report shows the failure on the fusion's card
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         return {"status": "failed", "target": f"sm_{capability}", "error": f"{type(e).__name__}: {msg}"}

@@ -50,7 +50,9 @@ def compile_kernels(kernels: Sequence[Any], capability: int = 90) -> tuple:
     shared, registers = [], []
     try:
         for k in kernels:
-            res = triton_runtime.compile_for_target(k, capability=capability)
+            # the launched kernel: Triton's JIT specialises 16-byte aligned buffers (XLA's are), which can change
+            # its layouts and so its shared memory (fp8 GEMM tiles: 256 bytes unaligned, 512 aligned, as XLA's)
+            res = triton_runtime.compile_for_target(k, capability=capability, pointer_alignment=16)
             shared.append(res.shared_bytes)
             registers.append(res.registers)
     except Exception as e:

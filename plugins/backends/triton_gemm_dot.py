@@ -1,16 +1,18 @@
 """The ``tl.dot`` of a Triton GEMM kernel: operand types, input precision, accumulator, and the K-step lines.
 
 XLA's Triton GEMMs multiply the operand tiles in their own types on the tensor cores (``HMMA.16816.F32.BF16``
-for bf16, f16 alike, fp8 upcast to f16 MMA by Triton on sm_90's ``mma.sync`` path or ``wgmma`` on fp8, ``IMMA``
+for bf16, f16 alike; fp8 as f16 on ``mma.sync``, Triton's own lowering, or natively on ``wgmma``; ``IMMA``
 for int8 into s32), accumulating in f32; f32 operands run at tf32 where XLA allows it, rounded first with
 ``cvt.rna.tf32.f32``; see :mod:`fusegen.hlo.dot_numerics` for the rules (``algorithm``, ``operand_precision``)
 and the XLA sources they mirror. :func:`plan` turns them into a :class:`DotPlan` for one dot.
 
 Triton's smallest ``tl.dot`` K is 16 for 16-bit operands, 32 for 8-bit, 8 for 32-bit and 4 for 64-bit (its
 ``min_dot_size`` on NVIDIA; M and N have no lower bound there, it pads them itself, so XLA's ``block_n = 8``
-tiles go to ``mma.m16n8k16`` as they are). A ``block_k`` below that is padded in registers
-(:attr:`DotPlan.min_k`): the tile is loaded ``min_k`` wide with the lanes past ``block_k`` masked to zero, so
-every K step still adds exactly XLA's ``block_k`` products.
+tiles go to ``mma.m16n8k16`` as they are). Below that K: fp8 tiles become exact f16 tiles at K 16 (what
+Triton does with fp8 on ``mma.sync`` anyway); other tiles are padded in registers (:attr:`DotPlan.min_k`): the
+tile is loaded ``min_k`` wide with the lanes past ``block_k`` masked to zero, so every K step still adds
+exactly XLA's ``block_k`` products (XLA's Triton fork multiplies the narrower tile; the kernel's ``notes`` say
+so, its staged tiles and shared memory being larger).
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def _split_bf16_lines(indent: str, passes: int) -> list[str]:
     parts (``hi = bf16(x)``, ``mid = bf16(x - hi)``, ``lo = bf16(x - hi - mid)``), the cross products summed
     from the smallest up in XLA's order, non-finite partial sums zeroed before the ``hi x hi`` product."""
     parts = 2 if passes == 3 else 3
-    names = ["hi", "mid", "lo"][:parts]
+    names = ["hi", "lo"] if parts == 2 else ["hi", "mid", "lo"]
     out = []
     for v in ("a", "b"):
         rest = v
@@ -119,8 +121,14 @@ def _split_bf16_lines(indent: str, passes: int) -> list[str]:
     return out
 
 
-def plan(dot: Instruction) -> DotPlan:
-    """The :class:`DotPlan` of ``dot`` under XLA's rules (:func:`fusegen.hlo.dot_numerics.dot_numerics`).
+def plan(dot: Instruction, block_k: int) -> DotPlan:
+    """The :class:`DotPlan` of ``dot`` tiled ``block_k`` deep, under XLA's rules
+    (:func:`fusegen.hlo.dot_numerics.dot_numerics`).
+
+    fp8 tiles shallower than Triton's fp8 ``tl.dot`` (K 32) are converted to f16 (exactly: every e4m3/e5m2 value
+    is an f16) and multiplied at K 16, as Triton itself multiplies fp8 on ``mma.sync`` (upcast to f16): the
+    program XLA runs for such tiles, with its shared memory. int8 tiles below K 32 have no such exact
+    alternative and are padded to 32 (:attr:`DotPlan.min_k`).
 
     Raises:
         fusegen.hlo.dot_numerics.DotNumericsError: an unknown algorithm or operand precision.
@@ -135,6 +143,8 @@ def plan(dot: Instruction) -> DotPlan:
         if lt in ("f16", "bf16") and rt in ("f16", "bf16"):
             common = "f32"  # both exact in tf32 (10 mantissa bits or fewer)
         lt = rt = common
+    if lt.startswith("f8") and rt.startswith("f8") and block_k < MIN_K[8]:
+        lt = rt = "f16"
     integer = lt in ("s8", "u8")
     if integer:
         return DotPlan(lt, rt, "tl.int32", None, False, 0, lt == rt == "s8", num)

@@ -22,7 +22,8 @@ linear-index convention of :func:`fusegen.codegen.triton_runtime.run_interpreted
 with fewer, wider programs.
 
 Interpreter variant (:attr:`~fusegen.codegen.kernel.KernelSource.interpret_variant`): the same kernel with
-``block_m``/``block_n`` grown towards the whole output (``block_k``, the accumulation order, kept); when one tile
+``block_m``/``block_n`` grown towards the whole output and ``block_k`` to 128 (the same conversions, products and
+f32 accumulation; only the grouping of the f32 sums differs, as between tensor core and numpy); when one tile
 then covers a batch index's whole ``M x N``, several batch indices share a program (a power of two, padding past
 the batch count at most 1/8, every tensor within Triton's 2**20 elements) as one 3-D ``tl.dot`` per K step,
 each batch index's product the 2-D one's (attention's per-head GEMMs: 48 programs become 3).
@@ -48,8 +49,8 @@ from fusegen.hlo.dot_numerics import DotNumericsError
 from fusegen.hlo.ir import Computation, Instruction
 from fusegen_plugins.backends import triton_gemm_dot
 from fusegen_plugins.backends.triton_configs import ConfigError, TritonGemmConfig, from_values
-from fusegen_plugins.backends.triton_gemm_epilogue import (EpilogueGen, dot_to_root_map, inline_nested, root_index,
-                                                           row_major)
+from fusegen_plugins.backends.triton_gemm_epilogue import (EpilogueGen, dot_to_root_map, inline_nested, root_dims_of_dot,
+                                                           root_index, row_major)
 
 GEMM_KINDS = ("__triton_gemm", "__triton_nested_gemm_fusion")
 #: Triton's largest tensor (elements, ``triton.language.TRITON_MAX_TENSOR_NUMEL``): a batched tile's bound.
@@ -64,8 +65,12 @@ def _pow2_at_least(n: int, lo: int = 16, hi: int = 128) -> int:
 
 
 # ------------------------------------------------------------------------------------------------ config
-def resolve_config(fusion: Instruction, dot: Instruction) -> TritonGemmConfig:
+def resolve_config(fusion: Instruction, dot: Instruction, comp: Computation | None = None) -> TritonGemmConfig:
     """The config the fusion carries, or a size-based default.
+
+    A ``block_level_fusion_config`` tiles the fusion's root; with ``comp`` (the fused computation, nested
+    fusions inlined) its M and N tiles are read where the epilogue's bitcasts and transposes put the dot's last
+    M and N dimensions (:func:`.triton_gemm_epilogue.root_dims_of_dot`), else from the root's last two.
 
     Raises:
         EmitterUnsupported: ``split_k > 1`` or ``num_ctas > 1``.
@@ -81,6 +86,9 @@ def resolve_config(fusion: Instruction, dot: Instruction) -> TritonGemmConfig:
             sizes = [int(x) for x in (tiles[0].get("sizes") if tiles else [])]
             bm = sizes[-2] if len(sizes) >= 2 else 64
             bn = sizes[-1] if sizes else 64
+            where = _mn_root_dims(comp, dot) if comp is not None else None
+            if where is not None and len(sizes) == comp.root.shape.rank:
+                bm, bn = sizes[where[0]], sizes[where[1]]
             cfg = from_values({"block_m": bm, "block_n": bn, "block_k": _nested_block_k(dot),
                                "num_warps": blc.get("num_warps", 4), "num_stages": blc.get("num_stages", 1),
                                "num_ctas": blc.get("num_ctas", 1)})
@@ -93,6 +101,17 @@ def resolve_config(fusion: Instruction, dot: Instruction) -> TritonGemmConfig:
     if cfg.num_ctas != 1:
         raise EmitterUnsupported("fusion", fusion.name, f"num_ctas={cfg.num_ctas} (clusters) is not supported")
     return cfg
+
+
+def _mn_root_dims(comp: Computation, dot: Instruction) -> tuple[int, int] | None:
+    """The root dimensions holding the dot's last M and last N dimension, or None where unknown."""
+    dims = root_dims_of_dot(comp, dot)
+    nb = len(_dims(dot, "lhs_batch_dims"))
+    nl = len(_nc(dot.operands[0].shape, _dims(dot, "lhs_contracting_dims"), _dims(dot, "lhs_batch_dims")))
+    m_last, n_last = nb + nl - 1, dot.shape.rank - 1
+    if dims is None or m_last not in dims or n_last not in dims or m_last < nb:
+        return None
+    return dims.index(m_last), dims.index(n_last)
 
 
 def _nested_block_k(dot: Instruction) -> int:
@@ -182,6 +201,8 @@ class TritonGemmFusion(FusionEmitter):
     #: per tile and per K step, numpy's per element (a 2048x1024 f32 accumulator is 8 MiB).
     INTERPRET_TILE = 2048
     INTERPRET_TILE_ELEMENTS = 1 << 21
+    #: block_k of the interpreter variant (at most; at least the kernel's)
+    INTERPRET_BLOCK_K = 128
 
     def __init__(self, analysis: Any, config: TritonGemmConfig | None = None, interpret_variant: bool = True,
                  block_batch: int = 1):
@@ -204,7 +225,7 @@ class TritonGemmFusion(FusionEmitter):
         root = comp.root
         if root.shape.is_tuple:
             raise EmitterUnsupported("tuple", root.name, "multi-output GEMM fusions are not supported")
-        cfg = self.config_override or resolve_config(fusion, dot)
+        cfg = self.config_override or resolve_config(fusion, dot, comp)
         lhs, rhs = dot.operands
         lb, rb = _dims(dot, "lhs_batch_dims"), _dims(dot, "rhs_batch_dims")
         lc, rc = _dims(dot, "lhs_contracting_dims"), _dims(dot, "rhs_contracting_dims")
@@ -218,7 +239,7 @@ class TritonGemmFusion(FusionEmitter):
         for et in (lhs.shape.element_type, rhs.shape.element_type, dot.shape.element_type):
             ts.tl_dtype(et)  # raises for types Triton lacks
         try:
-            plan = triton_gemm_dot.plan(dot)
+            plan = triton_gemm_dot.plan(dot, cfg.block_k)
         except DotNumericsError as e:
             raise EmitterUnsupported("dot", dot.name, str(e)) from None
         pb = _Problem(B, M, N, K, bsizes, cfg.block_m, cfg.block_n, cfg.block_k, plan,
@@ -308,15 +329,21 @@ class TritonGemmFusion(FusionEmitter):
         ks = KernelSource(name=ts.sanitize_identifier(f"gemm_{fusion.name}", "k"), source="\n".join(src) + "\n",
                           entry="gemm", params=tuple(ctx.params), constexprs={"BLOCK": 1, "N": tiles},
                           launch=LaunchDimensions(grid=(tiles,), num_warps=cfg.num_warps),
-                          num_stages=cfg.num_stages, interpret_variant=variant)
+                          num_stages=cfg.num_stages, interpret_variant=variant,
+                          notes=_notes(pb, [o.shape.element_type for o in fusion.operands]))
         return EmittedFusion(emitter=self.name, kernels=(ks,))
 
     def _interpret_variant(self, cfg: TritonGemmConfig, pb: _Problem) -> KernelSource | None:
-        """The same math on bigger tiles: the interpreter pays per tile, so XLA's small configs (16x8 tiles,
-        thousands of programs) would take minutes; ``block_k`` (the accumulation order) is kept. When one tile
-        then covers a batch index's whole ``M x N``, batch indices are grouped (doubled while the padding past
-        ``B`` stays within 1/8 of the work and the tiles within Triton's largest tensor)."""
-        bm, bn, bk, B, M, N = pb.bm, pb.bn, pb.tk, pb.B, pb.M, pb.N
+        """The same arithmetic on bigger tiles: the interpreter pays per tile and per K step (each ``tl.dot`` call
+        writes the whole accumulator), so XLA's small configs (16x8x16 tiles, thousands of programs, 48 K steps)
+        would take minutes. ``block_m``/``block_n`` grow towards the whole output and ``block_k`` to
+        :attr:`INTERPRET_BLOCK_K`: the operands are converted and rounded as in the GPU kernel and their products
+        summed into the f32 (s32) accumulator as there; only the grouping of those f32 sums differs, as it does
+        between the tensor core and numpy anyway. When one tile then covers a batch index's whole ``M x N``,
+        batch indices are grouped (doubled while the padding past ``B`` stays within 1/8 of the work and the
+        tiles within Triton's largest tensor)."""
+        bm, bn, B, M, N = pb.bm, pb.bn, pb.B, pb.M, pb.N
+        bk = max(pb.bk, min(self.INTERPRET_BLOCK_K, _pow2_at_least(pb.K, 16, self.INTERPRET_BLOCK_K)))
         bm_i = max(bm, _pow2_at_least(M, 16, self.INTERPRET_TILE))
         bn_i = max(bn, _pow2_at_least(N, 16, self.INTERPRET_TILE))
         while bm_i * bn_i > self.INTERPRET_TILE_ELEMENTS and max(bm_i // bm, bn_i // bn) > 1:
@@ -328,11 +355,24 @@ class TritonGemmFusion(FusionEmitter):
         while (B > 1 and bm_i >= M and bn_i >= N and bb_i < B and -(-B // (2 * bb_i)) * 2 * bb_i * 8 <= B * 9
                and 2 * bb_i * max(bm_i * bn_i, bm_i * bk, bk * bn_i) <= TRITON_MAX_NUMEL):
             bb_i *= 2
-        if (bm_i, bn_i, bb_i) == (bm, bn, 1):
+        if (bm_i, bn_i, bk, bb_i) == (bm, bn, pb.bk, 1):
             return None
-        big = attrs.evolve(cfg, block_m=bm_i, block_n=bn_i)
+        big = attrs.evolve(cfg, block_m=bm_i, block_n=bn_i, block_k=bk)
         emitted = TritonGemmFusion(self.analysis, config=big, interpret_variant=False, block_batch=bb_i).emit()
         return emitted.kernels[0] if emitted.kernels else None
+
+
+def _notes(pb: _Problem, operand_types: list[str]) -> tuple[str, ...]:
+    """Where this kernel is knowingly not XLA's program (:attr:`KernelSource.notes`)."""
+    out = []
+    if pb.tk != pb.bk:
+        out.append(f"block_k={pb.bk} padded to {pb.tk} in registers (upstream Triton's smallest "
+                   f"{pb.plan.lhs_type} tl.dot K; XLA's Triton fork multiplies K={pb.bk}): the staged tiles, so "
+                   "shared memory, are larger than XLA's")
+    if any(t in ("s4", "u4", "s2", "u2") for t in operand_types):
+        out.append("sub-byte operands are one element per byte in fusegen's buffers; XLA packs them "
+                   "(Int4ToPackedInt4RewritePass), so its loads and shared memory differ")
+    return tuple(out)
 
 
 def _in_range(terms: list[tuple[str, int, int]]) -> str | None:

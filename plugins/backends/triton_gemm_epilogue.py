@@ -157,3 +157,32 @@ def root_index(gen: ElementalGenerator, comp: Computation, dot: Instruction, dot
 
 def row_major(n: int) -> tuple[int, ...]:
     return tuple(range(n - 1, -1, -1))
+
+
+def root_dims_of_dot(comp: Computation, dot: Instruction) -> list[int | None] | None:
+    """For each dimension of the fusion root, the dot dimension it is (``None`` for a size-1 dimension the layout
+    ops added), or ``None`` when a reshape or bitcast on the way merges or splits dimensions.
+
+    A nested GEMM fusion's ``block_level_fusion_config`` tiles the root (the fusion's output): a root that is the
+    dot moved by a layout-changing bitcast or a transpose has its M and N tiles in other places than the dot's.
+    """
+    dims_of: dict[int, list[int | None]] = {id(dot): list(range(dot.shape.rank))}
+    for u in _dot_dependents(comp, dot):
+        src = next(o for o in u.operands if id(o) in dims_of)
+        d = dims_of[id(src)]
+        if u.opcode == "transpose":
+            dims_of[id(u)] = [d[p] for p in int_list(u.attrs.get("dimensions"))]
+        elif u.opcode in ("bitcast", "reshape"):
+            s_order = list(reversed(src.shape.minor_to_major())) if u.opcode == "bitcast" else list(range(src.shape.rank))
+            u_order = list(reversed(u.shape.minor_to_major())) if u.opcode == "bitcast" else list(range(u.shape.rank))
+            s_big = [x for x in s_order if src.shape.dimensions[x] != 1]
+            u_big = [x for x in u_order if u.shape.dimensions[x] != 1]
+            if [src.shape.dimensions[x] for x in s_big] != [u.shape.dimensions[x] for x in u_big]:
+                return None
+            out: list[int | None] = [None] * u.shape.rank
+            for a, b in zip(u_big, s_big):
+                out[a] = d[b]
+            dims_of[id(u)] = out
+        else:
+            dims_of[id(u)] = list(d) if u.shape.rank == src.shape.rank else [None] * u.shape.rank
+    return dims_of.get(id(comp.root))
