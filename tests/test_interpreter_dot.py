@@ -111,3 +111,18 @@ def test_bf16_reference_values_are_those_of_ml_dtypes():
     b = np.ones((16, 8), dtype=ml_dtypes.bfloat16)
     got = _run("bf16", "bf16", "f32", a, b)
     np.testing.assert_array_equal(got, np.full((16, 8), -8.0, dtype=np.float32))
+
+
+@pytest.mark.parametrize("et", ["f8e4m3fn", "f8e5m2"])
+def test_fp8_dot_reads_nan_and_the_largest_values(et):
+    # e4m3fn has no inf: 0x7f is NaN and 448 its largest value; e5m2 has inf and 57344
+    dt = ml_dtypes.float8_e4m3fn if et == "f8e4m3fn" else ml_dtypes.float8_e5m2
+    a = np.ones((16, 32), dtype=np.float32)
+    a[0, 0] = np.nan
+    a[1, 0] = float(ml_dtypes.finfo(dt).max)
+    a = a.astype(dt)
+    b = np.ones((32, 8), dtype=dt)
+    got = _run(et, et, "f32", a, b)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.isnan(got[0]).all() and not np.isnan(got[1:]).any()
+    np.testing.assert_array_equal(got[1:], want[1:])

@@ -144,6 +144,18 @@ def test_int8_gemm_accumulates_in_s32(block_k):
     assert bool(ks.notes) == (block_k < 32)
 
 
+def test_u8_gemm_without_an_integer_tl_dot_sums_in_s32():
+    # Triton's integer tl.dot takes s8 x s8 only: u8 x s8 multiplies and sums in s32 (no tensor cores)
+    f = _fusion(["u8[16,40]", "s8[40,8]"],
+                "  ROOT d = s32[16,8] dot(p0, p1), lhs_contracting_dims={1}, rhs_contracting_dims={0}", "s32[16,8]")
+    rng = np.random.default_rng(5)
+    a, b = rng.integers(0, 256, (16, 40)).astype(np.uint8), rng.integers(-128, 128, (40, 8)).astype(np.int8)
+    em = TritonGemmFusion(_Analysis(f), TritonGemmConfig(16, 8, 16, 1, 2)).emit()
+    out = triton_runtime.run_fusion(em, [a, b], f)[0]
+    np.testing.assert_array_equal(out, a.astype(np.int64) @ b.astype(np.int64))
+    np.testing.assert_array_equal(out, np.asarray(evaluate_instruction(f, [a, b])))
+
+
 @pytest.mark.parametrize("precision,tf32", [("", True), (", operand_precision={highest,highest}", False),
                                             (", algorithm=dot_f32_f32_f32", False),
                                             (", algorithm=dot_tf32_tf32_f32", True)])

@@ -145,9 +145,12 @@ def plan(dot: Instruction, block_k: int) -> DotPlan:
         lt = rt = common
     if lt.startswith("f8") and rt.startswith("f8") and block_k < MIN_K[8]:
         lt = rt = "f16"
-    integer = lt in ("s8", "u8")
-    if integer:
-        return DotPlan(lt, rt, "tl.int32", None, False, 0, lt == rt == "s8", num)
+    if lt in ("s8", "u8") or rt in ("s8", "u8"):
+        if lt == rt == "s8":
+            return DotPlan(lt, rt, "tl.int32", None, False, 0, True, num)
+        # Triton's integer tl.dot is s8 x s8 only: u8 tiles multiply and sum in s32 (both converted there)
+        own = (dot.operands[0].shape.element_type, dot.operands[1].shape.element_type)
+        return DotPlan(own[0], own[1], "tl.int32", None, False, 0, False, num)
     f32 = lt == "f32"
     precision = num.input_precision if f32 else None
     return DotPlan(lt, rt, acc_t, precision, f32 and precision == "tf32", num.bf16_passes, lt in _BITS, num)
