@@ -116,7 +116,8 @@ def test_identical_fusions_compile_once_in_process_or_on_the_pool(jobs, pool_aft
 
 
 def test_gemm_interpret_variant_with_larger_tiles_is_bitwise_the_smaller_one(monkeypatch):
-    """Wider GEMM tiles keep block_k (the accumulation order): every output element gets the same sums."""
+    """Wider GEMM tiles (block_m/block_n only; block_k is the variant's own, 128 at most, in both) give every
+    output element the same sums."""
     from fusegen.hlo.parser import parse_file
     from fusegen.runtime.executor import Executor
     from fusegen.runtime.inputs import random_value

@@ -11,7 +11,7 @@ Rules (``tsl::tensor_float_32_execution_enabled()`` is on by default, as in JAX 
 
 * algorithm unset: the operands keep their types; a float dot runs at tf32 when both operand precisions are at
   most ``HIGH`` (``DEFAULT`` included), else IEEE f32; the accumulator is f32 (f64 for f64 operands and
-  output, s32 for 8-bit integers into s32);
+  output, s32 for 8-bit integers into s32). fusegen deviates here (:data:`TF32_FOR_DEFAULT_PRECISION`);
 * ``ALG_DOT_F32_F32_F32``: IEEE f32; ``ALG_DOT_TF32_TF32_F32``: tf32; ``ALG_DOT_TF32_TF32_F32_X3``: three tf32
   passes (Triton's ``tf32x3``); ``ALG_DOT_BF16_BF16_F32``: operands rounded to bf16;
   ``ALG_DOT_BF16_BF16_F32_X3/_X6/_X9``: f32 operands split into 2 or 3 bf16 parts multiplied in 3, 6 or 9 bf16
@@ -42,6 +42,13 @@ _ALGORITHMS: dict[str, tuple[str | None, str, int, str | None]] = {
     "ALG_DOT_ANY_F8_ANY_F8_F32_FAST_ACCUM": (None, "ieee", 0, "f32"),
 }
 _PRECISIONS = ("DEFAULT", "HIGH", "HIGHEST", "PACKED_NIBBLE")
+#: Whether f32 dots with the algorithm unset and default precision run at tf32, as XLA:GPU runs them. False:
+#: fusegen's reference evaluator multiplies them in f32 (as XLA:CPU, the tests' oracle, does), and a tf32
+#: kernel's error compounds through a model's layers past any per-type floor of the verdict (a flax block on
+#: random weights: 11% at its softmax, the f32 reference 3e-5 from f64), so until the reference models tf32
+#: such dots run at IEEE f32 (no tensor cores; the GEMM kernel's ``notes`` say so). The tf32 algorithms
+#: (``ALG_DOT_TF32_TF32_F32``...) always run at tf32.
+TF32_FOR_DEFAULT_PRECISION = False
 _FLOATS = ("f64", "f32", "f16", "bf16")
 _MANTISSA = {"f64": 52, "f32": 23, "tf32": 10, "f16": 10, "bf16": 7}
 
@@ -122,9 +129,20 @@ def dot_numerics(dot: Instruction) -> DotNumerics:
             acc = "f64" if (lhs == "f64" and out == "f64") else "f32"
         floats = all(t in _FLOATS or t.startswith("f8") for t in (lhs, rhs, out))
         lp, rp = operand_precisions(dot)
-        tf32 = floats and all(_PRECISIONS.index(p) <= 1 for p in (lp, rp))
+        tf32 = floats and all(_PRECISIONS.index(p) <= 1 for p in (lp, rp)) and TF32_FOR_DEFAULT_PRECISION
         return DotNumerics(alg, None, "tf32" if tf32 else "ieee", 0, acc)
     if alg not in _ALGORITHMS:
         raise DotNumericsError(f"dot %{dot.name}: unknown algorithm {alg}")
     operand, precision, passes, acc = _ALGORITHMS[alg]
     return DotNumerics(alg, operand, precision, passes, acc or "f32")
+
+
+def xla_uses_tf32(dot: Instruction) -> bool:
+    """Whether XLA:GPU runs ``dot`` at tf32 (f32 operands, algorithm unset, both precisions at most ``HIGH``,
+    or a tf32 algorithm), whatever :data:`TF32_FOR_DEFAULT_PRECISION` says."""
+    alg = normalize_algorithm(dot.attrs.get("algorithm"))
+    if alg != "ALG_UNSET":
+        return alg in ("ALG_DOT_TF32_TF32_F32", "ALG_DOT_TF32_TF32_F32_X3")
+    types = [o.shape.element_type for o in dot.operands[:2]]
+    return "f32" in types and all(t in _FLOATS or t.startswith("f8") for t in types) and \
+        all(_PRECISIONS.index(p) <= 1 for p in operand_precisions(dot))

@@ -8,7 +8,7 @@ where ``t`` is the *lowest-precision floating type computed on the path to the o
 computation (a bf16 intermediate rounds differently when a kernel keeps it in f32, so an f32 output fed by a
 computed bf16 value inherits bf16's budget; the fusion's parameters do not count: kernel and reference read
 the same operand values; a ``dot`` counts the type XLA:GPU forms its products in,
-:meth:`fusegen.hlo.dot_numerics.DotNumerics.product_type`: ``tf32`` for an f32 dot at default precision, which
+:meth:`fusegen.hlo.dot_numerics.DotNumerics.product_type`: ``tf32`` for an f32 dot of a tf32 algorithm, which
 runs on tensor cores with 10 mantissa bits), ``rtol(t)`` the per-type relative tolerance of
 :mod:`fusegen.runtime.compare`, ``floor(t)`` the ``[verify]`` floor (:class:`~fusegen.verify.options.VerifyOptions`)
 and ``K`` the largest number of terms one output element sums on that path (a ``reduce``'s reduced size, a
@@ -91,7 +91,7 @@ def _reduced_terms(inst: Instruction) -> int:
 
 
 def _dot_product_type(dot: Instruction) -> str | None:
-    """The type XLA:GPU forms ``dot``'s products in (``tf32`` for f32 operands at default precision), or None
+    """The type ``dot``'s products are formed in (``tf32`` for f32 operands of a tf32 dot), or None
     for a dot whose algorithm or precision is unknown (the evaluator's own error names it)."""
     from fusegen.hlo.dot_numerics import DotNumericsError, dot_numerics
 
@@ -132,7 +132,7 @@ def output_tolerance_types(module: Any) -> list[str]:
     """Per array leaf of ``module``'s entry output: the type whose tolerance and floor judge it against the
     reference and the f64 oracle. That is the leaf's own type unless a ``dot`` on its path (in the entry
     computation or any computation it calls) forms its products at lower precision than the leaf holds: then
-    the dot's product type (``tf32`` for an f32 dot at default precision). The reference evaluator multiplies
+    the dot's product type (``tf32`` for an f32 dot of a tf32 algorithm). The reference evaluator multiplies
     in f32 there, XLA:GPU (and the kernel) on tensor cores."""
     root = module.entry.root
     leaves = root.shape.leaves()
