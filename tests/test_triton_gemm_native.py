@@ -1,11 +1,11 @@
 """Triton GEMMs as XLA's program: ``tl.dot`` on the operands' own types (bf16, f16, fp8 with scales, int8 into s32;
-f32 at tf32 with XLA's ``cvt.rna`` rounding), XLA's small tiles (16x8, block_k below Triton's minimum padded),
+f32 at tf32 with XLA's ``cvt.rna`` rounding where the dot's algorithm asks for tf32), XLA's small tiles (16x8, block_k below Triton's minimum padded),
 contiguous 2-D tile loads, batch / split-K / transposed / nested forms.
 
 Each kernel runs in Triton's interpreter as the GPU kernel itself (XLA's tiles and grid, ``interpret_variant``
 off) and as its interpreter variant, and is checked against the reference evaluator (within the fusion's error
-budget) and against float64 numpy on the operands (the independent oracle; f32 operands rounded to tf32 as XLA's
-tf32 dot reads them). The source is checked for a dtype-native ``tl.dot`` and no gathered index arrays, and the
+budget) and against float64 numpy on the operands (the independent oracle; f32 operands of a tf32 dot rounded to
+tf32 as XLA's kernel reads them). The source is checked for a dtype-native ``tl.dot`` and no gathered index arrays, and the
 sm_90 machine code (``ptxas`` of the Triton wheel, no GPU) for the tensor-core instruction.
 """
 
