@@ -115,9 +115,10 @@ def test_identical_fusions_compile_once_in_process_or_on_the_pool(jobs, pool_aft
     assert reps[0].timings.get("compile") > 0
 
 
-def test_gemm_interpret_variant_with_larger_tiles_is_bitwise_the_smaller_one(monkeypatch):
-    """Wider GEMM tiles (block_m/block_n only; block_k is the variant's own, 128 at most, in both) give every
-    output element the same sums."""
+def test_gemm_interpret_variant_with_larger_tiles_is_the_smaller_one(monkeypatch):
+    """Wider GEMM tiles (block_m/block_n; block_k is the variant's own in both) give every output element the
+    same f32 sums up to their order: numpy's BLAS sums a K step in an order that depends on the tile shape, so
+    the two runs may differ in the last bits (a few f32 ulps of the sum of |products|), never more."""
     from fusegen.hlo.parser import parse_file
     from fusegen.runtime.executor import Executor
     from fusegen.runtime.inputs import random_value
@@ -135,7 +136,11 @@ def test_gemm_interpret_variant_with_larger_tiles_is_bitwise_the_smaller_one(mon
         grids.append((k.interpret_variant or k).launch.grid[0])
         outs.append(triton_runtime.run_fusion(em, ops, inst)[0])
     assert grids[1] < grids[0]
-    assert np.array_equal(np.asarray(outs[0]).view(np.uint8), np.asarray(outs[1]).view(np.uint8))
+    # the bound: K x f32 epsilon x sum of |products| per element (the reordering of one f32 sum)
+    a, b = (np.abs(np.asarray(x, dtype=np.float64)) for x in ops)
+    bound = np.einsum("mbk,bkn->bmn", a, b) * a.shape[-1] * np.finfo(np.float32).eps
+    assert np.all(np.abs(np.asarray(outs[0], np.float64) - outs[1]) <= bound)
+    assert np.mean(np.asarray(outs[0]) == np.asarray(outs[1])) > 0.5  # mostly the same bits
 
 
 _LOG_SOFTMAX_RESHAPED = """HloModule m

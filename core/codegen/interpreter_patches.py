@@ -276,10 +276,10 @@ def patch_dot() -> None:
     uint16 bit patterns there, so a bf16 ``tl.dot`` multiplies raw bits as integers; fp8 goes through
     ``_convert_float`` (no NaN); and f32 operands are multiplied in full f32 whatever ``input_precision`` says.
     Here the operands are read as their values (bf16/fp8 via ml_dtypes), f32 operands of a ``tf32`` dot are
-    truncated to tf32 as the tensor core reads them, the products (exact) are summed in f64 with the accumulator
-    and rounded into its type once per ``tl.dot``, as ``D = A @ B + C`` of an MMA instruction rounds once (int32
-    with wrap-around for 8-bit integers). Summing wide also makes the result independent of the tile shapes
-    numpy's BLAS gets (the interpreter variants' larger tiles). Other operand types keep the original.
+    truncated to tf32 as the tensor core reads them, the products are formed in f32 (f64 for f64, int32 with
+    wrap-around for 8-bit integers; every bf16/f16/fp8 and tf32 product is exact in f32), summed by numpy's BLAS
+    and added to the accumulator, as ``D = A @ B + C`` of the MMA instructions. Other operand types keep the
+    original.
     """
     from triton._C.libtriton import ir
     from triton.runtime import interpreter as interp
@@ -309,10 +309,9 @@ def patch_dot() -> None:
             prod = np.matmul(av.astype(np.int32), bv.astype(np.int32))
             out = (prod + acc.astype(np.int32)).astype(acc.dtype)
         else:
-            # products exact, summed wide and rounded into the accumulator once per dot, as a tensor core's
-            # MMA does (not in f32 term by term); also the same bits whatever the tile shape BLAS is given
-            prod = np.matmul(av.astype(np.float64, copy=False), bv.astype(np.float64, copy=False))
-            out = (prod + acc.astype(np.float64, copy=False)).astype(acc.dtype, copy=False)
+            wide = np.float64 if np.float64 in (av.dtype, bv.dtype, acc.dtype) else np.float32
+            prod = np.matmul(av.astype(wide, copy=False), bv.astype(wide, copy=False))
+            out = (prod + acc.astype(wide, copy=False)).astype(acc.dtype, copy=False)
         return interp.TensorHandle(np.ascontiguousarray(out), d.dtype.scalar)
 
     builder.create_dot = create_dot
