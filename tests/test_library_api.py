@@ -147,6 +147,12 @@ def test_errors_are_exceptions_naming_what_is_wrong(tmp_path):
         fusegen.explain(EXAMPLE, fusion="nope")
     with pytest.raises(ValueError, match="unknown device|h200"):
         fusegen.explain(EXAMPLE, device="h9000")
+    # a JAX function (or anything but a module) is named, with the call that makes a module of it
+    with pytest.raises(TypeError, match=r"got function; for a JAX function: fusegen.capture\(fn, \*args\)"):
+        fusegen.run(lambda x: x, compile=False)
+    for call in (fusegen.explain, fusegen.tune):
+        with pytest.raises(TypeError, match=r"expected a path, HLO text, .* got int$"):
+            call([EXAMPLE, 3])
 
 
 def test_tune_without_tunable_instructions_and_its_json_keys():

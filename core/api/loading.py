@@ -60,15 +60,31 @@ def load(source: str | Path, *, filename: str | None = None):
 
 def as_modules(module: ModuleLike) -> list:
     """``module`` as a list of Modules (a path or HLO text is loaded: :func:`load_all`; a
-    :class:`~fusegen.jax_capture.Captured` gives its module)."""
-    captured = getattr(module, "__fusegen_captured__", None)
-    if captured is not None:  # fusegen.capture's result
-        return [captured.module]
-    if isinstance(module, (str, Path)):
-        return load_all(module)
+    :class:`~fusegen.jax_capture.Captured` gives its module).
+
+    Raises:
+        TypeError: anything else (a JAX function or ``jax.stages.Lowered``: the message names
+            ``fusegen.capture``), before any work.
+    """
+    from fusegen.hlo.ir import Module
+
+    def one(item: Any) -> list:
+        captured = getattr(item, "__fusegen_captured__", None)
+        if captured is not None:  # fusegen.capture's result
+            return [captured.module]
+        if isinstance(item, (str, Path)):
+            return load_all(item)
+        if isinstance(item, Module):
+            return [item]
+        what = type(item).__name__
+        hint = "; for a JAX function: fusegen.capture(fn, *args) compiles it as XLA:GPU does" \
+            if callable(item) or type(item).__module__.startswith("jax") else ""
+        raise TypeError(f"expected a path, HLO text, a fusegen.hlo.ir.Module or fusegen.capture's result, got "
+                        f"{what}{hint}")
+
     if isinstance(module, (list, tuple)):
-        return [m for item in module for m in (load_all(item) if isinstance(item, (str, Path)) else [item])]
-    return [module]
+        return [m for item in module for m in one(item)]
+    return one(module)
 
 
 # ----------------------------------------------------------------------------------- config and devices
