@@ -17,7 +17,7 @@ import pytest
 import fusegen
 from fusegen.autotuning.autotuner import AutotuneOptions, Autotuner
 from fusegen.autotuning.profiler import CpuWallTimeProfiler
-from fusegen.autotuning.testing import FakeGemmBackend, make_gemm_module
+from fusegen.autotuning.testing import DeclaredCostProfiler, FakeGemmBackend, make_gemm_module
 from fusegen.cache import provenance
 from fusegen.cache.format import CacheEntry, CacheFormatError, TuneResult, entry_from_text
 from fusegen.cache.tiers import DirectoryTier
@@ -142,8 +142,11 @@ def test_a_pick_made_without_timing_or_estimates_is_not_cached_for_a_gpu_run(tmp
     assert (rep.step, rep.source["kind"], rep.configs) == ("first-compilable", "untimed", 2)
     assert rep.winner == "fake_lib:algorithm=1,cost_us=1500,workspace=0"
     assert DirectoryTier(tmp_path).files() == [] and len(t.cache.memory) == 0
+    class DeclaredGpuCost(DeclaredCostProfiler):  # the configs' declared cost as CUDA events (no wall-clock noise)
+        name = "cuda-events"
+
     (_, (g,)) = make_gemm_module([(64, 64, 64)])
-    with Autotuner([SlowFirst()], o, H200, profiler=GpuLikeProfiler()) as t:
+    with Autotuner([SlowFirst()], o, H200, profiler=DeclaredGpuCost()) as t:
         rep = t.tune_instruction(g)
     assert (rep.step, rep.source["kind"]) == ("tuned", "measured")
     assert rep.winner == "fake_lib:algorithm=0,cost_us=700,workspace=4096"  # 700 µs against 1500: measured, not guessed
