@@ -153,6 +153,18 @@ def test_capture_mistakes_are_clear_before_compiling(arrays):
         fusegen.capture(step, params, {"x": object(), "y": batch["y"]}, 0.5, static_argnums=2, compiler="fusegen")
 
 
+def test_a_compile_error_whose_first_line_is_a_status_keeps_its_reason(arrays):
+    """XLA's errors put the status on the first line and the reason on the next ("UNIMPLEMENTED: \nCan't
+    lower one or more integer convolutions ..."): the capture's one-line error keeps both."""
+    def unlowerable(params, batch, scale):
+        raise RuntimeError("UNIMPLEMENTED: \nCan't lower one or more integer convolutions\n\nmore detail")
+
+    params, batch = arrays
+    with pytest.raises(CaptureError, match=r"compiling unlowerable: RuntimeError: UNIMPLEMENTED: Can't lower one or "
+                                           r"more integer convolutions$"):
+        fusegen.capture(unlowerable, params, batch, 0.5, static_argnums=2, compiler="fusegen")
+
+
 def test_without_the_cuda_plugin_capture_names_the_extra(arrays, monkeypatch):
     from jax.experimental import topologies
 

@@ -36,6 +36,15 @@ def _jax() -> Any:
     return jax
 
 
+def _first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message, with the next one when it is only a status (XLA's
+    ``"UNIMPLEMENTED: \nCan't lower ..."``, whose reason is on the second line)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+
+
 def _register_cuda_plugin_without_cuda() -> bool:
     """Register jax's CUDA plugin when it is installed but jax left it out (True if it was registered now).
 
@@ -83,7 +92,7 @@ def _topology(jax: Any, dev: Any, n: int) -> Any:
                 raise
             return get()
     except Exception as e:
-        raise CaptureError(f"no deviceless XLA:GPU compile ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}): "
+        raise CaptureError(f"no deviceless XLA:GPU compile ({type(e).__name__}: {_first_line(e)}): "
                            f"{INSTALL}; set JAX_PLATFORMS=cpu on a machine without a GPU; or capture(..., "
                            "compiler='fusegen') to lower with this jax and fuse with fusegen's own pipeline") from None
 
@@ -302,7 +311,7 @@ def capture(fn: Callable, *args: Any, static_argnums: int | Sequence[int] = (), 
             lowered = jax.jit(named(None), keep_unused=True).lower(*structs)
             text = lowered.as_text(dialect="hlo")
     except Exception as e:
-        raise CaptureError(f"compiling {label}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+        raise CaptureError(f"compiling {label}: {type(e).__name__}: {_first_line(e)}") from None
     out_infos, out_tree = jax.tree_util.tree_flatten(lowered.out_info)
     outs = _expected(jax, jitted, named, values, in_tree, n, wants_mesh, label) if expected else None
     from fusegen.api.loading import load
@@ -363,4 +372,4 @@ def _expected(jax: Any, jitted: Callable, named: Callable, values: list, in_tree
         raise
     except Exception as e:
         raise CaptureError(f"running {label} on XLA:CPU: {type(e).__name__}: "
-                           f"{str(e).splitlines()[0] if str(e) else ''}") from None
+                           f"{_first_line(e)}") from None
