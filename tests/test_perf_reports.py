@@ -50,9 +50,10 @@ def test_a_cublas_call_gets_its_roofline():
     lhs, out = inst.operands[0].shape, inst.shape.tuple_shapes[0] if inst.shape.is_tuple else inst.shape
     dn = inst.backend_config["gemm_backend_config"]["dot_dimension_numbers"]
     k = math.prod(lhs.dimensions[int(d)] for d in dn["lhs_contracting_dimensions"])
-    nbytes = sum(o.shape.numel * (2 if o.shape.element_type == "bf16" else 4) for o in inst.operands)
-    nbytes += sum(leaf.numel * (2 if leaf.element_type == "bf16" else 1 if leaf.element_type in ("s8", "u8") else 4)
-                  for leaf in inst.shape.leaves())
+    workspace = inst.shape.tuple_shapes[1]
+    assert {o.shape.element_type for o in inst.operands} == {out.element_type} == {"bf16"}
+    assert (workspace.element_type, workspace.dimensions) == ("s8", (4194304,))  # cuBLAS's scratch, not traffic
+    nbytes = sum(o.shape.numel * 2 for o in inst.operands) + out.numel * 2  # bf16 x, w, bias and the bf16 result
     roof = max(2 * out.numel * k / 989e12, nbytes / 4.8e12)
     e = call["estimate"]
     assert e["model"] == "roofline" and e["kernel_us"] == pytest.approx(roof * 1e6, rel=1e-6)

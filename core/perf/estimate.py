@@ -9,7 +9,8 @@ Which model a fusion gets (the model's *terms*, stated so tests can hold each es
   ``GpuPerformanceModelWithIndexingAnalysis``).
 * **Copies** (a memcpy fusion, no kernel): each copied byte read and written once at the DRAM bandwidth.
 * **Library calls and fusions without a kernel** (cuBLAS, cuDNN, custom fusions, host fallbacks): a roofline,
-  ``max(flops / tensor-core peak, (operand + output bytes) / bandwidth)``; ``model="roofline"``.
+  ``max(flops / tensor-core peak, (operand + output bytes) / bandwidth)``, a library's workspace buffer not
+  counted; ``model="roofline"``.
 * **Extra launches** (a kernel launched several times, e.g. a sort's steps, or a fusion's preparation kernels):
   each moves its buffers once more at the DRAM bandwidth, plus one launch overhead.
 
@@ -110,7 +111,7 @@ def _device_name(device: Any) -> str:
 def roofline_instruction(instr: "Instruction", device: Any, note: str = "") -> FusionEstimate:
     """``max(flops / peak, bytes / bandwidth)`` of an instruction run by a library (cuBLAS, cuDNN) or the host:
     the flops of its dots and convolutions at the tensor-core peak of their input type, every operand and output
-    byte once at the DRAM bandwidth."""
+    byte once at the DRAM bandwidth, but for a library call's workspace (:func:`_workspace_bytes`)."""
     dev = PerfDevice.of(device)
     flops, peak_type = 0, "f32"
     comps = instr.called_computations if instr.opcode == "fusion" else []
@@ -122,11 +123,22 @@ def roofline_instruction(instr: "Instruction", device: Any, note: str = "") -> F
                 flops += f
                 peak_type = i.operands[0].shape.element_type if i.operands[0].shape.is_array else peak_type
     read = sum(shape_bytes(o.shape) for o in instr.operands)
-    written = shape_bytes(instr.shape)
+    written = shape_bytes(instr.shape) - _workspace_bytes(instr)
     compute_s = flops / dev.peak_matrix_flops(peak_type) if flops else 0.0
     read_s, write_s = read / dev.memory_bandwidth, written / dev.memory_bandwidth
     data = base.RunTimeData(flops, read, written, read_s, write_s, compute_s, max(compute_s, read_s + write_s))
     return FusionEstimate(instr.name, _device_name(device), "roofline", data, 1, note=note)
+
+
+def _workspace_bytes(call: "Instruction") -> int:
+    """Bytes of the scratch buffer a cuBLAS / cuDNN custom call's result tuple ends with (``s8[N]``, ``u8[N]``: what
+    XLA's GemmRewriter and cuDNN conv rewriter append). It is the library's workspace, used or not, not traffic."""
+    if call.opcode != "custom-call" or not call.shape.is_tuple or len(call.shape.tuple_shapes or ()) < 2:
+        return 0
+    if not str(call.attrs.get("custom_call_target", "")).strip('"').startswith(("__cublas", "__cudnn")):
+        return 0
+    last = call.shape.tuple_shapes[-1]
+    return shape_bytes(last) if last.is_array and last.rank == 1 and last.element_type in ("s8", "u8") else 0
 
 
 def _library_flops(call: "Instruction") -> int:
