@@ -225,3 +225,20 @@ def test_library_inputs_are_checked_as_the_cli_checks_an_npz(tmp_path):
     with pytest.raises(InputError, match=r"arrays \['p_0'\] match no parameter of the entry computation"):
         fusegen.run(EXAMPLE, inputs={"p0": x.astype(np.float32), "p_0": x}, compile=False)
     assert fusegen.run(EXAMPLE, inputs={"p0": x.astype(np.float32)}, compile=False).status == "ok"
+
+
+def test_expected_keyed_o0_o1_follows_the_output_numbers_past_ten(tmp_path):
+    """``dict(np.load(OUT.npz))`` as expected: o0 ... o11 by number, not as text sorts them (o10 before o2)."""
+    n = 12
+    body = "\n".join(f"  c{i} = f32[] constant({i})\n  b{i} = f32[4] broadcast(c{i}), dimensions={{}}\n"
+                     f"  m{i} = f32[4] multiply(x, b{i})" for i in range(n))
+    text = (f"HloModule twelve\n\nENTRY e {{\n  x = f32[4] parameter(0)\n{body}\n"
+            f"  ROOT t = ({', '.join(['f32[4]'] * n)}) tuple({', '.join(f'm{i}' for i in range(n))})\n}}\n")
+    x = np.arange(1, 5, dtype=np.float32)
+    np.savez(tmp_path / "out.npz", **{f"o{i}": x * i for i in range(n)})
+    for expected in (dict(np.load(tmp_path / "out.npz")), np.load(tmp_path / "out.npz")):
+        res = fusegen.run(text, inputs=[x], expected=expected, compile=False)
+        assert res.status == "ok", [o for o in res.to_json()["outputs"] if o["status"] != "ok"][:1]
+    with pytest.raises(InputError, match=r"keyed by output \(11 keys\) but the module has 12 output leaves, "
+                                         r"o0..o11; missing \['o11'\]"):
+        fusegen.run(text, inputs=[x], expected={f"o{i}": x * i for i in range(11)}, compile=False)

@@ -183,9 +183,9 @@ def spmd_inputs(module: Any, plan: Any, inputs: Any = None, seed: int = 0) -> li
 
 def expected_for(module: Any, expected: Any, plan: Any = None) -> tuple[list | None, list | None]:
     """``(expected, expected_parts)`` for a run of ``module``: a known answer per output leaf (an ``.npz`` of
-    ``o0``, ``o1`` ..., a sequence or a pytree of arrays, e.g. JAX's outputs as they are), or on N devices a
-    folder of ``part{K}.expected.npz`` (``expected_parts``). Checked before the run: the leaf count, and on one
-    device each leaf's shape.
+    ``o0``, ``o1`` ..., or a mapping keyed so, a sequence or a pytree of arrays, e.g. JAX's outputs as they are),
+    or on N devices a folder of ``part{K}.expected.npz`` (``expected_parts``). Checked before the run: the leaf
+    count, and on one device each leaf's shape.
 
     Raises:
         fusegen.runtime.inputs.InputError: the wrong number of leaves or a wrong shape (naming the leaf count
@@ -205,7 +205,7 @@ def expected_for(module: Any, expected: Any, plan: Any = None) -> tuple[list | N
         from fusegen.verify.verdict import load_expected
 
         return load_expected(str(expected), len(types), types=types), None
-    got = [np.asarray(x) for x in tree_leaves(expected)]
+    got = [np.asarray(x) for x in (_by_output_name(module, expected, len(outs)) or tree_leaves(expected))]
     wanted = describe([_LeafShape(s) for s in outs])
     if len(got) != len(outs):
         raise InputError(f"module {module.name}: expected has {describe(got)}; the module has {len(outs)} output "
@@ -216,6 +216,30 @@ def expected_for(module: Any, expected: Any, plan: Any = None) -> tuple[list | N
                 raise InputError(f"module {module.name}: expected leaf {i} has shape {list(g.shape)}, output {i} "
                                  f"is {_LeafShape(s)} (expected: {describe(got)}; outputs: {wanted})")
     return got, None
+
+
+def _by_output_name(module: Any, expected: Any, n: int) -> list | None:
+    """The arrays of a mapping keyed ``o0``, ``o1``, ... (``dict(np.load(OUT.npz))``, an ``NpzFile``) in output
+    order, None for anything else (a pytree: its keys sorted as text would put ``o10`` before ``o2``).
+
+    Raises:
+        fusegen.runtime.inputs.InputError: ``o`` keys that are not exactly ``o0`` ... ``o{n-1}``.
+    """
+    import re
+
+    from fusegen.runtime.inputs import InputError
+
+    if not isinstance(expected, Mapping) or not expected or \
+            not all(isinstance(k, str) and re.fullmatch(r"o\d+", k) for k in expected):
+        return None
+    want = [f"o{i}" for i in range(n)]
+    if set(expected) != set(want):
+        missing, extra = sorted(set(want) - set(expected)), sorted(set(expected) - set(want))
+        raise InputError(f"module {module.name}: expected is keyed by output ({len(expected)} keys) but the module "
+                         f"has {n} output lea{'f' if n == 1 else 'ves'}, o0..o{n - 1}"
+                         + (f"; missing {missing[:4]}" if missing else "")
+                         + (f"; no output {extra[:4]}" if extra else ""))
+    return [expected[k] for k in want]
 
 
 @attrs.frozen
