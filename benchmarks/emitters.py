@@ -794,7 +794,7 @@ class FusegenOnDevice:
                     tr.run_interpreted(ks, [a.buf.view(a.dtype) for a in args], scalars=scalars, max_programs=16)
                 else:
                     fn[grid](*args, *scalars, num_warps=ks.launch.num_warps, num_stages=ks.num_stages,
-                             **ks.constexprs)
+                             **tr.launch_options(ks), **ks.constexprs)
 
     def outputs(self) -> list[np.ndarray]:
         """The output leaves as logical host arrays."""

@@ -90,7 +90,7 @@ def _launch(ks, bufs):
 
     fn = triton_runtime.load_kernel(ks)
     fn[ks.launch.grid](*[_Dev(b) for b in bufs], num_warps=ks.launch.num_warps, num_stages=ks.num_stages,
-                       **ks.constexprs)
+                       **triton_runtime.launch_options(ks), **ks.constexprs)
     del triton
 
 

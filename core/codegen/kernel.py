@@ -106,10 +106,15 @@ class KernelSource:
             arguments, over the same buffers (each launch sees the previous launches' writes: XLA's
             multi-launch sorts). Empty: one launch without scalars. The interpreter variant runs its own
             ``scalar_launches``: the same launches, or fewer doing the same steps in the same order
-            (a variant whose programs hold whole rows). ``launch`` is every launch's grid.
+            (a variant whose programs hold whole rows). ``launch`` is every launch's grid. A variant may
+            also do the launches of the kernels right after it (a merged interpreter launch, e.g. every
+            global step of a sort stage over whole rows): their variants then launch no program (grid 0).
         notes: where the emitter knows its kernel is not XLA's program, why (one sentence each: e.g. a tile
             padded because upstream Triton has no smaller ``tl.dot``, so shared memory differs); reports and
             benchmark rows show them.
+        max_registers: registers per thread ptxas may use (Triton's ``maxnreg``); 0: ptxas chooses (up to the
+            block's limit). An emitter sets it where ptxas would otherwise spend registers the kernel's live
+            values do not need (the occupancy XLA's kernel gets).
     """
 
     name: str
@@ -123,6 +128,7 @@ class KernelSource:
     scalar_types: tuple[str, ...] = ()
     scalar_launches: tuple[tuple[int, ...], ...] = ()
     notes: tuple[str, ...] = attrs.field(default=(), eq=False)
+    max_registers: int = 0
 
     @property
     def launch_args(self) -> tuple[tuple[int, ...], ...]:

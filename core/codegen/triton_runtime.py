@@ -326,6 +326,12 @@ def signature_of(ks: KernelSource, scalar_types: Sequence[str] = ()) -> dict[str
     return sig
 
 
+def launch_options(ks: KernelSource) -> dict[str, int]:
+    """Compile options beyond warps and stages that ``ks`` asks for (``maxnreg``), as ``triton.compile`` and a
+    launch (``fn[grid](..., **options)``) take them."""
+    return {"maxnreg": ks.max_registers} if ks.max_registers else {}
+
+
 def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | None = None,
                        scalar_types: Sequence[str] = (), pointer_alignment: int = 0) -> CompileResult:
     """Compile ``ks`` for ``GPUTarget("cuda", capability, 32)`` without a GPU.
@@ -351,7 +357,7 @@ def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | 
     # the buffers' types are part of the signature, not of the source: a bf16 and an f16 kernel share a text
     key = (source_hash(ks), capability, warps, ks.num_stages, pointer_alignment, scalar_types,
            tuple(sorted(ks.constexprs.items())),
-           tuple(triton_source.storage_type(p.shape.element_type) for p in ks.params))
+           tuple(triton_source.storage_type(p.shape.element_type) for p in ks.params), ks.max_registers)
     if key in _COMPILED:
         return attrs.evolve(_COMPILED[key], seconds=0.0)
     jitfn = load_kernel(ks)
@@ -360,7 +366,7 @@ def compile_for_target(ks: KernelSource, capability: int = 90, num_warps: int | 
     attrs_ = {(i,): [["tt.divisibility", pointer_alignment]] for i in range(len(ks.params))} if pointer_alignment else None
     ck = triton.compile(ASTSource(fn=jitfn, signature=sig, constexprs=dict(ks.constexprs), attrs=attrs_),
                         target=GPUTarget("cuda", capability, 32),
-                        options={"num_warps": warps, "num_stages": ks.num_stages})
+                        options={"num_warps": warps, "num_stages": ks.num_stages, **launch_options(ks)})
     dt = time.perf_counter() - t0
     md = ck.metadata
     from fusegen.codegen.launch_limits import cubin_registers

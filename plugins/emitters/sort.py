@@ -40,8 +40,8 @@ from fusegen_plugins.emitters.sort_scale import compare_both, emit_at_scale
 
 #: Largest padded sort dimension one program sorts with the unrolled register network. Its sm_90 compile
 #: time grows with the network (JAX's comparator, 2 shared cores: ~4 s at 32, ~8 s at 64, ~17 s at 128,
-#: ~45 s at 1024), so longer rows take the multi-launch sort of :mod:`fusegen_plugins.emitters.sort_scale`,
-#: whose kernels loop over the steps and compile in about a second whatever the length.
+#: ~45 s at 1024), so longer rows take XLA's multi-launch sort (:mod:`fusegen_plugins.emitters.sort_scale`),
+#: whose kernels compare packed keys where the comparator is a key order (one gather per step).
 MAX_SORT_SIZE = 32
 #: Elements per program the row batching aims for.
 TARGET_BLOCK = 1024
