@@ -15,7 +15,7 @@ from conftest import REPO, SHARED
 from fusegen.hlo.parser import parse_modules
 from fusegen.passes.pipeline import optimize_if_needed
 from fusegen.runtime.executor import Executor, run_module
-from fusegen.runtime.inputs import make_inputs
+from fusegen.runtime.inputs import load_inputs
 
 REAL_MODELS = sorted((REPO / "tests" / "data" / "real_models").glob("*.hlo"))
 CORPUS_JAX = sorted((SHARED / "corpus" / "jax").glob("*.hlo"))
@@ -68,7 +68,10 @@ def test_no_fusion_of_the_jax_corpus_runs_on_the_host():
 def test_real_model_runs_every_fusion_on_its_kernel(path):
     pm, dev = plugin_manager(), device()
     (m,) = _modules(path, pm, dev)
-    _, rep = run_module(m, make_inputs(m, 0), device=dev, pm=pm, compile_kernels=False)
+    # the program's real weights and inputs: seeded random ones drive bert's and resnet's outputs to NaN
+    # everywhere, a vacuous comparison (not ok)
+    npz = path.with_name(path.name.removesuffix(".h200_opt.hlo") + ".inputs.npz")
+    _, rep = run_module(m, load_inputs(m, str(npz)), device=dev, pm=pm, compile_kernels=False)
     bad = [(f.name, f.backend, f.status, f.reason) for f in rep.fusions if f.backend == "host" or f.status != "ok"]
     assert bad == []
     assert rep.ok
