@@ -109,6 +109,10 @@ def test_a_wrong_expected_is_refused_before_the_run(captured, arrays, jax_out, m
         fusegen.run(captured, inputs=(params, batch), expected={"a": jax_out[1], "b": jax_out[0]}, compile=False)
     with pytest.raises(InputError, match=r"inputs do not have the structure.*got 1 argument"):
         fusegen.run(captured, inputs=(params,), compile=False)
+    # a leaf of another shape is named by its path in the arguments, in the function's terms
+    with pytest.raises(InputError, match=r"step: input \[1\]\['x'\] has shape \[2, 16\], the function was captured "
+                                         r"with f32\[4,16\]$"):
+        fusegen.run(captured, inputs=(params, {**batch, "x": batch["x"][:2]}), compile=False)
 
 
 def test_a_plain_module_refuses_a_wrong_expected_naming_leaves_and_shapes(monkeypatch):

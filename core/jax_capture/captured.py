@@ -153,6 +153,10 @@ class Captured:
             raise InputError(f"{self.name}: inputs do not have the structure the function was captured with: got "
                              f"{len(args)} argument(s), {describe(flat)} ({_tree_text(got)}); captured {n_dyn} dynamic "
                              f"argument(s), {describe(list(self.inputs_flat))} ({_tree_text(self.in_tree)})")
+        for (path, leaf), want in zip(jax.tree_util.tree_flatten_with_path(args)[0], self.inputs_flat):
+            if np.shape(leaf) != np.shape(want):  # global shapes, on N devices too
+                raise InputError(f"{self.name}: input {jax.tree_util.keystr(path)} has shape {list(np.shape(leaf))}, "
+                                 f"the function was captured with {describe([want]).split(': ', 1)[-1]}")
         return flat
 
     def _output_leaves(self, expected: Any) -> list:
