@@ -103,12 +103,17 @@ def _missed_clamp(src: str) -> Iterator[str]:
                 yield src[:s] + f"({args[0]})" + src[e:]
 
 
+# The NaN-propagating form is one ``max.NaN`` / ``min.NaN`` (``propagate_nan=ALL``); the older generator's
+# ``where(x != x, x, ...)`` spelling is matched too.
 _NAN_MINMAX = re.compile(r"tl\.where\((\w+) != \1, \1, tl\.where\((\w+) != \2, \2, (tl\.(?:maximum|minimum)\(\1, \2\))\)\)")
+_PROPAGATE_NAN = re.compile(r",\s*propagate_nan=tl\.PropagateNan\.ALL")
 
 
 def _lost_nan(src: str) -> Iterator[str]:
     for m in _NAN_MINMAX.finditer(src):
         yield src[:m.start()] + m.group(3) + src[m.end():]
+    for m in _PROPAGATE_NAN.finditer(src):
+        yield src[:m.start()] + src[m.end():]
 
 
 MUTATORS: dict[str, Callable[[str], Iterator[str]]] = {
