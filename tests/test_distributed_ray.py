@@ -1,7 +1,8 @@
 """``fusegen tune --cluster ray``: tuning fanned out as Ray tasks on a local instance with 2 CPUs.
 
-The corpus run tunes the ``gpu_*`` modules and ``gpt12`` (``--retune``; the cost model's top 2 per GEMM,
-the host backend and one Triton tiling, timed in Triton's interpreter), kills one worker on purpose
+The corpus run tunes the ``gpu_*`` modules and ``gpt12`` (``--retune --measure-on-cpu``: without it a CPU
+ranks by the H200 model on the driver and nothing is timed; the cost model's top 2 per GEMM, timed in Triton's
+interpreter), kills one worker on purpose
 (``--inject-worker-kill``: Ray re-runs its task), and checks: every unique instruction tuned once, every
 entry there and valid, and each cache winner equal to ``fusegen tune --replay`` of the same record.
 """
@@ -49,7 +50,7 @@ def test_corpus_on_ray_matches_replay_and_survives_a_killed_worker(local_ray, tm
 
     mods = sorted(str(p) for p in (corpus / "jax").glob("gpu_*.hlo")) + [str(corpus / "jax" / "gpt12.h200_opt.hlo")]
     cache, rec, kill = tmp_path / "cache", tmp_path / "records", tmp_path / "killed"
-    res = CliRunner().invoke(tune, [*mods, "--retune", "--cluster", "ray", "--cost-model-top-k", "2", "--json",
+    res = CliRunner().invoke(tune, [*mods, "--retune", "--measure-on-cpu", "--cluster", "ray", "--cost-model-top-k", "2", "--json",
                                     "--cache-dir", str(cache), "--record", str(rec), "--inject-worker-kill", str(kill)])
     assert res.exit_code == 0, res.output[-3000:]
     doc = json.loads(res.stdout)

@@ -177,7 +177,9 @@ def test_gpt12_report_in_chromium(browser, tmp_path):
 def test_tuned_mlp_report_in_chromium(browser, tmp_path):
     doc = _report(corpus_path("jax", "gpu_mlp_bf16.default.h100_opt.hlo"), tmp_path / "mlp.html", "--autotune", "--run")
     (t,) = doc["tuning"]
-    assert t["instruction"] == "gemm_fusion_dot" and len(t["candidates"]) == 4 and t["winner"]
+    assert t["instruction"] == "gemm_fusion_dot" and t["winner"]
+    # no GPU: every Triton config is ranked by the H200 model's estimate (more than the cost model's top 4)
+    assert t["figures"]["kind"] == "estimated" and len(t["candidates"]) > 4
     assert doc["summary"]["status"] == "ok" and all(f["status"] == "ok" for f in doc["modules"][0]["fusions"])
     page, errors, requests = _open(browser, tmp_path / "mlp.html")
     assert errors == [] and requests == []

@@ -298,8 +298,10 @@ def _select(tuner: "Autotuner", instr, key, rep, configs: Sequence["Config"], ou
     rep.tie_break = outcome.tie_break
     result = next(r for r in outcome.results if r.name == outcome.winner)
     where = out.get("measured_on") or {}
-    src = (provenance.measured(getattr(tuner.device, "model", "") or str(tuner.device))
-           if where.get("gpu_ids") else provenance.cpu_interpreter())
+    # The worker timed with the tuner's own profiler when one was given (shipped in the task), else its default.
+    name = getattr(tuner._profiler, "name", "")
+    src = (provenance.measured(getattr(tuner.device, "model", "") or str(tuner.device), name or "cuda-events")
+           if where.get("gpu_ids") else provenance.cpu_interpreter(name or "cpu-wall-time"))
     tuner._finish(instr, key, rep, by_name[outcome.winner], "tuned", result, src)
 
 
