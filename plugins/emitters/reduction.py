@@ -68,7 +68,7 @@ UNROLLED_STEPS = 16
 
 # Names the kernel defines itself; never handed out for HLO instructions.
 _FIXED = ("pid", "pid_a", "pid_b", "t", "ta", "tr", "tb", "A", "B", "R", "A_c", "A_q", "B_c", "R_c", "okab", "it",
-          "o", "oA", "oB", "oA_c", "oB_c", "omask", "ozero", "OBLOCK", "TA", "TR", "TB", "NA", "NR", "NB",
+          "o", "oA", "oB", "oA_c", "oB_c", "omask", "ozero", "OBLOCK", "OLANES", "TA", "TR", "TB", "NA", "NR", "NB",
           "NIT", "GB")
 
 
@@ -330,7 +330,7 @@ class ReductionFusion(FusionEmitter):
         for n in _FIXED:
             ctx.names.reserve(n)
         with deep_recursion():
-            combine_src = self._body(ctx, comp, plan, (ta, tr, tb), (na, nr, nb), nit, gb, idx_t)
+            combine_src = self._body(ctx, comp, plan, (ta, tr, tb), (na, nr, nb), nit, gb, idx_t, 32 * warps)
         entry = ts.sanitize_identifier(f"reduce_{fusion.name}", "k")
         # BLOCK = TA * TR * TB; TA and OBLOCK are derived in the kernel. With one column tile (GB == 1)
         # the grid is cdiv(N, BLOCK) for N = NA * TR * TB and any power-of-two BLOCK >= TR * TB gives the
@@ -358,7 +358,7 @@ class ReductionFusion(FusionEmitter):
 
     # ------------------------------------------------------------------------------------------
     def _body(self, ctx: KernelContext, comp: Computation, plan: _Plan, tiles: tuple[int, int, int],
-              sizes: tuple[int, int, int], nit: int, gb: int, idx_t: str) -> list[str]:
+              sizes: tuple[int, int, int], nit: int, gb: int, idx_t: str, threads: int) -> list[str]:
         ta, tr, tb = tiles
         na, nr, nb = sizes
         body = ctx.body
@@ -482,7 +482,13 @@ class ReductionFusion(FusionEmitter):
                 ctx.runs = None
             ctx.steps = None
 
-        # fold the TR axis of the accumulators
+        # fold the TR axis of the accumulators. A row's result stays with the lanes that reduced it: the epilogue
+        # runs on OLANES copies of each kept element (one a thread, as XLA's) and the first copy stores. Stored as
+        # OBLOCK elements, Triton's coalesced store layout spreads rows over warp 0's lanes and converts the
+        # reduced values through shared memory, where XLA's lane 0 of each row's warp stores them directly.
+        spread = tr > 1 and tb == 1
+        if spread:
+            line(f"OLANES: tl.constexpr = ({threads} + OBLOCK - 1) // OBLOCK")
         reduced: list[list[str]] = []
         for (hero, n, red, acc_types, fname, promoted), names in zip(reducers, accs):
             if nit == 0:
@@ -495,7 +501,10 @@ class ReductionFusion(FusionEmitter):
                 src = tiles3[0] if len(flat) == 1 else "(" + ", ".join(tiles3) + ")"
                 line(f"{', '.join(outs)}{',' if len(flat) > 1 else ''} = tl.reduce({src}, 1, {fname})")
                 for o in outs:
-                    line(f"{o} = tl.reshape({o}, [OBLOCK])")
+                    if spread:
+                        line(f"{o} = tl.reshape(tl.broadcast_to({o}[:, None, :], [TA, OLANES, TB]), [OBLOCK * OLANES])")
+                    else:
+                        line(f"{o} = tl.reshape({o}, [OBLOCK])")
             else:
                 for o, a in zip(outs, flat):
                     line(f"{o} = {a}")
@@ -504,14 +513,16 @@ class ReductionFusion(FusionEmitter):
                             for a in names])
 
         # epilogue on the block of reduced values
-        line("o = tl.arange(0, OBLOCK)" + (".to(tl.int64)" if i64 else ""))
-        line("oA = pid_a * TA + o // TB")
+        oblock = "OBLOCK * OLANES" if spread else "OBLOCK"
+        line(f"o = tl.arange(0, {oblock})" + (".to(tl.int64)" if i64 else ""))
+        line("oA = pid_a * TA + o // (OLANES * TB)" if spread else "oA = pid_a * TA + o // TB")
         line("oB = pid_b * TB + o % TB")
-        line("omask = (oA < NA) & (oB < NB)")
+        line("omask = (oA < NA) & (oB < NB) & ((o // TB) % OLANES == 0)" if spread
+             else "omask = (oA < NA) & (oB < NB)")
         line("oA_c = tl.minimum(oA, NA - 1)")
         line("oB_c = tl.minimum(oB, NB - 1)")
-        line(f"ozero = tl.full([OBLOCK], 0, {idx_t})")
-        ctx.zero, ctx.mask, ctx.block_shape = "ozero", "omask", "[OBLOCK]"
+        line(f"ozero = tl.full([{oblock}], 0, {idx_t})")
+        ctx.zero, ctx.mask, ctx.block_shape = "ozero", "omask", f"[{oblock}]"
         injected: dict[int, Any] = {}
         egen = _EpilogueGenerator(ctx, comp, injected)
         p_out = egen.itensor(view_position(egen, plan.dims, "oA_c", 0, "oB_c"))
