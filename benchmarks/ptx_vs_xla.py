@@ -64,7 +64,7 @@ def _measure(job: tuple) -> dict:
 
 def _kernel_key(ks) -> tuple:
     return (ks.source, tuple(sorted(ks.constexprs.items())), ks.launch.num_warps, ks.num_stages, tuple(ks.scalar_types),
-            tuple(p.shape.element_type for p in ks.params))
+            tuple(p.shape.element_type for p in ks.params), ks.max_registers)
 
 
 def _jobs(launches: list[Launch], launch_dir: Path, cache_dir) -> tuple[list[tuple], list[tuple[int | None, int | None]]]:

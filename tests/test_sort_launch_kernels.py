@@ -64,8 +64,7 @@ def test_one_specialised_kernel_per_xla_launch(module):
             cx = ks.constexprs
             assert (cx["MTOP"], cx["MBOT"]) == (mtop, mbot) and len(loops) == 2
             assert (cx["S0"], cx["S1"]) == ((s0, s1) if k == 0 else (mtop + 1, mtop + 1))
-            # the tile is held on chip: each buffer loaded once (twice when gathered after the network) and
-            # stored once, partners fetched by tl.gather
+            # the tile is held on chip: each buffer loaded once and stored once, partners fetched by tl.gather
             stores = body.count("tl.store(")
             assert stores == len(em.leaf_operand) + sum(p.kind == "scratch" for p in ks.params)
             assert "tl.gather(key, pl, 0)" in body and body.count("tl.load(") <= 2 * stores
@@ -99,17 +98,43 @@ def _xla_ptx_module(path: Path, entry: str) -> str:
     return next(p for p in parts if re.search(rf"\.entry {entry}\(", p))
 
 
-def test_tiled_launch_compiles_within_xla_registers():
-    """``jnp.sort(s32[16,100])`` (``new_sort_small``'s ``sort_20_1``: one tiled launch of 128 elements, 32
-    threads): fusegen's kernel for sm_90 against XLA's own, both through the same ``ptxas``."""
+#: ``new_sort_small``'s sorts (fusion, XLA's kernel, registers over XLA's fusegen's may use): each is one
+#: tiled launch. ``sort_13_1`` (f32[1000] and its iota, 256 threads): XLA's kernel keeps the tile in shared
+#: memory and holds 26 registers; fusegen's holds the tile's s64 keys, their partners and the f32 values in
+#: registers and needs 33-40 without spilling (40, 1.54x; docs/sort.md).
+NEW_SORT_SMALL = [("fusion.3", "sort_40_1", 1.25), ("fusion.2", "sort_28_1", 1.25), ("fusion.1", "sort_20_1", 1.25),
+                  ("fusion", "sort_13_1", 1.6)]
+
+
+@pytest.mark.parametrize("fusion,kernel,ratio", NEW_SORT_SMALL)
+def test_tiled_launch_compiles_within_xla_registers(fusion, kernel, ratio):
+    """``new_sort_small``'s sorts (``jnp.sort`` / ``argsort`` / key-value, one tiled launch each): fusegen's
+    kernel for sm_90 against XLA's own, both through the same ``ptxas``: no spills, registers within
+    ``ratio`` of XLA's, global accesses at least as wide as XLA's."""
     if not (LAUNCH / "new_sort_small.xla.ptx").exists():
         pytest.skip(f"{LAUNCH} is absent (the shared corpus is not checked out beside the project)")
-    em, emitted = _sort_fusion(LAUNCH / "new_sort_small.h200_opt.hlo", "fusion.1")
+    em, emitted = _sort_fusion(LAUNCH / "new_sort_small.h200_opt.hlo", fusion)
     (ks,) = emitted.kernels
-    xla_regs, xla_spill = _ptxas_registers(_xla_ptx_module(LAUNCH / "new_sort_small.xla.ptx", "sort_20_1"),
-                                           "sort_20_1")
+    xla_ptx = _xla_ptx_module(LAUNCH / "new_sort_small.xla.ptx", kernel)
+    xla_regs, xla_spill = _ptxas_registers(xla_ptx, kernel)
     r = triton_runtime.compile_for_target(ks, pointer_alignment=16)
     regs, spill = _ptxas_registers(r.ptx, ks.entry)
     assert spill == 0 == xla_spill
-    assert regs <= 1.25 * xla_regs, (regs, xla_regs)
-    assert ".v4" in r.ptx  # 16-byte loads and stores of the tile's rows (XLA: 4-byte loads, 16-byte stores)
+    assert regs <= ratio * xla_regs, (regs, xla_regs)
+    assert _mean_access_bytes(r.ptx) >= _mean_access_bytes(xla_ptx, kernel)
+
+
+def _mean_access_bytes(ptx: str, entry: str | None = None) -> float:
+    """Mean bytes a thread moves per global load or store instruction in ``entry``'s PTX (the module's first
+    entry by default)."""
+    if entry is not None:
+        ptx = ptx[ptx.index(f".entry {entry}("):]
+        nxt = ptx.find(".entry ", 1)
+        ptx = ptx if nxt < 0 else ptx[:nxt]
+    widths = []
+    for m in re.finditer(r"\b(?:ld|st)\.global\S*", ptx):  # ld.global[.qualifiers][.vN].tBITS
+        vec = re.search(r"\.v([248])\.", m.group(0))
+        bits = re.search(r"\.[bsuf](8|16|32|64)$", m.group(0))
+        widths.append((int(vec.group(1)) if vec else 1) * int(bits.group(1)) // 8)
+    assert widths, "no global loads or stores"
+    return sum(widths) / len(widths)

@@ -402,7 +402,8 @@ def kernel_sass_stats(ks, *, capability: int = 90, pointer_alignment: int = 16, 
     warps = int(num_warps or ks.launch.num_warps)
     key = _hash(CACHE_SCHEMA, "triton", triton.__version__, tools.ptxas_version, capability, pointer_alignment, warps,
                 ks.num_stages, list(ks.scalar_types), sorted(ks.constexprs.items()), ks.entry,
-                [triton_source.storage_type(p.shape.element_type) for p in ks.params], ks.source)
+                [triton_source.storage_type(p.shape.element_type) for p in ks.params], ks.source,
+                *([("maxnreg", ks.max_registers)] if ks.max_registers else []))  # uncapped keys stay as they were
 
     def make() -> dict:
         try:

@@ -39,10 +39,16 @@ _FLOAT_KEYS = {"f16": 16, "bf16": 16, "f32": 32}
 #: Bits a packed key may use: the largest ``s64`` stays free for lanes past the row.
 KEY_BITS = 62
 _KEY_PAD = (1 << 63) - 1
-#: Registers per thread of a tiled launch: its live values are the tile's keys and partners (4 elements a
-#: thread), which fit; uncapped, ptxas spends up to its 1024-thread limit of 64 on hoisted gather addresses.
-#: 32 is the H200's full occupancy (65536 registers for 2048 threads an SM).
-TILE_REGISTERS = 32
+#: Registers per thread a tiled launch is capped at (``maxnreg``). XLA launches its kernel with ``.reqntid``
+#: and no register cap; left to itself with that block, ptxas spends 1.6-2.5x XLA's registers on gather
+#: addresses it hoists (sm_90, ``new_sort_small``: 58 / 89 / 49 / 64 where XLA uses 32 / 51 / 30 / 26).
+#: Live through the network are the tile's keys and their partners (4 elements a thread, 16 registers), the
+#: key operands' values and a few addresses: 40 holds them without spilling (32 spilled 4-144 bytes);
+#: rows whose accesses are scalar (a row's bytes not a multiple of 16) keep an address per element and take
+#: 48; a one-warp block gathers by shuffles, with no shared-memory addresses, and takes 32.
+TILE_REGISTERS = 40
+TILE_REGISTERS_SCALAR_ROWS = 48
+TILE_REGISTERS_ONE_WARP = 32
 
 
 @attrs.frozen
@@ -160,8 +166,9 @@ def _tile_source(em: Any, packing: KeyPacking, plan: tuple, iotas: tuple, lb: in
     """A tiled launch: the tile's keys sorted in registers by the steps of constexprs ``S0..S1`` /
     ``MTOP..MBOT``, then every buffer written at each position from the lane its key came from. ``first``:
     the operands come from the fusion's inputs (elemental generator at each position), the positions are
-    the positions themselves; else from the buffers. The launched kernel loads what it gathers again after
-    the network (no registers held through it); the interpreter variant (``interpret``) keeps the values."""
+    the positions themselves; else from the buffers. The key operands' values are held through the network
+    and gathered after it (each buffer loaded once, as XLA's kernel does); an operand no key reads is loaded
+    after the network. ``interpret``: the interpreter variant's source (``int64`` gather indices)."""
     sort = em.sort
     bufs, pos_buf = plan
     ctx, gen = net.begin(em, ("key", "ln"))
@@ -202,23 +209,19 @@ def _tile_source(em: Any, packing: KeyPacking, plan: tuple, iotas: tuple, lb: in
     b.line(f"src = (gl & (0 - TILE)) | {'ln' if carry_lane else '(key & (TILE - 1))'}.to(gl.dtype)")
     mask_before = ctx.mask
     ctx.mask = "valid"
-    fresh = gen if interpret else ElementalGenerator(ctx, em.computation)  # a new one loads again
     with deep_recursion():
-        rindex = net.row_index(fresh, em, "row_c", "qc")
+        rindex = net.row_index(gen, em, "row_c", "qc")
         for j, (kind, _, shape, k) in enumerate(bufs):
             et = shape.element_type
             if j == pos_buf or k == -1 or k in iotas:  # positions: decoded from the key
                 v = ctx.emit(f"({positions}).to({ts.tl_dtype(et)})", "posv")
             else:
-                start = len(b.lines)
-                if first:
-                    v = fresh.value(sort.operands[k], rindex)
-                elif interpret and j in loaded:
+                if first:  # a key operand's value is the generator's, computed before the network
+                    v = gen.value(sort.operands[k], rindex)
+                elif j in loaded:
                     v = loaded[j]
                 else:
                     v = ctx.emit(f"tl.load({names[j]} + {offs[j]}, mask=valid, other=0)", "v")
-                if not interpret:  # loaded again: the network then holds no registers for it
-                    b.lines[start:] = [net.cached_global(line) for line in b.lines[start:]]
                 if et == "pred":
                     v = ctx.emit(f"{v}.to(tl.int8)", "pg")
                 v = ctx.emit(f"tl.gather({v}, src, 0)", "g")
@@ -247,6 +250,17 @@ def _global_source(em: Any, packing: KeyPacking, plan: tuple, entry: str, contig
     return net.global_step_source(em, plan, entry, contiguous, flip, swap)
 
 
+def tile_registers(em: Any, plan: tuple, tile: int) -> int:
+    """The register cap of a tiled launch of ``tile`` elements (XLA's ``tile / 4`` threads) moving the
+    buffers of ``plan`` (:func:`fusegen_plugins.emitters.sort_network.plan_buffers`): see
+    :data:`TILE_REGISTERS`."""
+    if tile // 4 <= 32:
+        return TILE_REGISTERS_ONE_WARP
+    scalar = em.rows > 1 and any(em.n * max(1, dtypes.bit_width(shape.element_type) // 8) % 16
+                                 for _, _, shape, _ in plan[0])
+    return TILE_REGISTERS_SCALAR_ROWS if scalar else TILE_REGISTERS
+
+
 def emit_keyed(em: Any, packing: KeyPacking, iotas: tuple[int, ...]) -> EmittedFusion:
     """The multi-launch sort of ``em`` (a :class:`fusegen_plugins.emitters.sort.SortFusion` whose padded
     dimension exceeds one program) comparing packed keys (``packing``: :func:`key_packing`'s answer; ``iotas``:
@@ -273,5 +287,5 @@ def emit_keyed(em: Any, packing: KeyPacking, iotas: tuple[int, ...]) -> EmittedF
                           global_step=lambda c, f: _global_source(em, packing, plan, entry, c, f), entry=entry,
                           rows=lambda: _tile_source(em, packing, plan, iotas, _lane_bits(packing, em.npad), tb, entry,
                                                     False, True))
-    kernels = net.launches(em, sources, stages, tile, bits, base, tile_registers=TILE_REGISTERS)
+    kernels = net.launches(em, sources, stages, tile, bits, base, tile_registers=tile_registers(em, plan, tile))
     return EmittedFusion(emitter=em.name, kernels=tuple(kernels), primary=0)

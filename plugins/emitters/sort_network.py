@@ -180,14 +180,6 @@ def begin(em: Any, names: tuple[str, ...] = ()) -> tuple[KernelContext, Any]:
     return ctx, ElementalGenerator(ctx, em.computation)
 
 
-def cached_global(line: str) -> str:
-    """``line`` with its ``tl.load`` reading through L2 (``.cg``): a load Triton does not merge with an earlier
-    load of the same address (a second load after the network costs no registers during it)."""
-    if "tl.load(" in line and line.endswith(")") and "cache_modifier" not in line:
-        return line[:-1] + ', cache_modifier=".cg")'
-    return line
-
-
 def global_step_source(em: Any, plan: tuple, entry: str, contiguous: bool, flip: bool,
                        swap: Callable[[Any, Any, list[str], list[str]], str],
                        finish: Callable[[list[str]], list[str]] = lambda lines: lines) -> tuple[str, tuple]:
