@@ -367,3 +367,28 @@ def test_gpu_check_rows_from_a_gpu_run(corpus, capsys):
     out = capsys.readouterr().out
     assert "emitters: median 0.95, 1/1 >= 0.9x" in out and "GEMMs: median 0.80, 0/1 >= 0.9x" in out
     assert "model estimate within 1.5x of the measured time: 1/1" in out
+
+
+def test_sass_benchmark_explains_shared_memory_it_cannot_match():
+    """``shared_difference``: XLA's padded R x (C + 1) tiles (the launch corpus's transposes 4096 / 4224 bytes and
+    column reductions 8192 / 8320) and a block-level XLA kernel's extra layout conversion through shared memory
+    (gpu_softmax's triton_softmax_2: 18 STS + 16 LDSM + 2 LDS, 2048 bytes, against fusegen's reduction scratch of 16)
+    are explained; another difference (a sort's scratch, a row reduction's) is not."""
+    P = _load("ptx_vs_xla")
+
+    def row(kind, ours, xla, ours_ops=None, xla_ops=None):
+        return {"kind": kind, "fusegen": {"shared_bytes": ours, "shared_ops": ours_ops or {}},
+                "xla": {"shared_bytes": xla, "shared_ops": xla_ops or {}}}
+
+    assert "32-column" in P.shared_difference(row("kTranspose", 4096, 4224))
+    assert "+64 B" in P.shared_difference(row("kTranspose", 2048, 2112))
+    assert "64-column" in P.shared_difference(row("kReduction", 8192, 8320))
+    assert "128-column" in P.shared_difference(row("kReduction", 16384, 16512))
+    softmax = row("kTriton.block", 16, 2048, {"STS": 2, "LDS": 2}, {"STS": 18, "LDSM": 16, "LDS": 2})
+    assert "18 STS, 18 LDS/LDSM" in P.shared_difference(softmax)
+    # not explained: a row reduction's scratch (64 / 24), a sort's (8192 / 10240), fusegen's tile wider than XLA's,
+    # a block-level kernel with XLA's scratch but no extra conversion
+    assert P.shared_difference(row("kReduction", 64, 24)) is None
+    assert P.shared_difference(row("kSort", 8192, 10240)) is None
+    assert P.shared_difference(row("kTranspose", 4224, 4096)) is None
+    assert P.shared_difference(row("kTriton.block", 16, 32, {"STS": 2, "LDS": 2}, {"STS": 2, "LDS": 2})) is None
