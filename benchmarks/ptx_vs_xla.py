@@ -12,9 +12,11 @@ Per kernel, fusegen's against XLA's:
   block rounded up to whole warps; fusegen's grid x 32 x ``num_warps``). Static counts see a loop body once: a
   kernel that loops (``loops`` column) does more than this says;
 * registers, spill bytes, shared memory (static + the launch's dynamic), SASS instructions x threads;
-* launch dimensions: grid and block, and the same with the kernel's shared memory; where only the shared memory
-  differs for a known reason that is not fusegen's kernel to change (:func:`shared_difference`), the row says
-  why (``smem differs:`` under it in ``--kernels``, ``shared_difference`` in ``--json``) and the summary counts it.
+* launch dimensions: grid and block (the block Triton launches, ``num_warps`` x 32 threads), and the same with the
+  kernel's shared memory; where only the shared memory differs for a known reason that is not fusegen's kernel to
+  change (:func:`shared_difference`), or the block only by Triton's power-of-two warps, the row says why
+  (``smem differs:`` / ``launch differs:`` under it in ``--kernels``, ``shared_difference`` / ``launch_difference``
+  in ``--json``) and the summary counts it as explained, not equal.
 
 Counts per kind and overall, as issue 28's "Done when" reads them: tensor cores where XLA uses them, spills where
 XLA has none, kernels narrower than XLA's, over 1.5x XLA's memory instructions per output, over 1.25x XLA's
@@ -160,11 +162,18 @@ def row_of(ln: Launch, xla: dict, ours: dict | None) -> dict:
         x, f = row["xla"], row["fusegen"]
         row["ratios"] = {k: _ratio(f[k], x[k]) for k in ("registers", "mem_insts_per_output", "mean_global_access_bytes",
                                                          "sass_x_threads")}
-        grid_block = lj["grid"] == xl["grid"] and lj["threads"] == xl["threads"]
+        # the block Triton launches: num_warps x 32 threads, whatever the launch dimensions say
+        launched = 32 * (f["num_warps"] or ln.kernel.launch.num_warps)
+        stated = lj["grid"] == xl["grid"] and lj["threads"] == xl["threads"]
+        grid_block = stated and launched == _prod(xl["threads"])
         row["launch_equal"] = grid_block
         row["launch_shared_equal"] = grid_block and f["shared_bytes"] == x["shared_bytes"]
         if grid_block and not row["launch_shared_equal"] and (why := shared_difference(row)) is not None:
             row["shared_difference"] = why
+        if stated and not grid_block:
+            warps = -(-_prod(xl["threads"]) // 32)
+            row["launch_difference"] = (f"Triton launches a power-of-two number of warps: {launched} threads for XLA's "
+                                        f"{_prod(xl['threads'])} ({warps} warps)")
         row["flags"] = flags(row)
     return row
 
@@ -177,11 +186,11 @@ def shared_difference(row: dict) -> str | None:
     """Why a row's shared memory differs from XLA's at an equal grid and block, where the cause is known and is not
     fusegen's kernel to change; ``None``: unexplained.
 
-    * a tiled transpose or column reduction: XLA's kernel declares its ``R x C`` shared tile one element wider a row
+    * a tiled transpose or column reduction (kind ``kTranspose``, a column-reduction emitter): XLA's kernel declares its ``R x C`` shared tile one element wider a row
       (``R x (C + 1)``, against bank conflicts: ``emitters/transpose.cc``, ``emitters/reduction.cc``); Triton's
       ``convert_layout`` scratch is the unpadded tile, swizzled, and plain Triton cannot declare a padded shared
       layout (Gluon's ``PaddedSharedLayout`` only, which Triton's interpreter does not run). Read as XLA's bytes
-      = fusegen's + fusegen's / C for a power-of-two C >= 16;
+      = fusegen's + 32 rows x element bytes, fusegen's a power-of-two C >= 16 times that;
     * a block-level fusion whose XLA kernel moves its tile to another register layout through shared memory (more
       ``STS`` and ``LDS`` / ``LDSM`` in XLA's SASS than fusegen's, which has only the cross-warp reduction's):
       XLA's Triton fork converts the layout of the loaded tile, fusegen's kernel reduces in the load's layout.
@@ -189,8 +198,9 @@ def shared_difference(row: dict) -> str | None:
     f, x = row["fusegen"], row["xla"]
     fb, xb = f["shared_bytes"], x["shared_bytes"]
     pad = xb - fb
-    if row["kind"] in ("kTranspose", "kReduction") and 0 < pad < fb and fb % pad == 0 and _pow2(fb // pad) \
-            and fb // pad >= 16:
+    tiled = row["kind"] == "kTranspose" or row.get("emitter") in ("ColumnReductionFusion", "SmallColumnReductionFusion")
+    # 32 rows of 1-8 byte elements, one more a row
+    if tiled and pad in (32, 64, 128, 256) and pad < fb and fb % pad == 0 and _pow2(fb // pad) and fb // pad >= 16:
         return (f"XLA pads its {fb // pad}-column shared tile by one element a row against bank conflicts "
                 f"(+{pad} B); Triton swizzles the unpadded tile and has no padded layout outside Gluon")
     xo, fo = x.get("shared_ops", {}), f.get("shared_ops", {})
@@ -248,7 +258,7 @@ def _counts(rs: list[dict], failed: int) -> dict:
             "spills": fl("spills"), "narrower": fl("narrower"), "mem_insts_over_1_5": fl("mem_insts_over_1_5"),
             "registers_over_1_25": fl("registers_over_1_25"), "loops_where_xla_has_none": fl("loop_where_xla_has_none"),
             "launch_equal": sum(r["launch_equal"] for r in rs), "launch_shared_equal": sum(r["launch_shared_equal"] for r in rs),
-            "launch_shared_explained": sum("shared_difference" in r for r in rs),
+            "launch_shared_explained": sum("shared_difference" in r or "launch_difference" in r for r in rs),
             "registers_ratio_median": _median(r["ratios"]["registers"] for r in rs),
             "width_ratio_median": _median(r["ratios"]["mean_global_access_bytes"] for r in rs),
             "mem_insts_per_output_ratio_median": _median(r["ratios"]["mem_insts_per_output"] for r in rs),
@@ -303,7 +313,7 @@ def headline(summary: dict) -> list[str]:
             f"over 1.5x XLA's global memory instructions per output: {a['mem_insts_over_1_5']} (goal 0)",
             f"over 1.25x XLA's registers: {a['registers_over_1_25']} = {pct('registers_over_1_25')} (goal <= 5%)",
             f"launch (grid, block) equal: {a['launch_equal']}/{n}; with shared memory: {a['launch_shared_equal']}/{n} "
-            f"= {pct('launch_shared_equal')} (goal >= 95%); shared memory differs for a reason given on the row "
+            f"= {pct('launch_shared_equal')} (goal >= 95%); differs for a reason given on the row "
             f"(--kernels): {a['launch_shared_explained']} (equal or explained: "
             f"{a['launch_shared_equal'] + a['launch_shared_explained']}/{n})",
             f"runtime loops where XLA's kernel has none: {a['loops_where_xla_has_none']}"]
@@ -333,6 +343,8 @@ def print_kernels(rows: list[dict]) -> None:
               f"{int(f['has_loop'])}/{int(x['has_loop'])} {launch:>7}")
         if "shared_difference" in r:
             print(f"{'':26} smem differs: {r['shared_difference']}")
+        if "launch_difference" in r:
+            print(f"{'':26} launch differs: {r['launch_difference']}")
 
 
 def print_summary(res: dict, markdown: bool = False) -> None:

@@ -376,14 +376,17 @@ def test_sass_benchmark_explains_shared_memory_it_cannot_match():
     are explained; another difference (a sort's scratch, a row reduction's) is not."""
     P = _load("ptx_vs_xla")
 
-    def row(kind, ours, xla, ours_ops=None, xla_ops=None):
-        return {"kind": kind, "fusegen": {"shared_bytes": ours, "shared_ops": ours_ops or {}},
+    def row(kind, ours, xla, ours_ops=None, xla_ops=None, emitter=None):
+        return {"kind": kind, "emitter": emitter, "fusegen": {"shared_bytes": ours, "shared_ops": ours_ops or {}},
                 "xla": {"shared_bytes": xla, "shared_ops": xla_ops or {}}}
 
     assert "32-column" in P.shared_difference(row("kTranspose", 4096, 4224))
     assert "+64 B" in P.shared_difference(row("kTranspose", 2048, 2112))
-    assert "64-column" in P.shared_difference(row("kReduction", 8192, 8320))
-    assert "128-column" in P.shared_difference(row("kReduction", 16384, 16512))
+    assert "64-column" in P.shared_difference(row("kReduction", 8192, 8320, emitter="ColumnReductionFusion"))
+    assert "128-column" in P.shared_difference(row("kReduction", 16384, 16512, emitter="ColumnReductionFusion"))
+    # a row reduction's scratch is no padded tile (x_rowsum_long: 128 / 132)
+    assert P.shared_difference(row("kReduction", 128, 132, emitter="RowReductionFusion")) is None
+    assert P.shared_difference(row("kReduction", 8192, 8320, emitter="RowReductionFusion")) is None
     softmax = row("kTriton.block", 16, 2048, {"STS": 2, "LDS": 2}, {"STS": 18, "LDSM": 16, "LDS": 2})
     assert "18 STS, 18 LDS/LDSM" in P.shared_difference(softmax)
     # not explained: a row reduction's scratch (64 / 24), a sort's (8192 / 10240), fusegen's tile wider than XLA's,
@@ -392,3 +395,21 @@ def test_sass_benchmark_explains_shared_memory_it_cannot_match():
     assert P.shared_difference(row("kSort", 8192, 10240)) is None
     assert P.shared_difference(row("kTranspose", 4224, 4096)) is None
     assert P.shared_difference(row("kTriton.block", 16, 32, {"STS": 2, "LDS": 2}, {"STS": 2, "LDS": 2})) is None
+
+
+def test_sass_benchmark_compares_the_block_triton_launches(tmp_path):
+    """XLA runs new_reduce_scalar's ``input_reduce_fusion.1`` on 192 threads (6 warps, 3 a row); fusegen's launch
+    dimensions say 192 too, but Triton launches ``num_warps`` x 32 = 256: not equal, and the row says why."""
+    from fusegen.codegen import sass
+
+    if (why := sass.tools_unavailable_reason()) is not None:
+        pytest.skip(f"ptxas/cuobjdump cannot run: {why}")
+    P = _load("ptx_vs_xla")
+    res = P.compare(module_filter="new_reduce_scalar", limit=3, jobs=1, cache_dir=tmp_path, log=lambda *a: None)
+    rows = {r["kernel"]: r for r in res["rows"]}
+    r = rows["input_reduce_fusion_1"]
+    assert r["xla_launch"]["threads"] == r["fusegen_launch"]["threads"] == [192, 1, 1]
+    assert r["fusegen"]["num_warps"] == 8 and not r["launch_equal"]
+    assert "256 threads for XLA's 192 (6 warps)" in r["launch_difference"]
+    assert rows["input_reduce_fusion"]["launch_equal"] and "launch_difference" not in rows["input_reduce_fusion"]
+    assert res["summary"]["all"]["launch_equal"] == 2
