@@ -191,6 +191,8 @@ def shared_difference(row: dict) -> str | None:
       ``convert_layout`` scratch is the unpadded tile, swizzled, and plain Triton cannot declare a padded shared
       layout (Gluon's ``PaddedSharedLayout`` only, which Triton's interpreter does not run). Read as XLA's bytes
       = fusegen's + 32 rows x element bytes, fusegen's a power-of-two C >= 16 times that;
+    * a row reduction with 32 warps a row: XLA's cross-warp scratch is R x 33 elements (x_rowsum_long: 132 bytes for
+      one row), Triton's R x 32;
     * a block-level fusion whose XLA kernel moves its tile to another register layout through shared memory (more
       ``STS`` and ``LDS`` / ``LDSM`` in XLA's SASS than fusegen's, which has only the cross-warp reduction's):
       XLA's Triton fork converts the layout of the loaded tile, fusegen's kernel reduces in the load's layout.
@@ -203,6 +205,10 @@ def shared_difference(row: dict) -> str | None:
     if tiled and pad in (32, 64, 128, 256) and pad < fb and fb % pad == 0 and _pow2(fb // pad) and fb // pad >= 16:
         return (f"XLA pads its {fb // pad}-column shared tile by one element a row against bank conflicts "
                 f"(+{pad} B); Triton swizzles the unpadded tile and has no padded layout outside Gluon")
+    rows = row.get("emitter") in ("RowReductionFusion", "MultiRowReductionFusion")
+    if rows and 0 < pad < fb and fb % pad == 0 and fb // pad == 32:
+        return (f"XLA pads its cross-warp scratch of 32 warps a row by one element a row against bank conflicts "
+                f"(+{pad} B); Triton's reduction scratch is unpadded")
     xo, fo = x.get("shared_ops", {}), f.get("shared_ops", {})
     x_loads, f_loads = xo.get("LDS", 0) + xo.get("LDSM", 0), fo.get("LDS", 0) + fo.get("LDSM", 0)
     if row["kind"] == "kTriton.block" and xb > fb and xo.get("STS", 0) > fo.get("STS", 0) and x_loads > f_loads:

@@ -384,8 +384,8 @@ def test_sass_benchmark_explains_shared_memory_it_cannot_match():
     assert "+64 B" in P.shared_difference(row("kTranspose", 2048, 2112))
     assert "64-column" in P.shared_difference(row("kReduction", 8192, 8320, emitter="ColumnReductionFusion"))
     assert "128-column" in P.shared_difference(row("kReduction", 16384, 16512, emitter="ColumnReductionFusion"))
-    # a row reduction's scratch is no padded tile (x_rowsum_long: 128 / 132)
-    assert P.shared_difference(row("kReduction", 128, 132, emitter="RowReductionFusion")) is None
+    # a row reduction's cross-warp scratch, 32 warps a row: XLA's 33 elements (x_rowsum_long: 128 / 132)
+    assert "32 warps a row" in P.shared_difference(row("kReduction", 128, 132, emitter="RowReductionFusion"))
     assert P.shared_difference(row("kReduction", 8192, 8320, emitter="RowReductionFusion")) is None
     softmax = row("kTriton.block", 16, 2048, {"STS": 2, "LDS": 2}, {"STS": 18, "LDSM": 16, "LDS": 2})
     assert "18 STS, 18 LDS/LDSM" in P.shared_difference(softmax)
