@@ -98,19 +98,16 @@ def _xla_ptx_module(path: Path, entry: str) -> str:
     return next(p for p in parts if re.search(rf"\.entry {entry}\(", p))
 
 
-#: ``new_sort_small``'s sorts (fusion, XLA's kernel, registers over XLA's fusegen's may use): each is one
-#: tiled launch. ``sort_13_1`` (f32[1000] and its iota, 256 threads): XLA's kernel keeps the tile in shared
-#: memory and holds 26 registers; fusegen's holds the tile's s64 keys, their partners and the f32 values in
-#: registers and needs 33-40 without spilling (40, 1.54x; docs/sort.md).
-NEW_SORT_SMALL = [("fusion.3", "sort_40_1", 1.25), ("fusion.2", "sort_28_1", 1.25), ("fusion.1", "sort_20_1", 1.25),
-                  ("fusion", "sort_13_1", 1.6)]
+#: ``new_sort_small``'s sorts (fusion, XLA's kernel): each is one tiled launch.
+NEW_SORT_SMALL = [("fusion.3", "sort_40_1"), ("fusion.2", "sort_28_1"), ("fusion.1", "sort_20_1"),
+                  ("fusion", "sort_13_1")]
 
 
-@pytest.mark.parametrize("fusion,kernel,ratio", NEW_SORT_SMALL)
-def test_tiled_launch_compiles_within_xla_registers(fusion, kernel, ratio):
+@pytest.mark.parametrize("fusion,kernel", NEW_SORT_SMALL)
+def test_tiled_launch_compiles_within_xla_registers(fusion, kernel):
     """``new_sort_small``'s sorts (``jnp.sort`` / ``argsort`` / key-value, one tiled launch each): fusegen's
-    kernel for sm_90 against XLA's own, both through the same ``ptxas``: no spills, registers within
-    ``ratio`` of XLA's, global accesses at least as wide as XLA's."""
+    kernel for sm_90 against XLA's own, both through the same ``ptxas``: no spills, at most 1.25x XLA's
+    registers, global accesses at least as wide as XLA's."""
     if not (LAUNCH / "new_sort_small.xla.ptx").exists():
         pytest.skip(f"{LAUNCH} is absent (the shared corpus is not checked out beside the project)")
     em, emitted = _sort_fusion(LAUNCH / "new_sort_small.h200_opt.hlo", fusion)
@@ -120,7 +117,7 @@ def test_tiled_launch_compiles_within_xla_registers(fusion, kernel, ratio):
     r = triton_runtime.compile_for_target(ks, pointer_alignment=16)
     regs, spill = _ptxas_registers(r.ptx, ks.entry)
     assert spill == 0 == xla_spill
-    assert regs <= ratio * xla_regs, (regs, xla_regs)
+    assert regs <= 1.25 * xla_regs, (regs, xla_regs)
     assert _mean_access_bytes(r.ptx) >= _mean_access_bytes(xla_ptx, kernel)
 
 

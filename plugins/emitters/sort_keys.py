@@ -40,15 +40,13 @@ _FLOAT_KEYS = {"f16": 16, "bf16": 16, "f32": 32}
 KEY_BITS = 62
 _KEY_PAD = (1 << 63) - 1
 #: Registers per thread a tiled launch is capped at (``maxnreg``). XLA launches its kernel with ``.reqntid``
-#: and no register cap; left to itself with that block, ptxas spends 1.6-2.5x XLA's registers on gather
-#: addresses it hoists (sm_90, ``new_sort_small``: 58 / 89 / 49 / 64 where XLA uses 32 / 51 / 30 / 26).
-#: Live through the network are the tile's keys and their partners (4 elements a thread, 16 registers), the
-#: key operands' values and a few addresses: 40 holds them without spilling (32 spilled 4-144 bytes);
-#: rows whose accesses are scalar (a row's bytes not a multiple of 16) keep an address per element and take
-#: 48; a one-warp block gathers by shuffles, with no shared-memory addresses, and takes 32.
-TILE_REGISTERS = 40
-TILE_REGISTERS_SCALAR_ROWS = 48
-TILE_REGISTERS_ONE_WARP = 32
+#: and no register cap; ptxas left to itself with that block spends up to 1.6x XLA's registers (sm_90,
+#: ``new_sort_small``). Live through the network are the tile's keys and their partners (4 elements a thread:
+#: 16 registers), the key operands' values, one predicate and one shared-memory address per step mask:
+#: blocks of 512 threads or more fit 32 (2048 threads an SM, XLA's occupancy), smaller ones 36 (at 32 ptxas
+#: spilled 4 bytes on some); rows whose accesses are scalar (a row's bytes not a multiple of 16) keep
+#: an address per element and take 48.
+TILE_REGISTERS = {"large_block": 32, "small_block": 36, "scalar_rows": 48}
 
 
 @attrs.frozen
@@ -184,7 +182,9 @@ def _tile_source(em: Any, packing: KeyPacking, plan: tuple, iotas: tuple, lb: in
         if first:  # nothing moved yet: the lane in the tile orders ties as the position does, and is its key
             values = {k: gen.value(sort.operands[k], index) for k in used}
             key = _packed_key(gen, em.comparator, packing, values, f"({local})", idx_bits=tile_bits)
-            positions = f"qr - ({local}) + (key & (TILE - 1))"
+            # the tile's start in its row plus the lane (a row of one tile starts at 0: nothing held through
+            # the network for it)
+            positions = "key & (TILE - 1)" if em.n <= 1 << tile_bits else f"qr - ({local}) + (key & (TILE - 1))"
         else:
             loaded = {buf_of[k]: ctx.emit(f"tl.load({names[buf_of[k]]} + {offs[buf_of[k]]}, mask=valid, other=0)", "v")
                       for k in used}
@@ -254,11 +254,9 @@ def tile_registers(em: Any, plan: tuple, tile: int) -> int:
     """The register cap of a tiled launch of ``tile`` elements (XLA's ``tile / 4`` threads) moving the
     buffers of ``plan`` (:func:`fusegen_plugins.emitters.sort_network.plan_buffers`): see
     :data:`TILE_REGISTERS`."""
-    if tile // 4 <= 32:
-        return TILE_REGISTERS_ONE_WARP
-    scalar = em.rows > 1 and any(em.n * max(1, dtypes.bit_width(shape.element_type) // 8) % 16
-                                 for _, _, shape, _ in plan[0])
-    return TILE_REGISTERS_SCALAR_ROWS if scalar else TILE_REGISTERS
+    if em.rows > 1 and any(em.n * max(1, dtypes.bit_width(shape.element_type) // 8) % 16 for _, _, shape, _ in plan[0]):
+        return TILE_REGISTERS["scalar_rows"]
+    return TILE_REGISTERS["large_block" if tile // 4 >= 512 else "small_block"]
 
 
 def emit_keyed(em: Any, packing: KeyPacking, iotas: tuple[int, ...]) -> EmittedFusion:

@@ -80,7 +80,9 @@ def begin_tile_steps(b: Any) -> None:
     b.line("for t in tl.static_range(min(s, MTOP) - MBOT + 1):")
     b.level += 1
     for line in ("h = 1 << (min(s, MTOP) - t)", "xm = h", "if min(s, MTOP) - t == s:", "    xm = 2 * h - 1",
-                 "pl = gl ^ xm", "up = pl < gl"):  # the upper element's partner is the lower one
+                 # the upper element of a pair has bit h set (its partner differs from it in bits h and below): a
+                 # bit test of the lane, which the compiler keeps one predicate per h for, not one per element
+                 "pl = gl ^ xm", "up = (gl & h) != 0"):
         b.line(line)
 
 
