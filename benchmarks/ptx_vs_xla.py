@@ -195,7 +195,11 @@ def shared_difference(row: dict) -> str | None:
       one row), Triton's R x 32;
     * a block-level fusion whose XLA kernel moves its tile to another register layout through shared memory (more
       ``STS`` and ``LDS`` / ``LDSM`` in XLA's SASS than fusegen's, which has only the cross-warp reduction's):
-      XLA's Triton fork converts the layout of the loaded tile, fusegen's kernel reduces in the load's layout.
+      XLA's Triton fork converts the layout of the loaded tile, fusegen's kernel reduces in the load's layout;
+    * a tiled sort launch (``TILE = 4 x`` XLA's threads): XLA's kernel keeps every operand's tile in shared memory
+      (``TILE x`` the operands' bytes an element), fusegen's packed-key network gathers one tensor, the ``s64``
+      keys (``8 x TILE``), and a one-warp block gathers by warp shuffles, in no shared memory
+      (``plugins/emitters/sort_keys.py``, docs/sort.md).
     """
     f, x = row["fusegen"], row["xla"]
     fb, xb = f["shared_bytes"], x["shared_bytes"]
@@ -209,12 +213,30 @@ def shared_difference(row: dict) -> str | None:
     if rows and 0 < pad < fb and fb % pad == 0 and fb // pad == 32:
         return (f"XLA pads its cross-warp scratch of 32 warps a row by one element a row against bank conflicts "
                 f"(+{pad} B); Triton's reduction scratch is unpadded")
+    if row["kind"] == "kSort" and (why := _sort_shared_difference(row, fb, xb)) is not None:
+        return why
     xo, fo = x.get("shared_ops", {}), f.get("shared_ops", {})
     x_loads, f_loads = xo.get("LDS", 0) + xo.get("LDSM", 0), fo.get("LDS", 0) + fo.get("LDSM", 0)
     if row["kind"] == "kTriton.block" and xb > fb and xo.get("STS", 0) > fo.get("STS", 0) and x_loads > f_loads:
         return (f"XLA's Triton converts the tile's register layout through shared memory ({xo.get('STS', 0)} STS, "
                 f"{x_loads} LDS/LDSM; fusegen's {fo.get('STS', 0)}, {f_loads}: the cross-warp reduction scratch "
                 f"only); fusegen's kernel reduces in the load's layout")
+    return None
+
+
+def _sort_shared_difference(row: dict, fb: int, xb: int) -> str | None:
+    """:func:`shared_difference` of a tiled sort launch (packed keys: 8 bytes an element, none for one warp)."""
+    threads = (row.get("xla_launch") or {}).get("threads") or [0]
+    tile = 4 * threads[0]
+    if not tile or xb <= 0 or xb % tile:
+        return None
+    per = xb // tile
+    if fb == 8 * tile and per != 8:
+        return (f"XLA keeps every operand's {tile}-element tile in shared memory ({per} B an element); fusegen's "
+                f"network gathers one tensor, the s64 packed keys (8 B an element)")
+    if fb == 0 and threads[0] <= 32:
+        return (f"XLA keeps every operand's {tile}-element tile in shared memory ({per} B an element); fusegen's "
+                f"one-warp block gathers its packed keys by warp shuffles")
     return None
 
 

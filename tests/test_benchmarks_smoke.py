@@ -373,7 +373,8 @@ def test_sass_benchmark_explains_shared_memory_it_cannot_match():
     """``shared_difference``: XLA's padded R x (C + 1) tiles (the launch corpus's transposes 4096 / 4224 bytes and
     column reductions 8192 / 8320) and a block-level XLA kernel's extra layout conversion through shared memory
     (gpu_softmax's triton_softmax_2: 18 STS + 16 LDSM + 2 LDS, 2048 bytes, against fusegen's reduction scratch of 16)
-    are explained; another difference (a sort's scratch, a row reduction's) is not."""
+    are explained, and so are a tiled sort's packed keys (8 bytes an element where XLA holds every operand);
+    other differences are not."""
     P = _load("ptx_vs_xla")
 
     def row(kind, ours, xla, ours_ops=None, xla_ops=None, emitter=None):
@@ -392,7 +393,19 @@ def test_sass_benchmark_explains_shared_memory_it_cannot_match():
     # not explained: a row reduction's scratch (64 / 24), a sort's (8192 / 10240), fusegen's tile wider than XLA's,
     # a block-level kernel with XLA's scratch but no extra conversion
     assert P.shared_difference(row("kReduction", 64, 24)) is None
-    assert P.shared_difference(row("kSort", 8192, 10240)) is None
+    assert P.shared_difference(row("kSort", 8192, 10240)) is None  # no launch: no tile to read the bytes by
+
+    def sort_row(ours, xla, threads):
+        return {**row("kSort", ours, xla), "xla_launch": {"grid": [4, 1, 1], "threads": [threads, 1, 1]}}
+
+    # new_sort_small: sort_28_1 (bf16 + 2 x s32, 1024-element tile), sort_40_1 (f32 + 2 x s32), sort_20_1 (one warp)
+    assert "(10 B an element)" in P.shared_difference(sort_row(8192, 10240, 256))
+    assert "(12 B an element)" in P.shared_difference(sort_row(32768, 49152, 1024))
+    assert "warp shuffles" in P.shared_difference(sort_row(0, 1024, 32))
+    # not explained: bytes that are not one s64 key an element (a comparator network's carried tensors), no
+    # shared memory on a block of more than one warp
+    assert P.shared_difference(sort_row(16384, 10240, 256)) is None
+    assert P.shared_difference(sort_row(0, 10240, 256)) is None
     assert P.shared_difference(row("kTranspose", 4224, 4096)) is None
     assert P.shared_difference(row("kTriton.block", 16, 32, {"STS": 2, "LDS": 2}, {"STS": 2, "LDS": 2})) is None
 
