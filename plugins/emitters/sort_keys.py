@@ -184,7 +184,8 @@ def _tile_source(em: Any, packing: KeyPacking, plan: tuple, iotas: tuple, lb: in
             key = _packed_key(gen, em.comparator, packing, values, f"({local})", idx_bits=tile_bits)
             # the tile's start in its row plus the lane (a row of one tile starts at 0: nothing held through
             # the network for it)
-            positions = "key & (TILE - 1)" if em.n <= 1 << tile_bits else f"qr - ({local}) + (key & (TILE - 1))"
+            positions = ("key & (TILE - 1)" if em.n <= 1 << tile_bits else
+                         f"(tl.program_id(0).to({ctx.idx_t}) * BLOCK + (lane & (0 - TILE))) % RT + (key & (TILE - 1))")
         else:
             loaded = {buf_of[k]: ctx.emit(f"tl.load({names[buf_of[k]]} + {offs[buf_of[k]]}, mask=valid, other=0)", "v")
                       for k in used}
