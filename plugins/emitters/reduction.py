@@ -18,7 +18,10 @@ inline), and writes side outputs (roots with as many elements as the reduce inpu
 After the loop ``tl.reduce`` folds the ``TR`` axis with a ``@triton.jit`` combine function generated
 from ``to_apply`` (tuples of operands for variadic reductions), the reduce's ``init`` operand is
 combined in exactly once, and epilogues (roots that are chains of elementwise/bitcast/reshape/transpose
-ops over the reduce) are computed on the reduced values before the store.
+ops over the reduce) are computed on the reduced values before the store. A row reduction's epilogue runs on
+``OLANES`` copies of each row's value (``ceil(threads / (TA * TB))``: one element a thread), held by the lanes that
+reduced the row, and the first copy stores: XLA's lane 0 of the row's warp writes it, and Triton needs no
+shared-memory layout conversion where XLA's kernel has none (a row within one warp folds by shuffles alone).
 
 f16/bf16 ``add``/``multiply`` reductions accumulate in f32 and round once. Every kernel is race free
 (one program per kept tile, no atomics), so there is no ``ReductionIsRaceFree`` split.
