@@ -186,9 +186,10 @@ def shared_difference(row: dict) -> str | None:
     """Why a row's shared memory differs from XLA's at an equal grid and block, where the cause is known and is not
     fusegen's kernel to change; ``None``: unexplained.
 
-    * a tiled transpose or column reduction (kind ``kTranspose``, a column-reduction emitter): XLA's kernel declares its ``R x C`` shared tile one element wider a row
-      (``R x (C + 1)``, against bank conflicts: ``emitters/transpose.cc``, ``emitters/reduction.cc``); Triton's
-      ``convert_layout`` scratch is the unpadded tile, swizzled, and plain Triton cannot declare a padded shared
+    * a tiled transpose or column reduction (kind ``kTranspose``, a column-reduction emitter): XLA's kernel declares
+      its ``R x C`` shared tile one element wider a row (``R x (C + 1)``, against bank conflicts:
+      ``emitters/transpose.cc``, ``emitters/reduction.cc``); Triton's ``convert_layout`` scratch is the unpadded
+      tile, swizzled, and plain Triton cannot declare a padded shared
       layout (Gluon's ``PaddedSharedLayout`` only, which Triton's interpreter does not run). Read as XLA's bytes
       = fusegen's + 32 rows x element bytes, fusegen's a power-of-two C >= 16 times that;
     * a row reduction with 32 warps a row: XLA's cross-warp scratch is R x 33 elements (x_rowsum_long: 132 bytes for
