@@ -199,7 +199,7 @@ def _tile_source(em: Any, packing: KeyPacking, plan: tuple, iotas: tuple, lb: in
     carry_lane = not first and not lb
     if carry_lane:  # the lane does not fit below the key: a second tensor carries it
         b.line("ln = gl & (TILE - 1)")
-    net.begin_tile_steps(b)
+    net.begin_tile_steps(b, interpret)
     b.line("w = tl.gather(key, pl, 0)")
     b.line("swap = (w < key) ^ up")  # the lower lane takes the smaller key, the upper one the larger
     if carry_lane:

@@ -71,18 +71,20 @@ def tile_prologue(idx_t: str, interpret: bool) -> list[str]:
             "qc = tl.max_contiguous(tl.multiple_of(tl.minimum(qr, NSORT - 1), TILE), TILE)"]
 
 
-def begin_tile_steps(b: Any) -> None:
+def begin_tile_steps(b: Any, interpret: bool = False) -> None:
     """Open the tiled launch's network: the steps of stages ``S0..S1`` unrolled at trace time; inside,
     ``h = 2**m`` and ``xm`` the step's partner mask (``2h - 1`` for a stage's first, flip, step) are
-    constexprs, ``up`` the lanes holding the upper element of their pair, ``pl`` every lane's partner."""
+    constexprs, ``up`` the lanes holding the upper element of their pair, ``pl`` every lane's partner.
+
+    ``up`` is bit ``h`` of the lane (the partner differs in bits ``h`` and below): on the GPU a bit test, which
+    the compiler keeps as one predicate per mask ``h`` rather than one per element through the network; an
+    interpreter variant (``interpret``) spells the same predicate ``pl < gl``, one array operation fewer."""
     b.line("for s in tl.static_range(S0, S1 + 1):")
     b.level += 1
     b.line("for t in tl.static_range(min(s, MTOP) - MBOT + 1):")
     b.level += 1
     for line in ("h = 1 << (min(s, MTOP) - t)", "xm = h", "if min(s, MTOP) - t == s:", "    xm = 2 * h - 1",
-                 # the upper element of a pair has bit h set (its partner differs from it in bits h and below): a
-                 # bit test of the lane, which the compiler keeps one predicate per h for, not one per element
-                 "pl = gl ^ xm", "up = (gl & h) != 0"):
+                 "pl = gl ^ xm", "up = pl < gl" if interpret else "up = (gl & h) != 0"):
         b.line(line)
 
 

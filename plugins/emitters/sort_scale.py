@@ -227,7 +227,7 @@ def _tile_source(em: Any, plan: tuple, pos: int | None, entry: str, first: bool,
             carried.append(ctx.emit(position, "ix"))
         pix = len(carried) - 1 if pos is None else pos
         loop_at = len(b.lines)
-        net.begin_tile_steps(b)
+        net.begin_tile_steps(b, interpret)
         start = len(b.lines)
         gen.push_scope()
         try:
