@@ -29,6 +29,7 @@ from fusegen.codegen.emitter import EmitterUnsupported, store_line
 from fusegen.codegen.kernel import EmittedFusion
 from fusegen.codegen.launch import sort_tile_size
 from fusegen.hlo import dtypes
+from fusegen.hlo.layout_util import physical_strides
 from fusegen_plugins.emitters import sort_network as net
 
 #: Key element types a packed key takes: bits, and whether their compare is signed.
@@ -44,8 +45,8 @@ _KEY_PAD = (1 << 63) - 1
 #: ``new_sort_small``). Live through the network are the tile's keys and their partners (4 elements a thread:
 #: 16 registers), the key operands' values, one predicate and one shared-memory address per step mask:
 #: blocks of 512 threads or more fit 32 (2048 threads an SM, XLA's occupancy), smaller ones 36 (at 32 ptxas
-#: spilled 4 bytes on some); rows whose accesses are scalar (a row's bytes not a multiple of 16) keep
-#: an address per element and take 48.
+#: spilled 4 bytes on some); rows whose accesses are scalar (a row's bytes not a multiple of 16, or a sorted
+#: dimension that is not the minor one) keep an address per element and take 48.
 TILE_REGISTERS = {"large_block": 32, "small_block": 36, "scalar_rows": 48}
 
 
@@ -255,7 +256,10 @@ def tile_registers(em: Any, plan: tuple, tile: int) -> int:
     """The register cap of a tiled launch of ``tile`` elements (XLA's ``tile / 4`` threads) moving the
     buffers of ``plan`` (:func:`fusegen_plugins.emitters.sort_network.plan_buffers`): see
     :data:`TILE_REGISTERS`."""
-    if em.rows > 1 and any(em.n * max(1, dtypes.bit_width(shape.element_type) // 8) % 16 for _, _, shape, _ in plan[0]):
+    shapes = [shape for _, _, shape, _ in plan[0]]
+    strided = any(physical_strides(shape)[em.dim] != 1 for shape in shapes if shape.rank)
+    if em.rows > 1 and (strided or any(em.n * max(1, dtypes.bit_width(shape.element_type) // 8) % 16
+                                       for shape in shapes)):
         return TILE_REGISTERS["scalar_rows"]
     return TILE_REGISTERS["large_block" if tile // 4 >= 512 else "small_block"]
 
