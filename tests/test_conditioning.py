@@ -228,3 +228,43 @@ def test_library_run_of_an_all_nan_output_is_not_ok(tmp_path):
     res = fusegen.run(LOG_OF_NEGATIVES, compile=False)
     assert res.status == "vacuous" and not res.ok
     assert fusegen.run(LOG_OF_NEGATIVES, compile=False, allow_vacuous=True).ok
+
+
+_TF32_DOT = """HloModule tf32
+fused {
+  p = f32[32,64]{1,0} parameter(0)
+  q = f32[64,16]{1,0} parameter(1)
+  e = f32[32,64]{1,0} exponential(p)
+  ROOT d = f32[32,16]{1,0} dot(e, q), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+ENTRY main {
+  x = f32[32,64]{1,0} parameter(0)
+  y = f32[64,16]{1,0} parameter(1)
+  ROOT f = f32[32,16]{1,0} fusion(x, y), kind=kCustom, calls=fused,
+    backend_config={"fusion_backend_config":{"kind":"__triton_gemm"}}
+}
+"""
+
+
+def test_bounds_of_a_tf32_dot_cover_its_computed_operand_rounded_to_tf32():
+    """A default-precision f32 dot runs at tf32 (XLA:GPU). A parameter operand is rounded the same way in every
+    evaluation (the reference rounds it as the kernel does), so it counts as read exactly; a computed operand
+    (exp here) is rounded to tf32 after its own rounding, which the bound covers (u(tf32) |e| more before the
+    products) and the f32 bound alone does not."""
+    from fusegen.evaluator.evaluator import evaluate_instruction
+    from fusegen.hlo.dot_numerics import tf32_round
+
+    f = _fusion(_TF32_DOT)
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-2, 2, (32, 64)).astype(np.float32)
+    y = rng.standard_normal((64, 16)).astype(np.float32)
+    (b,) = rounding_bounds(f, [x, y])
+    ref = np.asarray(evaluate_instruction(f, [x, y])).astype(np.float64)
+    e, yt = np.exp(x.astype(np.float64)), tf32_round(y).astype(np.float64)
+    np.testing.assert_allclose(ref, tf32_round(np.exp(x)).astype(np.float64) @ yt, rtol=1e-6, atol=1e-5)
+    exact = e @ yt  # the exact product of the computed lhs with the (identically rounded) parameter
+    magnitude = np.abs(e) @ np.abs(yt)
+    f32_only = 64 * unit_roundoff("f32") * magnitude
+    assert np.all(np.abs(ref - exact) <= b)
+    assert np.any(np.abs(ref - exact) > f32_only)  # the tf32 rounding is what the bound needed
+    assert np.all(b <= 2.0 ** -11 * 1.01 * magnitude + f32_only)  # and no more than that

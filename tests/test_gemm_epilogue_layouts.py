@@ -1,5 +1,6 @@
 """GEMM epilogues through bitcasts, reshapes and transposes after the dot (issue 10), checked against the
-reference evaluator on the Triton interpreter."""
+reference evaluator on the Triton interpreter (at f32: both round these default-precision f32 dots' operands
+to tf32, as XLA:GPU does), and against float64 numpy on the operands rounded to tf32 (``cvt.rna``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from conftest import REPO
 from fusegen.codegen import triton_runtime
 from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.evaluator.evaluator import evaluate_instruction
+from fusegen.codegen.interpreter_patches import tf32_round
 from fusegen.hlo import dtypes
 from fusegen.hlo.parser import parse_file, parse_module
 from fusegen.runtime.compare import compare
@@ -48,8 +50,12 @@ def _check(f, cfg, seed=0):
     assert out.shape == ref.shape
     c = compare(out, ref, f.shape.element_type)
     assert c.ok, (cfg, c)
-    # the right value, independently: numpy in float64
     return ops, out
+
+
+def _t(x: np.ndarray) -> np.ndarray:
+    """An f32 dot operand as XLA's tf32 dot reads it (rounded to tf32), in float64 for the oracle."""
+    return tf32_round(x).astype(np.float64)
 
 
 # dot computed transposed ({0,1} layout) and bitcast to the row-major [m, n] the user wanted, plus a bias: the
@@ -72,7 +78,7 @@ _RESHAPE_TRANSPOSE = """  d = f32[24,20]{1,0} dot(p0, p1), lhs_contracting_dims=
 def test_layout_bitcast_epilogue(cfg):
     f = _fusion(_LAYOUT_BITCAST, "f32[24,20]{1,0}")
     (a, b, c), out = _check(f, cfg)
-    want = a.astype(np.float64) @ b.astype(np.float64) + c
+    want = _t(a) @ _t(b) + c
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
@@ -80,7 +86,7 @@ def test_layout_bitcast_epilogue(cfg):
 def test_reshape_and_transpose_epilogue(cfg):
     f = _fusion(_RESHAPE_TRANSPOSE, "f32[4,24,5]{2,1,0}")
     (a, b, c), out = _check(f, cfg)
-    want = np.exp((a.astype(np.float64) @ b - c).reshape(24, 4, 5).transpose(1, 0, 2))
+    want = np.exp((_t(a) @ _t(b) - c).reshape(24, 4, 5).transpose(1, 0, 2))
     np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
     triton_runtime.compile_for_target(TritonGemmFusion(_Analysis(f), cfg).emit().kernels[0], capability=90)
 
@@ -125,4 +131,4 @@ ENTRY e {
     assert f.fusion_backend_kind == "__triton_gemm"
     assert {"transpose", "multiply", "dot"} <= {i.opcode for i in f.fused_computation.instructions}
     (a, b), out = _check(f, TritonGemmConfig(16, 16, 16, 1, 2))
-    np.testing.assert_allclose(out, 0.5 * (a.astype(np.float64) @ b).T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out, 0.5 * (_t(a) @ _t(b)).T, rtol=1e-4, atol=1e-4)

@@ -33,11 +33,17 @@ REAL = Path(__file__).parent / "data" / "real_models"
 REAL_PROGRAMS = sorted(p.name.removesuffix(".h200_opt.hlo") for p in REAL.glob("*.h200_opt.hlo"))
 
 #: Programs whose f32 outputs differ from the reference beyond f32 tolerance but are as close to the f64
-#: answer as the reference itself: program -> (output, reference's max error vs f64, measured once).
+#: answer as a correct evaluation: program -> (output, reference's max error vs f64, that of the reference
+#: with its tf32 dots at IEEE f32 where the kernels are judged by it (else None), measured once). The
+#: reference runs f32 dots of default precision at tf32, as XLA:GPU does (2026-12-02; before, at IEEE f32:
+#: adamw 6.26e-3, batchnorm 1.126e3).
 DRIFT = {
-    "adamw_logit_offset": ("o0", 6.26e-3),  # AdamW turns the offset's rounding-noise gradient into +-lr (1e-2)
-    "equinox_rnn_chaotic": ("o0", 1.61e-2),  # 48 steps of a gain-3 tanh recurrence
-    "flax_batchnorm_offset": ("o0", 1.126e3),  # E[x^2] - E[x]^2 at x ~ 3000 in f32
+    "adamw_logit_offset": ("o0", 3.95e-3, None),  # AdamW turns the offset's rounding-noise gradient into +-lr
+    "equinox_rnn_chaotic": ("o0", 1.61e-2, None),  # 48 steps of a gain-3 tanh recurrence
+    # E[x^2] - E[x]^2 at x ~ 3000 in f32: the variance is a few f32 ulps of E[x^2], so where an evaluation
+    # lands is chance; the tf32 reference lands near the answer (3.8), the kernels' reduction order (and
+    # XLA:CPU's f32 dots) at a variance of 0 (1.1e3)
+    "flax_batchnorm_offset": ("o0", 3.79, 1.126e3),
 }
 
 BF16_CHAIN = """HloModule chain
@@ -271,14 +277,19 @@ def test_real_model_program_has_no_false_mismatch(name):
         if o.expected_error is not None:
             assert o.expected_error <= o.expected_allowed
     if name in DRIFT:
-        out, ref_err = DRIFT[name]
+        out, ref_err, f32_err = DRIFT[name]
         o = next(x for x in v.outputs if x.name == out)
         assert rep.status == "drift" and o.status == "drift"
         # the reference itself is this far from the f64 answer (the program's conditioning; 25%: numpy's
         # BLAS kernels differ between CPUs and these programs amplify rounding) ...
         assert o.reference_error == pytest.approx(ref_err, rel=0.25)
-        # ... and the kernels are no further, while they differ from the reference beyond f32 tolerance
-        assert o.kernel_error <= 4 * o.reference_error
+        # ... and the kernels are no further than a correct evaluation, while they differ from the reference
+        # beyond f32 tolerance
+        if f32_err is None:
+            assert o.kernel_error <= 4 * o.reference_error and "IEEE f32" not in (o.reason or "")
+        else:
+            assert 4 * o.reference_error < o.kernel_error <= 4 * f32_err and "tf32 dots at IEEE f32" in o.reason
+            assert o.allowed == pytest.approx(4 * f32_err, rel=0.25)
         assert o.max_abs_error > 1e-4 * max(1.0, abs(float(o.values["reference"])))
 
 
@@ -360,7 +371,11 @@ def test_expected_is_a_third_oracle(tmp_path):
                                    "--expected", str(REAL / f"{name}.expected.npz")])
     assert res.exit_code == 0, res.output
     o0 = json.loads(res.output)["outputs"][0]
-    assert o0["status"] == "ok" and o0["kernel_vs_expected"] <= o0["allowed_vs_expected"]
+    # drift allowed: gpt2's dots run at tf32, as on XLA:GPU (JAX's expected: XLA:CPU at IEEE f32), and where two
+    # correct evaluations round a computed operand a tf32 step apart the kernels differ from the reference by
+    # about f32's tolerance (1.0e-4 relative, 2026-12-02)
+    assert o0["status"] in ("ok", "drift") and o0["kernel_vs_expected"] <= o0["allowed_vs_expected"]
+    assert o0["kernel_vs_expected"] > 1e-4  # the kernels' tf32 against JAX's f32: the allowance is not vacuous
     jax_out = dict(np.load(REAL / f"{name}.expected.npz"))
     jax_out["o0"] = jax_out["o0"].copy()
     jax_out["o0"][1, 2, 3] += 0.5  # a known answer that disagrees with both the kernels and the reference

@@ -133,16 +133,22 @@ def prepare(modules: list, s: Session, passes: Sequence[str] | None = None) -> l
     """Run the pipeline (``passes``, else ``[pipeline] passes``, else the default one; ``[pipeline.options]``)
     on the modules that are not fused yet, in place; per-module pipeline results (``None`` where a module came
     fused). Every pass's result is verified; with ``[pipeline] verify = true`` its outputs are compared too
-    (:func:`fusegen.passes.pipeline.run_pipeline`).
+    (:func:`fusegen.passes.pipeline.run_pipeline`). Then ``[pipeline] default_matmul_precision`` (``highest``:
+    IEEE f32 dots, no tf32) is written into every ``DEFAULT`` dot
+    (:func:`fusegen.hlo.dot_numerics.apply_default_matmul_precision`).
 
     Raises:
         fusegen.passes.pipeline.PassError (a :class:`fusegen.passes.pass_checks.PassCheckError` for a pass that
         broke the module), fusegen.plugin_manager.PluginError.
     """
+    from fusegen.hlo.dot_numerics import apply_default_matmul_precision
     from fusegen.passes.pipeline import optimize_if_needed
 
     pipeline = getattr(s.config, "pipeline", None)
     names = list(passes) if passes is not None else (list(pipeline.passes) if pipeline and pipeline.passes else None)
-    return [optimize_if_needed(m, pm=s.pm, debug_options=s.config.debug_options, device=s.device, passes=names,
-                               pass_options_by_name=pipeline.options if pipeline else None,
-                               check_values=bool(getattr(pipeline, "verify", False))) for m in modules]
+    out = [optimize_if_needed(m, pm=s.pm, debug_options=s.config.debug_options, device=s.device, passes=names,
+                              pass_options_by_name=pipeline.options if pipeline else None,
+                              check_values=bool(getattr(pipeline, "verify", False))) for m in modules]
+    for m in modules:  # JAX's jax_default_matmul_precision: what the kernels and the reference both see
+        apply_default_matmul_precision(m, getattr(pipeline, "default_matmul_precision", None))
+    return out

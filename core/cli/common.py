@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+import attrs
 import click
 
 from fusegen.passes.pipeline import DEFAULT_PIPELINE_TEXT
@@ -63,9 +64,25 @@ def _set_passes(ctx: click.Context, _param, value: str | None) -> None:
         ctx.meta[_PASSES_KEY] = value
 
 
+_PRECISION_KEY = "fusegen.default_matmul_precision"
+
+
+def _set_precision(ctx: click.Context, _param, value: str | None) -> None:
+    if value is not None:
+        ctx.meta[_PRECISION_KEY] = value.lower()
+
+
 def pipeline_option(f):
-    """``--passes a,b``: the pipeline unoptimized input goes through, beating ``[pipeline] passes`` (kept in the
-    click context, so commands need no parameter for it)."""
+    """``--passes a,b``: the pipeline unoptimized input goes through, beating ``[pipeline] passes``, and
+    ``--default-matmul-precision P``, beating ``[pipeline] default_matmul_precision`` (kept in the click context,
+    so commands need no parameter for them)."""
+    from fusegen.hlo.dot_numerics import MATMUL_PRECISIONS
+
+    f = click.option("--default-matmul-precision", expose_value=False, callback=_set_precision, default=None,
+                     type=click.Choice(list(MATMUL_PRECISIONS), case_sensitive=False),
+                     help="JAX's jax_default_matmul_precision for every dot of DEFAULT precision (beats [pipeline] "
+                          "default_matmul_precision; default: 'default', f32 dots at tf32 on the tensor cores "
+                          "as XLA:GPU runs them; 'highest': IEEE f32).")(f)
     return click.option("--passes", expose_value=False, callback=_set_passes, metavar="A,B,...", default=None,
                         help="Passes an unoptimized module goes through, in order (beats [pipeline] passes; "
                              f"default: {DEFAULT_PIPELINE_TEXT}).")(f)
@@ -93,6 +110,10 @@ def prepare_modules(modules: list, cfg, device, pm=None) -> list:
     from fusegen.passes.pipeline import PassError
     from fusegen.plugin_manager import PluginError, default_plugin_manager
 
+    ctx = click.get_current_context(silent=True)
+    precision = ctx.meta.get(_PRECISION_KEY) if ctx is not None else None
+    if precision is not None and getattr(cfg, "pipeline", None) is not None:
+        cfg = attrs.evolve(cfg, pipeline=attrs.evolve(cfg.pipeline, default_matmul_precision=precision))
     s = Session(cfg, device, pm or default_plugin_manager())
     names = pipeline_passes(cfg)
     out = []

@@ -19,6 +19,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+# with the dot numerics: the reference evaluator rounds a tf32 dot's operands as the kernel does
+from fusegen.hlo.dot_numerics import TF32_MASK, tf32_round, tf32_truncate  # noqa: F401
+
+
 @functools.cache  # once per process
 def patch_float_casts() -> None:
     """Make the interpreter round float downcasts to bf16/fp8 to nearest-even.
@@ -245,27 +249,6 @@ def _bit_float_types() -> dict[Any, Any]:
     import triton.language as tl
 
     return {tl.bfloat16: ml_dtypes.bfloat16, tl.float8e4nv: ml_dtypes.float8_e4m3fn, tl.float8e5: ml_dtypes.float8_e5m2}
-
-
-#: Mask keeping a float32's sign, exponent and the 10 mantissa bits of tf32 (19 bits in all).
-TF32_MASK = np.uint32(0xFFFFE000)
-
-
-def tf32_truncate(x: np.ndarray) -> np.ndarray:
-    """``x`` (float32) with the 13 low mantissa bits cleared: what an sm_80/sm_90 tensor core reads of an f32
-    operand of a ``.tf32`` MMA (``mma.sync``/``wgmma`` take the upper 19 bits and ignore the rest)."""
-    return (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & TF32_MASK).view(np.float32)
-
-
-def tf32_round(x: np.ndarray) -> np.ndarray:
-    """``cvt.rna.tf32.f32`` in numpy: float32 ``x`` rounded to tf32, to nearest with ties away from zero
-    (adding half a tf32 ulp to the magnitude bits, then truncating; a carry rounds up into the exponent, to
-    inf past the largest value); NaN stays NaN."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    u = x.view(np.uint32)
-    r = ((u + np.uint32(0x1000)) & TF32_MASK).view(np.float32)
-    nan = np.isnan(x)
-    return np.where(nan, x, r) if nan.any() else r
 
 
 @functools.cache  # once per process

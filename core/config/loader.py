@@ -344,10 +344,21 @@ def load_config(
     pass_options: dict[str, dict[str, Any]] = {}
     b.set("pipeline.passes", None, SOURCE_DEFAULT, "Ordered pass names; unset means the default pipeline.")
     b.set("pipeline.verify", False, SOURCE_DEFAULT, PipelineOptions.__attrs_attrs__.verify.metadata["help"])
-    verify_passes = False
+    verify_passes, matmul_precision = False, "default"
+    b.set("pipeline.default_matmul_precision", "default", SOURCE_DEFAULT,
+          PipelineOptions.__attrs_attrs__.default_matmul_precision.metadata["help"])
     if doc is not None and "pipeline" in data:
         for key, value in data["pipeline"].items():
-            if key == "verify":
+            if key == "default_matmul_precision":
+                from fusegen.hlo.dot_numerics import MATMUL_PRECISIONS
+
+                if not isinstance(value, str) or value.strip().lower() not in MATMUL_PRECISIONS:
+                    raise doc.error(f"'default_matmul_precision' in [pipeline]: expected one of "
+                                    f"{', '.join(MATMUL_PRECISIONS)}, got {value!r}", "pipeline", key)
+                matmul_precision = value.strip().lower()
+                b.set("pipeline.default_matmul_precision", matmul_precision,
+                      _file_source(doc, "pipeline", "default_matmul_precision"))
+            elif key == "verify":
                 if not isinstance(value, bool):
                     raise _wrong_type(doc, ("pipeline", "verify"), "bool", value)
                 verify_passes = value
@@ -369,8 +380,9 @@ def load_config(
                         b.set(f"pipeline.options.{pname}.{okey}", oval,
                               _file_source(doc, "pipeline", "options", pname, okey), f"Option of pass {pname!r}.")
             else:
-                raise _unknown_key(doc, key, ("pipeline",), ("passes", "options", "verify"))
-    pipeline = PipelineOptions(passes=passes, options=pass_options, verify=verify_passes)
+                raise _unknown_key(doc, key, ("pipeline",), ("passes", "options", "verify", "default_matmul_precision"))
+    pipeline = PipelineOptions(passes=passes, options=pass_options, verify=verify_passes,
+                               default_matmul_precision=matmul_precision)
 
     # [plugins]
     lists: dict[str, list[str]] = {"enable": [], "disable": []}

@@ -279,6 +279,9 @@ class PipelineOptions:
             changes it, and fail a pass whose outputs move beyond its declared ``error_budget``
             (:mod:`fusegen.passes.pass_checks`). Verifying the rewritten module's structure and entry
             signature after every pass is always on.
+        default_matmul_precision: written into every ``dot`` of ``DEFAULT`` operand precision after the
+            pipeline, as JAX's ``jax_default_matmul_precision`` writes it into the HLO it lowers
+            (:func:`fusegen.hlo.dot_numerics.apply_default_matmul_precision`); ``"default"`` changes nothing.
     """
 
     passes: list[str] | None = attrs.field(
@@ -287,6 +290,10 @@ class PipelineOptions:
     verify: bool = attrs.field(default=False, metadata={
         "type": bool, "help": "Evaluate the module before and after each pass; outputs must stay within the "
                               "pass's error_budget."})
+    default_matmul_precision: str = attrs.field(default="default", metadata={
+        "type": str, "help": "JAX's jax_default_matmul_precision for every dot of DEFAULT operand precision: "
+                             "'default' (XLA:GPU runs f32 dots at tf32 on the tensor cores), 'high' "
+                             "('tensorfloat32'), 'highest' ('float32': IEEE f32, no tensor cores)."})
 
 
 @attrs.frozen

@@ -3,7 +3,12 @@
 * ``dot``: any batch / contracting dims; output dims are batch, lhs free, rhs free (XLA ``DotDimensionNumbers``).
   Floating operands narrower than f32 are multiplied and accumulated in f32 and the result is rounded once to
   the result type (XLA:GPU / cuBLAS accumulate bf16 and f16 GEMMs in f32). Integer dots accumulate with
-  wrap-around in the result width (computed in 64 bits, then narrowed).
+  wrap-around in the result width (computed in 64 bits, then narrowed). f32 operands are first rounded as
+  XLA:GPU's tensor cores take them (:func:`fusegen.hlo.dot_numerics.dot_numerics`): to tf32 with
+  ``cvt.rna`` (:func:`~fusegen.hlo.dot_numerics.tf32_round`) for a tf32 dot (the algorithm unset at
+  ``DEFAULT``/``HIGH`` precision, or ``ALG_DOT_TF32_TF32_F32``), to bf16/f16 where the algorithm forces that
+  type; the products are then summed in f32, as the kernel sums them. Operands already wider than f32 (the
+  f64 oracle's promoted copy) are never rounded: the oracle stays the exact answer.
 * ``scaled-dot``: each operand is multiplied by its block scale (the scale repeated over each block), then ``dot``.
 * ``convolution``: ``dim_labels``, ``window`` (size, stride, pad, lhs/rhs dilation, reversal),
   ``feature_group_count`` and ``batch_group_count`` as in XLA's operation semantics
@@ -26,6 +31,7 @@ from fusegen.evaluator.common import (
     shape_dtype,
     up,
 )
+from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction
 
 
@@ -67,9 +73,35 @@ def dot_general(lhs: np.ndarray, rhs: np.ndarray, lhs_batch, rhs_batch, lhs_cont
     return res.reshape(bshape + mshape + nshape)
 
 
+def dot_operands(inst: Instruction, lhs, rhs) -> tuple[np.ndarray, np.ndarray]:
+    """``dot`` ``inst``'s f32 operand values as XLA:GPU multiplies them (see the module docstring); others
+    unchanged.
+
+    Raises:
+        EvaluationError: an algorithm or operand precision XLA does not know (names the dot).
+    """
+    from fusegen.hlo.dot_numerics import DotNumericsError, dot_numerics, tf32_round
+
+    try:
+        num = dot_numerics(inst)
+    except DotNumericsError as e:
+        raise EvaluationError(str(e)) from None
+    out = []
+    for v in (lhs, rhs):
+        a = np.asarray(v)
+        t = num.rounded_operand_type("f32") if a.dtype == np.float32 else None
+        if t == "tf32":
+            a = tf32_round(a)
+        elif t is not None:
+            a = a.astype(dtypes.numpy_dtype(t)).astype(np.float32)
+        out.append(a)
+    return out[0], out[1]
+
+
 def _dot(inst: Instruction, ops: list) -> np.ndarray:
     out = shape_dtype(inst.shape)
-    r = dot_general(ops[0], ops[1], attr_ints(inst, "lhs_batch_dims"), attr_ints(inst, "rhs_batch_dims"),
+    lhs, rhs = dot_operands(inst, ops[0], ops[1])
+    r = dot_general(lhs, rhs, attr_ints(inst, "lhs_batch_dims"), attr_ints(inst, "rhs_batch_dims"),
                     attr_ints(inst, "lhs_contracting_dims"), attr_ints(inst, "rhs_contracting_dims"), out)
     return as_array(r, out)
 

@@ -11,7 +11,14 @@ Rules (``tsl::tensor_float_32_execution_enabled()`` is on by default, as in JAX 
 
 * algorithm unset: the operands keep their types; a float dot runs at tf32 when both operand precisions are at
   most ``HIGH`` (``DEFAULT`` included), else IEEE f32; the accumulator is f32 (f64 for f64 operands and
-  output, s32 for 8-bit integers into s32). fusegen deviates here (:data:`TF32_FOR_DEFAULT_PRECISION`);
+  output, s32 for 8-bit integers into s32). So an f32 GEMM at default precision runs on the tensor cores with
+  its operands rounded to tf32 (``cvt.rna``: half a tf32 ulp, ``2**-11`` relative, per operand) and its
+  products (exact) summed in f32. The reference evaluator rounds such a dot's f32 operands the same way
+  (:func:`tf32_round`; ``fusegen.evaluator.dot_conv``), so kernel and reference agree to f32's rounding, and
+  the verdict budgets the tf32 error against the f64 oracle and ``--expected`` (``fusegen.verify``);
+  ``--default-matmul-precision highest`` (``[run] default_matmul_precision``, JAX's
+  ``jax_default_matmul_precision``) gives every ``DEFAULT`` dot ``HIGHEST``, i.e. IEEE f32
+  (:func:`apply_default_matmul_precision`);
 * ``ALG_DOT_F32_F32_F32``: IEEE f32; ``ALG_DOT_TF32_TF32_F32``: tf32; ``ALG_DOT_TF32_TF32_F32_X3``: three tf32
   passes (Triton's ``tf32x3``); ``ALG_DOT_BF16_BF16_F32``: operands rounded to bf16;
   ``ALG_DOT_BF16_BF16_F32_X3/_X6/_X9``: f32 operands split into 2 or 3 bf16 parts multiplied in 3, 6 or 9 bf16
@@ -22,6 +29,7 @@ Rules (``tsl::tensor_float_32_execution_enabled()`` is on by default, as in JAX 
 from __future__ import annotations
 
 import attrs
+import numpy as np
 
 from fusegen.hlo.ir import Instruction
 
@@ -42,13 +50,6 @@ _ALGORITHMS: dict[str, tuple[str | None, str, int, str | None]] = {
     "ALG_DOT_ANY_F8_ANY_F8_F32_FAST_ACCUM": (None, "ieee", 0, "f32"),
 }
 _PRECISIONS = ("DEFAULT", "HIGH", "HIGHEST", "PACKED_NIBBLE")
-#: Whether f32 dots with the algorithm unset and default precision run at tf32, as XLA:GPU runs them. False:
-#: fusegen's reference evaluator multiplies them in f32 (as XLA:CPU, the tests' oracle, does), and a tf32
-#: kernel's error compounds through a model's layers past any per-type floor of the verdict (a flax block on
-#: random weights: 11% at its softmax, the f32 reference 3e-5 from f64), so until the reference models tf32
-#: such dots run at IEEE f32 (no tensor cores; the GEMM kernel's ``notes`` say so). The tf32 algorithms
-#: (``ALG_DOT_TF32_TF32_F32``...) always run at tf32.
-TF32_FOR_DEFAULT_PRECISION = False
 _FLOATS = ("f64", "f32", "f16", "bf16")
 _MANTISSA = {"f64": 52, "f32": 23, "tf32": 10, "f16": 10, "bf16": 7}
 
@@ -112,6 +113,18 @@ class DotNumerics:
             return eff
         return self.accumulator_type
 
+    def rounded_operand_type(self, operand_type: str) -> str | None:
+        """What an operand of ``operand_type`` is rounded to before the products, where the reference evaluator
+        rounds it as the kernel does: ``"tf32"`` (``cvt.rna``) for an f32 operand of a tf32 dot, ``bf16``/``f16``
+        for an f32 operand the algorithm converts; ``None`` otherwise (not rounded, or split into bf16 or tf32
+        passes, which are f32-accurate or nearly: the reference keeps f32 there)."""
+        if operand_type != "f32" or self.bf16_passes:
+            return None
+        p = self.product_type(operand_type)
+        if p == "tf32":
+            return p if self.input_precision == "tf32" else None
+        return p if p in ("bf16", "f16") else None
+
 
 def dot_numerics(dot: Instruction) -> DotNumerics:
     """XLA:GPU's numerics of ``dot`` (see the module docstring).
@@ -129,7 +142,7 @@ def dot_numerics(dot: Instruction) -> DotNumerics:
             acc = "f64" if (lhs == "f64" and out == "f64") else "f32"
         floats = all(t in _FLOATS or t.startswith("f8") for t in (lhs, rhs, out))
         lp, rp = operand_precisions(dot)
-        tf32 = floats and all(_PRECISIONS.index(p) <= 1 for p in (lp, rp)) and TF32_FOR_DEFAULT_PRECISION
+        tf32 = floats and all(_PRECISIONS.index(p) <= 1 for p in (lp, rp))
         return DotNumerics(alg, None, "tf32" if tf32 else "ieee", 0, acc)
     if alg not in _ALGORITHMS:
         raise DotNumericsError(f"dot %{dot.name}: unknown algorithm {alg}")
@@ -137,12 +150,59 @@ def dot_numerics(dot: Instruction) -> DotNumerics:
     return DotNumerics(alg, operand, precision, passes, acc or "f32")
 
 
-def xla_uses_tf32(dot: Instruction) -> bool:
-    """Whether XLA:GPU runs ``dot`` at tf32 (f32 operands, algorithm unset, both precisions at most ``HIGH``,
-    or a tf32 algorithm), whatever :data:`TF32_FOR_DEFAULT_PRECISION` says."""
-    alg = normalize_algorithm(dot.attrs.get("algorithm"))
-    if alg != "ALG_UNSET":
-        return alg in ("ALG_DOT_TF32_TF32_F32", "ALG_DOT_TF32_TF32_F32_X3")
-    types = [o.shape.element_type for o in dot.operands[:2]]
-    return "f32" in types and all(t in _FLOATS or t.startswith("f8") for t in types) and \
-        all(_PRECISIONS.index(p) <= 1 for p in operand_precisions(dot))
+#: Mask keeping a float32's sign, exponent and the 10 mantissa bits of tf32 (19 bits in all).
+TF32_MASK = np.uint32(0xFFFFE000)
+
+
+def tf32_truncate(x: np.ndarray) -> np.ndarray:
+    """``x`` (float32) with the 13 low mantissa bits cleared: what an sm_80/sm_90 tensor core reads of an f32
+    operand of a ``.tf32`` MMA (``mma.sync``/``wgmma`` take the upper 19 bits and ignore the rest)."""
+    return (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) & TF32_MASK).view(np.float32)
+
+
+def tf32_round(x: np.ndarray) -> np.ndarray:
+    """``cvt.rna.tf32.f32`` in numpy: float32 ``x`` rounded to tf32, to nearest with ties away from zero
+    (adding half a tf32 ulp to the magnitude bits, then truncating; a carry rounds up into the exponent, to
+    inf past the largest value); NaN stays NaN. XLA rounds a tf32 dot's f32 operands so
+    (``RoundF32ToTF32ForTf32DotRewritePass``)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    u = x.view(np.uint32)
+    r = ((u + np.uint32(0x1000)) & TF32_MASK).view(np.float32)
+    nan = np.isnan(x)
+    return np.where(nan, x, r) if nan.any() else r
+
+
+#: ``--default-matmul-precision`` values (JAX's ``jax_default_matmul_precision`` names) -> operand precision.
+MATMUL_PRECISIONS = {"default": "DEFAULT", "bfloat16": "DEFAULT", "high": "HIGH", "tensorfloat32": "HIGH",
+                     "highest": "HIGHEST", "float32": "HIGHEST"}
+
+
+def apply_default_matmul_precision(module, precision: str | None) -> int:
+    """Give every ``dot`` of ``module`` whose operand precisions are both ``DEFAULT`` (or absent) the operand
+    precision ``precision`` names (:data:`MATMUL_PRECISIONS`: ``"highest"``/``"float32"`` -> ``HIGHEST``,
+    IEEE f32 without tensor cores for f32 operands; ``"high"``/``"tensorfloat32"`` -> ``HIGH``; ``"default"``
+    or ``None`` changes nothing), in place, as JAX's ``jax_default_matmul_precision`` writes
+    ``operand_precision`` into the HLO it lowers; dots with an ``algorithm`` or another precision keep theirs.
+    Returns how many dots changed.
+
+    Raises:
+        DotNumericsError: an unknown ``precision`` (the message lists the known ones).
+    """
+    if precision is None:
+        return 0
+    key = str(precision).strip().lower()
+    if key not in MATMUL_PRECISIONS:
+        raise DotNumericsError(f"unknown default matmul precision {precision!r}; known: "
+                               f"{', '.join(MATMUL_PRECISIONS)}")
+    want = MATMUL_PRECISIONS[key]
+    if want == "DEFAULT":
+        return 0
+    changed = 0
+    for comp in module.computations:
+        for inst in comp.instructions:
+            if inst.opcode != "dot" or normalize_algorithm(inst.attrs.get("algorithm")) != "ALG_UNSET":
+                continue
+            if operand_precisions(inst) == ("DEFAULT", "DEFAULT"):
+                inst.attrs["operand_precision"] = "{" + f"{want.lower()},{want.lower()}" + "}"
+                changed += 1
+    return changed

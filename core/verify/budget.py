@@ -8,8 +8,10 @@ where ``t`` is the *lowest-precision floating type computed on the path to the o
 computation (a bf16 intermediate rounds differently when a kernel keeps it in f32, so an f32 output fed by a
 computed bf16 value inherits bf16's budget; the fusion's parameters do not count: kernel and reference read
 the same operand values; a ``dot`` counts the type XLA:GPU forms its products in,
-:meth:`fusegen.hlo.dot_numerics.DotNumerics.product_type`: ``tf32`` for an f32 dot of a tf32 algorithm, which
-runs on tensor cores with 10 mantissa bits), ``rtol(t)`` the per-type relative tolerance of
+:meth:`fusegen.hlo.dot_numerics.DotNumerics.product_type`, where the reference does not round its operands
+so itself: bf16 x3 passes, not tf32, whose ``cvt.rna`` of an f32 dot at default precision or of a tf32
+algorithm the reference makes as the kernel does; an operand computed in the fusion that two evaluations
+round a tf32 step apart is the conditioning's second look, :mod:`fusegen.verify.conditioning`), ``rtol(t)`` the per-type relative tolerance of
 :mod:`fusegen.runtime.compare`, ``floor(t)`` the ``[verify]`` floor (:class:`~fusegen.verify.options.VerifyOptions`)
 and ``K`` the largest number of terms one output element sums on that path (a ``reduce``'s reduced size, a
 ``dot``'s contracting size, a convolution's window times input features). Summation error grows like
@@ -90,9 +92,11 @@ def _reduced_terms(inst: Instruction) -> int:
     return 1
 
 
-def _dot_product_type(dot: Instruction) -> str | None:
+def _dot_product_type(dot: Instruction, unmodelled: bool = False) -> str | None:
     """The type ``dot``'s products are formed in (``tf32`` for f32 operands of a tf32 dot), or None
-    for a dot whose algorithm or precision is unknown (the evaluator's own error names it)."""
+    for a dot whose algorithm or precision is unknown (the evaluator's own error names it). ``unmodelled``:
+    only a rounding the reference evaluator does not make itself (bf16 x3 passes; not tf32's ``cvt.rna``,
+    :meth:`~fusegen.hlo.dot_numerics.DotNumerics.rounded_operand_type`), else the accumulator's type."""
     from fusegen.hlo.dot_numerics import DotNumericsError, dot_numerics
 
     try:
@@ -102,6 +106,10 @@ def _dot_product_type(dot: Instruction) -> str | None:
     types = [o.shape.element_type for o in dot.operands[:2] if o.shape.is_array]
     if not types or not all(dtypes.is_floating(t) for t in types):
         return None
+    if unmodelled:
+        types = [t for t in types if num.rounded_operand_type(t) is None]
+        if not types:
+            return None
     return min((num.product_type(t) for t in types), key=mantissa_bits)
 
 
@@ -118,7 +126,7 @@ def _walk(root: Instruction, seen: set[int], acc: dict[str, Any]) -> None:
                     acc["type"] = s.element_type
         acc["terms"] = max(acc["terms"], _reduced_terms(inst))
         if inst.opcode == "dot":
-            product = _dot_product_type(inst)
+            product = _dot_product_type(inst, unmodelled=True)
             if product is not None and mantissa_bits(product) < mantissa_bits(acc["type"]):
                 acc["type"] = product
         for c in inst.called_computations:  # nested fusions, reduce combiners, calls: wholly on the path
@@ -131,9 +139,11 @@ def _walk(root: Instruction, seen: set[int], acc: dict[str, Any]) -> None:
 def output_tolerance_types(module: Any) -> list[str]:
     """Per array leaf of ``module``'s entry output: the type whose tolerance and floor judge it against the
     reference and the f64 oracle. That is the leaf's own type unless a ``dot`` on its path (in the entry
-    computation or any computation it calls) forms its products at lower precision than the leaf holds: then
-    the dot's product type (``tf32`` for an f32 dot of a tf32 algorithm). The reference evaluator multiplies
-    in f32 there, XLA:GPU (and the kernel) on tensor cores."""
+    computation or any computation it calls) forms its products at lower precision than the leaf holds in a
+    way the reference evaluator does not model (bf16 x3 passes): then the dot's product type. A tf32 dot's
+    rounding (``cvt.rna`` of its f32 operands) the reference makes itself, so its outputs keep their type:
+    the tf32 error against the f64 oracle and ``--expected`` is the reference's own, which the verdict's
+    conditioning factor allows the kernels (``fusegen.verify.verdict``)."""
     root = module.entry.root
     leaves = root.shape.leaves()
     roots = list(root.operands) if root.opcode == "tuple" and len(leaves) == len(root.operands) else [root] * len(leaves)
@@ -148,7 +158,7 @@ def output_tolerance_types(module: Any) -> list[str]:
                 continue
             seen.add(id(inst))
             if inst.opcode == "dot":
-                p = _dot_product_type(inst)
+                p = _dot_product_type(inst, unmodelled=True)
                 if p is not None and mantissa_bits(p) < mantissa_bits(t):
                     t = p
             stack.extend(inst.operands)

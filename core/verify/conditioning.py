@@ -12,7 +12,12 @@ Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §3.3 and §4
 * operand errors propagate through the derivative: ``E(a + b) = E(a) + E(b)``, ``E(a * b) = |b| E(a) + |a| E(b)``,
   ``E(a / b) = E(a) / |b| + |a / b**2| E(b)``, ``E(sqrt a) = min(E(a) / (2 sqrt a), sqrt E(a))``, ...;
 * a ``K``-term sum (``reduce`` with an ``add`` combiner, ``dot``, ``convolution``, ``reduce-window``) adds
-  ``(K - 1) u |terms|`` summed: the worst case of any order of summation, ``eps * sum |terms|``;
+  ``(K - 1) u |terms|`` summed: the worst case of any order of summation, ``eps * sum |terms|``. A ``dot``
+  whose f32 operands are rounded before the products (tf32 on the tensor cores, ``u(p) = 2**-11``, or a bf16
+  algorithm) rounds an operand read exactly (a parameter, ``E = 0``) the same way in every evaluation (the
+  reference rounds it as the kernel does), so that adds nothing; a computed operand (``E > 0``) may round a
+  whole step apart in two evaluations, so its bound grows by ``u(p) |x|`` before the products: a tf32 GEMM of
+  a computed lhs adds up to ``2**-11 sum |a| |b|`` beside its f32 accumulation's ``(K - 1) 2**-24 sum |a| |b|``;
 * data movement (reshape, transpose, broadcast, slice, gather, select, ...) moves ``E`` with the values.
 
 Parameters and constants are exact (kernel and reference read the same operand values). An instruction this
@@ -202,9 +207,25 @@ class _Propagation:
             magnitude = _f64(evaluate_instruction(inst, absv))
         else:
             a, b = absv
-            carried = _f64(evaluate_instruction(inst, [a, es[1]])) + _f64(evaluate_instruction(inst, [es[0], b]))
+            ea, eb = (np.asarray(e, np.float64) for e in es[:2])
+            if op == "dot":  # a computed operand rounded before the products (tf32): u(p) |x| more, see above
+                up_ = _operand_roundoff(orig)
+                if up_:
+                    ea = ea + np.where(ea > 0, up_ * a, 0.0)
+                    eb = eb + np.where(eb > 0, up_ * b, 0.0)
+            carried = _f64(evaluate_instruction(inst, [a, eb])) + _f64(evaluate_instruction(inst, [ea, b]))
             magnitude = _f64(evaluate_instruction(inst, [a, b]))
         return carried + (max(terms - 1, 0) * u) * magnitude + u * np.abs(_f64(y))
+
+
+def _operand_roundoff(dot: Instruction) -> float:
+    """The unit roundoff of the type ``dot``'s f32 operands are rounded to before its products (``2**-11`` for
+    tf32: :meth:`fusegen.hlo.dot_numerics.DotNumerics.product_type`), 0 when they are not rounded."""
+    from fusegen.verify.budget import _dot_product_type, mantissa_bits
+
+    p = _dot_product_type(dot)
+    widest = max((mantissa_bits(o.shape.element_type) for o in dot.operands[:2] if o.shape.is_array), default=0)
+    return unit_roundoff(p) if p is not None and mantissa_bits(p) < widest else 0.0
 
 
 def rounding_bounds(fusion: Instruction, operands: Sequence[Any]) -> list[np.ndarray | None]:

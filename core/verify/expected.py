@@ -90,6 +90,9 @@ class OutputPath:
         terms: for an order-dependent output with edge-value inputs, the f64 evaluation of the module on the
             inputs' magnitudes (``|x|``), an array of the output's shape: per element, the size of the terms
             its sums combine (the scale of reassociation's rounding); ``None`` when not computed.
+        conditioning: another correct evaluation's distance to the f64 oracle (f64, the output's shape): the
+            reference with its tf32 dots at IEEE f32 (:func:`fusegen.verify.verdict.judge_module`), a second
+            sample of the program's conditioning beside ``|R - O|``; ``None`` when not computed.
     """
 
     exact: bool
@@ -98,6 +101,7 @@ class OutputPath:
     flush: float
     edge: float = 0.0
     terms: Any = attrs.field(default=None, eq=False)
+    conditioning: Any = attrs.field(default=None, eq=False)
 
 
 def _inexact(inst: Instruction) -> bool:
@@ -255,6 +259,9 @@ def _float_judgement(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None,
         if o is not None and not np.isfinite(cond).all():
             alt, _ = abs_error(e, o)  # the program overflows here at its precision: E's own distance to f64
             cond = np.where(np.isfinite(cond), cond, np.where(np.isfinite(alt), alt, 0.0))
+        if path.conditioning is not None and np.shape(path.conditioning) == np.shape(cond):
+            c2 = np.asarray(path.conditioning, np.float64)
+            cond = np.maximum(cond, np.where(np.isfinite(c2), c2, 0.0))
         # the program's conditioning as a relative figure (finite elements only), so that an error in a shared
         # intermediate (a variance, a max) that the reference happens to round well at one element still counts
         om = np.abs(ob)

@@ -3,8 +3,9 @@
 XLA's Triton GEMMs multiply the operand tiles in their own types on the tensor cores (``HMMA.16816.F32.BF16``
 for bf16, f16 alike; fp8 as f16 on ``mma.sync``, Triton's own lowering, or natively on ``wgmma``; ``IMMA``
 for int8 into s32), accumulating in f32; f32 operands of a tf32 dot are rounded first with
-``cvt.rna.tf32.f32``; see :mod:`fusegen.hlo.dot_numerics` for the rules (``algorithm``, ``operand_precision``),
-the XLA sources they mirror, and where fusegen deviates (f32 dots of default precision at IEEE f32). :func:`plan` turns them into a :class:`DotPlan` for one dot.
+``cvt.rna.tf32.f32`` (an f32 dot at default precision is one, as on XLA:GPU); see :mod:`fusegen.hlo.dot_numerics`
+for the rules (``algorithm``, ``operand_precision``) and the XLA sources they mirror. :func:`plan` turns them
+into a :class:`DotPlan` for one dot.
 
 Triton's smallest ``tl.dot`` K is 16 for 16-bit operands, 32 for 8-bit, 8 for 32-bit and 4 for 64-bit (its
 ``min_dot_size`` on NVIDIA; M and N have no lower bound there, it pads them itself, so XLA's ``block_n = 8``
@@ -154,7 +155,7 @@ def plan(dot: Instruction, block_k: int) -> DotPlan:
     f32 = lt == "f32"
     precision = num.input_precision if f32 else None
     rna = f32 and precision == "tf32"
-    if f32 and precision == "ieee" and num.algorithm == "ALG_UNSET" and all(
+    if f32 and precision in ("ieee", "tf32") and num.algorithm == "ALG_UNSET" and all(
             dot.operands[i].shape.element_type in ("f16", "bf16") for i in (0, 1)):
-        precision, rna = "tf32", False  # both widened from 16-bit floats: exact in tf32, on the tensor cores
+        precision, rna = "tf32", False  # both widened from 16-bit floats: exact in tf32 (no rounding), on the MMA
     return DotPlan(lt, rt, acc_t, precision, rna, num.bf16_passes, lt in _BITS, num)

@@ -45,7 +45,7 @@ from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.interpreter_patches import NOUNROLL_ASM
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
-from fusegen.hlo.dot_numerics import DotNumericsError, xla_uses_tf32
+from fusegen.hlo.dot_numerics import DotNumericsError
 from fusegen.hlo.ir import Computation, Instruction
 from fusegen_plugins.backends import triton_gemm_dot
 from fusegen_plugins.backends.triton_configs import ConfigError, TritonGemmConfig, from_values
@@ -330,7 +330,7 @@ class TritonGemmFusion(FusionEmitter):
                           entry="gemm", params=tuple(ctx.params), constexprs={"BLOCK": 1, "N": tiles},
                           launch=LaunchDimensions(grid=(tiles,), num_warps=cfg.num_warps),
                           num_stages=cfg.num_stages, interpret_variant=variant,
-                          notes=_notes(pb, [o.shape.element_type for o in fusion.operands], dot))
+                          notes=_notes(pb, [o.shape.element_type for o in fusion.operands]))
         return EmittedFusion(emitter=self.name, kernels=(ks,))
 
     def _interpret_variant(self, cfg: TritonGemmConfig, pb: _Problem) -> KernelSource | None:
@@ -362,13 +362,9 @@ class TritonGemmFusion(FusionEmitter):
         return emitted.kernels[0] if emitted.kernels else None
 
 
-def _notes(pb: _Problem, operand_types: list[str], dot: Instruction) -> tuple[str, ...]:
+def _notes(pb: _Problem, operand_types: list[str]) -> tuple[str, ...]:
     """Where this kernel is knowingly not XLA's program (:attr:`KernelSource.notes`)."""
     out = []
-    if xla_uses_tf32(dot) and pb.plan.input_precision == "ieee":
-        out.append("f32 dot of default precision at IEEE f32 (FMA, no tensor cores): XLA:GPU runs it at tf32, "
-                   "which fusegen's f32 reference does not model yet (fusegen.hlo.dot_numerics."
-                   "TF32_FOR_DEFAULT_PRECISION)")
     if pb.tk != pb.bk:
         out.append(f"block_k={pb.bk} padded to {pb.tk} in registers (upstream Triton's smallest "
                    f"{pb.plan.lhs_type} tl.dot K; XLA's Triton fork multiplies K={pb.bk}): the staged tiles, so "
