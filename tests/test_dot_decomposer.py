@@ -10,6 +10,7 @@ import pytest
 from xla_oracle import JAX_ERROR, run_xla
 
 from fusegen.evaluator.evaluator import evaluate_module
+from fusegen.hlo.dot_numerics import tf32_round
 from fusegen.hlo.parser import parse_module
 from fusegen.passes import dot_decomposer
 from fusegen.passes.pipeline import run_pipeline
@@ -31,6 +32,11 @@ ENTRY e {
 """
 
 
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """An f32 operand of a default-precision dot as XLA:GPU multiplies it (cvt.rna to tf32), in f64."""
+    return tf32_round(x).astype(np.float64)
+
+
 def _dots(module):
     return [i for i in module.all_instructions() if i.opcode == "dot"]
 
@@ -39,7 +45,7 @@ def test_einsum_bhqd_bhkd_becomes_one_batch_dim_and_reaches_a_triton_gemm_fusion
     rng = np.random.default_rng(0)
     q = rng.standard_normal((2, 4, 32, 16)).astype(np.float32)
     k = rng.standard_normal((2, 4, 48, 16)).astype(np.float32)
-    expect = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k.astype(np.float64))
+    expect = np.einsum("bhqd,bhkd->bhqk", _tf32(q), _tf32(k))  # a default-precision f32 dot: tf32 (XLA:GPU)
     m = parse_module(EINSUM, "einsum.hlo")
     res = run_pipeline(m)
     assert res.per_pass[0] == ("dot-decomposer", True)
@@ -52,8 +58,9 @@ def test_einsum_bhqd_bhkd_becomes_one_batch_dim_and_reaches_a_triton_gemm_fusion
     assert any(i is dot for i in fusion.fused_computation.instructions)
     out = evaluate_module(m, [q, k])
     np.testing.assert_allclose(out, expect, rtol=1e-5, atol=1e-5)
-    if JAX_ERROR is None:
-        np.testing.assert_allclose(run_xla(EINSUM, [q, k])[0], out, rtol=1e-5, atol=1e-5)
+    if JAX_ERROR is None:  # XLA:CPU multiplies in IEEE f32
+        exact = np.einsum("bhqd,bhkd->bhqk", q.astype(np.float64), k.astype(np.float64))
+        np.testing.assert_allclose(run_xla(EINSUM, [q, k])[0], exact, rtol=1e-5, atol=1e-5)
 
 
 def test_several_contracting_dims_become_one():
@@ -66,7 +73,7 @@ def test_several_contracting_dims_become_one():
     assert [o.shape.dimensions for o in dot.operands] == [(4, 30), (30, 7)]
     assert dot_decomposer.is_canonical_dot(dot)
     np.testing.assert_allclose(evaluate_module(m, [a, b]),
-                               np.einsum("ijk,jlk->il", a.astype(np.float64), b.astype(np.float64)),
+                               np.einsum("ijk,jlk->il", _tf32(a), _tf32(b)),
                                rtol=1e-5, atol=1e-5)
 
 

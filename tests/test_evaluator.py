@@ -20,6 +20,7 @@ from fusegen.evaluator.evaluator import (
     supported_opcodes,
 )
 from fusegen.evaluator.shape_ops import ElidedConstantWarning
+from fusegen.hlo.dot_numerics import tf32_round
 from fusegen.hlo.parser import parse_file, parse_module
 
 CORPUS = Path(__file__).parents[1].parent / "shared" / "corpus"
@@ -613,8 +614,13 @@ ENTRY e {
     rng = np.random.default_rng(0)
     a = rng.standard_normal((3, 4, 2, 5)).astype(np.float32)
     b = rng.standard_normal((5, 2, 6, 4)).astype(np.float32)
-    expect = np.einsum("mqpk,kpnq->pqmn", a.astype(np.float64), b.astype(np.float64))
+    # a default-precision f32 dot runs at tf32 (XLA:GPU): operands rounded with cvt.rna, products summed in f32
+    ta, tb = (tf32_round(x).astype(np.float64) for x in (a, b))
+    expect = np.einsum("mqpk,kpnq->pqmn", ta, tb)
     np.testing.assert_allclose(run(text, a, b), expect, rtol=1e-5, atol=1e-5)
+    highest = text.replace("rhs_contracting_dims={0}", "rhs_contracting_dims={0}, operand_precision={highest,highest}")
+    expect = np.einsum("mqpk,kpnq->pqmn", a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(run(highest, a, b), expect, rtol=1e-5, atol=1e-5)
 
 
 def test_bf16_dot_accumulates_in_f32():
@@ -817,7 +823,8 @@ ENTRY e {{
     rng = np.random.default_rng(0)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in [(3, 4), (4, 5), (5,)])
     r, ws = run(text, x, w, b)
-    expect = [[_gelu_tanh(0.5 * sum(float(x[i, k]) * float(w[k, j]) for k in range(4)) + float(b[j]))
+    tx, tw = tf32_round(x), tf32_round(w)  # no precision_config: DEFAULT, which cuBLAS computes at tf32
+    expect = [[_gelu_tanh(0.5 * sum(float(tx[i, k]) * float(tw[k, j]) for k in range(4)) + float(b[j]))
                for j in range(5)] for i in range(3)]
     np.testing.assert_allclose(r, expect, rtol=1e-5, atol=1e-5)
     assert ws.dtype == np.int8 and not ws.any()
@@ -836,8 +843,12 @@ ENTRY e {{
 }}"""
     rng = np.random.default_rng(1)
     a, b, c = (rng.standard_normal(s).astype(np.float32) for s in [(4, 3), (2, 4), (3, 2)])
+    ta, tb = (tf32_round(v).astype(np.float64) for v in (a, b))  # DEFAULT precision: tf32 (XLA's cuBLAS)
+    np.testing.assert_allclose(run(text, a, b, c), np.maximum(2 * (ta.T @ tb.T) - c, 0), rtol=1e-5, atol=1e-5)
+    highest = text.replace('"epilogue":"RELU"', '"epilogue":"RELU","precision_config":{"operand_precision":'
+                                                '["HIGHEST","HIGHEST"],"algorithm":"ALG_UNSET"}')
     expect = np.maximum(2 * (a.astype(np.float64).T @ b.astype(np.float64).T) - c, 0)
-    np.testing.assert_allclose(run(text, a, b, c), expect, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(run(highest, a, b, c), expect, rtol=1e-5, atol=1e-5)
 
 
 def test_cudnn_conv_bias_relu():

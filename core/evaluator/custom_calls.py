@@ -6,7 +6,8 @@ Targets and the semantics mirrored (XLA ``xla/service/gpu/transforms/gemm_rewrit
 
 * ``__cublas$gemm``, ``__cublas$lt$matmul``, ``__cublas$lt$matmul$f8`` (``gemm_backend_config``):
   ``D = epilogue(alpha * dot(A, B) + beta * C + bias)`` with ``dot_dimension_numbers`` on the logical operand
-  dims; ``alpha = alpha_real + i*alpha_imag``; ``C`` is the operand after ``B`` when ``beta != 0``; the bias
+  dims, the operands rounded as a ``dot`` of the config's ``precision_config`` rounds them (f32 at ``DEFAULT`` or
+  ``HIGH``: tf32, as XLA's cuBLAS compute type); ``alpha = alpha_real + i*alpha_imag``; ``C`` is the operand after ``B`` when ``beta != 0``; the bias
   (epilogues ``BIAS*``) is the next operand and runs along the trailing (rhs non-contracting) logical dims of
   the output, whatever the output layout (GemmRewriter only fuses a bias broadcast along those dims; a bias
   along the lhs rows stays an ``add``, see bug B13). Epilogues: DEFAULT, BIAS, RELU, BIAS_RELU, GELU (tanh
@@ -83,6 +84,24 @@ def _pack(inst: Instruction, main: np.ndarray, aux: np.ndarray | None = None):
     return tuple(out)
 
 
+def _gemm_operands(inst: Instruction, cfg: dict, a: np.ndarray, b: np.ndarray, out_type: str) -> tuple:
+    """The operands as cuBLAS multiplies them: XLA's ``precision_config`` picks the compute type as for a
+    ``dot`` (``GetBlasComputationType``: f32 at ``DEFAULT``/``HIGH`` with the algorithm unset computes as
+    tf32, the operands rounded to tf32 here; :func:`fusegen.evaluator.dot_conv.dot_operands`)."""
+    from fusegen.evaluator.dot_conv import dot_operands
+    from fusegen.hlo.dot_numerics import DotNumericsError, numerics
+
+    pc = cfg.get("precision_config") or {}
+    raw = [str(p).upper() for p in (pc.get("operand_precision") or [])] + ["DEFAULT", "DEFAULT"]
+    types = [inst.operands[i].shape.element_type for i in (0, 1)]
+    try:
+        num = numerics(types[0], types[1], out_type, pc.get("algorithm"), (raw[0], raw[1]),
+                       f"custom-call %{inst.name}")
+    except DotNumericsError as e:
+        raise EvaluationError(str(e)) from None
+    return dot_operands(inst, a, b, num)
+
+
 def _gemm(inst: Instruction, ops: list):
     cfg = backend_config(inst).get("gemm_backend_config")
     if not isinstance(cfg, dict):
@@ -93,7 +112,7 @@ def _gemm(inst: Instruction, ops: list):
     lb, rb, lc, rc = _dnums(cfg)
     target = str(inst.attrs.get("custom_call_target", ""))
     fp8 = target.endswith("$f8")
-    a, b = np.asarray(ops[0]), np.asarray(ops[1])
+    a, b = _gemm_operands(inst, cfg, np.asarray(ops[0]), np.asarray(ops[1]), main_shape.element_type)
     acc = dot_general(up(a), up(b), lb, rb, lc, rc, out_dt)
     cd = accumulate_dtype(acc.dtype, out=out_dt)
     acc = acc.astype(cd)

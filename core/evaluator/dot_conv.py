@@ -73,19 +73,20 @@ def dot_general(lhs: np.ndarray, rhs: np.ndarray, lhs_batch, rhs_batch, lhs_cont
     return res.reshape(bshape + mshape + nshape)
 
 
-def dot_operands(inst: Instruction, lhs, rhs) -> tuple[np.ndarray, np.ndarray]:
-    """``dot`` ``inst``'s f32 operand values as XLA:GPU multiplies them (see the module docstring); others
-    unchanged.
+def dot_operands(inst: Instruction, lhs, rhs, num=None) -> tuple[np.ndarray, np.ndarray]:
+    """``dot`` ``inst``'s f32 operand values as XLA:GPU multiplies them (see the module docstring; ``num``: the
+    :class:`~fusegen.hlo.dot_numerics.DotNumerics` to use, default the dot's own); others unchanged.
 
     Raises:
         EvaluationError: an algorithm or operand precision XLA does not know (names the dot).
     """
     from fusegen.hlo.dot_numerics import DotNumericsError, dot_numerics, tf32_round
 
-    try:
-        num = dot_numerics(inst)
-    except DotNumericsError as e:
-        raise EvaluationError(str(e)) from None
+    if num is None:
+        try:
+            num = dot_numerics(inst)
+        except DotNumericsError as e:
+            raise EvaluationError(str(e)) from None
     out = []
     for v in (lhs, rhs):
         a = np.asarray(v)

@@ -132,20 +132,34 @@ def dot_numerics(dot: Instruction) -> DotNumerics:
     Raises:
         DotNumericsError: an unknown algorithm or operand precision.
     """
-    alg = normalize_algorithm(dot.attrs.get("algorithm"))
     lhs, rhs = (o.shape.element_type for o in dot.operands[:2])
-    out = dot.shape.element_type
+    return numerics(lhs, rhs, dot.shape.element_type, dot.attrs.get("algorithm"), operand_precisions(dot),
+                    f"dot %{dot.name}")
+
+
+def numerics(lhs: str, rhs: str, out: str, algorithm: object, precisions: tuple[str, str],
+             what: str) -> DotNumerics:
+    """:func:`dot_numerics` from the parts: operand and result HLO types, the algorithm (HLO text or enum
+    name, ``None`` unset) and the two operand precisions (``"DEFAULT"``...); ``what`` names the dot in errors
+    (a cuBLAS GEMM's ``gemm_backend_config.precision_config`` carries the same fields).
+
+    Raises:
+        DotNumericsError: an unknown algorithm or operand precision.
+    """
+    alg = normalize_algorithm(algorithm)
+    for p in precisions:
+        if p not in _PRECISIONS:
+            raise DotNumericsError(f"{what}: unknown operand precision {str(p).lower()!r}")
     if alg == "ALG_UNSET":
         if lhs in ("s8", "u8") and rhs in ("s8", "u8"):
             acc = "s32" if out == "s32" else "f32"
         else:
             acc = "f64" if (lhs == "f64" and out == "f64") else "f32"
         floats = all(t in _FLOATS or t.startswith("f8") for t in (lhs, rhs, out))
-        lp, rp = operand_precisions(dot)
-        tf32 = floats and all(_PRECISIONS.index(p) <= 1 for p in (lp, rp))
+        tf32 = floats and all(_PRECISIONS.index(p) <= 1 for p in precisions)
         return DotNumerics(alg, None, "tf32" if tf32 else "ieee", 0, acc)
     if alg not in _ALGORITHMS:
-        raise DotNumericsError(f"dot %{dot.name}: unknown algorithm {alg}")
+        raise DotNumericsError(f"{what}: unknown algorithm {alg}")
     operand, precision, passes, acc = _ALGORITHMS[alg]
     return DotNumerics(alg, operand, precision, passes, acc or "f32")
 
