@@ -80,8 +80,11 @@ def test_run_takes_and_gives_pytrees(result, arrays, jax_out):
     assert result.status in ("ok", "drift") and result.ok, result.status
     new, loss = result.outputs
     assert sorted(new) == ["h", "w"] and loss.shape == () and new["h"].shape == (4, 8)
-    np.testing.assert_allclose(new["h"], np.asarray(jax_out[0]["h"]), rtol=1e-5, atol=1e-5)  # XLA:CPU's answer
-    np.testing.assert_allclose(loss, np.asarray(jax_out[1]), rtol=1e-5)
+    # XLA:CPU's answer, up to tf32: fusegen runs the f32 dots of default precision at tf32 as XLA:GPU does
+    # (operands rounded to 10 mantissa bits, 2^-11 relative; the verdict judged that against jax_out above)
+    np.testing.assert_allclose(new["h"], np.asarray(jax_out[0]["h"]), rtol=2e-3, atol=2e-3)
+    assert np.abs(new["h"] - np.asarray(jax_out[0]["h"])).max() > 1e-6  # really at tf32
+    np.testing.assert_allclose(loss, np.asarray(jax_out[1]), rtol=2e-3)
     assert result.verdict.outputs and all(o.expected_error is not None for o in result.verdict.outputs)
 
 

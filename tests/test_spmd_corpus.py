@@ -46,7 +46,9 @@ def test_global_and_per_partition_runs_agree_with_xla(name, tmp_path):
         for k in e.files:
             assert g[k].shape == e[k].shape
             np.testing.assert_array_equal(g[k], p[k])
-            np.testing.assert_allclose(g[k], e[k], rtol=1e-4, atol=1e-4)
+            # the expected answer multiplies in IEEE f32, fusegen at tf32 as XLA:GPU (the verdict's per-element
+            # allowance above is the tight check): within tf32's rounding of the output's scale
+            np.testing.assert_allclose(g[k], e[k], rtol=0, atol=4e-3 * max(1.0, float(np.abs(e[k]).max())))
 
 
 def test_planted_identity_all_reduce_is_a_mismatch(monkeypatch):
@@ -148,7 +150,9 @@ def test_eight_partition_programs_match_xla(name, tmp_path):
     assert all(o["kernel_vs_expected"] <= o["allowed_vs_expected"] for o in doc["outputs"])
     with np.load(tmp_path / "out.npz") as g, np.load(f"{base}.expected.npz") as e:
         for k in e.files:
-            np.testing.assert_allclose(g[k], e[k], rtol=1e-4, atol=1e-4)
+            # the expected answer multiplies in IEEE f32, fusegen at tf32 as XLA:GPU (the verdict's per-element
+            # allowance above is the tight check): within tf32's rounding of the output's scale
+            np.testing.assert_allclose(g[k], e[k], rtol=0, atol=4e-3 * max(1.0, float(np.abs(e[k]).max())))
     if name == "ring_ppermute":
         assert " while(" in hlo.read_text() and doc["collectives"][0]["opcode"] == "collective-permute-start"
         assert len(doc["collectives"][0]["source_target_pairs"]) == 8
@@ -162,4 +166,5 @@ def test_library_run_takes_global_arrays_of_a_multi_device_module():
         arrays, want = [i[f"p{k}"] for k in range(5)], e["o0"]
     r = api.run(str(hlo), inputs=arrays, expected=f"{base}.expected.npz", compile=False)
     assert r.status == "ok" and r.reports[0].num_partitions == 2
-    np.testing.assert_allclose(np.asarray(r.outputs), want, rtol=1e-4, atol=1e-4)
+    # tf32 dots (XLA:GPU) against the expected IEEE f32 answer: within tf32's rounding of the output's scale
+    np.testing.assert_allclose(np.asarray(r.outputs), want, rtol=0, atol=4e-3 * max(1.0, float(np.abs(want).max())))

@@ -13,12 +13,13 @@ Rules (``tsl::tensor_float_32_execution_enabled()`` is on by default, as in JAX 
   most ``HIGH`` (``DEFAULT`` included), else IEEE f32; the accumulator is f32 (f64 for f64 operands and
   output, s32 for 8-bit integers into s32). So an f32 GEMM at default precision runs on the tensor cores with
   its operands rounded to tf32 (``cvt.rna``: half a tf32 ulp, ``2**-11`` relative, per operand) and its
-  products (exact) summed in f32. The reference evaluator rounds such a dot's f32 operands the same way
-  (:func:`tf32_round`; ``fusegen.evaluator.dot_conv``), so kernel and reference agree to f32's rounding, and
-  the verdict budgets the tf32 error against the f64 oracle and ``--expected`` (``fusegen.verify``);
-  ``--default-matmul-precision highest`` (``[run] default_matmul_precision``, JAX's
-  ``jax_default_matmul_precision``) gives every ``DEFAULT`` dot ``HIGHEST``, i.e. IEEE f32
-  (:func:`apply_default_matmul_precision`);
+  products (exact) summed in f32; so does a cuBLAS GEMM of that ``precision_config``. The reference evaluator
+  rounds such a dot's f32 operands the same way (:func:`tf32_round`; ``fusegen.evaluator.dot_conv``,
+  ``custom_calls``), so kernel and reference agree to f32's rounding, and the verdict judges the tf32 error
+  against the f64 oracle and ``--expected`` by the reference's own (``fusegen.verify``). There is no switch
+  here: ``--default-matmul-precision highest`` (``[pipeline] default_matmul_precision``, JAX's
+  ``jax_default_matmul_precision``) writes ``HIGHEST`` into every ``DEFAULT`` dot of the module, i.e. IEEE
+  f32 (:func:`apply_default_matmul_precision`), as JAX writes it into the HLO it lowers;
 * ``ALG_DOT_F32_F32_F32``: IEEE f32; ``ALG_DOT_TF32_TF32_F32``: tf32; ``ALG_DOT_TF32_TF32_F32_X3``: three tf32
   passes (Triton's ``tf32x3``); ``ALG_DOT_BF16_BF16_F32``: operands rounded to bf16;
   ``ALG_DOT_BF16_BF16_F32_X3/_X6/_X9``: f32 operands split into 2 or 3 bf16 parts multiplied in 3, 6 or 9 bf16
@@ -218,5 +219,40 @@ def apply_default_matmul_precision(module, precision: str | None) -> int:
                 continue
             if operand_precisions(inst) == ("DEFAULT", "DEFAULT"):
                 inst.attrs["operand_precision"] = "{" + f"{want.lower()},{want.lower()}" + "}"
+                changed += 1
+    return changed
+
+
+def ieee_f32_dots(module) -> int:
+    """Give every tf32 ``dot`` of ``module`` (algorithm unset, an f32 operand, both precisions at most
+    ``HIGH``) and every cuBLAS GEMM custom call of that ``precision_config`` the precision ``HIGHEST``, in
+    place, so that they multiply in IEEE f32: XLA:CPU's arithmetic (it never uses tf32), a second correct
+    evaluation of the program beside XLA:GPU's. Returns how many changed."""
+    from fusegen.evaluator.common import backend_config
+
+    changed = 0
+    for inst in module.all_instructions():
+        if inst.opcode == "dot":
+            try:
+                num = dot_numerics(inst)
+            except DotNumericsError:
+                continue
+            if num.algorithm == "ALG_UNSET" and any(
+                    num.rounded_operand_type(o.shape.element_type) == "tf32" for o in inst.operands[:2]):
+                inst.attrs["operand_precision"] = "{highest,highest}"
+                changed += 1
+        elif inst.opcode == "custom-call" and "gemm_backend_config" in str(inst.attrs.get("backend_config", "")):
+            cfg = backend_config(inst)
+            gemm = cfg.get("gemm_backend_config")
+            if not isinstance(gemm, dict) or not any(o.shape.is_array and o.shape.element_type == "f32"
+                                                     for o in inst.operands[:2]):
+                continue
+            pc = dict(gemm.get("precision_config") or {})
+            if normalize_algorithm(pc.get("algorithm")) != "ALG_UNSET":
+                continue
+            precisions = [str(p).upper() for p in (pc.get("operand_precision") or [])] + ["DEFAULT", "DEFAULT"]
+            if all(p in _PRECISIONS and _PRECISIONS.index(p) <= 1 for p in precisions[:2]):
+                pc["operand_precision"] = ["HIGHEST", "HIGHEST"]
+                inst.attrs["backend_config"] = {**cfg, "gemm_backend_config": {**gemm, "precision_config": pc}}
                 changed += 1
     return changed

@@ -411,27 +411,14 @@ def _judge_with_f32_dots(module: Module, args: list[Any], shapes: list, ks: list
 
 
 def _with_f32_dots(module: Module) -> Module | None:
-    """A copy of ``module`` whose tf32 dots (algorithm unset, f32 operands, ``DEFAULT``/``HIGH``) are at
-    ``HIGHEST`` precision (IEEE f32), or ``None`` when it has none."""
+    """A copy of ``module`` whose tf32 dots multiply in IEEE f32
+    (:func:`fusegen.hlo.dot_numerics.ieee_f32_dots`), or ``None`` when it has none."""
     import copy
 
-    from fusegen.hlo.dot_numerics import DotNumericsError, dot_numerics
+    from fusegen.hlo.dot_numerics import ieee_f32_dots
 
-    def tf32(inst: Instruction) -> bool:
-        try:
-            num = dot_numerics(inst)
-        except DotNumericsError:
-            return False
-        return num.algorithm == "ALG_UNSET" and any(
-            num.rounded_operand_type(o.shape.element_type) == "tf32" for o in inst.operands[:2])
-
-    if not any(i.opcode == "dot" and tf32(i) for i in module.all_instructions()):
-        return None
     clone = copy.deepcopy(module)
-    for inst in clone.all_instructions():
-        if inst.opcode == "dot" and tf32(inst):
-            inst.attrs["operand_precision"] = "{highest,highest}"
-    return clone
+    return clone if ieee_f32_dots(clone) else None
 
 
 def _judge_ties(module: Module, args: list[Any], shapes: list, ks: list, rs: list, os_: list | None,
