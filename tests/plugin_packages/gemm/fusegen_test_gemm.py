@@ -11,6 +11,7 @@ import numpy as np
 
 from fusegen.autotuning.tuned_backend import set_execution_backend
 from fusegen.codegen_backend import CodegenBackend, CompilationFailed, Config, Executable
+from fusegen.evaluator.dot_conv import dot_operands as xla_operands
 from fusegen.hlo.dtypes import numpy_dtype
 from fusegen.hlo.layout_util import from_physical, to_physical
 from fusegen.plugin_manager import hookimpl
@@ -31,11 +32,11 @@ def the_dot(instr):
 
 
 def dot_operands(instr, values):
-    """``(lhs, rhs)`` of the dot ``instr`` computes, from ``instr``'s operand values."""
+    """``(lhs, rhs)`` of the dot ``instr`` computes, from ``instr``'s operand values, rounded as XLA:GPU
+    multiplies them (an f32 dot of default precision: tf32; ``fusegen.evaluator.dot_conv.dot_operands``)."""
     dot = the_dot(instr)
-    if dot is instr:
-        return values[0], values[1]
-    return tuple(values[o.parameter_number] for o in dot.operands)
+    lhs, rhs = (values[0], values[1]) if dot is instr else tuple(values[o.parameter_number] for o in dot.operands)
+    return xla_operands(dot, lhs, rhs)
 
 
 def _plain(dot) -> bool:
