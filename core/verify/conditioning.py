@@ -45,6 +45,14 @@ Bound = Any  # np.ndarray (f64, the value's shape) | tuple of Bound | None (no r
 _MOVES = frozenset({"bitcast", "reshape", "transpose", "broadcast", "slice", "copy", "concatenate", "pad",
                     "reverse", "dynamic-slice", "dynamic-update-slice", "gather", "select"})
 _EXACT_UNARY = frozenset({"negate", "abs", "real", "imag"})
+#: the result's own error of an op that is not correctly rounded, in units of u (half an ulp): CUDA's
+#: documented single-precision maxima (expf, tanhf, sinf, erff 2 ulp; powf 4 ulp; rsqrtf 2 ulp), which also
+#: cover numpy's SIMD float32 functions (exp up to ~2 ulp on AVX-512); correctly rounded ops (+, -, x, /, sqrt)
+#: keep 1.
+_RESULT_ROUNDING = {op: 4.0 for op in ("exponential", "exponential-minus-one", "log", "log-plus-one", "tanh",
+                                       "logistic", "sine", "cosine", "erf", "cbrt", "rsqrt")}
+_RESULT_ROUNDING["logistic"] = 8.0  # 1 / (1 + exp(-x)): the exp's error and two rounded steps
+_RESULT_ROUNDING["power"] = 8.0
 
 
 def unit_roundoff(element_type: str) -> float:
@@ -85,13 +93,14 @@ def _elementwise(op: str, y: np.ndarray, a: list[np.ndarray], e: list[np.ndarray
     """The bound of an elementwise ``op`` with result ``y`` (f64 magnitudes for complex), operand values ``a``
     and their bounds ``e``; ``None`` without a rule."""
     ay = np.abs(y)
+    ru = _RESULT_ROUNDING.get(op, 1.0) * u * ay
     with np.errstate(all="ignore"):
         if op in ("add", "subtract"):
-            return e[0] + e[1] + u * ay
+            return e[0] + e[1] + ru
         if op == "multiply":
-            return np.abs(a[1]) * e[0] + np.abs(a[0]) * e[1] + u * ay
+            return np.abs(a[1]) * e[0] + np.abs(a[0]) * e[1] + ru
         if op == "divide":
-            return e[0] / np.abs(a[1]) + np.abs(a[0]) / (a[1] * a[1]) * e[1] + u * ay
+            return e[0] / np.abs(a[1]) + np.abs(a[0]) / (a[1] * a[1]) * e[1] + ru
         if op in _EXACT_UNARY:
             return e[0]
         if op in ("maximum", "minimum"):
@@ -99,29 +108,29 @@ def _elementwise(op: str, y: np.ndarray, a: list[np.ndarray], e: list[np.ndarray
         if op == "clamp":
             return np.maximum(np.maximum(e[0], e[1]), e[2])
         if op == "sqrt":
-            return np.minimum(e[0] / (2 * ay), np.sqrt(e[0])) + u * ay
+            return np.minimum(e[0] / (2 * ay), np.sqrt(e[0])) + ru
         if op == "rsqrt":
-            return ay / (2 * np.abs(a[0])) * e[0] + u * ay
+            return ay / (2 * np.abs(a[0])) * e[0] + ru
         if op == "cbrt":
-            return np.minimum(ay / (3 * np.abs(a[0])) * e[0], np.cbrt(e[0])) + u * ay
+            return np.minimum(ay / (3 * np.abs(a[0])) * e[0], np.cbrt(e[0])) + ru
         if op == "exponential":
-            return ay * e[0] + u * ay
+            return ay * e[0] + ru
         if op == "exponential-minus-one":
-            return np.abs(y + 1) * e[0] + u * ay
+            return np.abs(y + 1) * e[0] + ru
         if op == "log":
-            return e[0] / np.abs(a[0]) + u * ay
+            return e[0] / np.abs(a[0]) + ru
         if op == "log-plus-one":
-            return e[0] / np.abs(1 + a[0]) + u * ay
+            return e[0] / np.abs(1 + a[0]) + ru
         if op == "tanh":
-            return (1 - y * y) * e[0] + u * ay
+            return (1 - y * y) * e[0] + ru
         if op == "logistic":
-            return y * (1 - y) * e[0] + u * ay
+            return y * (1 - y) * e[0] + ru
         if op in ("sine", "cosine"):
-            return e[0] + u * ay
+            return e[0] + ru
         if op == "erf":
-            return 2 / math.sqrt(math.pi) * np.exp(-a[0] * a[0]) * e[0] + u * ay
+            return 2 / math.sqrt(math.pi) * np.exp(-a[0] * a[0]) * e[0] + ru
         if op == "power":
-            return ay * (np.abs(a[1] / a[0]) * e[0] + np.abs(np.log(np.abs(a[0]))) * e[1]) + u * ay
+            return ay * (np.abs(a[1] / a[0]) * e[0] + np.abs(np.log(np.abs(a[0]))) * e[1]) + ru
     return None
 
 
