@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 from fusegen.evaluator.evaluator import evaluate_module
-from fusegen.hlo.dot_numerics import ieee_f32_dots
+from fusegen.evaluator.dot_conv import ieee_f32_dots
 from fusegen.hlo.dtypes import numpy_dtype
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.hlo.parser import parse_module

@@ -11,7 +11,7 @@ from conftest import REPO
 from fusegen.codegen import triton_runtime
 from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.evaluator.evaluator import evaluate_instruction
-from fusegen.codegen.interpreter_patches import tf32_round
+from fusegen.hlo.dot_numerics import tf32_round
 from fusegen.hlo import dtypes
 from fusegen.hlo.parser import parse_file, parse_module
 from fusegen.runtime.compare import compare

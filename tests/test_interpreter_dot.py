@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fusegen.codegen import triton_runtime
-from fusegen.codegen.interpreter_patches import tf32_round, tf32_truncate
+from fusegen.hlo.dot_numerics import tf32_round, tf32_truncate
 from fusegen.codegen.kernel import KernelParam, KernelSource, LaunchDimensions
 from fusegen.hlo.ir import Shape
 

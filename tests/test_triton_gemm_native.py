@@ -20,7 +20,7 @@ import pytest
 
 from conftest import REPO, corpus_path
 from fusegen.codegen import sass, triton_runtime
-from fusegen.codegen.interpreter_patches import tf32_round
+from fusegen.hlo.dot_numerics import tf32_round
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo import dtypes
 from fusegen.hlo.parser import parse_file, parse_module

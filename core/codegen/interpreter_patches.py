@@ -19,8 +19,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-# with the dot numerics: the reference evaluator rounds a tf32 dot's operands as the kernel does
-from fusegen.hlo.dot_numerics import TF32_MASK, tf32_round, tf32_truncate  # noqa: F401
+# shared with the reference evaluator, which rounds a tf32 dot's operands as the kernel does
+from fusegen.hlo.dot_numerics import tf32_round, tf32_truncate
 
 
 @functools.cache  # once per process

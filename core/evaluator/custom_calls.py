@@ -89,13 +89,12 @@ def _gemm_operands(inst: Instruction, cfg: dict, a: np.ndarray, b: np.ndarray, o
     ``dot`` (``GetBlasComputationType``: f32 at ``DEFAULT``/``HIGH`` with the algorithm unset computes as
     tf32, the operands rounded to tf32 here; :func:`fusegen.evaluator.dot_conv.dot_operands`)."""
     from fusegen.evaluator.dot_conv import dot_operands
-    from fusegen.hlo.dot_numerics import DotNumericsError, numerics
+    from fusegen.hlo.dot_numerics import DotNumericsError, gemm_operand_precisions, numerics
 
     pc = cfg.get("precision_config") or {}
-    raw = [str(p).upper() for p in (pc.get("operand_precision") or [])] + ["DEFAULT", "DEFAULT"]
     types = [inst.operands[i].shape.element_type for i in (0, 1)]
     try:
-        num = numerics(types[0], types[1], out_type, pc.get("algorithm"), (raw[0], raw[1]),
+        num = numerics(types[0], types[1], out_type, pc.get("algorithm"), gemm_operand_precisions(pc),
                        f"custom-call %{inst.name}")
     except DotNumericsError as e:
         raise EvaluationError(str(e)) from None

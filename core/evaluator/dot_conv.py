@@ -26,6 +26,7 @@ from fusegen.evaluator.common import (
     as_array,
     attr_int,
     attr_ints,
+    backend_config,
     is_complex,
     is_int,
     shape_dtype,
@@ -97,6 +98,40 @@ def dot_operands(inst: Instruction, lhs, rhs, num=None) -> tuple[np.ndarray, np.
             a = a.astype(dtypes.numpy_dtype(t)).astype(np.float32)
         out.append(a)
     return out[0], out[1]
+
+
+def ieee_f32_dots(module) -> int:
+    """Give every tf32 ``dot`` of ``module`` (algorithm unset, an f32 operand, both precisions at most
+    ``HIGH``) and every cuBLAS GEMM custom call of that ``precision_config`` the precision ``HIGHEST``, in
+    place, so that they multiply in IEEE f32: XLA:CPU's arithmetic (it never uses tf32), a second correct
+    evaluation of the program beside XLA:GPU's. Returns how many changed."""
+    from fusegen.hlo.dot_numerics import (DotNumericsError, dot_numerics, gemm_operand_precisions,
+                                          is_tf32_precision, normalize_algorithm)
+
+    changed = 0
+    for inst in module.all_instructions():
+        if inst.opcode == "dot":
+            try:
+                num = dot_numerics(inst)
+            except DotNumericsError:
+                continue
+            if num.algorithm == "ALG_UNSET" and any(
+                    num.rounded_operand_type(o.shape.element_type) == "tf32" for o in inst.operands[:2]):
+                inst.attrs["operand_precision"] = "{highest,highest}"
+                changed += 1
+        elif inst.opcode == "custom-call" and "gemm_backend_config" in str(inst.attrs.get("backend_config", "")):
+            cfg = backend_config(inst)
+            gemm = cfg.get("gemm_backend_config")
+            if not isinstance(gemm, dict) or not any(o.shape.is_array and o.shape.element_type == "f32"
+                                                     for o in inst.operands[:2]):
+                continue
+            pc = dict(gemm.get("precision_config") or {})
+            if normalize_algorithm(pc.get("algorithm")) == "ALG_UNSET" and \
+                    is_tf32_precision(gemm_operand_precisions(pc)):
+                pc["operand_precision"] = ["HIGHEST", "HIGHEST"]
+                inst.attrs["backend_config"] = {**cfg, "gemm_backend_config": {**gemm, "precision_config": pc}}
+                changed += 1
+    return changed
 
 
 def _dot(inst: Instruction, ops: list) -> np.ndarray:

@@ -157,7 +157,7 @@ def numerics(lhs: str, rhs: str, out: str, algorithm: object, precisions: tuple[
         else:
             acc = "f64" if (lhs == "f64" and out == "f64") else "f32"
         floats = all(t in _FLOATS or t.startswith("f8") for t in (lhs, rhs, out))
-        tf32 = floats and all(_PRECISIONS.index(p) <= 1 for p in precisions)
+        tf32 = floats and is_tf32_precision(precisions)
         return DotNumerics(alg, None, "tf32" if tf32 else "ieee", 0, acc)
     if alg not in _ALGORITHMS:
         raise DotNumericsError(f"{what}: unknown algorithm {alg}")
@@ -223,36 +223,14 @@ def apply_default_matmul_precision(module, precision: str | None) -> int:
     return changed
 
 
-def ieee_f32_dots(module) -> int:
-    """Give every tf32 ``dot`` of ``module`` (algorithm unset, an f32 operand, both precisions at most
-    ``HIGH``) and every cuBLAS GEMM custom call of that ``precision_config`` the precision ``HIGHEST``, in
-    place, so that they multiply in IEEE f32: XLA:CPU's arithmetic (it never uses tf32), a second correct
-    evaluation of the program beside XLA:GPU's. Returns how many changed."""
-    from fusegen.evaluator.common import backend_config
+def gemm_operand_precisions(precision_config: dict | None) -> tuple[str, str]:
+    """The two operand precisions of a cuBLAS GEMM's ``gemm_backend_config.precision_config`` (upper case,
+    ``"DEFAULT"`` where absent), as :func:`numerics` takes them."""
+    raw = [str(p).upper() for p in ((precision_config or {}).get("operand_precision") or [])]
+    raw += ["DEFAULT", "DEFAULT"]
+    return raw[0], raw[1]
 
-    changed = 0
-    for inst in module.all_instructions():
-        if inst.opcode == "dot":
-            try:
-                num = dot_numerics(inst)
-            except DotNumericsError:
-                continue
-            if num.algorithm == "ALG_UNSET" and any(
-                    num.rounded_operand_type(o.shape.element_type) == "tf32" for o in inst.operands[:2]):
-                inst.attrs["operand_precision"] = "{highest,highest}"
-                changed += 1
-        elif inst.opcode == "custom-call" and "gemm_backend_config" in str(inst.attrs.get("backend_config", "")):
-            cfg = backend_config(inst)
-            gemm = cfg.get("gemm_backend_config")
-            if not isinstance(gemm, dict) or not any(o.shape.is_array and o.shape.element_type == "f32"
-                                                     for o in inst.operands[:2]):
-                continue
-            pc = dict(gemm.get("precision_config") or {})
-            if normalize_algorithm(pc.get("algorithm")) != "ALG_UNSET":
-                continue
-            precisions = [str(p).upper() for p in (pc.get("operand_precision") or [])] + ["DEFAULT", "DEFAULT"]
-            if all(p in _PRECISIONS and _PRECISIONS.index(p) <= 1 for p in precisions[:2]):
-                pc["operand_precision"] = ["HIGHEST", "HIGHEST"]
-                inst.attrs["backend_config"] = {**cfg, "gemm_backend_config": {**gemm, "precision_config": pc}}
-                changed += 1
-    return changed
+
+def is_tf32_precision(precisions: tuple[str, str]) -> bool:
+    """Whether operand precisions leave an f32 dot with the algorithm unset at tf32 (both at most ``HIGH``)."""
+    return all(p in _PRECISIONS and _PRECISIONS.index(p) <= 1 for p in precisions)

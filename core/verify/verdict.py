@@ -412,10 +412,10 @@ def _judge_with_f32_dots(module: Module, args: list[Any], shapes: list, ks: list
 
 def _with_f32_dots(module: Module) -> Module | None:
     """A copy of ``module`` whose tf32 dots multiply in IEEE f32
-    (:func:`fusegen.hlo.dot_numerics.ieee_f32_dots`), or ``None`` when it has none."""
+    (:func:`fusegen.evaluator.dot_conv.ieee_f32_dots`), or ``None`` when it has none."""
     import copy
 
-    from fusegen.hlo.dot_numerics import ieee_f32_dots
+    from fusegen.evaluator.dot_conv import ieee_f32_dots
 
     clone = copy.deepcopy(module)
     return clone if ieee_f32_dots(clone) else None
