@@ -29,6 +29,8 @@ Rules (``tsl::tensor_float_32_execution_enabled()`` is on by default, as in JAX 
 
 from __future__ import annotations
 
+import types
+
 import attrs
 import numpy as np
 
@@ -188,8 +190,8 @@ def tf32_round(x: np.ndarray) -> np.ndarray:
 
 
 #: ``--default-matmul-precision`` values (JAX's ``jax_default_matmul_precision`` names) -> operand precision.
-MATMUL_PRECISIONS = {"default": "DEFAULT", "bfloat16": "DEFAULT", "high": "HIGH", "tensorfloat32": "HIGH",
-                     "highest": "HIGHEST", "float32": "HIGHEST"}
+MATMUL_PRECISIONS = types.MappingProxyType({"default": "DEFAULT", "bfloat16": "DEFAULT", "high": "HIGH",
+                                           "tensorfloat32": "HIGH", "highest": "HIGHEST", "float32": "HIGHEST"})
 
 
 def apply_default_matmul_precision(module, precision: str | None) -> int:

@@ -31,6 +31,7 @@ XLA has no counterpart: its tests compare with ``ErrorSpec`` tolerances chosen p
 from __future__ import annotations
 
 import math
+import types
 from typing import Any, Sequence
 
 import numpy as np
@@ -49,10 +50,12 @@ _EXACT_UNARY = frozenset({"negate", "abs", "real", "imag"})
 #: documented single-precision maxima (expf, tanhf, sinf, erff 2 ulp; powf 4 ulp; rsqrtf 2 ulp), which also
 #: cover numpy's SIMD float32 functions (exp up to ~2 ulp on AVX-512); correctly rounded ops (+, -, x, /, sqrt)
 #: keep 1.
-_RESULT_ROUNDING = {op: 4.0 for op in ("exponential", "exponential-minus-one", "log", "log-plus-one", "tanh",
-                                       "logistic", "sine", "cosine", "erf", "cbrt", "rsqrt")}
-_RESULT_ROUNDING["logistic"] = 8.0  # 1 / (1 + exp(-x)): the exp's error and two rounded steps
-_RESULT_ROUNDING["power"] = 8.0
+_RESULT_ROUNDING = types.MappingProxyType({
+    **{op: 4.0 for op in ("exponential", "exponential-minus-one", "log", "log-plus-one", "tanh", "sine", "cosine",
+                          "erf", "cbrt", "rsqrt")},
+    "logistic": 8.0,  # 1 / (1 + exp(-x)): the exp's error and two rounded steps
+    "power": 8.0,
+})
 
 
 def unit_roundoff(element_type: str) -> float:

@@ -19,6 +19,7 @@ buffers they move: every operand, in its output leaf or a scratch buffer) with o
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import attrs
@@ -47,7 +48,7 @@ _KEY_PAD = (1 << 63) - 1
 #: blocks of 512 threads or more fit 32 (2048 threads an SM, XLA's occupancy), smaller ones 36 (at 32 ptxas
 #: spilled 4 bytes on some); rows whose accesses are scalar (a row's bytes not a multiple of 16, or a sorted
 #: dimension that is not the minor one) keep an address per element and take 48.
-TILE_REGISTERS = {"large_block": 32, "small_block": 36, "scalar_rows": 48}
+TILE_REGISTERS = types.MappingProxyType({"large_block": 32, "small_block": 36, "scalar_rows": 48})
 
 
 @attrs.frozen
