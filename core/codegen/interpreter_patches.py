@@ -8,8 +8,8 @@
 * :func:`patch_select_gather`: ``tl.where`` as a bitwise select, 1-D ``tl.gather`` as ``np.take``;
 * :func:`patch_dot`: ``tl.dot`` reads bf16/fp8 operands as their values (not raw bits), multiplies f32 operands
   at tf32 as the tensor cores do when ``input_precision="tf32"``, accumulates in f32 (s32 for 8-bit integers);
-* :func:`patch_inline_asm`: the inline asm fusegen's kernels use (``cvt.rna.tf32.f32``, ``.pragma "nounroll"``)
-  in numpy.
+* :func:`patch_inline_asm`: the inline asm fusegen's kernels use (``cvt.rna.tf32.f32``, ``.pragma "nounroll"``,
+  the sub-word atomic store :data:`SUBWORD_STORE_ASM`) in numpy.
 """
 
 from __future__ import annotations
@@ -304,9 +304,56 @@ def patch_dot() -> None:
 #: GEMM K loops, as XLA's kernels keep theirs); no value, so its interpreter result is a dummy int32 0.
 NOUNROLL_ASM = '.pragma "nounroll";'
 
+
+
+def _subword_store_asm(bits: int) -> str:
+    """A ``bits``-wide (8 or 16) store of ``$2``'s low bits at address ``$1`` where ``$3 != 0``, as XLA:GPU emits
+    a sub-word atomic store: a relaxed 32-bit compare-and-swap loop on the aligned word holding the element
+    (``atom.relaxed.*.cas.b32``, seen in XLA's PTX for an overwrite scatter of bf16), so that neighbours in the
+    word written at the same time are never lost. ``$0`` is a dummy result (``tl.inline_asm_elementwise`` must
+    return one). The braces scope the labels: the text is repeated once per element."""
+    low, mask = {16: (2, 0xFFFF), 8: (3, 0xFF)}[bits]
+    return ("{ .reg .pred %fgp, %fgr; .reg .b32 %fgsh, %fgm, %fgv, %fgold, %fgnew, %fgres; .reg .b64 %fglo, %fgwa; "
+            "setp.ne.b32 %fgp, $3, 0; @!%fgp bra FG_DONE; "
+            f"and.b64 %fglo, $1, {low}; sub.s64 %fgwa, $1, %fglo; cvta.to.global.u64 %fgwa, %fgwa; "
+            "cvt.u32.u64 %fgsh, %fglo; shl.b32 %fgsh, %fgsh, 3; "
+            f"mov.b32 %fgm, {mask}; and.b32 %fgv, $2, %fgm; shl.b32 %fgv, %fgv, %fgsh; shl.b32 %fgm, %fgm, %fgsh; "
+            "not.b32 %fgm, %fgm; ld.global.b32 %fgold, [%fgwa]; "
+            "FG_LOOP: and.b32 %fgnew, %fgold, %fgm; or.b32 %fgnew, %fgnew, %fgv; "
+            "atom.relaxed.gpu.global.cas.b32 %fgres, [%fgwa], %fgold, %fgnew; "
+            "setp.ne.b32 %fgr, %fgres, %fgold; mov.b32 %fgold, %fgres; @%fgr bra FG_LOOP; "
+            "FG_DONE: mov.b32 $0, 0; }")
+
+
+#: ``bits -> text`` of :func:`_subword_store_asm` (constraints ``"=r,l,r,r"``: dummy, element address as int64,
+#: value bits as int32, predicate as int32; ``is_pure=False``).
+SUBWORD_STORE_ASM = {b: _subword_store_asm(b) for b in (8, 16)}
+
+
+def _subword_store(bits: int):
+    """The interpreter's :data:`SUBWORD_STORE_ASM`: the selected lanes' stores in lane order (Triton's
+    interpreter runs one program at a time, so the compare-and-swap never retries; a repeated address keeps
+    the last lane's value, as Triton's own sequential store does)."""
+    storage = {16: np.uint16, 8: np.uint8}[bits]
+
+    def run(vals: list) -> np.ndarray:
+        from triton._C.libtriton import interpreter as _interpreter
+
+        addr, value, pred = (np.asarray(v) for v in vals)
+        sel = np.ravel(pred) != 0
+        if sel.any():
+            ptrs = np.ascontiguousarray(np.ravel(addr)[sel].astype(np.uint64))
+            data = np.ascontiguousarray((np.ravel(value)[sel].astype(np.int64) & ((1 << bits) - 1)).astype(storage))
+            _interpreter.store(ptrs, data, np.ones(ptrs.shape, dtype=bool))
+        return np.zeros(np.shape(addr), dtype=np.int32)
+
+    return run
+
+
 #: The inline-asm texts the interpreter runs: text -> numpy function of the input arrays giving the output.
 _INLINE_ASM = {"cvt.rna.tf32.f32 $0, $1;": lambda vals: tf32_round(vals[0]),
-               NOUNROLL_ASM: lambda vals: np.zeros(1, dtype=np.int32)}
+               NOUNROLL_ASM: lambda vals: np.zeros(1, dtype=np.int32),
+               **{" ".join(t.split()): _subword_store(b) for b, t in SUBWORD_STORE_ASM.items()}}
 
 
 class _AsmCall:

@@ -17,11 +17,23 @@ How the combiner (``to_apply``) is applied:
   compare-and-swap loop: bug B07; c64/c128: one f32/f64 atomic add per (re, im) part, complex buffers
   holding interleaved parts), ``tl.atomic_max``/``atomic_min`` (32/64-bit integers; f32, f64 with NaN
   propagated: a first kernel gives NaNs already in the targeted elements the sign the atomics keep), ``tl.atomic_and``/``or``/``xor`` (32/64-bit integers).
-* ``store``: an overwrite combiner (returns its update parameters) with ``unique_indices=true``: a plain store.
+* ``store``: an overwrite combiner (returns its update parameters) with ``unique_indices=true``, or of a 32/64-bit
+  type whatever the indices: a plain store (XLA's atomic store of a whole word; which of two updates of one element
+  wins is unspecified on a GPU).
+* ``cas``: any other single-operand combiner of an 8/16/32/64-bit type (multiply, f16/bf16 max, pred or,
+  sub-word overwrite with possibly repeated indices...): XLA's compare-and-swap loop
+  (``EmitAtomicOperationUsingCAS``), one lane per update element on XLA's launch. A sub-word element is
+  combined inside its aligned 32-bit word, so neighbours written at the same time survive. The loop runs while
+  any lane of the program has not swapped (a sum over the block); an overwrite of a sub-word type needs no
+  combine, so it is XLA's per-thread loop itself, as inline PTX (:data:`~fusegen.codegen.interpreter_patches.\
+  SUBWORD_STORE_ASM`, which the interpreter runs as the ordered store it is).
 * ``keep``: a combiner returning its operand parameters: the output is the operand.
-* ``serial``: any other combiner (multiply, argmax-style variadic, sub-32-bit types, pred, f16/bf16 max...),
-  and overwrite with possibly duplicate indices: one program walks the slices in order, loading, combining
-  and storing each window (a barrier between slices), which gives the reference's in-order semantics.
+* ``serial``: what is left (variadic scatters, complex other than add, types without an 8-64 bit storage word,
+  update layouts whose linear order is not the slices' order): one program walks the slices in order, loading,
+  combining and storing each window (a barrier between slices), which gives the reference's in-order semantics.
+
+Triton's interpreter runs one program at a time over ascending update elements, so ``store`` and ``cas`` apply
+repeated indices in slice order there, as the reference does; a GPU picks an unspecified order, as XLA's does.
 
 ``ScatterWithDistributedIndices`` with an atomic combiner: each program walks a contiguous run of slices,
 combining consecutive updates of the same target element in registers and flushing with one atomic when the
@@ -56,6 +68,9 @@ from fusegen_plugins.emitters._scatter_description import (MAX_VECTORIZED_BITS, 
 _ATOMIC_FN = {"add": "tl.atomic_add", "maximum": "tl.atomic_max", "minimum": "tl.atomic_min",
               "and": "tl.atomic_and", "or": "tl.atomic_or", "xor": "tl.atomic_xor"}
 _INT_ATOMIC_TYPES = ("s32", "u32", "s64", "u64")
+#: element types the compare-and-swap path handles: bits of the element (pred is stored as one byte)
+_CAS_BITS = {"pred": 8, "s8": 8, "u8": 8, "s16": 16, "u16": 16, "f16": 16, "bf16": 16,
+             "s32": 32, "u32": 32, "f32": 32, "s64": 64, "u64": 64, "f64": 64}
 
 
 def classify_combiner(comp: Computation, n: int, element_type: str) -> tuple[str, str | None]:
@@ -189,14 +204,29 @@ class ScatterFusion(FusionEmitter):
             raise EmitterUnsupported("scatter", self.scatter.name, "scatter without a to_apply computation")
         self.combiner = comp
         strategy, op = classify_combiner(comp, self.desc.n, et)
+        bits = _CAS_BITS.get(et)
+        parallel = self.desc.n == 1 and bits is not None and self._updates_in_slice_order()
         if strategy == "assign":
-            strategy = "store" if self.desc.unique_indices else "serial"
+            if self.desc.unique_indices or (parallel and bits >= 32):
+                strategy = "store"
+            else:
+                strategy = "cas" if parallel else "serial"
+        elif strategy == "serial" and parallel:
+            strategy = "cas"
         self.strategy = strategy
         self.atomic_op = op
         d = self.desc
         self.geometry = scatter_geometry(
             self.analysis, d.updates[0].shape, d.window_shape, d.operand_dims, len(d.scatter_dims_to_operand_dims),
             d.num_slices, et, d.indices.shape.element_type, d.indices_are_sorted and not d.unique_indices)
+
+    def _updates_in_slice_order(self) -> bool:
+        """Whether the updates' linear order (their layout) meets a target element's updates in slice order (the
+        scatter dims major to minor as the slices count them), so that the interpreter's ascending lanes apply
+        repeated indices as the reference does."""
+        u = self.desc.updates[0].shape
+        order = [dim for dim in reversed(u.minor_to_major()) if dim in self.desc.update_scatter_dims]
+        return order == sorted(self.desc.update_scatter_dims)
 
     def launch_dimensions(self) -> LaunchDimensions | None:
         """XLA's launch for the scatter kernel (``ScatterFusion::launch_dimensions``)."""
@@ -323,6 +353,82 @@ class ScatterFusion(FusionEmitter):
             return
         ctx.body.line(f"{fn}({ptr} + {o}, {val}, mask={mask}, sem=\"relaxed\")")
 
+    def _flush_line(self, gen: ElementalGenerator, ptr: str, off: Any, val: Any, mask: str, et: str) -> None:
+        """Combine ``val`` into the output element at ``ptr + off`` where ``mask``, by the strategy."""
+        if self.strategy == "atomic":
+            self._atomic_line(gen, ptr, off, val, mask, et)
+        elif self.strategy == "cas":
+            self._cas_lines(gen, ptr, off, val, mask, et)
+        else:
+            store_line(gen, ptr, off, val, et, mask)
+
+    def _cas_lines(self, gen: ElementalGenerator, ptr: str, off: Any, val: str, mask: str, et: str) -> None:
+        """XLA's compare-and-swap loop (``EmitAtomicOperationUsingCAS``): read the word holding the element,
+        combine, swap if unchanged, else retry with the word the swap saw. Lanes not pending swap a word with
+        itself (``tl.atomic_cas`` has no mask), at a clamped in-bounds address."""
+        ctx = gen.ctx
+        bits = _CAS_BITS[et]
+        o = ctx.emit(f"tl.where({mask}, {gen.itensor(off)}, 0)", "coff")
+        if bits < 32 and self.strategy == "cas" and self._is_overwrite():
+            from fusegen.codegen.interpreter_patches import SUBWORD_STORE_ASM
+
+            vbits = self._bits_of(ctx, val, et, bits)
+            ctx.body.line(f"tl.inline_asm_elementwise({SUBWORD_STORE_ASM[bits]!r}, '=r,l,r,r', "
+                          f"[({ptr} + {o}).to(tl.int64), {vbits}, {mask}.to(tl.int32)], dtype=tl.int32, "
+                          f"is_pure=False, pack=1)")
+            return
+        word = "tl.int32" if bits <= 32 else "tl.int64"
+        wptr = ctx.emit(f"{ptr}.to(tl.pointer_type({word}), bitcast=True)", "wptr")
+        if bits < 32:
+            per = 32 // bits
+            woff = ctx.emit(f"{o} // {per}", "woff")
+            sh = ctx.emit(f"(({o} % {per}) * {bits}).to(tl.int32)", "sh")
+            lowmask = (1 << bits) - 1
+            keep = ctx.emit(f"~({lowmask} << {sh})", "keep")
+        else:
+            woff = o
+        old, pend, res = ctx.names.fresh("old"), ctx.names.fresh("pend"), ctx.names.fresh("res")
+        ctx.body.line(f"{old} = tl.load({wptr} + {woff}, mask={mask}, other=0)")
+        ctx.body.line(f"{pend} = {mask}")
+        ctx.body.line(f"while tl.reduce({pend}.to(tl.int32), 0, tl.standard._sum_combine) > 0:")
+        ctx.body.indent()
+        gen.push_scope()
+        try:
+            raw = ctx.emit(f"(({old} >> {sh}) & {lowmask})", "raw") if bits < 32 else old
+            cur = self._value_of(ctx, raw, et, bits)
+            new = gen.call_computation(self.combiner, [cur, val])
+            nbits = self._bits_of(ctx, new, et, bits)
+            nword = ctx.emit(f"({old} & {keep}) | ({nbits} << {sh})", "nword") if bits < 32 else nbits
+            ctx.body.line(f"{res} = tl.atomic_cas({wptr} + {woff}, {old}, tl.where({pend}, {nword}, {old}), "
+                          f"sem=\"relaxed\")")
+            ctx.body.line(f"{pend} = {pend} & ({res} != {old})")
+            ctx.body.line(f"{old} = tl.where({pend}, {res}, {old})")
+        finally:
+            gen.pop_scope()
+            ctx.body.dedent()
+
+    def _is_overwrite(self) -> bool:
+        return classify_combiner(self.combiner, self.desc.n, self.desc.operands[0].shape.element_type)[0] == "assign"
+
+    @staticmethod
+    def _value_of(ctx: KernelContext, raw: str, et: str, bits: int) -> str:
+        """The element of type ``et`` whose storage bits are ``raw`` (an int32 word's low bits, or the word)."""
+        if et == "pred":
+            return ctx.emit(f"{raw} != 0", "cur")
+        if bits < 32:
+            narrow = ctx.emit(f"{raw}.to(tl.int{bits})", "rawn")
+            return narrow if et == f"s{bits}" else ctx.emit(f"{narrow}.to({ts.tl_dtype(et)}, bitcast=True)", "cur")
+        return ctx.emit(f"{raw}.to({ts.tl_dtype(et)}, bitcast=True)", "cur")
+
+    @staticmethod
+    def _bits_of(ctx: KernelContext, value: str, et: str, bits: int) -> str:
+        """``value``'s storage bits: zero-extended into an int32 below 32 bits, else the same-width integer."""
+        if et == "pred":
+            return ctx.emit(f"{value}.to(tl.int32)", "nbits")
+        if bits < 32:
+            return ctx.emit(f"({value}.to(tl.int{bits}, bitcast=True).to(tl.int32) & {(1 << bits) - 1})", "nbits")
+        return ctx.emit(f"{value}.to(tl.int{bits}, bitcast=True)", "nbits")
+
     # --------------------------------------------------------------------------------- kernels
     def _nan_bits(self, et: str) -> tuple[str, int]:
         """Integer view and bit pattern of the NaN a float max (+NaN) / min (-NaN) atomic keeps."""
@@ -364,12 +470,9 @@ class ScatterFusion(FusionEmitter):
                     ctx.body.line(f"tl.store({iptr} + {o}, tl.full([BLOCK], {nan_bits}, {it}), mask={m} & ({cur} != {cur}))")
                     continue
                 v = gen.value(d.updates[k], uidx)
-                if self.strategy == "atomic":
-                    self._atomic_line(gen, ptr, off, v, m, ls.element_type)
-                else:  # store (unique indices)
-                    store_line(gen, ptr, off, v, ls.element_type, m)
+                self._flush_line(gen, ptr, off, v, m, ls.element_type)
 
-        tag = "nan_canon" if canonicalize_nans else ("atomic" if self.strategy == "atomic" else "store")
+        tag = "nan_canon" if canonicalize_nans else self.strategy
         return build_linear_kernel(self, f"scatter_{tag}_{self.fusion.name}", n_total, body,
                                    geometry=self.geometry.updates)
 
@@ -495,7 +598,7 @@ class ScatterFusion(FusionEmitter):
                 v = gen.value(d.updates[0], uidx)
                 same = ctx.emit(f"prev_ok & {ok} & ({off} == prev_off)", "same")
                 flush = ctx.emit(f"prev_ok & {ok} & ~{same}", "flush")
-                self._atomic_line(gen, ptr, "prev_off", acc, flush, et)
+                self._flush_line(gen, ptr, "prev_off", acc, flush, et)
                 merged = gen.call_computation(self.combiner, [acc, v])
                 parts = zip(accs, merged, v) if et in COMPLEX_PARTS else [("acc", merged, v)]
                 for a, mv, vv in parts:
@@ -505,7 +608,7 @@ class ScatterFusion(FusionEmitter):
             finally:
                 gen.pop_scope()
                 ctx.body.dedent()
-            self._atomic_line(gen, ptr, "prev_off", acc, "prev_ok", et)
+            self._flush_line(gen, ptr, "prev_off", acc, "prev_ok", et)
         entry = ts.sanitize_identifier(f"scatter_sorted_{self.fusion.name}", "k")
         prologue = ["lane = tl.arange(0, BLOCK)", f"zero = tl.full([BLOCK], 0, {kb.idx_t})",
                     "w = lane + tl.program_id(1) * BLOCK", "wc = tl.minimum(w, W - 1)"]
@@ -538,7 +641,7 @@ class ScatterFusion(FusionEmitter):
             kernels.append(self._distributed_updates_kernel(canonicalize_nans=True))
         if self.strategy == "serial":
             kernels.append(self._serial_kernel())
-        elif self.strategy == "atomic" and self.name == "ScatterWithDistributedIndices":
+        elif self.strategy in ("atomic", "store", "cas") and self.name == "ScatterWithDistributedIndices":
             kernels.append(self._distributed_indices_kernel(getattr(self.analysis, "device", None)))
         else:
             kernels.append(self._distributed_updates_kernel())
