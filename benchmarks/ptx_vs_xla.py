@@ -197,6 +197,9 @@ def shared_difference(row: dict) -> str | None:
     * a block-level fusion whose XLA kernel moves its tile to another register layout through shared memory (more
       ``STS`` and ``LDS`` / ``LDSM`` in XLA's SASS than fusegen's, which has only the cross-warp reduction's):
       XLA's Triton fork converts the layout of the loaded tile, fusegen's kernel reduces in the load's layout;
+    * a scatter's compare-and-swap loop (``plugins/emitters/scatter.py``, ``cas``): fusegen's loop exits when every
+      lane of the program has swapped, a block-wide vote through one int32 a warp (a Triton loop is uniform over
+      its program); XLA's loop is per thread, with no shared memory;
     * a tiled sort launch (``TILE = 4 x`` XLA's threads): XLA's kernel keeps every operand's tile in shared memory
       (``TILE x`` the operands' bytes an element), fusegen's packed-key network gathers one tensor, the ``s64``
       keys (``8 x TILE``), and a one-warp block gathers by warp shuffles, in no shared memory
@@ -214,6 +217,12 @@ def shared_difference(row: dict) -> str | None:
     if rows and 0 < pad < fb and fb % pad == 0 and fb // pad == 32:
         return (f"XLA pads its cross-warp scratch of 32 warps a row by one element a row against bank conflicts "
                 f"(+{pad} B); Triton's reduction scratch is unpadded")
+    warps = (row.get("fusegen_launch") or {}).get("num_warps") or 0
+    if row["kind"] == "kScatter" and xb == 0 and warps and fb == 4 * warps and f.get("has_loop") \
+            and f.get("global_atomics"):
+        return ("fusegen's compare-and-swap loop runs until every lane of the program has swapped, a block-wide vote "
+                f"through {fb} B (one int32 a warp): a Triton loop is uniform over its program, XLA's loop is per "
+                "thread")
     if row["kind"] == "kSort" and (why := _sort_shared_difference(row, fb, xb)) is not None:
         return why
     xo, fo = x.get("shared_ops", {}), f.get("shared_ops", {})

@@ -283,8 +283,9 @@ class ScatterFusion(FusionEmitter):
                 starts[od] = 0
                 continue
             conds.append(ctx.emit(f"({v} >= 0) & ({v} <= {hi})", "inb"))
-            clamped = ctx.emit(f"tl.minimum(tl.maximum({v}, 0), {hi})", "st")
-            starts[od] = gen.iexpr(f"{clamped}.to({ctx.idx_t})", "st") if check_t != ctx.idx_t else clamped
+            # not clamped: every access through the target is masked by its in-bounds condition (a compare-and-
+            # swap, which has no mask, takes a masked lane's offset as 0), as XLA's kernel branches around it
+            starts[od] = gen.iexpr(f"{v}.to({ctx.idx_t})", "st") if check_t != ctx.idx_t else v
         idx_dims_wo = [x for x in range(ind.shape.rank) if x != d.index_vector_dim]
         for od, idd in zip(d.input_batching_dims, d.scatter_indices_batching_dims):
             starts[od] = sidx[idx_dims_wo.index(idd)]
