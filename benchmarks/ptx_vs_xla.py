@@ -172,8 +172,9 @@ def row_of(ln: Launch, xla: dict, ours: dict | None) -> dict:
             row["shared_difference"] = why
         if stated and not grid_block:
             warps = -(-_prod(xl["threads"]) // 32)
-            row["launch_difference"] = (f"Triton launches a power-of-two number of warps: {launched} threads for XLA's "
-                                        f"{_prod(xl['threads'])} ({warps} warps)")
+            if not _pow2(warps):  # else Triton could launch XLA's block: fusegen chose other warps, unexplained
+                row["launch_difference"] = (f"Triton launches a power-of-two number of warps: {launched} threads for "
+                                            f"XLA's {_prod(xl['threads'])} ({warps} warps)")
         row["flags"] = flags(row)
     return row
 

@@ -14,6 +14,7 @@ pred, u8, f16 and odd loops, reduce-window, gather, pad, slice, a broadcast conc
 
     .venv/bin/python -m pip install jax-cuda12-plugin==0.10.2 jax-cuda12-pjrt==0.10.2
     .venv/bin/python scripts/make_xla_kernel_set.py tests/data/xla_kernels
+    .venv/bin/python scripts/make_xla_kernel_set.py --set z tests/data/xla_kernels_z   # the z_* programs
 """
 
 from __future__ import annotations
@@ -92,5 +93,79 @@ def programs(jnp, jax):
     ]
 
 
+def programs_z(jnp, jax):
+    """``z_*``: programs written after the fixes above, to find what they missed (scatter combiners, block-level
+    norms and softmax, fp8 / int8 / f16 / small f32 GEMMs, odd transposes and column reductions, cumsum, a
+    5-operand concatenate); ``tests/data/xla_kernels_z``."""
+    lax = jax.lax
+    f32, bf16, f16, i32, i8, e4m3 = jnp.float32, jnp.bfloat16, jnp.float16, jnp.int32, jnp.int8, jnp.float8_e4m3fn
+
+    def rms(x, w):
+        xf = x.astype(f32)
+        return (xf * lax.rsqrt((xf * xf).mean(-1, keepdims=True) + 1e-6)).astype(bf16) * w
+
+    def ln_f32(x, g, b):
+        m = x.mean(-1, keepdims=True)
+        v = ((x - m) ** 2).mean(-1, keepdims=True)
+        return (x - m) * lax.rsqrt(v + 1e-5) * g + b
+
+    def attn(q, k, v):
+        s = jnp.einsum("bqd,bkd->bqk", q, k) / 8.0
+        return jnp.einsum("bqk,bkd->bqd", jax.nn.softmax(s, -1).astype(q.dtype), v)
+
+    def mlp_f16(x, w1, w2):
+        return jax.nn.relu(x @ w1) @ w2
+
+    def fp8_mm(x, w, sx, sw):
+        return (jnp.dot(x, w, preferred_element_type=f32) * (sx * sw)).astype(bf16)
+
+    def i8_mm(x, w):
+        return jnp.dot(x, w, preferred_element_type=i32)
+
+    return [
+        ("z_scatter_set_bf16", lambda o, i, u: o.at[i].set(u), [((8192,), bf16), ((1000,), i32), ((1000,), bf16)]),
+        ("z_scatter_set_rows_f16", lambda o, i, u: o.at[i].set(u), [((512, 64), f16), ((300,), i32), ((300, 64), f16)]),
+        ("z_scatter_mul_f32", lambda o, i, u: o.at[i].multiply(u), [((4096,), f32), ((700,), i32), ((700,), f32)]),
+        ("z_scatter_max_bf16", lambda o, i, u: o.at[i].max(u), [((1024, 32), bf16), ((500,), i32), ((500, 32), bf16)]),
+        ("z_scatter_min_f16", lambda o, i, u: o.at[i].min(u), [((2048,), f16), ((600,), i32), ((600,), f16)]),
+        ("z_scatter_set_f32", lambda o, i, u: o.at[i].set(u), [((1000, 128), f32), ((400,), i32), ((400, 128), f32)]),
+        ("z_scatter_add_bf16_rows", lambda o, i, u: o.at[i].add(u), [((1000, 256), bf16), ((2000,), i32), ((2000, 256), bf16)]),
+        ("z_segment_max", lambda x, s: jax.ops.segment_max(x, s, num_segments=64), [((4096, 16), f32), ((4096,), i32)]),
+        ("z_rms_bf16", rms, [((4096, 2048), bf16), ((2048,), bf16)]),
+        ("z_ln_f32", ln_f32, [((2048, 1024), f32), ((1024,), f32), ((1024,), f32)]),
+        ("z_softmax_f16", lambda x: jax.nn.softmax(x, -1), [((1024, 1000), f16)]),
+        ("z_logsumexp", lambda x: jax.nn.logsumexp(x, -1), [((4096, 512), f32)]),
+        ("z_argmax_bf16", lambda x: jnp.argmax(x, -1), [((2048, 1000), bf16)]),
+        ("z_attn_bf16", attn, [((8, 256, 64), bf16), ((8, 256, 64), bf16), ((8, 256, 64), bf16)]),
+        ("z_mlp_f16", mlp_f16, [((512, 1024), f16), ((1024, 2048), f16), ((2048, 1024), f16)]),
+        ("z_fp8_mm", fp8_mm, [((1024, 2048), e4m3), ((2048, 1024), e4m3), ((), f32), ((), f32)]),
+        ("z_i8_mm", i8_mm, [((512, 1024), i8), ((1024, 512), i8)]),
+        ("z_mm_f32_small", lambda x, w: jnp.tanh(x @ w), [((64, 512), f32), ((512, 96), f32)]),
+        ("z_t102_bf16", lambda x: jnp.transpose(x, (1, 0, 2)) + 1, [((64, 128, 96), bf16)]),
+        ("z_t2d_f16_odd", lambda x: x.T * 2, [((1000, 700), f16)]),
+        ("z_t2d_i8", lambda x: x.T + 1, [((2048, 1024), i8)]),
+        ("z_colmax_f16", lambda x: x.max(0), [((2048, 1024), f16)]),
+        ("z_colsum_odd", lambda x: x.sum(0), [((3000, 77), f32)]),
+        ("z_var_bf16", lambda x: x.astype(f32).var(-1), [((1024, 4096), bf16)]),
+        ("z_cumsum", lambda x: jnp.cumsum(x, -1), [((256, 512), f32)]),
+        ("z_dus_bf16", lambda x, u, i: lax.dynamic_update_slice(x, u, (i, 0)), [((4096, 1024), bf16), ((16, 1024), bf16), ((), i32)]),
+        ("z_concat5", lambda a, b, c, d, e: jnp.concatenate([a, b, c, d, e], 1),
+         [((512, 100), f32), ((512, 28), f32), ((512, 64), f32), ((512, 36), f32), ((512, 128), f32)]),
+        ("z_gelu_f16", lambda x, b: jax.nn.gelu(x + b), [((4096, 3072), f16), ((3072,), f16)]),
+        ("z_where_i8", lambda x, y, m: jnp.where(m, x, y), [((4096, 1024), i8), ((4096, 1024), i8), ((4096, 1024), jnp.bool_)]),
+        ("z_deq_int8", lambda q, s: q.astype(f32) * s[:, None], [((4096, 1024), i8), ((4096,), f32)]),
+    ]
+
+
+
+#: ``--set NAME`` -> programs (default ``x``: tests/data/xla_kernels)
+SETS = {"x": programs, "z": programs_z}
+
 if __name__ == "__main__":
-    sys.exit(ground_truth.main(sys.argv, programs, keep_ptx=True))
+    args = sys.argv[1:]
+    which = "x"
+    if "--set" in args:
+        i = args.index("--set")
+        which = args[i + 1]
+        del args[i:i + 2]
+    sys.exit(ground_truth.main([sys.argv[0], *args], SETS[which], keep_ptx=True))

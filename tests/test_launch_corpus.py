@@ -26,16 +26,12 @@ LAUNCH = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "jax
 EXTRA = Path(__file__).resolve().parent / "data" / "launch_extra"
 
 #: Native-emitter fusions whose launch differs from XLA's, with the reason.
-KNOWN_MISSES = {
-    ("new_scatter.h200_opt.hlo", "input_scatter_fusion.1"):
-        "overwrite combiner with indices not hinted unique: fusegen runs the slices in order in one program "
-        "(the reference's order); XLA launches 3 blocks of atomic exchanges",
-}
+KNOWN_MISSES: dict[tuple[str, str], str] = {}
 TRITON_KINDS = ("__triton", "__triton_nested_gemm_fusion", "__triton_gemm")
 #: Kernels that launch XLA's geometry with more warps than XLA's block, on purpose (the reason).
 WIDER_KERNELS = {
     ("transpose_10_s4_packed.h200_opt.hlo", "wrapped_transpose"):
-        "packed transpose of 256x256 s4 tiles: 8192 lanes a program, above transpose.WIDE_BLOCK, take 8 warps "
+        "packed transpose of 256x256 s4 tiles: 65536 lanes a program, above transpose.WIDE_BLOCK, take 8 warps "
         "(Triton register pressure) for XLA's 128 threads",
 }
 

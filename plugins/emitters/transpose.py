@@ -56,8 +56,10 @@ from fusegen_plugins.emitters._hero_kernel import flatten, next_pow2, root_leave
 #: XLA ``TransposeFusion`` constants (``emitters/transpose.cc``): 32-wide tiles, 4 rows of threads.
 TILE_SIZE = 32
 NUM_ROWS = 4
-#: Lanes per program above which fusegen uses 8 warps instead of XLA's 4 (Triton register pressure).
-WIDE_BLOCK = 4096
+#: Lanes per program above which fusegen uses 8 warps instead of XLA's 4 (Triton register pressure): 128 lanes a
+#: thread. An s8 128 x 128 tile (16384 lanes) takes XLA's 32 registers on 4 warps; a packed s4 256 x 256 tile
+#: (65536) would take 72 there, 48 on 8 warps.
+WIDE_BLOCK = 16384
 
 
 def normalized_transpose(hero: Instruction) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
