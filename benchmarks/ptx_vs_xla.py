@@ -193,6 +193,8 @@ def shared_difference(row: dict) -> str | None:
       tile, swizzled, and plain Triton cannot declare a padded shared
       layout (Gluon's ``PaddedSharedLayout`` only, which Triton's interpreter does not run). Read as XLA's bytes
       = fusegen's + 32 rows x element bytes, fusegen's a power-of-two C >= 16 times that;
+    * a small-column reduction: XLA's kernel transposes its partial results through a padded ``32 x (C + 1)`` tile,
+      fusegen's reduces the rows of its ``[A, R, C]`` block with ``tl.reduce`` (its cross-warp scratch only);
     * a row reduction with 32 warps a row: XLA's cross-warp scratch is R x 33 elements (x_rowsum_long: 132 bytes for
       one row), Triton's R x 32;
     * a block-level fusion whose XLA kernel moves its tile to another register layout through shared memory (more
@@ -214,6 +216,13 @@ def shared_difference(row: dict) -> str | None:
     if tiled and pad in (32, 64, 128, 256) and pad < fb and fb % pad == 0 and _pow2(fb // pad) and fb // pad >= 16:
         return (f"XLA pads its {fb // pad}-column shared tile by one element a row against bank conflicts "
                 f"(+{pad} B); Triton swizzles the unpadded tile and has no padded layout outside Gluon")
+    # XLA's small-column reduction writes its partial sums to a 32 x (C + 1) tile and reads it transposed; fusegen's
+    # reduces the rows of the [A, R, C] block with tl.reduce, whose cross-warp scratch is all it keeps
+    if row.get("emitter") == "SmallColumnReductionFusion" and xb > fb and xb % 128 == 0 \
+            and _pow2(xb // 128 - 1):
+        return (f"XLA's small-column reduction transposes its partial results through a padded 32 x "
+                f"{xb // 128} tile of 4 B ({xb} B); fusegen's reduces the block's rows with tl.reduce, whose "
+                f"cross-warp scratch ({fb} B) is all it keeps")
     rows = row.get("emitter") in ("RowReductionFusion", "MultiRowReductionFusion")
     if rows and 0 < pad < fb and fb % pad == 0 and fb // pad == 32:
         return (f"XLA pads its cross-warp scratch of 32 warps a row by one element a row against bank conflicts "

@@ -363,15 +363,20 @@ COMBINER_CASES = [
     ("  ROOT r = s32[] or(a, b)", "s32", "atomic", "tl.atomic_or("),
     ("  ROOT r = s64[] xor(a, b)", "s64", "atomic", "tl.atomic_xor("),
     # XLA's compare-and-swap loop: on the element (32/64-bit) or on the 32-bit word holding it (8/16-bit)
-    ("  ROOT r = f32[] multiply(a, b)", "f32", "cas", "tl.atomic_cas("),
-    ("  ROOT r = f64[] multiply(a, b)", "f64", "cas", "tl.atomic_cas("),
+    # a combine that is one PTX instruction: XLA's per-thread loop itself, as inline PTX
+    ("  ROOT r = f32[] multiply(a, b)", "f32", "cas", "mul.rn.f32 %fgnew"),
+    ("  ROOT r = f32[] multiply(b, a)", "f32", "cas", "mul.rn.f32 %fgnew"),
+    ("  ROOT r = f64[] multiply(a, b)", "f64", "cas", "mul.rn.f64 %fgnew"),
+    ("  ROOT r = s32[] multiply(a, b)", "s32", "cas", "mul.lo.s32 %fgnew"),
+    ("  ROOT r = u64[] subtract(a, b)", "u64", "cas", "sub.s64 %fgnew"),
+    ("  ROOT r = f32[] subtract(b, a)", "f32", "cas", "tl.atomic_cas("),  # update - current: the Triton loop
     ("  ROOT r = s8[] add(a, b)", "s8", "cas", "tl.atomic_cas("),
     ("  ROOT r = u8[] maximum(a, b)", "u8", "cas", "tl.atomic_cas("),
     ("  ROOT r = f16[] maximum(a, b)", "f16", "cas", "tl.atomic_cas("),
     ("  ROOT r = bf16[] multiply(a, b)", "bf16", "cas", "tl.atomic_cas("),
     ("  ROOT r = s16[] multiply(a, b)", "s16", "cas", "tl.atomic_cas("),
     ("  ROOT r = pred[] or(a, b)", "pred", "cas", "tl.atomic_cas("),
-    ("  ROOT r = f32[] subtract(a, b)", "f32", "cas", "tl.atomic_cas("),
+    ("  ROOT r = f32[] subtract(a, b)", "f32", "cas", "sub.rn.f32 %fgnew"),
     ("  t = f32[] multiply(b, b)\n  ROOT r = f32[] add(a, t)", "f32", "cas", "tl.atomic_cas("),
     # overwrite, indices may repeat: XLA's atomic store (a word store) or its sub-word CAS loop, as inline PTX
     (OVERWRITE, "f32", "store", None),
@@ -419,7 +424,8 @@ def test_combiner_paths_match_evaluator(body, et, strategy, atomic):
                                      ("  ROOT r = u32[] maximum(a, b)", "u32"), ("  ROOT r = s32[] xor(a, b)", "s32"),
                                      ("  ROOT r = s8[] add(a, b)", "s8"), (OVERWRITE, "f32"),
                                      (OVERWRITE, "bf16"), (OVERWRITE, "pred"), ("  ROOT r = f16[] maximum(a, b)", "f16"),
-                                     ("  ROOT r = f64[] multiply(a, b)", "f64"),
+                                     ("  ROOT r = f64[] multiply(a, b)", "f64"), ("  ROOT r = f32[] multiply(a, b)", "f32"),
+                                     ("  ROOT r = s32[] multiply(a, b)", "s32"),
                                      ("  ROOT r = c64[] add(a, b)", "c64"), ("  ROOT r = c64[] multiply(a, b)", "c64")])
 def test_combiner_kernels_compile_for_sm90(body, et):
     m = parse_module(_combiner_module(body, et), "t")
@@ -490,6 +496,25 @@ def test_sub_word_overwrite_keeps_neighbours_and_the_last_update(et):
     em, emitted, outs, _ = run_scatter(f, [o, i, u])
     assert em.strategy == "cas" and "atom.relaxed.gpu.global.cas.b32" in emitted.kernels[-1].source
     np.testing.assert_array_equal(outs[0][:, 0].astype(np.float32), [1, 5, 8, 4])
+
+
+def test_multiply_with_repeated_indices_is_applied_in_slice_order_bit_for_bit():
+    """Many lanes multiply into few elements through the per-thread CAS loop: the interpreter applies them in slice
+    order, so the products round exactly as the reference's in-order loop (another order differs in the last bits)."""
+    m = parse_module(_combiner_module("  ROOT r = f32[] multiply(a, b)", "f32", n_slices=64, rows=3, width=1), "t")
+    f = m.entry.root
+    rng = np.random.default_rng(11)
+    o = np.ones((3, 1), np.float32)
+    i = rng.integers(0, 3, 64).astype(np.int32)
+    u = (1 + rng.random((64, 1)) * 1e-3).astype(np.float32)
+    em, emitted, outs, ref = run_scatter(f, [o, i, u])
+    assert "mul.rn.f32 %fgnew" in emitted.kernels[-1].source
+    got, want = outs[0].view(np.uint32), np.asarray(leaves(ref)[0], np.float32).view(np.uint32)
+    np.testing.assert_array_equal(got, want)
+    backwards = np.ones(3, np.float32)
+    for k in range(63, -1, -1):
+        backwards[i[k]] *= u[k, 0]
+    assert not np.array_equal(backwards.view(np.uint32), want[:, 0])  # the order is visible in the bits
 
 
 def test_corpus_bf16_overwrite_scatter_is_xlas_parallel_kernel():

@@ -9,7 +9,7 @@
 * :func:`patch_dot`: ``tl.dot`` reads bf16/fp8 operands as their values (not raw bits), multiplies f32 operands
   at tf32 as the tensor cores do when ``input_precision="tf32"``, accumulates in f32 (s32 for 8-bit integers);
 * :func:`patch_inline_asm`: the inline asm fusegen's kernels use (``cvt.rna.tf32.f32``, ``.pragma "nounroll"``,
-  the sub-word atomic store :data:`SUBWORD_STORE_ASM`) in numpy.
+  the sub-word atomic store :data:`SUBWORD_STORE_ASM`, the compare-and-swap loops :func:`word_cas_asm`) in numpy.
 """
 
 from __future__ import annotations
@@ -350,10 +350,69 @@ def _subword_store(bits: int):
     return run
 
 
+#: PTX combine instructions of :func:`word_cas_asm` -> ``(numpy dtype, numpy function)`` (IEEE round-to-nearest
+#: float products / differences with denormals kept, as numpy's; wrapping integer products / differences).
+WORD_CAS_OPS = {
+    "mul.rn.f32": (np.float32, np.multiply), "mul.rn.f64": (np.float64, np.multiply),
+    "sub.rn.f32": (np.float32, np.subtract), "sub.rn.f64": (np.float64, np.subtract),
+    "mul.lo.s32": (np.int32, np.multiply), "mul.lo.s64": (np.int64, np.multiply),
+    "sub.s32": (np.int32, np.subtract), "sub.s64": (np.int64, np.subtract),
+}
+
+
+def word_cas_asm(op: str) -> str:
+    """``*$1 = *$1 OP $2`` where ``$3 != 0``, for a 32/64-bit ``OP`` of :data:`WORD_CAS_OPS`, as XLA:GPU applies a
+    scatter combiner without a native atomic: a relaxed compare-and-swap loop per thread
+    (``atom.relaxed.*.cas.b32``, ``mul.rn.f32`` between, in XLA's PTX for a multiply scatter of f32). Constraints
+    ``"=r,l,r,r"`` / ``"=r,l,l,r"`` (dummy, element address as int64, the update's bits as an integer of its width,
+    predicate); ``is_pure=False``."""
+    b = 64 if op.endswith("64") else 32
+    return ("{ .reg .pred %fgp, %fgr; " f".reg .b{b} %fgold, %fgnew, %fgres; .reg .b64 %fga; "
+            "setp.ne.b32 %fgp, $3, 0; @!%fgp bra FG_DONE; cvta.to.global.u64 %fga, $1; "
+            f"ld.global.b{b} %fgold, [%fga]; "
+            f"FG_LOOP: {op} %fgnew, %fgold, $2; atom.relaxed.gpu.global.cas.b{b} %fgres, [%fga], %fgold, %fgnew; "
+            f"setp.ne.b{b} %fgr, %fgres, %fgold; mov.b{b} %fgold, %fgres; @%fgr bra FG_LOOP; "
+            "FG_DONE: mov.b32 $0, 0; }")
+
+
+def _word_cas(op: str):
+    """The interpreter's :func:`word_cas_asm`: the selected lanes' updates in lane order. Triton's interpreter runs
+    one program at a time, so the swap never retries; lanes on one address are applied one round each, in lane
+    order, as the reference applies repeated scatter indices."""
+    dtype, fn = WORD_CAS_OPS[op]
+
+    def run(vals: list) -> np.ndarray:
+        from triton._C.libtriton import interpreter as _interpreter
+
+        addr, value, pred = (np.ravel(np.asarray(v)) for v in vals)
+        sel = np.flatnonzero(pred != 0)
+        if sel.size:
+            ptrs = addr[sel].astype(np.uint64)
+            upd = np.ascontiguousarray(value[sel]).view(dtype)  # the update's bits, passed as an integer
+            # the k-th lane on an address runs in round k (stable: lane order within an address)
+            order = np.argsort(ptrs, kind="stable")
+            first = np.r_[True, ptrs[order][1:] != ptrs[order][:-1]]
+            starts = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
+            rank = np.empty(order.size, dtype=np.int64)
+            rank[order] = np.arange(order.size) - starts
+            for k in range(int(rank.max()) + 1):
+                lanes = np.flatnonzero(rank == k)
+                p = np.ascontiguousarray(ptrs[lanes])
+                on = np.ones(p.shape, dtype=bool)
+                cur = _interpreter.load(p, on, np.zeros(p.shape, dtype=dtype), np.dtype(dtype))
+                with np.errstate(all="ignore"):
+                    new = fn(cur, upd[lanes]).astype(dtype, copy=False)
+                _interpreter.store(p, np.ascontiguousarray(new), on)
+        return np.zeros(np.shape(vals[0]), dtype=np.int32)
+
+    return run
+
+
 #: The inline-asm texts the interpreter runs: text -> numpy function of the input arrays giving the output.
 _INLINE_ASM = {"cvt.rna.tf32.f32 $0, $1;": lambda vals: tf32_round(vals[0]),
                NOUNROLL_ASM: lambda vals: np.zeros(1, dtype=np.int32),
-               **{" ".join(t.split()): _subword_store(b) for b, t in SUBWORD_STORE_ASM.items()}}
+               **{" ".join(t.split()): _subword_store(b) for b, t in SUBWORD_STORE_ASM.items()},
+               **{" ".join(word_cas_asm(op).split()): _word_cas(op) for op in WORD_CAS_OPS}}
 
 
 class _AsmCall:

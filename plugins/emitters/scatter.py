@@ -24,9 +24,11 @@ How the combiner (``to_apply``) is applied:
   sub-word overwrite with possibly repeated indices...): XLA's compare-and-swap loop
   (``EmitAtomicOperationUsingCAS``), one lane per update element on XLA's launch. A sub-word element is
   combined inside its aligned 32-bit word, so neighbours written at the same time survive. The loop runs while
-  any lane of the program has not swapped (a sum over the block); an overwrite of a sub-word type needs no
-  combine, so it is XLA's per-thread loop itself, as inline PTX (:data:`~fusegen.codegen.interpreter_patches.\
-  SUBWORD_STORE_ASM`, which the interpreter runs as the ordered store it is).
+  any lane of the program has not swapped (a sum over the block). Where the combine is one PTX instruction, the
+  loop is XLA's per-thread loop itself, as inline PTX: an overwrite of a sub-word type
+  (:data:`~fusegen.codegen.interpreter_patches.SUBWORD_STORE_ASM`, which the interpreter runs as the ordered store
+  it is) and a 32/64-bit multiply or ``current - update`` (:func:`~fusegen.codegen.interpreter_patches.\
+  word_cas_asm`, which the interpreter applies lane by lane in order).
 * ``keep``: a combiner returning its operand parameters: the output is the operand.
 * ``serial``: what is left (variadic scatters, complex other than add, types without an 8-64 bit storage word,
   update layouts whose linear order is not the slices' order): one program walks the slices in order, loading,
@@ -378,6 +380,15 @@ class ScatterFusion(FusionEmitter):
                           f"[({ptr} + {o}).to(tl.int64), {vbits}, {mask}.to(tl.int32)], dtype=tl.int32, "
                           f"is_pure=False, pack=1)")
             return
+        op = self._word_cas_op(et)
+        if op is not None:  # XLA's per-thread loop itself: the combine is one PTX instruction
+            from fusegen.codegen.interpreter_patches import word_cas_asm
+
+            vbits = self._bits_of(ctx, val, et, bits)
+            ctx.body.line(f"tl.inline_asm_elementwise({word_cas_asm(op)!r}, '=r,l,{'l' if bits == 64 else 'r'},r', "
+                          f"[({ptr} + {o}).to(tl.int64), {vbits}, {mask}.to(tl.int32)], dtype=tl.int32, "
+                          f"is_pure=False, pack=1)")
+            return
         word = "tl.int32" if bits <= 32 else "tl.int64"
         wptr = ctx.emit(f"{ptr}.to(tl.pointer_type({word}), bitcast=True)", "wptr")
         if bits < 32:
@@ -407,6 +418,26 @@ class ScatterFusion(FusionEmitter):
         finally:
             gen.pop_scope()
             ctx.body.dedent()
+
+    def _word_cas_op(self, et: str) -> str | None:
+        """The PTX instruction of a 32/64-bit combiner ``p0 * p1`` (either order) or ``p0 - p1`` of the element
+        type, which :func:`~fusegen.codegen.interpreter_patches.word_cas_asm` loops over; ``None``: other."""
+        root = self.combiner.root
+        bits = _CAS_BITS.get(et, 0)
+        if bits < 32 or root is None or root.opcode not in ("multiply", "subtract") or len(root.operands) != 2:
+            return None
+        nums = [x.parameter_number if x.opcode == "parameter" else None for x in root.operands]
+        if root.shape.element_type != et or not (nums == [0, 1] or (root.opcode == "multiply" and nums == [1, 0])):
+            return None
+        if et in ("f32", "f64"):
+            op = f"{'mul' if root.opcode == 'multiply' else 'sub'}.rn.{et}"
+        elif et in ("s32", "u32", "s64", "u64"):
+            op = f"{'mul.lo' if root.opcode == 'multiply' else 'sub'}.s{bits}"
+        else:
+            return None
+        from fusegen.codegen.interpreter_patches import WORD_CAS_OPS
+
+        return op if op in WORD_CAS_OPS else None
 
     def _is_overwrite(self) -> bool:
         return classify_combiner(self.combiner, self.desc.n, self.desc.operands[0].shape.element_type)[0] == "assign"

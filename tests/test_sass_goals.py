@@ -1,0 +1,96 @@
+"""Issue 28's goals, measured by ``benchmarks/ptx_vs_xla.py`` on every kernel launch of the three launch sets.
+
+fusegen's sm_90 kernel for each fusion is assembled beside XLA's own (``ptxas -arch=sm_90a``, ``cuobjdump -sass``)
+and compared statically: tensor cores wherever XLA uses them, no spills, no kernel narrower than XLA's (mean
+bytes per global access), none over 1.5x XLA's global memory instructions per output, no runtime loop where
+XLA's kernel has none, at most 5% of kernels over 1.25x XLA's registers, XLA's grid and block, and shared memory
+equal to XLA's or differing for a cause the row names. The kernels that miss a goal today are listed below with
+the reason; a fix that removes one must remove it here too (the lists are compared exactly), so the list is
+what fusegen does not yet do. Slow (every kernel compiled: minutes cold); CI runs it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import CORPUS
+
+HERE = Path(__file__).resolve().parent
+SETS = {"shared": CORPUS / "jax" / "launch", "x": HERE / "data" / "xla_kernels", "z": HERE / "data" / "xla_kernels_z"}
+
+#: (set, module without .h200_opt.hlo, fusion) -> {flag: reason} of the kernels that miss a goal today
+KNOWN = {
+    ("z", "z_fp8_mm", "gemm_fusion_dot"): {
+        "narrower": "fp8 GEMM epilogue", "mem_insts_over_1_5": "fp8 GEMM epilogue"},
+    ("z", "z_colmax_f16", "input_reduce_fusion"): {
+        "narrower": "f16 column reduction", "loop_where_xla_has_none": "f16 column reduction"},
+    ("z", "z_colsum_odd", "input_reduce_fusion"): {"loop_where_xla_has_none": "odd column reduction"},
+    ("z", "z_var_bf16", "fusion.3"): {
+        "narrower": "block-level variance", "mem_insts_over_1_5": "block-level variance",
+        "loop_where_xla_has_none": "block-level variance"},
+    ("z", "z_cumsum", "loop_slice_fusion"): {"narrower": "cumsum slice", "mem_insts_over_1_5": "cumsum slice"},
+    ("z", "z_cumsum", "loop_add_fusion"): {"narrower": "cumsum add"},
+    ("z", "z_concat5", "wrapped_concatenate"): {"mem_insts_over_1_5": "5-operand concatenate as a loop"},
+}
+#: rows whose shared memory differs from XLA's for no cause ptx_vs_xla names
+UNEXPLAINED_SHARED = {("z", "z_i8_mm", "gemm_fusion_dot"): "int8 GEMM"}
+GOAL_FLAGS = ("narrower", "mem_insts_over_1_5", "loop_where_xla_has_none")
+
+_RESULTS: dict[str, dict] = {}
+
+
+def _ptx_vs_xla():
+    spec = importlib.util.spec_from_file_location("ptx_vs_xla", HERE.parent / "benchmarks" / "ptx_vs_xla.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _compare(name: str) -> dict:
+    from fusegen.codegen import sass
+
+    if (why := sass.tools_unavailable_reason()) is not None:
+        pytest.skip(f"ptxas/cuobjdump cannot run: {why}")
+    where = SETS[name]
+    if not (where / "LAUNCH.tsv").exists():
+        pytest.skip(f"{where} is absent (the shared corpus is not checked out beside the project)")
+    if name not in _RESULTS:
+        _RESULTS[name] = _ptx_vs_xla().compare(where, jobs=2, log=lambda *a: None)
+    return _RESULTS[name]
+
+
+def _key(name: str, row: dict) -> tuple[str, str, str]:
+    return name, row["module"].removesuffix(".h200_opt.hlo"), row["fusion"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_kernels_meet_xlas_on_every_launch(name):
+    res = _compare(name)
+    rows, a = res["rows"], res["summary"]["all"]
+    assert a["kernels"] == len(rows) > 0 and a["failed"] == 0, [r.get("failure") for r in rows if r.get("failure")]
+    assert a["tensor_cores_fusegen"] == a["tensor_cores_xla"], "a GEMM off the tensor cores"
+    assert a["spills"] == 0
+    for flag in GOAL_FLAGS:
+        got = {_key(name, r) for r in rows if (r.get("flags") or {}).get(flag)}
+        want = {k for k, v in KNOWN.items() if k[0] == name and flag in v}
+        assert got == want, f"{flag}: new {sorted(got - want)}, fixed (remove from KNOWN) {sorted(want - got)}"
+    assert [_key(name, r) for r in rows if not r["launch_equal"] and "launch_difference" not in r] == []
+    unexplained = {_key(name, r) for r in rows if r["launch_equal"] and not r["launch_shared_equal"]
+                   and "shared_difference" not in r}
+    want = {k for k in UNEXPLAINED_SHARED if k[0] == name}
+    assert unexplained == want, f"new {sorted(unexplained - want)}, fixed {sorted(want - unexplained)}"
+
+
+@pytest.mark.slow
+def test_at_most_five_percent_of_kernels_over_a_quarter_more_registers():
+    results = {name: _compare(name) for name in SETS}
+    over = [_key(n, r) for n, res in results.items() for r in res["rows"] if (r.get("flags") or {}).get(
+        "registers_over_1_25")]
+    total = sum(len(res["rows"]) for res in results.values())
+    assert len(over) <= 0.05 * total, (len(over), total, over)
