@@ -15,6 +15,7 @@ pred, u8, f16 and odd loops, reduce-window, gather, pad, slice, a broadcast conc
     .venv/bin/python -m pip install jax-cuda12-plugin==0.10.2 jax-cuda12-pjrt==0.10.2
     .venv/bin/python scripts/make_xla_kernel_set.py tests/data/xla_kernels
     .venv/bin/python scripts/make_xla_kernel_set.py --set z tests/data/xla_kernels_z   # the z_* programs
+    .venv/bin/python scripts/make_xla_kernel_set.py --set w tests/data/xla_kernels_w   # the w_* programs
 """
 
 from __future__ import annotations
@@ -158,8 +159,78 @@ def programs_z(jnp, jax):
 
 
 
+def programs_w(jnp, jax):
+    """``w_*``: a second batch written to look for misses (row / middle-axis / prod / any reductions, argmin, iota
+    selects, integer division, f16 sigmoid, erf, int8 rounding, 4-D broadcasts, 021 / 210 / head transposes,
+    concatenates, DUS, dynamic slice, gathers, GEMMs with bias + GELU, batched scores, f16 -> f32, small M, e5m2,
+    masked / log softmax, layer and RMS norms, scatter-adds); ``tests/data/xla_kernels_w``."""
+    lax = jax.lax
+    f32, bf16, f16, i32, i8 = jnp.float32, jnp.bfloat16, jnp.float16, jnp.int32, jnp.int8
+
+    def meanvar(x):
+        return x.mean(-1), x.var(-1)
+
+    def ln_bf16(x, g, b):
+        xf = x.astype(f32)
+        m = xf.mean(-1, keepdims=True)
+        v = ((xf - m) ** 2).mean(-1, keepdims=True)
+        return ((xf - m) * lax.rsqrt(v + 1e-5)).astype(bf16) * g + b
+
+    def masked_softmax(x, m):
+        return jax.nn.softmax(jnp.where(m, x, -1e9), -1)
+
+    def heads(x):
+        b, s, h, d = x.shape
+        return jnp.transpose(x, (0, 2, 1, 3)) * 0.125
+
+    def gemm_bias_gelu(x, w, b):
+        return jax.nn.gelu(x @ w + b)
+
+    def scores(q, k):
+        return jnp.einsum("bhqd,bhkd->bhqk", q, k)
+
+    def emb_grad(g, ids):
+        return jnp.zeros((8192, 256), f32).at[ids].add(g)
+
+    return [
+        ("w_rowsum_1000", lambda x: x.sum(-1), [((2048, 1000), f32)]),
+        ("w_rowmean_bf16", lambda x: x.mean(-1), [((4096, 768), bf16)]),
+        ("w_meanvar", meanvar, [((1024, 512), f32)]),
+        ("w_argmin_f32", lambda x: jnp.argmin(x, -1), [((1024, 333), f32)]),
+        ("w_mid_axis", lambda x: x.sum(1), [((64, 128, 96), f32)]),
+        ("w_prod", lambda x: jnp.prod(x, -1), [((512, 64), f32)]),
+        ("w_any", lambda x: jnp.any(x > 0, -1), [((4096, 256), f32)]),
+        ("w_iota_cmp", lambda x: jnp.where(jnp.arange(x.shape[1]) % 3 == 0, x, -x), [((2048, 1024), bf16)]),
+        ("w_intdiv", lambda a, b: (a // (b | 1)) + a % 7, [((1 << 20,), i32), ((1 << 20,), i32)]),
+        ("w_sigmoid_f16", lambda x: jax.nn.sigmoid(x), [((4096, 1024), f16)]),
+        ("w_erf", lambda x: jax.scipy.special.erf(x), [((1 << 20,), f32)]),
+        ("w_round_clip", lambda x: jnp.clip(jnp.round(x * 127), -128, 127).astype(i8), [((4096, 1024), f32)]),
+        ("w_bcast4d", lambda x, b: x + b[None, :, None, None], [((16, 64, 32, 32), bf16), ((64,), bf16)]),
+        ("w_t021_f16", lambda x: jnp.transpose(x, (0, 2, 1)) + 1, [((8, 512, 256), f16)]),
+        ("w_t210_bf16", lambda x: jnp.transpose(x, (2, 1, 0)) * 2, [((128, 16, 256), bf16)]),
+        ("w_heads", heads, [((8, 256, 16, 64), bf16)]),
+        ("w_concat3_bf16", lambda a, b, c: jnp.concatenate([a, b, c], 0), [((512, 256), bf16), ((256, 256), bf16), ((128, 256), bf16)]),
+        ("w_concat2_axis1", lambda a, b: jnp.concatenate([a, b], 1), [((1024, 384), f32), ((1024, 128), f32)]),
+        ("w_dus_f32", lambda x, u, i: lax.dynamic_update_slice(x, u, (0, i)), [((1024, 4096), f32), ((1024, 64), f32), ((), i32)]),
+        ("w_dslice", lambda x, i: lax.dynamic_slice(x, (i, 0), (64, 1024)) * 2, [((4096, 1024), f32), ((), i32)]),
+        ("w_gather_bf16", lambda t, i: t[i] * 2, [((32000, 512), bf16), ((4096,), i32)]),
+        ("w_gemm_bias_gelu", gemm_bias_gelu, [((1024, 1024), bf16), ((1024, 4096), bf16), ((4096,), bf16)]),
+        ("w_scores", scores, [((4, 8, 128, 64), bf16), ((4, 8, 128, 64), bf16)]),
+        ("w_gemm_f16_f32", lambda x, w: jnp.dot(x, w, preferred_element_type=f32), [((512, 768), f16), ((768, 1024), f16)]),
+        ("w_gemm_small_m", lambda x, w: x @ w, [((16, 4096), bf16), ((4096, 4096), bf16)]),
+        ("w_gemm_e5m2", lambda x, w: jnp.dot(x, w, preferred_element_type=f32).astype(bf16),
+         [((512, 1024), jnp.float8_e5m2), ((1024, 512), jnp.float8_e4m3fn)]),
+        ("w_masked_softmax", masked_softmax, [((512, 1024), bf16), ((512, 1024), jnp.bool_)]),
+        ("w_ln_bf16", ln_bf16, [((2048, 1024), bf16), ((1024,), bf16), ((1024,), bf16)]),
+        ("w_log_softmax", lambda x: jax.nn.log_softmax(x, -1), [((2048, 512), f32)]),
+        ("w_rms_f16", lambda x: x * lax.rsqrt((x.astype(f32) ** 2).mean(-1, keepdims=True) + 1e-6).astype(f16), [((1024, 2048), f16)]),
+        ("w_emb_grad", emb_grad, [((4096, 256), f32), ((4096,), i32)]),
+        ("w_scatter_add_2d", lambda o, i, u: o.at[i].add(u), [((512, 512), bf16), ((1024,), i32), ((1024, 512), bf16)]),
+    ]
+
+
 #: ``--set NAME`` -> programs (default ``x``: tests/data/xla_kernels)
-SETS = {"x": programs, "z": programs_z}
+SETS = {"x": programs, "z": programs_z, "w": programs_w}
 
 if __name__ == "__main__":
     args = sys.argv[1:]
