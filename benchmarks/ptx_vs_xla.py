@@ -206,7 +206,12 @@ def shared_difference(row: dict) -> str | None:
     * a tiled sort launch (``TILE = 4 x`` XLA's threads): XLA's kernel keeps every operand's tile in shared memory
       (``TILE x`` the operands' bytes an element), fusegen's packed-key network gathers one tensor, the ``s64``
       keys (``8 x TILE``), and a one-warp block gathers by warp shuffles, in no shared memory
-      (``plugins/emitters/sort_keys.py``, docs/sort.md).
+      (``plugins/emitters/sort_keys.py``, docs/sort.md);
+    * an int8 GEMM of ``block_k`` 16 (the same ``IMMA.16832`` in both, XLA's global loads each half as wide, as
+      many): XLA's Triton fork hands its 16-deep tiles to the K-32 ``mma.m16n8k32`` with each fragment repeated in
+      both K halves (z_i8_mm's PTX: A ``{a0, a1, a0, a1}``, B ``{b0, b0}``, so every step's products enter the sum
+      twice), staging 16-deep tiles; fusegen pads them to K 32 with zeroed lanes (upstream Triton's smallest int8
+      ``tl.dot`` K, an exact product), staging tiles twice as deep. Matching XLA's bytes would mean matching its doubled sum.
     """
     f, x = row["fusegen"], row["xla"]
     fb, xb = f["shared_bytes"], x["shared_bytes"]
@@ -235,6 +240,8 @@ def shared_difference(row: dict) -> str | None:
                 "thread")
     if row["kind"] == "kSort" and (why := _sort_shared_difference(row, fb, xb)) is not None:
         return why
+    if row["kind"] == "kTriton.gemm" and (why := _int8_k16_shared_difference(f, x, fb, xb)) is not None:
+        return why
     xo, fo = x.get("shared_ops", {}), f.get("shared_ops", {})
     x_loads, f_loads = xo.get("LDS", 0) + xo.get("LDSM", 0), fo.get("LDS", 0) + fo.get("LDSM", 0)
     if row["kind"] == "kTriton.block" and xb > fb and xo.get("STS", 0) > fo.get("STS", 0) and x_loads > f_loads:
@@ -242,6 +249,26 @@ def shared_difference(row: dict) -> str | None:
                 f"{x_loads} LDS/LDSM; fusegen's {fo.get('STS', 0)}, {f_loads}: the cross-warp reduction scratch "
                 f"only); fusegen's kernel reduces in the load's layout")
     return None
+
+
+def _widths(loads: dict) -> list[int]:
+    """A ``{width: count}`` table (JSON keys strings) as one sorted list of widths, one an instruction."""
+    return sorted(int(w) for w, n in loads.items() for _ in range(int(n)))
+
+
+def _int8_k16_shared_difference(f: dict, x: dict, fb: int, xb: int) -> str | None:
+    """:func:`shared_difference` of an int8 GEMM XLA tiles 16 deep: both on the same K-32 ``IMMA.16832``, XLA's
+    operand loads each half the width of fusegen's 32-deep (padded) ones, fewer bytes of shared memory."""
+    tc = f.get("tensor_core_ops") or {}
+    if not tc or tc != x.get("tensor_core_ops") or not all(op.startswith("IMMA.16832") for op in tc):
+        return None
+    fw, xw = _widths(f.get("global_loads") or {}), _widths(x.get("global_loads") or {})
+    if not fw or len(fw) != len(xw) or any(a != 2 * b for a, b in zip(fw, xw)) or not xb < fb:
+        return None
+    return (f"XLA's Triton fork feeds its 16-deep int8 tiles to the K-32 IMMA with each fragment repeated in both K "
+            f"halves (each step's products summed twice), staging 16-deep tiles; fusegen pads them to K 32 with "
+            f"zeroed lanes (upstream Triton's smallest int8 tl.dot K: the exact product), its staged tiles and "
+            f"operand loads twice as deep (+{fb - xb} B)")
 
 
 def _sort_shared_difference(row: dict, fb: int, xb: int) -> str | None:

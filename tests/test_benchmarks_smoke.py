@@ -373,7 +373,8 @@ def test_sass_benchmark_explains_shared_memory_it_cannot_match():
     """``shared_difference``: XLA's padded R x (C + 1) tiles (the launch corpus's transposes 4096 / 4224 bytes and
     column reductions 8192 / 8320) and a block-level XLA kernel's extra layout conversion through shared memory
     (gpu_softmax's triton_softmax_2: 18 STS + 16 LDSM + 2 LDS, 2048 bytes, against fusegen's reduction scratch of 16)
-    are explained, and so are a tiled sort's packed keys (8 bytes an element where XLA holds every operand);
+    are explained, and so are a tiled sort's packed keys (8 bytes an element where XLA holds every operand) and an
+    int8 GEMM's tiles XLA stages 16 deep for its K-32 IMMA (z_i8_mm: 512 bytes, fusegen's padded 768);
     other differences are not."""
     P = _load("ptx_vs_xla")
 
@@ -408,6 +409,23 @@ def test_sass_benchmark_explains_shared_memory_it_cannot_match():
     assert P.shared_difference(sort_row(0, 10240, 256)) is None
     assert P.shared_difference(row("kTranspose", 4224, 4096)) is None
     assert P.shared_difference(row("kTriton.block", 16, 32, {"STS": 2, "LDS": 2}, {"STS": 2, "LDS": 2})) is None
+
+    def gemm_row(ours, xla, ops, f_loads, x_loads):
+        r = row("kTriton.gemm", ours, xla)
+        r["fusegen"].update(tensor_core_ops=dict(ops), global_loads=f_loads)
+        r["xla"].update(tensor_core_ops=dict(ops), global_loads=x_loads)
+        return r
+
+    # z_i8_mm's gemm_fusion_dot (block_k 16): both IMMA.16832 x 2, fusegen's 32-deep padded tiles 768 B against
+    # XLA's 16-deep 512 B, every load twice XLA's width
+    imma = {"IMMA.16832.S8.S8.SAT": 2}
+    i8 = P.shared_difference(gemm_row(768, 512, imma, {"4": 2, "8": 2}, {"2": 2, "4": 2}))
+    assert "repeated in both K halves" in i8 and "+256 B" in i8
+    # not explained: loads as wide as XLA's, more loads, an HMMA GEMM, fusegen's shared memory smaller
+    assert P.shared_difference(gemm_row(768, 512, imma, {"4": 2, "2": 2}, {"2": 2, "4": 2})) is None
+    assert P.shared_difference(gemm_row(768, 512, imma, {"4": 2, "8": 4}, {"2": 2, "4": 2})) is None
+    assert P.shared_difference(gemm_row(768, 512, {"HMMA.16816.F32": 1}, {"4": 2, "8": 2}, {"2": 2, "4": 2})) is None
+    assert P.shared_difference(gemm_row(256, 512, imma, {"4": 2, "8": 2}, {"2": 2, "4": 2})) is None
 
 
 def test_sass_benchmark_compares_the_block_triton_launches(tmp_path):

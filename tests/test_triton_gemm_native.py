@@ -124,8 +124,9 @@ FP8 = """  d = f32[32,16] dot(p0, p1), lhs_contracting_dims={1}, rhs_contracting
 
 @pytest.mark.parametrize("types", [("f8e4m3fn", "f8e4m3fn"), ("f8e5m2", "f8e4m3fn")])
 @pytest.mark.parametrize("block_k", [16, 32])
-def test_fp8_gemm_with_per_tensor_scales(types, block_k):
-    f = _fusion([f"{types[0]}[32,64]", f"{types[1]}[64,16]", "f32[]", "f32[]"], FP8, "f32[32,16]")
+@pytest.mark.parametrize("k", [64, 320])  # 320: a K loop of 20 / 10 steps (not unrolled), as XLA's z_fp8_mm
+def test_fp8_gemm_with_per_tensor_scales(types, block_k, k):
+    f = _fusion([f"{types[0]}[32,{k}]", f"{types[1]}[{k},16]", "f32[]", "f32[]"], FP8, "f32[32,16]")
     (a, b, sa, sb), out, ks = _run(f, TritonGemmConfig(16, 8, block_k, 1, 2))
     np.testing.assert_allclose(out, (_f64(a) @ _f64(b)) * (float(sa) * float(sb)), rtol=1e-5, atol=1e-3)
     src = _kernel_fn_source(ks)
@@ -133,6 +134,8 @@ def test_fp8_gemm_with_per_tensor_scales(types, block_k):
         assert "a = a.to(tl.float16)" in src and "b = b.to(tl.float16)" in src
     else:
         assert "a.to(" not in src and f"max_num_imprecise_acc={block_k}" in src
+    # a K loop (over 8 steps) unrolled twice as XLA's LLVM does, unless the body upcasts fp8 tiles (XLA's does not)
+    assert ("tl.range(" in src, "loop_unroll_factor=2" in src) == (k // block_k > 8, k // block_k > 8 and block_k >= 32)
 
 
 @pytest.mark.parametrize("block_k", [16, 32])
@@ -363,6 +366,25 @@ def test_xla_f32_gemm_at_default_precision_runs_on_tensor_cores(tmp_path):
     st = sass.kernel_sass_stats(ks, cache_dir=tmp_path)
     assert any(op.startswith("HMMA.1688.F32.TF32") for op in st.tensor_core_ops), st.tensor_core_ops
     assert st.shared_bytes == 1024 and st.spill_bytes == 0 and ks.launch.grid == (8192,)
+
+
+@needs_ptxas
+def test_xla_fp8_gemm_k_loop_is_xlas(tmp_path):
+    """XLA's own fp8 GEMM (tests/data/xla_gemm/z_fp8_mm: e4m3 x e4m3 -> f32, split-K 2, 16x8 tiles, block_k 16 over
+    K 1024): its K loop is not unrolled (the fp8 -> f16 upcast a step makes the body too large for XLA's LLVM
+    unroller), so per step XLA's SASS has one 4-byte lhs load, one 2-byte rhs load and one HMMA (README there, from
+    XLA's PTX). fusegen's kernel: the same loads, one HMMA.16816.F32 on f16, one 8-byte store a thread, XLA's grid,
+    warps and 512 bytes of shared memory, no spills (it unrolled twice: 2 loads of each, 1.67x XLA's memory
+    instructions per output)."""
+    m = parse_file(REPO / "tests" / "data" / "xla_gemm" / "z_fp8_mm.h200_opt.hlo")
+    f = next(i for c in m.computations for i in c.instructions if i.name == "gemm_fusion_dot")
+    ks = TritonGemmFusion(_Analysis(f)).emit().kernels[0]
+    assert ks.launch.grid == (16384,) and ks.launch.num_warps == 2 and not ks.notes
+    st = sass.kernel_sass_stats(ks, cache_dir=tmp_path)
+    assert st.tensor_core_ops == {"HMMA.16816.F32": 1}, st.tensor_core_ops
+    assert st.global_loads == {4: 1, 2: 1} and st.global_stores == {8: 1}, (st.global_loads, st.global_stores)
+    assert st.has_loop and st.shared_bytes == 512 and st.spill_bytes == 0
+    assert "loop_unroll_factor" not in ks.source and "a = a.to(tl.float16)" in ks.source
 
 
 @pytest.mark.slow

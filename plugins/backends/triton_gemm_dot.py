@@ -12,8 +12,9 @@ Triton's smallest ``tl.dot`` K is 16 for 16-bit operands, 32 for 8-bit, 8 for 32
 tiles go to ``mma.m16n8k16`` as they are). Below that K: fp8 tiles become exact f16 tiles at K 16 (what
 Triton does with fp8 on ``mma.sync`` anyway); other tiles are padded in registers (:attr:`DotPlan.min_k`): the
 tile is loaded ``min_k`` wide with the lanes past ``block_k`` masked to zero, so every K step still adds
-exactly XLA's ``block_k`` products (XLA's Triton fork multiplies the narrower tile; the kernel's ``notes`` say
-so, its staged tiles and shared memory being larger).
+exactly XLA's ``block_k`` products (XLA's Triton fork multiplies the narrower tile: 16-deep int8 tiles go to the
+K-32 ``mma`` with each fragment repeated in both K halves, so XLA sums each step's products twice; the kernel's
+``notes`` say so, its staged tiles and shared memory being larger).
 """
 
 from __future__ import annotations

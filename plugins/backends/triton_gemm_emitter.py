@@ -167,7 +167,7 @@ class _Problem:
     bn: int
     bk: int
     plan: triton_gemm_dot.DotPlan
-    plain_operands: bool = True  # both operand tiles are loads only (no prologue arithmetic)
+    plain_operands: bool = True  # both operand tiles are loads only (no prologue arithmetic, no type conversion)
 
     @property
     def tk(self) -> int:
@@ -242,8 +242,11 @@ class TritonGemmFusion(FusionEmitter):
             plan = triton_gemm_dot.plan(dot, cfg.block_k)
         except DotNumericsError as e:
             raise EmitterUnsupported("dot", dot.name, str(e)) from None
-        pb = _Problem(B, M, N, K, bsizes, cfg.block_m, cfg.block_n, cfg.block_k, plan,
-                      _loads_only(lhs) and _loads_only(rhs))
+        # the K loop body only loads the tiles: no prologue, and the tiles enter the dot in their loaded types
+        # (fp8 tiles below Triton's fp8 K are upcast to f16 in the body, as XLA's Triton does: see _k_loop)
+        plain = (_loads_only(lhs) and _loads_only(rhs)
+                 and (plan.lhs_type, plan.rhs_type) == (lhs.shape.element_type, rhs.shape.element_type))
+        pb = _Problem(B, M, N, K, bsizes, cfg.block_m, cfg.block_n, cfg.block_k, plan, plain)
         mt, nt = -(-M // pb.bm), -(-N // pb.bn)
         batched = B > 1 and mt == nt == 1 and plan.tensor_core and min(pb.bm, pb.bn, pb.bk) >= 16
         bb = self.block_batch if batched else 1
@@ -365,7 +368,13 @@ class TritonGemmFusion(FusionEmitter):
 def _notes(pb: _Problem, operand_types: list[str]) -> tuple[str, ...]:
     """Where this kernel is knowingly not XLA's program (:attr:`KernelSource.notes`)."""
     out = []
-    if pb.tk != pb.bk:
+    if pb.tk != pb.bk and pb.plan.lhs_type == "s8" and 2 * pb.bk == pb.tk:
+        # z_i8_mm's PTX: mma.m16n8k32 on A {a0, a1, a0, a1} and B {b0, b0} of 16-deep tiles
+        out.append(f"block_k={pb.bk} padded to {pb.tk} in registers (upstream Triton's smallest s8 tl.dot K; "
+                   f"XLA's Triton fork feeds the {pb.bk}-deep tiles to the K-{pb.tk} MMA with each fragment repeated "
+                   "in both K halves, summing each step's products twice): the staged tiles, so shared memory, "
+                   "are larger than XLA's")
+    elif pb.tk != pb.bk:
         out.append(f"block_k={pb.bk} padded to {pb.tk} in registers (upstream Triton's smallest "
                    f"{pb.plan.lhs_type} tl.dot K; XLA's Triton fork multiplies K={pb.bk}): the staged tiles, so "
                    "shared memory, are larger than XLA's")
@@ -392,8 +401,10 @@ def _full_true(shape: list[int]) -> str:
 
 #: K loops of more than this many steps stay loops, as in XLA's kernels (ptxas would unroll Triton's whole, so
 #: it is marked ``nounroll`` in PTX); XLA's LLVM pipeline unrolls such a loop twice when its body only loads
-#: the operand tiles (a prologue computing them makes the body too large for it). Up to this many steps ptxas
-#: unrolls the loop fully, in XLA's kernels too.
+#: the operand tiles (a prologue computing them makes the body too large for it, and so does the upcast of fp8
+#: tiles to f16 below Triton's fp8 K: z_fp8_mm's 16x8x16 e4m3 kernel, six ``cvt.rn.f16x2.e4m3x2`` a step, is
+#: one ``ld.global.b32`` + one ``ld.global.b16`` + one ``mma`` a step in XLA's PTX). Up to this many steps
+#: ptxas unrolls the loop fully, in XLA's kernels too.
 FULL_UNROLL_STEPS = 8
 _LOAD_OPS = ("parameter", "bitcast", "reshape", "transpose", "copy", "broadcast", "slice")
 
