@@ -1,12 +1,16 @@
 """Interpreter overhead cuts that must not change values: the dead overflow sanitizer, the dtype memo,
-and the CLI's single-threaded OpenBLAS default."""
+the CLI's single-threaded OpenBLAS default, the bitwise select and 1-D gather, and the numpy loads/stores
+(each against Triton's own method, bit for bit)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import types
 
+import attrs
 import numpy as np
 
 from fusegen.codegen import triton_runtime
@@ -114,3 +118,210 @@ def test_interpreted_where_and_gather_keep_every_bit():
     got = out[0].view(np.uint32)
     np.testing.assert_array_equal(got[:16], np.where(c != 0, a, b).view(np.uint32))
     np.testing.assert_array_equal(got[16:], a[(np.arange(16) * 5 + 3) % 16].view(np.uint32))
+
+
+# --------------------------------------------------------------------------------------------------
+# numpy loads/stores (patch_memory):
+# each patched builder method against Triton's original (its __wrapped__), bit for bit
+# --------------------------------------------------------------------------------------------------
+def _builder():
+    from triton.runtime import interpreter as interp
+
+    triton_runtime.patch_all()
+    return interp, interp.InterpreterBuilder, interp.interpreter_builder
+
+
+def _addresses(arr: np.ndarray, elems, itemsize: int | None = None) -> np.ndarray:
+    """uint64 addresses of the elements ``elems`` (any shape, may be negative or past the end) of ``arr``."""
+    k = arr.itemsize if itemsize is None else itemsize
+    return np.uint64(arr.ctypes.data) + (np.asarray(elems, np.int64) * k).astype(np.uint64)
+
+
+def _bits(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a).tobytes()
+
+
+def _storage_cases():
+    """(triton type, storage array) for the element types the interpreter keeps in memory."""
+    import ml_dtypes
+    import triton.language as tl
+
+    rng = np.random.default_rng(3)
+    f32 = rng.standard_normal(300).astype(np.float32)
+    f32[:4] = np.array([0x7FC00001, 0xFFC12345, 0x80000000, 0x7F800000], np.uint32).view(np.float32)
+    bf16 = rng.standard_normal(300).astype(ml_dtypes.bfloat16).view(np.uint16)
+    bf16[:2] = [0x7FC1, 0xFF81]  # NaN payloads
+    fp8 = rng.integers(0, 256, 300).astype(np.uint8)
+    return [(tl.float32, f32), (tl.bfloat16, bf16), (tl.float8e4nv, fp8),
+            (tl.int1, rng.random(300) < 0.5), (tl.int64, rng.integers(-2**62, 2**62, 300)),
+            (tl.float16, rng.standard_normal(300).astype(np.float16)), (tl.int8, rng.integers(-128, 128, 300).astype(np.int8))]
+
+
+@contextlib.contextmanager
+def _fast_memory(interp, buffers):
+    """Register ``buffers`` and make Triton's C++ load/store raise: what runs inside took the numpy path."""
+    from fusegen.codegen.interpreter_patches import host_buffers
+
+    def refuse(*a, **k):
+        raise AssertionError("Triton's per-lane C++ load/store ran")
+
+    saved = interp._interpreter
+    interp._interpreter = types.SimpleNamespace(load=refuse, store=refuse)
+    try:
+        with host_buffers(buffers):
+            yield
+    finally:
+        interp._interpreter = saved
+
+
+def _load_both(interp, B, b, ty, buf, elems, mask, other):
+    """The patched masked load (numpy path) and Triton's original, on the same addresses."""
+    import triton.language as tl
+
+    ptrs = interp.TensorHandle(_addresses(buf, elems), tl.pointer_type(ty))
+    m = interp.TensorHandle(np.asarray(mask), tl.int1)
+    o = None if other is None else interp.TensorHandle(other, ty)
+    with _fast_memory(interp, [buf]):
+        got = B.create_masked_load(b, ptrs, m, o, None, False)
+    want = B.create_masked_load.__wrapped__(b, ptrs, m, o, None, False)
+    return got, want
+
+
+def test_masked_load_equals_triton_bit_for_bit():
+    interp, B, b = _builder()
+    rng = np.random.default_rng(11)
+    for ty, buf in _storage_cases():
+        for shape in ((256,), (8, 32), (2, 4, 16)):
+            n = int(np.prod(shape))
+            inside = rng.integers(0, buf.size, n).reshape(shape)  # gathers, repeats included
+            wild = rng.integers(-10**9, 10**9, shape)  # where masked-out lanes point: anywhere
+            mask = rng.random(shape) < 0.7
+            other = buf[rng.integers(0, buf.size, n)].reshape(shape)
+            for m, o in ((mask, other), (mask, None), (np.ones(shape, bool), None), (np.ones(shape, bool), other),
+                         (np.zeros(shape, bool), other), (np.zeros(shape, bool), None)):
+                got, want = _load_both(interp, B, b, ty, buf, np.where(m, inside, wild), m, o)
+                assert got.data.dtype == want.data.dtype and got.data.shape == want.data.shape == shape
+                assert got.dtype == want.dtype
+                assert _bits(got.data) == _bits(want.data), (ty, shape)
+            # the values themselves: active lanes read the buffer, the others give `other`
+            got, _ = _load_both(interp, B, b, ty, buf, np.where(mask, inside, wild), mask, other)
+            want = np.where(mask, buf[inside], other)
+            assert _bits(got.data) == _bits(want)
+
+
+def test_plain_load_and_store_take_the_numpy_path_and_match():
+    import triton.language as tl
+
+    interp, B, b = _builder()
+    src = np.arange(512, dtype=np.int64) * 3 - 700
+    elems = (np.arange(16)[:, None] * 32 + np.arange(32)[None, :])[:, ::-1] % 512  # a 2-D block, each row reversed
+    ptrs = interp.TensorHandle(_addresses(src, elems), tl.pointer_type(tl.int64))
+    with _fast_memory(interp, [src]):
+        got = B.create_load(b, ptrs, None, False)
+    want = B.create_load.__wrapped__(b, ptrs, None, False)
+    np.testing.assert_array_equal(got.data, src[elems])
+    assert _bits(got.data) == _bits(want.data)
+    dst_fast, dst_orig = np.zeros(512, np.int64), np.zeros(512, np.int64)
+    val = interp.TensorHandle(got.data * 5, tl.int64)
+    with _fast_memory(interp, [dst_fast]):
+        B.create_store(b, interp.TensorHandle(_addresses(dst_fast, elems), tl.pointer_type(tl.int64)), val, None)
+    B.create_store.__wrapped__(b, interp.TensorHandle(_addresses(dst_orig, elems), tl.pointer_type(tl.int64)), val, None)
+    np.testing.assert_array_equal(dst_fast, dst_orig)
+    np.testing.assert_array_equal(dst_fast[elems], src[elems] * 5)
+
+
+def test_masked_store_keeps_the_last_lane_of_a_repeated_address():
+    import triton.language as tl
+
+    interp, B, b = _builder()
+    rng = np.random.default_rng(5)
+    for ty, buf in _storage_cases():
+        for shape, elems in (((256,), np.arange(256) % 7),                      # many lanes, seven addresses
+                             ((256,), np.arange(256)[::-1]),                    # unique, decreasing
+                             ((16, 16), np.arange(256).reshape(16, 16).T),      # transposed 2-D block
+                             ((8, 32), rng.integers(0, 40, (8, 32))),           # random with repeats
+                             ((4, 64), np.arange(256).reshape(4, 64))):         # contiguous
+            mask = rng.random(shape) < 0.6
+            value = buf[rng.integers(0, buf.size, shape)]
+            for m in (mask, np.ones(shape, bool), np.zeros(shape, bool)):
+                e = np.where(m, elems, -(10**12))  # masked-out lanes far outside the buffer
+                fast, orig = buf.copy(), buf.copy()
+                v = interp.TensorHandle(value, ty)
+                mh = interp.TensorHandle(m, tl.int1)
+                with _fast_memory(interp, [fast]):
+                    B.create_masked_store(b, interp.TensorHandle(_addresses(fast, e), tl.pointer_type(ty)), v, mh, None)
+                B.create_masked_store.__wrapped__(b, interp.TensorHandle(_addresses(orig, e), tl.pointer_type(ty)), v, mh, None)
+                assert _bits(fast) == _bits(orig), (ty, shape)
+                # the real values: each written address holds its last active lane's value, the rest is untouched
+                want = buf.copy()
+                for lane in range(m.size):
+                    if m.reshape(-1)[lane]:
+                        want[e.reshape(-1)[lane]] = value.reshape(-1)[lane]
+                assert _bits(fast) == _bits(want)
+
+
+def test_scatter_last_wins_in_lane_order():
+    from fusegen.codegen.interpreter_patches import scatter_last_wins
+
+    rng = np.random.default_rng(9)
+    for _ in range(20):
+        idx = rng.integers(0, 50, 300)
+        vals = rng.integers(0, 10**6, 300)
+        dst = np.full(60, -1, np.int64)
+        scatter_last_wins(dst, idx, vals)
+        want = np.full(60, -1, np.int64)
+        for i, v in zip(idx, vals):
+            want[i] = v
+        np.testing.assert_array_equal(dst, want)
+
+
+def test_memory_fast_path_declines_what_it_cannot_do_exactly():
+    from fusegen.codegen.interpreter_patches import _host_elements, host_buffers
+
+    a, other = np.zeros(128, np.float32), np.zeros(128, np.float32)
+    lanes = np.arange(100)
+    with host_buffers([a]):
+        assert _host_elements(_addresses(a, lanes), None, 4, store=False) is not None
+        assert _host_elements(_addresses(other, lanes), None, 4, store=False) is None      # not a run buffer
+        assert _host_elements(_addresses(a, lanes + 29), None, 4, store=False) is None     # runs past the end
+        assert _host_elements(_addresses(a, lanes - 1), None, 4, store=False) is None      # starts before it
+        assert _host_elements(_addresses(a, lanes, 2), None, 4, store=False) is None       # off element boundaries
+        assert _host_elements(_addresses(a, lanes), np.zeros(100, bool), 4, store=False) == ()
+    assert _host_elements(_addresses(a, lanes), None, 4, store=False) is None              # outside the block
+    ro = np.zeros(128, np.float32)
+    ro.flags.writeable = False
+    with host_buffers([ro]):
+        assert _host_elements(_addresses(ro, lanes), None, 4, store=True) is None
+        assert _host_elements(_addresses(ro, lanes), None, 4, store=False) is not None
+
+
+_BLOCK2D_SRC = '''import triton
+import triton.language as tl
+
+@triton.jit
+def k(a, o, q, R: tl.constexpr, C: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)[:, None]
+    cols = tl.arange(0, BC)[None, :]
+    inside = (rows < R) & (cols < C)
+    x = tl.load(a + rows * C + cols, mask=inside, other=-7.5)
+    # transposed store (addresses not increasing along a row), masked
+    tl.store(o + cols * R + rows, x * 2.0, mask=inside)
+    lin = rows * C + cols
+    tl.store(q + lin, (lin // 3) * 1000 + lin % 3, mask=inside)
+'''
+
+
+def test_interpreted_2d_block_masked_transpose_and_division():
+    f32_in, f32_out, s32 = Shape("f32", (10 * 12,)), Shape("f32", (12 * 10,)), Shape("s32", (10 * 12,))
+    ks = KernelSource(name="k", source=_BLOCK2D_SRC, entry="k", constexprs={"R": 10, "C": 12, "BR": 8, "BC": 16},
+                      params=(KernelParam("operand", 0, f32_in), KernelParam("output", 0, f32_out),
+                              KernelParam("output", 1, s32)))
+    from fusegen.codegen.kernel import LaunchDimensions
+
+    ks = attrs.evolve(ks, launch=LaunchDimensions((2,)))
+    a = np.arange(120, dtype=np.float32) - 60.25
+    out_shape = Shape("tuple", tuple_shapes=(f32_out, s32))
+    out = triton_runtime.run_fusion(EmittedFusion("t", kernels=(ks,)), [a], ([f32_in], out_shape))
+    np.testing.assert_array_equal(out[0], (a.reshape(10, 12).T * 2).reshape(-1))
+    lin = np.arange(120, dtype=np.int32)
+    np.testing.assert_array_equal(out[1], (lin // 3) * 1000 + lin % 3)

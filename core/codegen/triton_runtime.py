@@ -10,7 +10,8 @@
   wants). ``TRITON_INTERPRET`` stays unset so the same process can also compile. It patches the
   interpreter first (once, :mod:`fusegen.codegen.interpreter_patches`): float downcasts to bf16/fp8 round
   to nearest even like the GPU, ``tl.reduce`` with fusegen's combine functions (:data:`COMBINE_PREFIX`)
-  folds vectorised, boolean ``&``/``|``/``^`` stay boolean.
+  folds vectorised, boolean ``&``/``|``/``^`` stay boolean; loads and stores into the run's buffers
+  (registered with ``host_buffers``) are numpy gathers and scatters.
 * :func:`compile_for_target` compiles the same ``JITFunction`` for ``GPUTarget("cuda", 90, 32)`` and
   returns PTX and sizes.
 * :func:`run_fusion` runs an :class:`~fusegen.codegen.kernel.EmittedFusion` on logical operand values:
@@ -40,7 +41,7 @@ import attrs
 import numpy as np
 
 from fusegen.codegen import triton_source
-from fusegen.codegen.interpreter_patches import COMBINE_PREFIX, patch_all
+from fusegen.codegen.interpreter_patches import COMBINE_PREFIX, host_buffers, patch_all
 from fusegen.codegen.kernel_dir import KernelDirError, kernel_dir, kernel_dir_path, private_dir, read_regular
 from fusegen.codegen.kernel import EmittedFusion, KernelParam, KernelSource, constant_buffer
 from fusegen.hlo import dtypes
@@ -277,7 +278,7 @@ def run_interpreted(ks: KernelSource, buffers: Sequence[np.ndarray], scalars: Se
     fn = getattr(jitfn, "fn", jitfn)
     grid, cx = _widened(ks, max_programs)
     args = [NpPtr(np.ascontiguousarray(b)) if not b.flags.c_contiguous else NpPtr(b) for b in buffers]
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), host_buffers([a.arr for a in args]):
         InterpretedFunction(fn)[grid](*args, *scalars, **cx)
 
 
