@@ -1,6 +1,6 @@
 """Interpreter overhead cuts that must not change values: the dead overflow sanitizer, the dtype memo,
 the CLI's single-threaded OpenBLAS default, the bitwise select and 1-D gather, and the numpy loads/stores
-(each against Triton's own method, bit for bit)."""
+and integer division (each against Triton's own method, bit for bit)."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_interpreted_where_and_gather_keep_every_bit():
 
 
 # --------------------------------------------------------------------------------------------------
-# numpy loads/stores (patch_memory):
+# numpy loads/stores and integer division (patch_memory, patch_int_division):
 # each patched builder method against Triton's original (its __wrapped__), bit for bit
 # --------------------------------------------------------------------------------------------------
 def _builder():
@@ -293,6 +293,59 @@ def test_memory_fast_path_declines_what_it_cannot_do_exactly():
     with host_buffers([ro]):
         assert _host_elements(_addresses(ro, lanes), None, 4, store=True) is None
         assert _host_elements(_addresses(ro, lanes), None, 4, store=False) is not None
+
+
+def _c_div(a: int, b: int) -> tuple[int, int]:
+    """C's truncating quotient and remainder (b != 0)."""
+    q = abs(a) // abs(b) * (1 if (a < 0) == (b < 0) else -1)
+    return q, a - q * b
+
+
+def test_integer_division_equals_triton_and_truncates_like_c():
+    import triton.language as tl
+
+    interp, B, b = _builder()
+    rng = np.random.default_rng(2)
+    cases = []
+    for dt, ty in ((np.int8, tl.int8), (np.int16, tl.int16), (np.int32, tl.int32), (np.int64, tl.int64),
+                   (np.uint32, tl.uint32), (np.uint8, tl.uint8)):
+        info = np.iinfo(dt)
+        lo = max(info.min, -1000)
+        nonneg = rng.integers(0, min(info.max, 10**6), 256).astype(dt)
+        mixed = rng.integers(lo, min(info.max, 1000), 256).astype(dt)
+        posdiv = rng.integers(1, min(info.max, 97), 256).astype(dt)
+        anydiv = rng.integers(lo, min(info.max, 97), 256).astype(dt)
+        for lhs, rhs in ((nonneg, posdiv), (nonneg, np.full(256, 7, dt)), (nonneg, np.full(256, 1, dt)),
+                         (mixed, posdiv), (mixed, anydiv), (nonneg, anydiv), (mixed, np.full(256, 5, dt)),
+                         (nonneg, np.full(256, 0, dt)), (nonneg, np.where(posdiv > 3, posdiv, 0).astype(dt)),
+                         (nonneg[:10], posdiv[:10])):
+            cases.append((ty, lhs, rhs))
+        if info.min < 0:
+            cases.append((ty, np.full(256, info.min, dt), np.full(256, -1, dt)))
+            cases.append((ty, np.full(256, info.min, dt), anydiv))
+            cases.append((ty, rng.integers(info.min // 2, 0, 256).astype(dt), np.full(256, -3, dt)))
+    from fusegen.codegen.interpreter_patches import _nonnegative_division
+
+    n, d = np.arange(256, dtype=np.int32), np.arange(1, 257, dtype=np.int32)
+    assert _nonnegative_division(n, d, 1) is not None and _nonnegative_division(n, d * 0 + 9, 1)[1] == 9
+    assert _nonnegative_division(n, d * 0, 0) is not None and _nonnegative_division(n, d * 0, 1) is None
+    assert _nonnegative_division(n - 1, d, 0) is None and _nonnegative_division(n, -d, 0) is None
+    for ty, lhs, rhs in cases:
+        lh, rh = interp.TensorHandle(lhs, ty), interp.TensorHandle(rhs, ty)
+        for name in ("create_sdiv", "create_udiv", "create_srem", "create_urem", "create_idiv"):
+            fast = getattr(B, {"create_sdiv": "create_idiv", "create_udiv": "create_idiv"}.get(name, name))
+            with np.errstate(all="ignore"):  # as run_interpreted runs kernels
+                got = getattr(B, name)(b, lh, rh)
+                want = fast.__wrapped__(b, lh, rh)
+            assert got.data.dtype == want.data.dtype == lhs.dtype and got.dtype == want.dtype
+            assert _bits(got.data) == _bits(want.data), (name, lhs.dtype, lhs[:4], rhs[:4])
+            # real values: C's truncating division wherever the quotient exists and fits
+            div = name in ("create_sdiv", "create_udiv", "create_idiv")
+            for x, y, g in zip(lhs.tolist(), rhs.tolist(), got.data.tolist()):
+                if y != 0 and not (x == np.iinfo(lhs.dtype).min and y == -1):
+                    assert g == _c_div(x, y)[0 if div else 1], (name, x, y, g)
+                elif y == 0:
+                    assert g == 0
 
 
 _BLOCK2D_SRC = '''import triton

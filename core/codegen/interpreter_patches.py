@@ -11,7 +11,9 @@
 * :func:`patch_inline_asm`: the inline asm fusegen's kernels use (``cvt.rna.tf32.f32``, ``.pragma "nounroll"``,
   the sub-word atomic store :data:`SUBWORD_STORE_ASM`, the compare-and-swap loops :func:`word_cas_asm`) in numpy;
 * :func:`patch_memory`: loads and stores into the host buffers of the run (:func:`host_buffers`) as one numpy
-  gather / scatter instead of Triton's per-lane C++ loop.
+  gather / scatter instead of Triton's per-lane C++ loop;
+* :func:`patch_int_division`: integer ``//`` and ``%`` of non-negative operands as one numpy division (by a
+  scalar where the divisor is a splat).
 
 From :func:`patch_memory` on, a patch falls back to Triton's method for every case it does not cover, and each
 method it replaces keeps Triton's as ``__wrapped__`` (the tests compare the two).
@@ -456,8 +458,8 @@ def patch_inline_asm() -> None:
     builder.create_inline_asm = create_inline_asm
 
 
-#: Below this many lanes a load or store keeps Triton's path: its C++ loop over a few lanes is as quick as
-#: the numpy calls of the fast path (which gives the same values at any size).
+#: Below this many lanes a load, store or integer division keeps Triton's path, as quick there as the numpy
+#: calls of the fast paths (which give the same values at any size).
 MIN_FAST_LANES = 64
 
 #: The host buffers of the interpreted run in progress, as ``(address, nbytes, array)`` (:func:`host_buffers`).
@@ -641,6 +643,72 @@ def patch_memory() -> None:
     builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
 
 
+def _nonnegative_division(lhs: np.ndarray, rhs: np.ndarray, least_divisor: int) -> tuple[np.ndarray, Any] | None:
+    """``(lhs, divisor)`` when ``lhs // rhs`` / ``lhs % rhs`` of two same-shape, same-dtype integer arrays have
+    no negative dividend and no divisor below ``least_divisor`` (0 or 1), the divisor a numpy scalar of
+    ``rhs``'s dtype where every element of ``rhs`` is the same (numpy divides by a scalar with a
+    multiply-shift, about ten times faster); ``None`` otherwise."""
+    if (lhs.dtype != rhs.dtype or lhs.dtype.kind not in "iu" or lhs.shape != rhs.shape
+            or lhs.size < MIN_FAST_LANES):
+        return None
+    if lhs.dtype.kind == "i" and lhs.min() < 0:
+        return None
+    r0 = rhs.flat[0]
+    if bool((rhs == r0).all()):
+        return (lhs, r0) if r0 >= least_divisor else None
+    if rhs.min() < least_divisor:
+        return None
+    return lhs, rhs
+
+
+@functools.cache  # once per process
+def patch_int_division() -> None:
+    """Integer ``//`` and ``%`` of non-negative operands as one numpy division in Triton's interpreter
+    (idempotent).
+
+    Triton 3.9's ``create_idiv`` (``create_sdiv``/``create_udiv``) computes C's truncating quotient as
+    ``(lhs - np.fmod(lhs, rhs)) // rhs`` and ``create_srem``/``create_urem`` the remainder as ``np.fmod``:
+    a remainder, a subtraction and a flooring division per element. Where neither operand is negative
+    (:func:`_nonnegative_division`: indices, sizes, strides) truncating and flooring division agree, so the
+    quotient is ``lhs // rhs`` (a zero divisor gives 0, as Triton's ``(lhs - 0) // 0`` does) and, for divisors
+    of at least 1, the remainder ``lhs - (lhs // rhs) * rhs`` (exact, no overflow: ``0 <= quotient * rhs <=
+    lhs``; a zero divisor, whose ``fmod`` is 0, keeps Triton's path). A splat divisor is divided by as a
+    scalar. Negative operands, mixed dtypes or shapes, bools and floats keep Triton's path.
+    """
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    orig_idiv, orig_srem, orig_urem = builder.create_idiv, builder.create_srem, builder.create_urem
+
+    def create_idiv(self: Any, lhs: Any, rhs: Any) -> Any:
+        ops = _nonnegative_division(lhs.data, rhs.data, 0)
+        if ops is None:
+            return orig_idiv(self, lhs, rhs)
+        return interp.TensorHandle(np.floor_divide(*ops), lhs.dtype.scalar)
+
+    def remainder(lhs: Any, rhs: Any) -> Any:
+        ops = _nonnegative_division(lhs.data, rhs.data, 1)
+        if ops is None:
+            return None
+        a, d = ops
+        q = np.floor_divide(a, d)
+        np.multiply(q, d, out=q)
+        np.subtract(a, q, out=q)
+        return interp.TensorHandle(q, lhs.dtype.scalar)
+
+    def create_srem(self: Any, lhs: Any, rhs: Any) -> Any:
+        r = remainder(lhs, rhs)
+        return r if r is not None else orig_srem(self, lhs, rhs)
+
+    def create_urem(self: Any, lhs: Any, rhs: Any) -> Any:
+        r = remainder(lhs, rhs)
+        return r if r is not None else orig_urem(self, lhs, rhs)
+
+    create_idiv.__wrapped__ = orig_idiv  # type: ignore[attr-defined]
+    create_srem.__wrapped__, create_urem.__wrapped__ = orig_srem, orig_urem  # type: ignore[attr-defined]
+    builder.create_idiv, builder.create_srem, builder.create_urem = create_idiv, create_srem, create_urem
+
+
 def patch_all() -> None:
     """Every patch above (each applied once per process)."""
     patch_float_casts()
@@ -652,3 +720,4 @@ def patch_all() -> None:
     patch_dot()
     patch_inline_asm()
     patch_memory()
+    patch_int_division()
