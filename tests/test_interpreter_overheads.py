@@ -1,6 +1,6 @@
 """Interpreter overhead cuts that must not change values: the dead overflow sanitizer, the dtype memo,
-the CLI's single-threaded OpenBLAS default, the bitwise select and 1-D gather, and the numpy loads/stores
-and integer division (each against Triton's own method, bit for bit)."""
+the CLI's single-threaded OpenBLAS default, the bitwise select and 1-D gather, and the numpy loads/stores,
+integer division and pointer arithmetic (each against Triton's own method, bit for bit)."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ def test_interpreted_where_and_gather_keep_every_bit():
 
 
 # --------------------------------------------------------------------------------------------------
-# numpy loads/stores and integer division (patch_memory, patch_int_division):
+# numpy loads/stores, integer division and addptr (patch_memory, patch_int_division, patch_addptr):
 # each patched builder method against Triton's original (its __wrapped__), bit for bit
 # --------------------------------------------------------------------------------------------------
 def _builder():
@@ -346,6 +346,46 @@ def test_integer_division_equals_triton_and_truncates_like_c():
                     assert g == _c_div(x, y)[0 if div else 1], (name, x, y, g)
                 elif y == 0:
                     assert g == 0
+
+
+def test_addptr_equals_triton_modulo_2_64():
+    import triton.language as tl
+
+    interp, B, b = _builder()
+    rng = np.random.default_rng(4)
+    base = np.uint64(0x7F0000001000)
+    # (a pointer to pointers steps by its innermost element's width, as Triton's get_element_ty gives it)
+    for ty, width in ((tl.float32, 4), (tl.bfloat16, 2), (tl.int1, 1), (tl.int8, 1), (tl.float64, 8),
+                      (tl.pointer_type(tl.int16), 2)):
+        for off in (rng.integers(-2**31, 2**31, (8, 32)).astype(np.int32), rng.integers(-2**40, 2**40, 256),
+                    rng.integers(0, 256, 256).astype(np.uint8), np.array([-1, 0, 1, 2**31 - 1] * 64, np.int32),
+                    rng.integers(0, 2**63, (4, 8, 8), dtype=np.uint64), np.array([5], np.int16)):
+            for ptr in (np.full(off.shape, base, np.uint64), base + np.arange(off.size, dtype=np.uint64).reshape(off.shape),
+                        np.broadcast_to(np.uint64(base), off.shape)):
+                ph, oh = interp.TensorHandle(ptr, tl.pointer_type(ty)), interp.TensorHandle(off, tl.int64)
+                got, want = B.create_addptr(b, ph, oh), B.create_addptr.__wrapped__(b, ph, oh)
+                assert got.data.dtype == want.data.dtype == np.uint64 and got.dtype == want.dtype
+                assert got.data.shape == want.data.shape and _bits(got.data) == _bits(want.data)
+                expect = [(int(p) + width * int(o)) % 2**64 for p, o in zip(ptr.reshape(-1), off.reshape(-1))]
+                assert got.data.reshape(-1).tolist() == expect
+        # a scalar pointer plus a block of offsets broadcasts as before
+        ph = interp.TensorHandle(np.array([base], np.uint64), tl.pointer_type(ty))
+        oh = interp.TensorHandle(np.arange(-64, 64, dtype=np.int32), tl.int32)
+        got, want = B.create_addptr(b, ph, oh), B.create_addptr.__wrapped__(b, ph, oh)
+        assert _bits(got.data) == _bits(want.data)
+
+
+def test_new_patches_apply_once():
+    from fusegen.codegen import interpreter_patches as ip
+
+    interp, B, _ = _builder()
+    before = (B.create_masked_load, B.create_masked_store, B.create_idiv, B.create_srem, B.create_addptr)
+    ip.patch_all()
+    ip.patch_memory(), ip.patch_int_division(), ip.patch_addptr()
+    assert (B.create_masked_load, B.create_masked_store, B.create_idiv, B.create_srem, B.create_addptr) == before
+    # one level of wrapping: the original is Triton's own method
+    assert B.create_masked_load.__wrapped__.__module__ == "triton.runtime.interpreter"
+    assert not hasattr(B.create_masked_load.__wrapped__, "__wrapped__")
 
 
 _BLOCK2D_SRC = '''import triton

@@ -13,7 +13,8 @@
 * :func:`patch_memory`: loads and stores into the host buffers of the run (:func:`host_buffers`) as one numpy
   gather / scatter instead of Triton's per-lane C++ loop;
 * :func:`patch_int_division`: integer ``//`` and ``%`` of non-negative operands as one numpy division (by a
-  scalar where the divisor is a splat).
+  scalar where the divisor is a splat);
+* :func:`patch_addptr`: pointer + offset as one fused cast-multiply-add.
 
 From :func:`patch_memory` on, a patch falls back to Triton's method for every case it does not cover, and each
 method it replaces keeps Triton's as ``__wrapped__`` (the tests compare the two).
@@ -709,6 +710,39 @@ def patch_int_division() -> None:
     builder.create_idiv, builder.create_srem, builder.create_urem = create_idiv, create_srem, create_urem
 
 
+@functools.cache  # once per process
+def patch_addptr() -> None:
+    """Pointer + integer offset as one fused cast-multiply and one add in Triton's interpreter (idempotent).
+
+    Triton 3.9's ``create_addptr`` computes ``ptr + bytewidth * offset.astype(np.uint64)`` (the element's
+    byte width, 1 for ``int1``) in three passes with two temporaries. The same uint64 arithmetic modulo
+    2**64 (a negative offset sign-extends and wraps exactly as ``astype`` does) is done here by
+    ``np.multiply(offset, bytewidth, dtype=uint64, casting="unsafe")`` (the cast happens inside the ufunc)
+    and an in-place add of the pointers, with numpy's broadcasting as before. Non-integer offsets keep
+    Triton's path.
+    """
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    original = builder.create_addptr
+    u64 = np.dtype(np.uint64)
+
+    def create_addptr(self: Any, ptr: Any, offset: Any) -> Any:
+        p, o = ptr.data, offset.data
+        if o.dtype.kind not in "iu" or p.dtype != u64:
+            return original(self, ptr, offset)
+        width = max(1, ptr.get_element_ty().primitive_bitwidth // 8)
+        if width == 1:
+            out = np.add(p, o, dtype=u64, casting="unsafe")
+        else:
+            out = np.multiply(o, np.uint64(width), dtype=u64, casting="unsafe")
+            out = np.add(out, p, out=out) if out.shape == p.shape else np.add(out, p)
+        return interp.TensorHandle(out, ptr.dtype)
+
+    create_addptr.__wrapped__ = original  # type: ignore[attr-defined]
+    builder.create_addptr = create_addptr
+
+
 def patch_all() -> None:
     """Every patch above (each applied once per process)."""
     patch_float_casts()
@@ -721,3 +755,4 @@ def patch_all() -> None:
     patch_inline_asm()
     patch_memory()
     patch_int_division()
+    patch_addptr()
