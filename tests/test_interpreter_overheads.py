@@ -276,6 +276,7 @@ def test_scatter_last_wins_in_lane_order():
 
 
 def test_memory_fast_path_declines_what_it_cannot_do_exactly():
+    from fusegen.codegen import interpreter_patches as ip
     from fusegen.codegen.interpreter_patches import _host_elements, host_buffers
 
     a, other = np.zeros(128, np.float32), np.zeros(128, np.float32)
@@ -288,6 +289,8 @@ def test_memory_fast_path_declines_what_it_cannot_do_exactly():
         assert _host_elements(_addresses(a, lanes, 2), None, 4, store=False) is None       # off element boundaries
         assert _host_elements(_addresses(a, lanes), np.zeros(100, bool), 4, store=False) == ()
     assert _host_elements(_addresses(a, lanes), None, 4, store=False) is None              # outside the block
+    with host_buffers([np.zeros(128, object), np.zeros((8, 16), np.float32)[:, ::2], np.zeros(0, np.int8)]):
+        assert ip._HOST_BUFFERS.get() == ()  # object arrays, strided views and empty arrays are not registered
     ro = np.zeros(128, np.float32)
     ro.flags.writeable = False
     with host_buffers([ro]):
@@ -308,7 +311,7 @@ def test_integer_division_equals_triton_and_truncates_like_c():
     rng = np.random.default_rng(2)
     cases = []
     for dt, ty in ((np.int8, tl.int8), (np.int16, tl.int16), (np.int32, tl.int32), (np.int64, tl.int64),
-                   (np.uint32, tl.uint32), (np.uint8, tl.uint8)):
+                   (np.uint8, tl.uint8), (np.uint16, tl.uint16), (np.uint32, tl.uint32), (np.uint64, tl.uint64)):
         info = np.iinfo(dt)
         lo = max(info.min, -1000)
         nonneg = rng.integers(0, min(info.max, 10**6), 256).astype(dt)

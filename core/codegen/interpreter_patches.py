@@ -475,7 +475,7 @@ def host_buffers(arrays: Sequence[np.ndarray]) -> Iterator[None]:
     other address keeps Triton's. The arrays stay referenced (so their memory stays valid) until the block
     ends; nested blocks see only their own arrays."""
     spans = tuple((a.ctypes.data, a.nbytes, a) for a in arrays
-                  if isinstance(a, np.ndarray) and a.flags.c_contiguous and a.nbytes)
+                  if isinstance(a, np.ndarray) and a.flags.c_contiguous and a.nbytes and not a.dtype.hasobject)
     token = _HOST_BUFFERS.set(spans)
     try:
         yield
