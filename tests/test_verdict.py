@@ -280,9 +280,10 @@ def test_real_model_program_has_no_false_mismatch(name):
         out, ref_err, f32_err = DRIFT[name]
         o = next(x for x in v.outputs if x.name == out)
         assert rep.status == "drift" and o.status == "drift"
-        # the reference itself is this far from the f64 answer (the program's conditioning; 25%: numpy's
-        # BLAS kernels differ between CPUs and these programs amplify rounding) ...
-        assert o.reference_error == pytest.approx(ref_err, rel=0.25)
+        # the reference itself is this far from the f64 answer (the program's conditioning; within 2x: numpy's
+        # BLAS kernels differ between CPUs and these programs amplify rounding: adamw_logit_offset is 3.95e-3 on
+        # one AVX-512 machine, 5.17e-3 on an AMD EPYC one) ...
+        assert ref_err / 2 <= o.reference_error <= 2 * ref_err, (o.reference_error, ref_err)
         # ... and the kernels are no further than a correct evaluation, while they differ from the reference
         # beyond f32 tolerance
         if f32_err is None:
