@@ -160,7 +160,7 @@ def _storage_cases():
 @contextlib.contextmanager
 def _fast_memory(interp, buffers):
     """Register ``buffers`` and make Triton's C++ load/store raise: what runs inside took the numpy path."""
-    from fusegen.codegen.interpreter_patches import host_buffers
+    from fusegen.codegen.interpreter_fast_paths import host_buffers
 
     def refuse(*a, **k):
         raise AssertionError("Triton's per-lane C++ load/store ran")
@@ -261,7 +261,7 @@ def test_masked_store_keeps_the_last_lane_of_a_repeated_address():
 
 
 def test_scatter_last_wins_in_lane_order():
-    from fusegen.codegen.interpreter_patches import scatter_last_wins
+    from fusegen.codegen.interpreter_fast_paths import scatter_last_wins
 
     rng = np.random.default_rng(9)
     for _ in range(20):
@@ -276,8 +276,8 @@ def test_scatter_last_wins_in_lane_order():
 
 
 def test_memory_fast_path_declines_what_it_cannot_do_exactly():
-    from fusegen.codegen import interpreter_patches as ip
-    from fusegen.codegen.interpreter_patches import _host_elements, host_buffers
+    from fusegen.codegen import interpreter_fast_paths as ip
+    from fusegen.codegen.interpreter_fast_paths import _host_elements, host_buffers
 
     a, other = np.zeros(128, np.float32), np.zeros(128, np.float32)
     lanes = np.arange(100)
@@ -327,7 +327,7 @@ def test_integer_division_equals_triton_and_truncates_like_c():
             cases.append((ty, np.full(256, info.min, dt), np.full(256, -1, dt)))
             cases.append((ty, np.full(256, info.min, dt), anydiv))
             cases.append((ty, rng.integers(info.min // 2, 0, 256).astype(dt), np.full(256, -3, dt)))
-    from fusegen.codegen.interpreter_patches import _nonnegative_division
+    from fusegen.codegen.interpreter_fast_paths import _nonnegative_division
 
     n, d = np.arange(256, dtype=np.int32), np.arange(1, 257, dtype=np.int32)
     assert _nonnegative_division(n, d, 1) is not None and _nonnegative_division(n, d * 0 + 9, 1)[1] == 9

@@ -41,7 +41,8 @@ import attrs
 import numpy as np
 
 from fusegen.codegen import triton_source
-from fusegen.codegen.interpreter_patches import COMBINE_PREFIX, host_buffers, patch_all
+from fusegen.codegen.interpreter_fast_paths import host_buffers
+from fusegen.codegen.interpreter_patches import COMBINE_PREFIX, patch_all
 from fusegen.codegen.kernel_dir import KernelDirError, kernel_dir, kernel_dir_path, private_dir, read_regular
 from fusegen.codegen.kernel import EmittedFusion, KernelParam, KernelSource, constant_buffer
 from fusegen.hlo import dtypes

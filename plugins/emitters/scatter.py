@@ -26,8 +26,8 @@ How the combiner (``to_apply``) is applied:
   combined inside its aligned 32-bit word, so neighbours written at the same time survive. The loop runs while
   any lane of the program has not swapped (a sum over the block). Where the combine is one PTX instruction, the
   loop is XLA's per-thread loop itself, as inline PTX: an overwrite of a sub-word type
-  (:data:`~fusegen.codegen.interpreter_patches.SUBWORD_STORE_ASM`, which the interpreter runs as the ordered store
-  it is) and a 32/64-bit multiply or ``current - update`` (:func:`~fusegen.codegen.interpreter_patches.\
+  (:data:`~fusegen.codegen.atomic_asm.SUBWORD_STORE_ASM`, which the interpreter runs as the ordered store
+  it is) and a 32/64-bit multiply or ``current - update`` (:func:`~fusegen.codegen.atomic_asm.\
   word_cas_asm`, which the interpreter applies lane by lane in order).
 * ``keep``: a combiner returning its operand parameters: the output is the operand.
 * ``serial``: what is left (variadic scatters, complex other than add, types without an 8-64 bit storage word,
@@ -63,6 +63,7 @@ from fusegen.hlo.ir import Computation, Shape
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
 
+from fusegen_plugins.emitters._scatter_cas import CAS_BITS, cas_lines
 from fusegen_plugins.emitters._scatter_description import (MAX_VECTORIZED_BITS, NUM_WARPS_PER_BLOCK,  # noqa: F401
                                                             ScatterDescription, choose_scatter_emitter,
                                                             describe_scatter)
@@ -70,9 +71,6 @@ from fusegen_plugins.emitters._scatter_description import (MAX_VECTORIZED_BITS, 
 _ATOMIC_FN = {"add": "tl.atomic_add", "maximum": "tl.atomic_max", "minimum": "tl.atomic_min",
               "and": "tl.atomic_and", "or": "tl.atomic_or", "xor": "tl.atomic_xor"}
 _INT_ATOMIC_TYPES = ("s32", "u32", "s64", "u64")
-#: element types the compare-and-swap path handles: bits of the element (pred is stored as one byte)
-_CAS_BITS = {"pred": 8, "s8": 8, "u8": 8, "s16": 16, "u16": 16, "f16": 16, "bf16": 16,
-             "s32": 32, "u32": 32, "f32": 32, "s64": 64, "u64": 64, "f64": 64}
 
 
 def classify_combiner(comp: Computation, n: int, element_type: str) -> tuple[str, str | None]:
@@ -187,7 +185,7 @@ class ScatterFusion(FusionEmitter):
     def __init__(self, analysis: Any):
         super().__init__(analysis)
         self.error: EmitterUnsupported | None = None
-        self.strategy, self.atomic_op = "serial", None
+        self.strategy, self.atomic_op, self.overwrite = "serial", None, False
         try:
             self._describe()
         except EmitterUnsupported as e:  # reported by emit(), so the fallback names the reason
@@ -206,7 +204,8 @@ class ScatterFusion(FusionEmitter):
             raise EmitterUnsupported("scatter", self.scatter.name, "scatter without a to_apply computation")
         self.combiner = comp
         strategy, op = classify_combiner(comp, self.desc.n, et)
-        bits = _CAS_BITS.get(et)
+        self.overwrite = strategy == "assign"
+        bits = CAS_BITS.get(et)
         parallel = self.desc.n == 1 and bits is not None and self._updates_in_slice_order()
         if strategy == "assign":
             if self.desc.unique_indices or (parallel and bits >= 32):
@@ -361,105 +360,9 @@ class ScatterFusion(FusionEmitter):
         if self.strategy == "atomic":
             self._atomic_line(gen, ptr, off, val, mask, et)
         elif self.strategy == "cas":
-            self._cas_lines(gen, ptr, off, val, mask, et)
+            cas_lines(gen, self.combiner, self.overwrite, ptr, off, val, mask, et)
         else:
             store_line(gen, ptr, off, val, et, mask)
-
-    def _cas_lines(self, gen: ElementalGenerator, ptr: str, off: Any, val: str, mask: str, et: str) -> None:
-        """XLA's compare-and-swap loop (``EmitAtomicOperationUsingCAS``): read the word holding the element,
-        combine, swap if unchanged, else retry with the word the swap saw. Lanes not pending swap a word with
-        itself (``tl.atomic_cas`` has no mask), at a clamped in-bounds address."""
-        ctx = gen.ctx
-        bits = _CAS_BITS[et]
-        o = ctx.emit(f"tl.where({mask}, {gen.itensor(off)}, 0)", "coff")
-        if bits < 32 and self.strategy == "cas" and self._is_overwrite():
-            from fusegen.codegen.interpreter_patches import SUBWORD_STORE_ASM
-
-            vbits = self._bits_of(ctx, val, et, bits)
-            ctx.body.line(f"tl.inline_asm_elementwise({SUBWORD_STORE_ASM[bits]!r}, '=r,l,r,r', "
-                          f"[({ptr} + {o}).to(tl.int64), {vbits}, {mask}.to(tl.int32)], dtype=tl.int32, "
-                          f"is_pure=False, pack=1)")
-            return
-        op = self._word_cas_op(et)
-        if op is not None:  # XLA's per-thread loop itself: the combine is one PTX instruction
-            from fusegen.codegen.interpreter_patches import word_cas_asm
-
-            vbits = self._bits_of(ctx, val, et, bits)
-            ctx.body.line(f"tl.inline_asm_elementwise({word_cas_asm(op)!r}, '=r,l,{'l' if bits == 64 else 'r'},r', "
-                          f"[({ptr} + {o}).to(tl.int64), {vbits}, {mask}.to(tl.int32)], dtype=tl.int32, "
-                          f"is_pure=False, pack=1)")
-            return
-        word = "tl.int32" if bits <= 32 else "tl.int64"
-        wptr = ctx.emit(f"{ptr}.to(tl.pointer_type({word}), bitcast=True)", "wptr")
-        if bits < 32:
-            per = 32 // bits
-            woff = ctx.emit(f"{o} // {per}", "woff")
-            sh = ctx.emit(f"(({o} % {per}) * {bits}).to(tl.int32)", "sh")
-            lowmask = (1 << bits) - 1
-            keep = ctx.emit(f"~({lowmask} << {sh})", "keep")
-        else:
-            woff = o
-        old, pend, res = ctx.names.fresh("old"), ctx.names.fresh("pend"), ctx.names.fresh("res")
-        ctx.body.line(f"{old} = tl.load({wptr} + {woff}, mask={mask}, other=0)")
-        ctx.body.line(f"{pend} = {mask}")
-        ctx.body.line(f"while tl.reduce({pend}.to(tl.int32), 0, tl.standard._sum_combine) > 0:")
-        ctx.body.indent()
-        gen.push_scope()
-        try:
-            raw = ctx.emit(f"(({old} >> {sh}) & {lowmask})", "raw") if bits < 32 else old
-            cur = self._value_of(ctx, raw, et, bits)
-            new = gen.call_computation(self.combiner, [cur, val])
-            nbits = self._bits_of(ctx, new, et, bits)
-            nword = ctx.emit(f"({old} & {keep}) | ({nbits} << {sh})", "nword") if bits < 32 else nbits
-            ctx.body.line(f"{res} = tl.atomic_cas({wptr} + {woff}, {old}, tl.where({pend}, {nword}, {old}), "
-                          f"sem=\"relaxed\")")
-            ctx.body.line(f"{pend} = {pend} & ({res} != {old})")
-            ctx.body.line(f"{old} = tl.where({pend}, {res}, {old})")
-        finally:
-            gen.pop_scope()
-            ctx.body.dedent()
-
-    def _word_cas_op(self, et: str) -> str | None:
-        """The PTX instruction of a 32/64-bit combiner ``p0 * p1`` (either order) or ``p0 - p1`` of the element
-        type, which :func:`~fusegen.codegen.interpreter_patches.word_cas_asm` loops over; ``None``: other."""
-        root = self.combiner.root
-        bits = _CAS_BITS.get(et, 0)
-        if bits < 32 or root is None or root.opcode not in ("multiply", "subtract") or len(root.operands) != 2:
-            return None
-        nums = [x.parameter_number if x.opcode == "parameter" else None for x in root.operands]
-        if root.shape.element_type != et or not (nums == [0, 1] or (root.opcode == "multiply" and nums == [1, 0])):
-            return None
-        if et in ("f32", "f64"):
-            op = f"{'mul' if root.opcode == 'multiply' else 'sub'}.rn.{et}"
-        elif et in ("s32", "u32", "s64", "u64"):
-            op = f"{'mul.lo' if root.opcode == 'multiply' else 'sub'}.s{bits}"
-        else:
-            return None
-        from fusegen.codegen.interpreter_patches import WORD_CAS_OPS
-
-        return op if op in WORD_CAS_OPS else None
-
-    def _is_overwrite(self) -> bool:
-        return classify_combiner(self.combiner, self.desc.n, self.desc.operands[0].shape.element_type)[0] == "assign"
-
-    @staticmethod
-    def _value_of(ctx: KernelContext, raw: str, et: str, bits: int) -> str:
-        """The element of type ``et`` whose storage bits are ``raw`` (an int32 word's low bits, or the word)."""
-        if et == "pred":
-            return ctx.emit(f"{raw} != 0", "cur")
-        if bits < 32:
-            narrow = ctx.emit(f"{raw}.to(tl.int{bits})", "rawn")
-            return narrow if et == f"s{bits}" else ctx.emit(f"{narrow}.to({ts.tl_dtype(et)}, bitcast=True)", "cur")
-        return ctx.emit(f"{raw}.to({ts.tl_dtype(et)}, bitcast=True)", "cur")
-
-    @staticmethod
-    def _bits_of(ctx: KernelContext, value: str, et: str, bits: int) -> str:
-        """``value``'s storage bits: zero-extended into an int32 below 32 bits, else the same-width integer."""
-        if et == "pred":
-            return ctx.emit(f"{value}.to(tl.int32)", "nbits")
-        if bits < 32:
-            return ctx.emit(f"({value}.to(tl.int{bits}, bitcast=True).to(tl.int32) & {(1 << bits) - 1})", "nbits")
-        return ctx.emit(f"{value}.to(tl.int{bits}, bitcast=True)", "nbits")
 
     # --------------------------------------------------------------------------------- kernels
     def _nan_bits(self, et: str) -> tuple[str, int]:
