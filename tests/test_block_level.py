@@ -178,3 +178,49 @@ def test_row_maximum_keeps_nans_on_the_gpu_as_xla():
     ref = evaluate_instruction(f, [x])
     assert np.isnan(out[2]).all() and np.isnan(ref[2]).all()
     np.testing.assert_allclose(out[[0, 1, 3]], ref[[0, 1, 3]], rtol=1e-5, atol=1e-6)
+
+
+_VARIANCE_T = """HloModule m
+ad {{
+  a = f32[] parameter(0)
+  b = f32[] parameter(1)
+  ROOT r = f32[] add(a, b)
+}}
+c {{
+  p = bf16[{R},{C}] parameter(0)
+  x = f32[{R},{C}] convert(p)
+  z = f32[] constant(0)
+  s = f32[{R}] reduce(x, z), dimensions={{1}}, to_apply=ad
+  k = f32[] constant({INV})
+  kb = f32[{R}] broadcast(k), dimensions={{}}
+  mean = f32[{R}] multiply(s, kb)
+  mb = f32[{R},{C}] broadcast(mean), dimensions={{0}}
+  d = f32[{R},{C}] subtract(x, mb)
+  sq = f32[{R},{C}] multiply(d, d)
+  ss = f32[{R}] reduce(sq, z), dimensions={{1}}, to_apply=ad
+  ROOT v = f32[{R}] multiply(ss, kb)
+}}
+ENTRY e {{
+  x = bf16[{R},{C}] parameter(0)
+  ROOT f = f32[{R}] fusion(x), kind=kCustom, calls=c, backend_config={{"fusion_backend_config":{{"kind":"__triton","block_level_fusion_config":{{"num_warps":"2","output_tiles":[{{"sizes":["{TR}"]}}],"num_ctas":1,"num_stages":1}}}}}}
+}}"""
+
+
+@pytest.mark.parametrize("R,C,TR", [(8, 64, 4), (6, 100, 4), (5, 33, 1)])
+def test_variance_reduces_the_rows_the_output_tile_lacks_on_one_extended_tile(R, C, TR):
+    """``var(x)`` over rows with a 1-D output tile (XLA's z_var_bf16: f32[1024] in tiles of 4 over bf16 rows of
+    4096): the row tile is the output tile extended by the whole row, as XLA's tile propagation gives the
+    reduce's operand; both reductions run on it (no per-lane loop over the row, none nested in another), and
+    the GPU kernel gives the evaluator's and float64 numpy's variances."""
+    import ml_dtypes
+
+    f = _fusion(_VARIANCE_T.format(R=R, C=C, TR=TR, INV=1.0 / C))
+    em = TritonBlockLevelFusion(_Analysis(f), interpret_variant=False).emit()
+    (k,) = em.kernels
+    assert k.launch.grid == (-(-R // TR),) and "ext_tile" in k.source
+    assert "for r" not in k.source  # the elemental generator's per-lane reduction loop
+    x = (np.random.default_rng(3).standard_normal((R, C)) * 3 + 1).astype(ml_dtypes.bfloat16)
+    out = triton_runtime.run_fusion(em, [x], f)[0]
+    np.testing.assert_allclose(out, evaluate_instruction(f, [x]), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(out, x.astype(np.float64).var(axis=1), rtol=1e-5, atol=1e-6)
+    triton_runtime.compile_for_target(k, capability=90)

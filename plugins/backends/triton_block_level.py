@@ -51,6 +51,8 @@ class _TileGen(ElementalGenerator):
     lane_idx: tuple[str, ...] = ()
     dims: tuple[int, ...] = ()
     block: int = 1
+    sizes: list[int] = []
+    counts: list[int] = []
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -102,6 +104,10 @@ class _TileGen(ElementalGenerator):
             lin = self.linearize(self.lane_idx, self.dims, tuple(reversed(range(len(self.dims)))))
             src_idx = tuple(self.delinearize(lin, src.shape.dimensions, src.shape.minor_to_major()))
         elif tuple(src.shape.dimensions) != self.dims:
+            if tuple(inst.shape.dimensions) == self.dims and tuple(idx) == tuple(self.lane_idx):
+                ext = self._extended_tile_reduce(inst)
+                if ext is not None:
+                    return ext
             # Not a reduction over the tile (e.g. a split-K partial sum feeding a layer norm): compute it
             # per lane with the elemental generator's loop over the reduced elements.
             return super()._emit(inst, idx)
@@ -136,6 +142,70 @@ class _TileGen(ElementalGenerator):
             return self.ctx.emit(f"tl.reshape(tl.broadcast_to({r}, {shape}), [BLOCK])", "redb")
         init_v = self.up(self.value(init, ()), et)
         r = self.ctx.emit(f"tl.reshape(tl.broadcast_to({r}, {shape}), [BLOCK])", "redb")
+        return self.down(self._with_init(r, init_v, op), et, inst.name)
+
+    def _extended_tile_reduce(self, inst: Instruction) -> str | None:
+        """A reduce whose result has the tile's shape, read at the lane's own index, with an operand of more
+        dimensions (a variance's ``reduce(square(x - mean(x)))`` over a row the output tile does not hold): the
+        operand's tile is the output tile along the kept dimensions and the whole extent along the reduced ones,
+        as XLA's symbolic tile propagation gives it (``SymbolicTileAnalysis``). It is computed in a device
+        function on that extended tile (a reduce inside it over the same dimensions is an ordinary tile reduce)
+        and reduced there; the result comes back in the output tile's row-major lane order. ``None`` when the
+        reduce is not plain (kept dimensions out of the operand's order, a non add/max/min reducer) or the
+        extended tile exceeds Triton's largest tensor (the caller loops per lane)."""
+        src, init = inst.operands
+        rdims = sorted(int_list(inst.attrs.get("dimensions")))
+        comp = inst.attrs.get("to_apply")
+        op = comp.root.opcode if isinstance(comp, Computation) and comp.root is not None else ""
+        if op not in _COMBINERS or not all(o.opcode == "parameter" for o in comp.root.operands) or not rdims:
+            return None
+        sd = tuple(src.shape.dimensions)
+        kept = [d for d in range(len(sd)) if d not in rdims]
+        if tuple(sd[d] for d in kept) != self.dims:
+            return None
+        ext_tile, ext_sizes, ext_counts = [1] * len(sd), [1] * len(sd), [1] * len(sd)
+        for d, t, s, c in zip(kept, self.tile, self.sizes, self.counts):
+            ext_tile[d], ext_sizes[d], ext_counts[d] = t, s, c
+        for d in rdims:
+            ext_tile[d], ext_sizes[d] = _pow2(sd[d]), sd[d]
+        lanes = 1
+        for t in ext_tile:
+            lanes *= t
+        if lanes > MAX_TENSOR_NUMEL:
+            return None
+        ctx = self.ctx
+        fn = ctx.names.fresh("ext_tile")
+        for d in range(len(sd)):
+            ctx.names.reserve(f"g{d}")
+            ctx.names.reserve(f"l{d}")
+        outer_body = ctx.body
+        body = ts.SourceBuilder()
+        body.level = 1
+        ctx.body = body
+        try:
+            lines = [f"zero = tl.full([BLOCK], 0, {ctx.idx_t})", "mask = zero == 0",
+                     f"lane = tl.arange(0, BLOCK).to({ctx.idx_t})"]
+            lines += _tile_coordinates(sd, ext_sizes, tuple(ext_tile), ext_counts, _row_major_strides(ext_counts),
+                                       _row_major_strides(ext_tile))
+            for ln in lines:
+                body.line(ln)
+            sub = _TileGen(ctx, self.comp)
+            sub.tile, sub.dims, sub.block, sub.subfns = tuple(ext_tile), sd, lanes, self.subfns
+            sub.sizes, sub.counts = ext_sizes, ext_counts
+            sub.lane_idx = tuple(f"g{d}" for d in range(len(sd)))
+            et = inst.shape.element_type
+            x = sub.up(sub.value(src, sub.lane_idx), et)
+            shape = "[" + ", ".join(str(t) for t in ext_tile) + "]"
+            ident = _identity(op, sub.compute_type(et), shape)
+            r = ctx.emit(f"tl.where(tl.reshape(valid, {shape}), tl.reshape({x}, {shape}), {ident})", "rin")
+            for d in reversed(rdims):
+                r = ctx.emit(f"tl.reduce({r}, {d}, {_COMBINERS[op]})", "red")
+            ret = ctx.emit(f"tl.reshape({r}, [{self.block}])", "redo")
+        finally:
+            ctx.body = outer_body
+        self.subfns.append((fn, ["tile"], list(body.lines), ret))
+        r = ctx.emit(f"{fn}({PARAMS_TOKEN}tile, {lanes})", "red")
+        init_v = self.up(self.value(init, ()), et)
         return self.down(self._with_init(r, init_v, op), et, inst.name)
 
     def _with_init(self, r: str, init_v: str, op: str) -> str:
@@ -220,6 +290,15 @@ def _identity(op: str, ct: str, shape: str) -> str:
 
 #: Triton's largest tensor (``TRITON_MAX_TENSOR_NUMEL``), the bound XLA checks block-level tiles against.
 MAX_TENSOR_NUMEL = 1048576
+
+
+def _row_major_strides(extents: list[int] | tuple[int, ...]) -> list[int]:
+    """Strides of a row-major walk over ``extents`` (the last dimension's stride is 1)."""
+    out, st = [], 1
+    for e in reversed(extents):
+        out.append(st)
+        st *= e
+    return out[::-1]
 
 
 def _tile_coordinates(dims: tuple[int, ...], sizes: list[int], tile: tuple[int, ...], counts: list[int],
@@ -322,7 +401,7 @@ class TritonBlockLevelFusion(FusionEmitter):
         body.level = 1
         ctx.body = body
         gen = _TileGen(ctx, comp)
-        gen.tile, gen.dims, gen.block = tile, dims, lanes
+        gen.tile, gen.dims, gen.block, gen.sizes, gen.counts = tile, dims, lanes, sizes, counts
         gen.lane_idx = tuple(f"g{d}" for d in range(len(dims)))
         with deep_recursion():
             v = gen.value(root, gen.lane_idx)
@@ -334,19 +413,7 @@ class TritonBlockLevelFusion(FusionEmitter):
         pre = [f"zero = tl.full([BLOCK], 0, {idx_t})", "mask = zero == 0",
                f"lane = tl.arange(0, BLOCK).to({idx_t})"]
         # tile origin per dim (tiles in row-major order of the tile grid), lane coordinates row-major in the tile
-        stride_t = 1
-        strides_t = []
-        for c in reversed(counts):
-            strides_t.append(stride_t)
-            stride_t *= c
-        strides_t.reverse()
-        stride_l = 1
-        strides_l = []
-        for t in reversed(tile):
-            strides_l.append(stride_l)
-            stride_l *= t
-        strides_l.reverse()
-        pre += _tile_coordinates(dims, sizes, tile, counts, strides_t, strides_l)
+        pre += _tile_coordinates(dims, sizes, tile, counts, _row_major_strides(counts), _row_major_strides(tile))
         src = ts.module_header()
         src.insert(4, "from fusegen_plugins.backends.triton_devfn import device_jit")
         src += _COMBINE_FNS
@@ -363,7 +430,12 @@ class TritonBlockLevelFusion(FusionEmitter):
         name = ts.sanitize_identifier(f"block_{fusion.name}", "k")
         variant = None
         if self.build_interpret_variant and len(sizes) == len(dims):
-            big = interpret_tile_sizes(dims, sizes, self.INTERPRET_LANES)
+            # a reduce over dimensions the output lacks extends its tile by their extent (_extended_tile_reduce):
+            # the variant's output tile shrinks by that factor so the extended tile stays a tensor Triton allows
+            factor = max([_pow2(max(1, i.operands[0].shape.numel // max(1, i.shape.numel))) for i in comp.instructions
+                          if i.opcode == "reduce" and not i.shape.is_tuple and i.shape.numel == root.shape.numel]
+                         + [1])
+            big = interpret_tile_sizes(dims, sizes, max(lanes, min(self.INTERPRET_LANES, MAX_TENSOR_NUMEL // factor)))
             if big != sizes:
                 emitted = TritonBlockLevelFusion(self.analysis, big, interpret_variant=False).emit()
                 variant = emitted.kernels[0] if emitted.kernels else None
