@@ -9,6 +9,8 @@ import subprocess
 import sys
 
 import ml_dtypes
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 import numpy as np
 import pytest
 
@@ -154,20 +156,48 @@ _ADD = "red {{ a = {et}[] parameter(0)\n b = {et}[] parameter(1)\n ROOT r = {et}
 _MAX = "red {{ a = {et}[] parameter(0)\n b = {et}[] parameter(1)\n ROOT r = {et}[] maximum(a, b) }}"
 
 
-@pytest.mark.parametrize("et,red,init,dims,odims,window", [
-    ("f32", _ADD, "0", "7,9", "4,4", "size=2x3 stride=2x2 pad=1_0x0_0"),
-    ("f32", _MAX, "-inf", "6,5", "6,5", "size=3x3 pad=1_1x1_1"),
-    ("f32", _ADD, "1", "5,4", "3,4", "size=2x2 stride=2x2 pad=1_1x1_0 lhs_dilate=1x2"),
-    ("s32", _ADD, "0", "9", "3", "size=3 stride=1 rhs_dilate=3"),
-    ("bf16", _ADD, "0", "4,64", "4,1", "size=1x64"),
-    ("f16", _MAX, "-inf", "8,8", "3,2", "size=2x3 stride=3x3 pad=0_1x-1_1 lhs_dilate=1x1"),
+@pytest.mark.parametrize("et,red,init,dims,odims,window,vector", [
+    ("f32", _ADD, "0", "7,9", "4,4", "size=2x3 stride=2x2 pad=1_0x0_0", False),
+    ("f32", _MAX, "-inf", "6,5", "6,5", "size=3x3 pad=1_1x1_1", False),
+    ("f32", _ADD, "1", "5,4", "3,4", "size=2x2 stride=2x2 pad=1_1x1_0 lhs_dilate=1x2", False),
+    ("s32", _ADD, "0", "9", "3", "size=3 stride=1 rhs_dilate=3", False),
+    ("bf16", _ADD, "0", "4,64", "4,1", "size=1x64", True),
+    ("f16", _MAX, "-inf", "8,8", "3,2", "size=2x3 stride=3x3 pad=0_1x-1_1 lhs_dilate=1x1", False),
+    # jnp.cumsum's first level on a GPU (z_cumsum): 16-wide windows, 15 low padding, each row read once
+    ("f32", _ADD, "0", "6,16", "6,16", "size=1x16 pad=0_0x15_0", True),
+    ("bf16", _MAX, "-inf", "5,10", "5,2", "size=1x8 stride=1x2", True),  # a 2-element tail chunk
+    ("s8", _ADD, "0", "3,2,20", "3,2,4", "size=1x1x16 stride=1x1x2 pad=0_0x0_0x1_1", True),
+    ("s8", _ADD, "3", "3,2,20", "3,2,4", "size=1x1x16 stride=1x1x2 pad=0_0x0_0x1_1", False),  # init not 0
+    ("f32", _ADD, "0", "2,300", "2,300", "size=1x300 pad=0_0x299_0", False),  # too long to unroll
 ], ids=["f32-add-stride-pad", "f32-max-same", "f32-add-base-dilation", "s32-add-window-dilation",
-        "bf16-add-row", "f16-max-negative-pad"])
-def test_reduce_window_matches_evaluator(et, red, init, dims, odims, window):
+        "bf16-add-row", "f16-max-negative-pad", "f32-cumsum-16", "bf16-max-tail", "s8-add-strided", "s8-add-init-3", "f32-long"])
+def test_reduce_window_matches_evaluator(et, red, init, dims, odims, window, vector):
+    """Against the evaluator; windows along the minor dimension of a parameter, at least 16 bytes wide and
+    short enough to unroll, read it as 16-byte vectors (no runtime loop), folded in the walk's order."""
     text = _RW.format(reducer=red.format(et=et), et=et, init=init, dims=dims, odims=odims, window=window)
     outs, ref, _, emitted = _run_loop(text)
-    assert "for rw" in emitted.kernels[0].source  # a runtime loop over the window, not an unrolled one
+    src = emitted.kernels[0].source
+    assert ("for rw" not in src and "tl.split(" in src) == vector, src
     assert outs[0].shape == tuple(int(d) for d in odims.split(","))
+    if et in ("f32", "s8"):  # the same order of the same operations as the evaluator's walk
+        np.testing.assert_array_equal(outs[0], ref)
+
+
+def test_cumsum_window_reads_rows_as_16_byte_vectors():
+    """jnp.cumsum's in-row level (z_cumsum's loop_slice_fusion shape): each thread loads its 16-float row as
+    four ``ld.global.v4`` (XLA's 4 x LDG.E.128) and the prefix sums are float64 numpy's within f32 rounding."""
+    from collections import Counter
+
+    from test_kernel_vector_width import global_accesses
+
+    text = _RW.format(reducer=_ADD.format(et="f32"), et="f32", init="0", dims="64,16", odims="64,16",
+                      window="size=1x16 pad=0_0x15_0")
+    x = np.random.default_rng(5).standard_normal((64, 16)).astype(np.float32)
+    outs, _, _, emitted = _run_loop(text, [x])
+    np.testing.assert_allclose(outs[0], np.cumsum(x.astype(np.float64), axis=1), rtol=1e-5, atol=1e-5)
+    ptx = triton_runtime.compile_for_target(emitted.kernels[0], pointer_alignment=16).ptx
+    loads = Counter({k: v for k, v in global_accesses(ptx).items() if k[0] == "ld"})
+    assert loads == Counter({("ld", 16): 4}), loads
 
 
 def test_reduce_window_by_hand():
@@ -618,3 +648,52 @@ ENTRY e {
             o, r = getattr(outs[k], part), getattr(np.asarray(xla[k]), part)
             np.testing.assert_array_equal(np.isnan(o), np.isnan(r), err_msg=f"{name} {part}: NaN positions")
             np.testing.assert_allclose(o, r, rtol=4e-6, atol=1e-6, equal_nan=True, err_msg=f"{name} {part}")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(et=st.sampled_from(["f32", "bf16", "s32", "s8"]), op=st.sampled_from(["add", "max"]),
+       cols=st.integers(4, 40), size=st.integers(1, 24), stride=st.integers(1, 3), lo=st.integers(0, 16),
+       hi=st.integers(0, 4))
+def test_vectorised_windows_are_the_window_walk(et, op, cols, size, stride, lo, hi):
+    """Random 1-D windows over a row's minor dimension: the kernel (vectorised or the loop) matches the
+    evaluator's window walk; for f32 and integers bit for bit (same operations in the same order)."""
+    lo, size = min(lo, size - 1), min(size, cols + lo + hi)
+    out = (cols + lo + hi - size) // stride + 1
+    if out < 1:
+        return
+    init = "0" if op == "add" else ("-inf" if et in ("f32", "bf16") else str(np.iinfo(
+        {"s32": np.int32, "s8": np.int8}[et]).min))
+    red = (_ADD if op == "add" else _MAX).format(et=et)
+    text = _RW.format(reducer=red, et=et, init=init, dims=f"3,{cols}", odims=f"3,{out}",
+                      window=f"size=1x{size} stride=1x{stride} pad=0_0x{lo}_{hi}")
+    outs, ref, _, _ = _run_loop(text)
+    if et != "bf16":
+        np.testing.assert_array_equal(outs[0], ref)
+
+
+def test_concatenate_of_five_parameters_loads_once_through_the_selected_pointer():
+    """A 5-operand concatenate (over XLA's 4-operand limit of the concatenate emitter: a loop fusion, as
+    z_concat5): one ``ld.global`` a thread through the operand's pointer, as XLA's kernel branches and loads
+    once (the select of loaded values loaded all five), and numpy's concatenate."""
+    from collections import Counter
+
+    from test_kernel_vector_width import global_accesses
+
+    widths = [10, 3, 8, 5, 6]
+    params = "\n".join(f"  p{k} = bf16[7,{w}] parameter({k})" for k, w in enumerate(widths))
+    names = ", ".join(f"p{k}" for k in range(5))
+    text = f"""HloModule m
+fused {{
+{params}
+  ROOT c = bf16[7,{sum(widths)}] concatenate({names}), dimensions={{1}}
+}}
+ENTRY e {{
+{params}
+  ROOT f = bf16[7,{sum(widths)}] fusion({names}), kind=kLoop, calls=fused
+}}"""
+    rng = np.random.default_rng(4)
+    xs = [rng.standard_normal((7, w)).astype(ml_dtypes.bfloat16) for w in widths]
+    outs, _, _, emitted = _run_loop(text, xs)
+    np.testing.assert_array_equal(outs[0], np.concatenate(xs, axis=1))
+    ptx = triton_runtime.compile_for_target(emitted.kernels[0], pointer_alignment=16).ptx
+    assert sum(v for (op, _), v in global_accesses(ptx).items() if op == "ld") == 1

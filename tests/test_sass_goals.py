@@ -28,9 +28,6 @@ KNOWN = {
     ("z", "z_colmax_f16", "input_reduce_fusion"): {
         "narrower": "f16 column reduction", "loop_where_xla_has_none": "f16 column reduction"},
     ("z", "z_colsum_odd", "input_reduce_fusion"): {"loop_where_xla_has_none": "77-wide column reduction loops"},
-    ("z", "z_cumsum", "loop_slice_fusion"): {"narrower": "cumsum slice", "mem_insts_over_1_5": "cumsum slice"},
-    ("z", "z_cumsum", "loop_add_fusion"): {"narrower": "cumsum add"},
-    ("z", "z_concat5", "wrapped_concatenate"): {"mem_insts_over_1_5": "5-operand concatenate as a loop"},
 }
 #: rows whose shared memory differs from XLA's for no cause ptx_vs_xla names
 UNEXPLAINED_SHARED: dict[tuple[str, str, str], str] = {}

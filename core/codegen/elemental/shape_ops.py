@@ -164,6 +164,9 @@ class ShapeOpsMixin:
             for o, start in zip(inst.operands, offsets):
                 if start <= ck < start + o.shape.dimensions[k]:
                     return self.value(o, idx[:k] + (ck - start,) + idx[k + 1:])
+        selected = self._concatenate_pointers(inst, idx, k, offsets)
+        if selected is not None:
+            return selected
         result = None
         for o, start in reversed(list(zip(inst.operands, offsets))):
             size = o.shape.dimensions[k]
@@ -178,6 +181,35 @@ class ShapeOpsMixin:
         if result is None:
             raise EmitterUnsupported(inst.opcode, inst.name, "empty concatenate")
         return result
+
+    def _concatenate_pointers(self, inst: Instruction, idx: Index, k: int, offsets: list[int]) -> str | None:
+        """A concatenate of fusion parameters as one load through the selected operand's pointer, as XLA's
+        elemental emitter branches to the operand and loads once (``EmitElementalConcatenate``: one
+        ``ld.global`` a thread whatever the operand count); ``None`` (select loaded values) when an operand is
+        computed, or of a type loaded other than plainly."""
+        if self.bindings is not None or self.ctx.runs is not None or self.ctx.steps is not None:
+            return None
+        et = inst.shape.element_type
+        if et in COMPLEX_PARTS or et in ts.BIT_FLOAT_TYPES or et == "pred" or dtypes.bit_width(et) < 8:
+            return None
+        ops = [(o, start) for o, start in zip(inst.operands, offsets) if o.shape.dimensions[k]]
+        if len(ops) < 2 or any(o.opcode != "parameter" or o.shape.is_tuple for o, _ in ops):
+            return None
+        ck, sel = idx[k], None
+        for o, start in reversed(ops):
+            n = o.parameter_number
+            shape = self.ctx.operand_shapes[n] if n < len(self.ctx.operand_shapes) else o.shape
+            if shape.dimensions != o.shape.dimensions:
+                shape = o.shape
+            ptr = self.ctx.param("operand", n, shape, o.name)
+            # the local index is not clamped: only the selected operand's address is read
+            off = self.itensor(self.linearize(idx[:k] + (self.isub(ck, start),) + idx[k + 1:], shape.dimensions,
+                                              shape.minor_to_major()))
+            p = self.ctx.emit(f"{ptr} + {off}", "ptr")
+            sel = p if sel is None else self.ctx.emit(f"tl.where({ck} < {start + o.shape.dimensions[k]}, {p}, {sel})",
+                                                      "ptr")
+        other = "" if et.startswith("f8") else ", other=0"
+        return self.ctx.emit(f"tl.load({sel}, mask={self.ctx.mask}{other})", inst.name)
 
     def _dynamic_slice(self, inst: Instruction, idx: Index) -> Any:
         src = inst.operands[0]
