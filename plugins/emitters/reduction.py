@@ -68,6 +68,9 @@ TILE_ELEMENTS = 4096
 #: Steps over the reduced extent written out (``tl.static_range``) rather than looped: XLA's row tile is at most
 #: ``MINOR_REDUCED_ELEMENTS_PER_THREAD`` (16) elements a thread, unrolled.
 UNROLLED_STEPS = 16
+#: The same for column reductions: XLA's column kernels read up to 94 rows a thread straight-line (z_colsum_odd:
+#: 94 loads, z_colmax_f16 and y_colsum_scaled 64) and keep a loop at 128 (x_colsum_bf16, 4096 bf16 rows).
+COLUMN_UNROLLED_STEPS = 64
 
 # Names the kernel defines itself; never handed out for HLO instructions.
 _FIXED = ("pid", "pid_a", "pid_b", "t", "ta", "tr", "tb", "A", "B", "R", "A_c", "A_q", "B_c", "R_c", "okab", "it",
@@ -199,6 +202,8 @@ class ReductionFusion(FusionEmitter):
     """
 
     name = "ReductionFusion"
+    #: steps over the reduced extent written out straight-line (more stay a runtime loop)
+    unrolled_steps = UNROLLED_STEPS
 
     def tile(self, dims: ReductionDimensions, na: int, nr: int, nb: int) -> tuple[int, int, int]:
         """``(TA, TR, TB)``: kept-major, reduced and kept-minor tile sizes (powers of two, ``TR <= nr``)."""
@@ -440,7 +445,7 @@ class ReductionFusion(FusionEmitter):
                 ctx.steps = LoopSteps("it * TR", {"R_c": ("tr", 1), "tr": ("tr", 0), "A_c": ("A_c", 0),
                                                   "B_c": ("B_c", 0)})
                 # a few steps are unrolled (straight-line, as XLA's per-thread tile), more stay a loop
-                line("for it in tl.static_range(0, NIT):" if nit <= UNROLLED_STEPS else "for it in range(0, NIT):")
+                line("for it in tl.static_range(0, NIT):" if nit <= self.unrolled_steps else "for it in range(0, NIT):")
                 body.indent()
                 gen.push_scope()
                 line("R = it * TR + tr")
@@ -581,6 +586,7 @@ class ColumnReductionFusion(ReductionFusion):
 
     name = "ColumnReductionFusion"
     max_columns = 64
+    unrolled_steps = COLUMN_UNROLLED_STEPS
 
     def tile(self, dims: ReductionDimensions, na: int, nr: int, nb: int) -> tuple[int, int, int]:
         tb = min(_ceil_pow2(nb), self.max_columns)
