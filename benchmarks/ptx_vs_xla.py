@@ -192,7 +192,8 @@ def shared_difference(row: dict) -> str | None:
       ``emitters/transpose.cc``, ``emitters/reduction.cc``); Triton's ``convert_layout`` scratch is the unpadded
       tile, swizzled, and plain Triton cannot declare a padded shared
       layout (Gluon's ``PaddedSharedLayout`` only, which Triton's interpreter does not run). Read as XLA's bytes
-      = fusegen's + 32 rows x element bytes, fusegen's a power-of-two C >= 16 times that;
+      = fusegen's + 32 rows x element bytes, fusegen's a power-of-two C >= 16 times that; with ``k`` reductions
+      (a column mean and mean of squares) XLA declares ``k`` padded tiles, Triton reuses its one in turn;
     * a small-column reduction: XLA's kernel transposes its partial results through a padded ``32 x (C + 1)`` tile,
       fusegen's reduces the rows of its ``[A, R, C]`` block with ``tl.reduce`` (its cross-warp scratch only);
     * a row reduction with 32 warps a row: XLA's cross-warp scratch is R x 33 elements (x_rowsum_long: 132 bytes for
@@ -221,6 +222,15 @@ def shared_difference(row: dict) -> str | None:
     if tiled and pad in (32, 64, 128, 256) and pad < fb and fb % pad == 0 and _pow2(fb // pad) and fb // pad >= 16:
         return (f"XLA pads its {fb // pad}-column shared tile by one element a row against bank conflicts "
                 f"(+{pad} B); Triton swizzles the unpadded tile and has no padded layout outside Gluon")
+    # a column reduction with k reductions (batch statistics: a mean and a mean of squares): XLA declares one
+    # padded tile each, Triton's allocator gives their convert_layouts one unpadded tile in turn
+    for k in range(2, 9):
+        per, padk = xb // k, xb // k - fb
+        if tiled and xb % k == 0 and padk in (32, 64, 128, 256) and fb % padk == 0 and _pow2(fb // padk) \
+                and fb // padk >= 16:
+            return (f"XLA keeps one {fb // padk}-column shared tile padded by one element a row for each of its {k} "
+                    f"reductions ({k} x {per} B); Triton reuses one unpadded, swizzled tile ({fb} B) for them in "
+                    f"turn and has no padded layout outside Gluon")
     # XLA's small-column reduction writes its partial sums to a 32 x (C + 1) tile and reads it transposed; fusegen's
     # reduces the rows of the [A, R, C] block with tl.reduce, whose cross-warp scratch is all it keeps
     if row.get("emitter") == "SmallColumnReductionFusion" and xb > fb and xb % 128 == 0 \

@@ -16,6 +16,7 @@ pred, u8, f16 and odd loops, reduce-window, gather, pad, slice, a broadcast conc
     .venv/bin/python scripts/make_xla_kernel_set.py tests/data/xla_kernels
     .venv/bin/python scripts/make_xla_kernel_set.py --set z tests/data/xla_kernels_z   # the z_* programs
     .venv/bin/python scripts/make_xla_kernel_set.py --set w tests/data/xla_kernels_w   # the w_* programs
+    .venv/bin/python scripts/make_xla_kernel_set.py --set v tests/data/xla_kernels_v   # the v_* programs
 """
 
 from __future__ import annotations
@@ -229,8 +230,72 @@ def programs_w(jnp, jax):
     ]
 
 
+def programs_v(jnp, jax):
+    """``v_*``: a third batch, written after the z/w misses were fixed, to look for more (cumulative products
+    and maxima, a column cumsum, strided slices, roll, reverse, pad, one-hot, column softmax, group / batch norm
+    over several axes, f16 layer norm, 3-D reductions over two axes, int reductions, transposes of 4-D tensors
+    and odd f32 shapes, transposed-operand / batched / tall-skinny GEMMs, row sorts, argsort, top-k, gathers
+    along an axis, 2-D scatter-adds, bitcast and bit ops); ``tests/data/xla_kernels_v``."""
+    lax = jax.lax
+    f32, bf16, f16, i32, i8, u8 = jnp.float32, jnp.bfloat16, jnp.float16, jnp.int32, jnp.int8, jnp.uint8
+
+    def group_norm(x):  # [N, G, C/G, HW]
+        m = x.mean((2, 3), keepdims=True)
+        v = x.var((2, 3), keepdims=True)
+        return (x - m) * lax.rsqrt(v + 1e-5)
+
+    def batch_stats(x):  # NHWC
+        return x.mean((0, 1, 2)), (x * x).mean((0, 1, 2))
+
+    def ln_f16(x, g):
+        xf = x.astype(f32)
+        m = xf.mean(-1, keepdims=True)
+        v = ((xf - m) ** 2).mean(-1, keepdims=True)
+        return ((xf - m) * lax.rsqrt(v + 1e-5)).astype(f16) * g
+
+    def topk(x):
+        return lax.top_k(x, 8)
+
+    def residual_mm(x, w, r):
+        return (x @ w).astype(f32) + r
+
+    return [
+        ("v_cumprod", lambda x: jnp.cumprod(x, -1), [((512, 256), f32)]),
+        ("v_cummax_bf16", lambda x: lax.cummax(x, axis=1), [((1024, 128), bf16)]),
+        ("v_cumsum_axis0", lambda x: jnp.cumsum(x, 0), [((512, 256), f32)]),
+        ("v_cumsum_bf16", lambda x: jnp.cumsum(x.astype(f32), -1).astype(bf16), [((1024, 1024), bf16)]),
+        ("v_stride_slice", lambda x: x[:, ::2] * 2, [((2048, 1024), f32)]),
+        ("v_roll", lambda x: jnp.roll(x, 3, axis=1), [((1024, 1024), bf16)]),
+        ("v_reverse", lambda x: x[:, ::-1] + 1, [((2048, 512), f32)]),
+        ("v_pad", lambda x: jnp.pad(x, ((1, 1), (2, 5))), [((1000, 500), bf16)]),
+        ("v_one_hot", lambda i: jax.nn.one_hot(i, 1000, dtype=bf16), [((4096,), i32)]),
+        ("v_softmax_axis0", lambda x: jax.nn.softmax(x, 0), [((1024, 512), f32)]),
+        ("v_group_norm", group_norm, [((8, 32, 16, 1024), f32)]),
+        ("v_batch_stats", batch_stats, [((32, 28, 28, 128), f32)]),
+        ("v_ln_f16", ln_f16, [((4096, 768), f16), ((768,), f16)]),
+        ("v_sum_02", lambda x: x.sum((0, 2)), [((64, 256, 128), f32)]),
+        ("v_max_i32", lambda x: x.max(-1), [((2048, 1024), i32)]),
+        ("v_sum_u8", lambda x: x.astype(i32).sum(-1), [((4096, 512), u8)]),
+        ("v_t0312", lambda x: jnp.transpose(x, (0, 3, 1, 2)) * 2, [((16, 32, 32, 64), bf16)]),
+        ("v_t120_f32", lambda x: jnp.transpose(x, (1, 2, 0)) + 1, [((100, 64, 48), f32)]),
+        ("v_t2d_f32_odd", lambda x: x.T * 3, [((999, 517), f32)]),
+        ("v_mm_lhs_t", lambda x, w: x.T @ w, [((1024, 512), bf16), ((1024, 768), bf16)]),
+        ("v_bmm_f16", lambda a, b: jnp.einsum("bij,bjk->bik", a, b), [((16, 256, 128), f16), ((16, 128, 256), f16)]),
+        ("v_mm_tall", lambda x, w: x @ w, [((8192, 64), bf16), ((64, 64), bf16)]),
+        ("v_mm_residual", residual_mm, [((512, 1024), bf16), ((1024, 1024), bf16), ((512, 1024), f32)]),
+        ("v_sort_rows", lambda x: jnp.sort(x, -1), [((512, 128), f32)]),
+        ("v_argsort", lambda x: jnp.argsort(x, -1), [((256, 256), bf16)]),
+        ("v_topk", topk, [((128, 4096), f32)]),
+        ("v_take_along", lambda x, i: jnp.take_along_axis(x, i, 1), [((1024, 512), f32), ((1024, 16), i32)]),
+        ("v_scatter_add_2d_idx", lambda o, i, u: o.at[i[:, 0], i[:, 1]].add(u),
+         [((256, 256), f32), ((2048, 2), i32), ((2048,), f32)]),
+        ("v_bitcast", lambda x: lax.bitcast_convert_type(x, i32) >> 23, [((1 << 20,), f32)]),
+        ("v_bits_u8", lambda a, b: (a & b) | (a >> 1), [((4096, 1024), u8), ((4096, 1024), u8)]),
+    ]
+
+
 #: ``--set NAME`` -> programs (default ``x``: tests/data/xla_kernels)
-SETS = {"x": programs, "z": programs_z, "w": programs_w}
+SETS = {"x": programs, "z": programs_z, "w": programs_w, "v": programs_v}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

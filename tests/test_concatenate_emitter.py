@@ -328,3 +328,27 @@ fusion {
     assert "tl.int64" in ks.source and ks.constexprs["N"] == 65536 * 40000
     res = triton_runtime.compile_for_target(ks)
     assert ".target sm_90a" in res.ptx
+
+
+def test_roll_concatenate_unrolls_by_a_divisor_of_every_operand_width():
+    """``jnp.roll(x, 3, axis=1)`` on bf16[1024,1024] (tests/data/xla_kernels_v/v_roll): slices of 3 and 1021
+    columns concatenated. XLA's ComputeUnrollFactor takes the gcd of the unroll and every operand's
+    concatenated extent (1 here) and launches with it: 8168 blocks of 128 threads, one element a thread (XLA's
+    LAUNCH.tsv row); the kernel rolls the rows as numpy does."""
+    import ml_dtypes
+
+    from conftest import REPO
+
+    path = REPO / "tests" / "data" / "xla_kernels_v" / "v_roll.h200_opt.hlo"
+    m = parse_module(path.read_text(), path.name)
+    f = entry_fusion(m)
+    a = FusionAnalysis.create(f, get_device("h200"))
+    dispatch.get_emitter_fusion_kind(a)
+    em, _ = dispatch.get_fusion_emitter(a)
+    with open(path.parent / "LAUNCH.tsv") as fh:
+        row = next(r for r in csv.DictReader(fh, delimiter="\t") if r["module_file"] == path.name)
+    geo = em.geometry()
+    assert (geo.unroll, geo.blocks[0], geo.threads) == (1, int(row["grid_x"]), int(row["threads_x"])) == (1, 8168, 128)
+    x = np.random.default_rng(0).standard_normal((1024, 1024)).astype(ml_dtypes.bfloat16)
+    _, (out,) = run_checked(f, em, ops=[x])
+    np.testing.assert_array_equal(out, np.roll(x, 3, axis=1))

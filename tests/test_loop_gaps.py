@@ -697,3 +697,20 @@ ENTRY e {{
     np.testing.assert_array_equal(outs[0], np.concatenate(xs, axis=1))
     ptx = triton_runtime.compile_for_target(emitted.kernels[0], pointer_alignment=16).ptx
     assert sum(v for (op, _), v in global_accesses(ptx).items() if op == "ld") == 1
+
+
+@pytest.mark.parametrize("module", ["v_cummax_bf16", "v_cumsum_bf16", "v_cumprod"])
+def test_cumulative_windows_over_converted_parameters_read_vectors(module):
+    """XLA's cumulative max / sum / product levels (tests/data/xla_kernels_v, jax's associative scan): windows
+    over ``convert(bitcast(bf16 parameter))`` and reducers wrapped in converts (a bf16 max on f32
+    accumulators) load the parameter's 16-byte vectors and convert each column; every fusion matches the
+    reference evaluator."""
+    from conftest import REPO
+
+    path = REPO / "tests" / "data" / "xla_kernels_v" / f"{module}.h200_opt.hlo"
+    m = parse_modules(path.read_text(), str(path))[0]
+    slice_fusion = next(i for i in m.entry.instructions if i.name == "loop_slice_fusion")
+    emitted = pick_emitter(FusionAnalysis.create(slice_fusion)).emit()
+    assert "tl.split(" in emitted.kernels[0].source and "for rw" not in emitted.kernels[0].source
+    _, report = run_module(m, make_inputs(m, seed=1), compile_kernels=False)
+    assert report.ok and all(f.status == "ok" for f in report.fusions), [(f.name, f.status) for f in report.fusions]

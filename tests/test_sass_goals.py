@@ -1,4 +1,4 @@
-"""Issue 28's goals, measured by ``benchmarks/ptx_vs_xla.py`` on every kernel launch of the four launch sets.
+"""Issue 28's goals, measured by ``benchmarks/ptx_vs_xla.py`` on every kernel launch of the five launch sets.
 
 fusegen's sm_90 kernel for each fusion is assembled beside XLA's own (``ptxas -arch=sm_90a``, ``cuobjdump -sass``)
 and compared statically: tensor cores wherever XLA uses them, no spills, no kernel narrower than XLA's (mean
@@ -21,10 +21,13 @@ from conftest import CORPUS
 
 HERE = Path(__file__).resolve().parent
 SETS = {"shared": CORPUS / "jax" / "launch", "x": HERE / "data" / "xla_kernels", "z": HERE / "data" / "xla_kernels_z",
-        "w": HERE / "data" / "xla_kernels_w"}
+        "w": HERE / "data" / "xla_kernels_w", "v": HERE / "data" / "xla_kernels_v"}
 
 #: (set, module without .h200_opt.hlo, fusion) -> {flag: reason} of the kernels that miss a goal today
-KNOWN: dict[tuple[str, str, str], dict[str, str]] = {}
+KNOWN: dict[tuple[str, str, str], dict[str, str]] = {
+    ("v", "v_reverse", "loop_add_fusion"): {
+        "narrower": "a reversed row is read a lane at a time", "mem_insts_over_1_5": "a reversed row"},
+}
 #: rows whose shared memory differs from XLA's for no cause ptx_vs_xla names
 UNEXPLAINED_SHARED: dict[tuple[str, str, str], str] = {}
 GOAL_FLAGS = ("narrower", "mem_insts_over_1_5", "loop_where_xla_has_none")

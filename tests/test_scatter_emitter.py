@@ -691,3 +691,33 @@ ENTRY e {{
     if comb == "multiply":
         ops[2] = (np.abs(ops[2]) * 0.5 + 0.75).astype(np.float32)
     run_scatter(f, ops)
+
+
+def test_two_component_index_vector_is_one_load_a_thread():
+    """``o.at[i[:, 0], i[:, 1]].add(u)`` (tests/data/xla_kernels_v/v_scatter_add_2d_idx): jax builds the
+    s32[2048, 2] index vector from two slices of the indices, wrapped for negative values, concatenated; the
+    kernel reads each update's index pair as one 8-byte load, as XLA's kernel (``ld.global.nc.v2.b32``), and
+    adds as numpy's ``np.add.at`` does (negative indices counted from the end)."""
+    from conftest import REPO
+    from test_kernel_vector_width import global_accesses
+
+    path = REPO / "tests" / "data" / "xla_kernels_v" / "v_scatter_add_2d_idx.h200_opt.hlo"
+    m = parse_module(path.read_text(), path.name)
+    f = entry_fusion(m)
+    a = FusionAnalysis.create(f, get_device("h200"))
+    get_emitter_fusion_kind(a)
+    em, _ = get_fusion_emitter(a)
+    emitted = em.emit()
+    loads = {k: v for k, v in global_accesses(triton_runtime.compile_for_target(
+        emitted.kernels[-1], pointer_alignment=16).ptx).items() if k[0] == "ld"}
+    assert loads == {("ld", 8): 1, ("ld", 4): 1}, loads
+    rng = np.random.default_rng(7)
+    target = rng.standard_normal((256, 256)).astype(np.float32)
+    idx = rng.integers(-256, 256, size=(2048, 2)).astype(np.int32)
+    upd = rng.standard_normal(2048).astype(np.float32)
+    outs = triton_runtime.run_fusion(emitted, [target, upd, idx], f)
+    want = target.astype(np.float64)
+    np.add.at(want, (idx[:, 0], idx[:, 1]), upd.astype(np.float64))
+    np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-5)
+    ref = evaluate_instruction(f, [target, upd, idx])
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)

@@ -17,12 +17,13 @@ indexed with the outer one's offsets, cannot arise.
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
-from fusegen.codegen.launch import LoopGeometry, analysis_loop_geometry
+from fusegen.codegen.launch import LoopGeometry, analysis_loop_geometry, calculate_launch_dimensions
 from fusegen.codegen.thread_indexing import default_thread_id_indexing_map
 from fusegen.indexing import IndexingMap
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
@@ -94,9 +95,19 @@ class ConcatenateFusion(FusionEmitter):
     def geometry(self) -> LoopGeometry:
         """XLA's launch (``ConcatenateFusion::launch_dimensions``): ``CalculateLaunchDimensions`` of the largest
         operand's shape with ``ComputeLoopFusionConfig`` on that shape; a program is one XLA block."""
-        shapes = [o.shape for o in self.hero().operands]  # GetLargestConcatOperandShape
-        largest = max(shapes, key=lambda s: s.numel)
-        return analysis_loop_geometry(self.analysis, largest)
+        hero = self.hero()
+        k = int_list(hero.attrs.get("dimensions"))[0]
+        # GetLargestConcatOperandShape: the longest along the concatenated dimension (the first of equals)
+        largest = max((o.shape for o in hero.operands), key=lambda s: s.dimensions[k])
+        geo = analysis_loop_geometry(self.analysis, largest)
+        # ComputeUnrollFactor: the unroll divides every operand's concatenated extent (a roll's 3 + 1021
+        # columns: one element a thread), and the launch is made with it
+        unroll = geo.unroll
+        for o in hero.operands:
+            unroll = math.gcd(unroll, o.shape.dimensions[k])
+        if unroll == geo.unroll:
+            return geo
+        return calculate_launch_dimensions(largest.numel, self.analysis.device, unroll)
 
     def launch_dimensions(self) -> LaunchDimensions | None:
         return self.geometry().launch()

@@ -21,10 +21,11 @@ from fusegen.codegen.elemental.reduce_dot import ReduceDotMixin
 from fusegen.codegen.elemental.shape_ops import ShapeOpsMixin
 from fusegen.codegen.elemental.step_offsets import StepOffsetsMixin
 from fusegen.codegen.elemental.uniform_runs import UniformRunsMixin
+from fusegen.codegen.elemental.vector_reads import VectorReadsMixin
 
 
 class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, ElementwiseMixin, ConvertMixin,
-                         UniformRunsMixin, StepOffsetsMixin):
+                         UniformRunsMixin, StepOffsetsMixin, VectorReadsMixin):
     """Generates values of one computation's instructions at given indices.
 
     Args:

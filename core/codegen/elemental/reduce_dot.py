@@ -299,26 +299,27 @@ class ReduceDotMixin:
     WINDOW_VECTOR_MAX = 64
 
     def _window_vector_plan(self, inst: Instruction, idx: Index, w: dict, src: Instruction) -> tuple | None:
-        """``(dim, first, end, parameter)`` when the ``reduce-window`` reads its operand's minor dimension
-        ``dim`` in contiguous windows (stride-1 positions, no dilation, every other window extent 1) straight
-        from a fusion parameter (through bitcasts, which keep the physical offset): the padded positions
-        ``[first, end)`` any of the block's windows touch are then read as 16-byte vectors
-        (:meth:`_reduce_window_vectors`), as XLA's unrolled window loop loads them; ``None`` otherwise."""
+        """``(dim, first, end, parameter, top)`` when the ``reduce-window`` reads its operand's minor dimension
+        ``dim`` in contiguous windows (stride-1 positions, no dilation, every other window extent 1) from a fusion
+        parameter through converts over bitcasts (``top``: the instruction under the converts; a bitcast keeps
+        the physical offset): the padded positions ``[first, end)`` any of the block's windows touch are then
+        read as 16-byte vectors of the parameter (:meth:`_reduce_window_vectors`), as XLA's unrolled window loop
+        loads them; ``None`` otherwise."""
         if self.bindings is not None or self.ctx.runs is not None or self.ctx.steps is not None:
             return None
         if self.ctx.block_shape in ("[]", "") or len(inst.operands) != 2 or inst.shape.is_tuple:
             return None
-        shape = src.shape
         wide = [d for d, sz in enumerate(w["size"]) if int(sz) > 1]
         if len(wide) != 1 or any(int(b) != 1 for b in w["lhs_dilate"]):
             return None
         d = wide[0]
-        if int(w["rhs_dilate"][d]) != 1 or shape.minor_to_major()[0] != d:
+        top = src
+        while top.opcode == "convert" and _plain(top.shape.element_type) and _plain(top.operands[0].shape.element_type):
+            top = top.operands[0]
+        et = top.shape.element_type
+        if int(w["rhs_dilate"][d]) != 1 or top.shape.minor_to_major()[0] != d or not _plain(et):
             return None
-        et = shape.element_type
-        if et == "pred" or et in COMPLEX_PARTS or et.startswith("f8") or dtypes.bit_width(et) not in (8, 16, 32, 64):
-            return None
-        par = src
+        par = top
         while par.opcode == "bitcast" and par.operands[0].shape.element_type == et:
             par = par.operands[0]
         if par.opcode != "parameter" or par.shape.is_tuple:
@@ -328,19 +329,20 @@ class ReduceDotMixin:
             return None
         j = idx[d]
         jlo, jhi = (j, j) if isinstance(j, int) else (0, inst.shape.dimensions[d] - 1)
-        first, end = max(0, jlo * st - lo), min(shape.dimensions[d], jhi * st - lo + size)
+        first, end = max(0, jlo * st - lo), min(top.shape.dimensions[d], jhi * st - lo + size)
         if end <= first or end - first > min(self.WINDOW_VECTOR_SPAN * size, self.WINDOW_VECTOR_MAX):
             return None
-        return d, first, end, par
+        return d, first, end, par, top
 
     def _reduce_window_vectors(self, inst: Instruction, idx: Index, w: dict, plan: tuple, accs: list[str],
                                init_vals: list[str], comp: Computation, promoted: bool, et: str) -> None:
         """Fold padded positions ``[first, end)`` of the window dimension into ``accs`` in ascending order (the
         order of the window walk). The init value is the reducer's identity (:func:`_init_is_identity`), so a
         position outside this output's window may add it, and the padding the walk would add it for is left
-        out, with the walk's result bit for bit. Each 16-byte aligned chunk is one ``[block, V]`` load (``V`` lanes a thread, contiguous:
-        Triton gives each thread one vector), split into its ``V`` columns in registers."""
-        d, first, end, par = plan
+        out, with the walk's result bit for bit. Each 16-byte aligned chunk of the parameter is one
+        ``[block, V]`` load (``V`` lanes a thread, contiguous: Triton gives each thread one vector), split into
+        its ``V`` columns in registers; the converts above the loaded values are applied per column."""
+        d, first, end, par, top = plan
         src = inst.operands[0]
         ctx, em = self.ctx, self.ctx.emit
         size, lo, st = int(w["size"][d]), int(w["pad"][d][0]), int(w["stride"][d])
@@ -349,59 +351,52 @@ class ReduceDotMixin:
         for e in range(src.shape.rank):  # every other window dimension has extent 1: position = stride*o - lo
             if e != d:
                 base_idx[e] = self.isub(self.imul(idx[e], int(w["stride"][e])), int(w["pad"][e][0]))
-        base = self.itensor(self.linearize(tuple(base_idx), src.shape.dimensions, src.shape.minor_to_major()))
+        base = self.itensor(self.linearize(tuple(base_idx), top.shape.dimensions, top.shape.minor_to_major()))
         pshape = ctx.operand_shapes[par.parameter_number] if par.parameter_number < len(ctx.operand_shapes) \
             else par.shape
         ptr = ctx.param("operand", par.parameter_number, pshape, par.name)
         block = ctx.block_shape[1:-1]
-        vmax = 16 // (dtypes.bit_width(src.shape.element_type) // 8)
+        vmax = 16 // (dtypes.bit_width(top.shape.element_type) // 8)
         wstart = None if isinstance(idx[d], int) else self.isub(self.imul(idx[d], st), lo)
         c = first - first % vmax
         while c < end:
             v = vmax
-            while c + v > src.shape.dimensions[d] and v > 1:
+            while c + v > top.shape.dimensions[d] and v > 1:
                 v //= 2
-            cols = self._window_columns(em(f"tl.load({ptr} + ({base}[:, None] + {c} + tl.arange(0, {v})[None, :]), "
-                                           f"mask={ctx.mask}[:, None], other=0)", src.name), v, block)
+            cols = self.vector_columns(em(f"tl.load({ptr} + ({base}[:, None] + {c} + tl.arange(0, {v})[None, :]), "
+                                           f"mask={ctx.mask}[:, None], other=0)", top.name), v, block)
             for k, x in enumerate(cols):
                 p = c + k
-                if wstart is None:  # static window [s0, s0 + size)
-                    s0 = idx[d] * st - lo
-                    if not s0 <= p < s0 + size:
-                        continue
-                    xs = [x]
-                else:
-                    if p < first or p >= end:
-                        continue
-                    cond = em(f"({wstart} <= {p}) & ({wstart} > {p - size})", "inwin")
-                    xs = [x]
+                if wstart is None and not idx[d] * st - lo <= p < idx[d] * st - lo + size:
+                    continue  # outside the static window [s0, s0 + size)
+                if p < first or p >= end:
+                    continue
+                at = tuple(base_idx[:d]) + (p,) + tuple(base_idx[d + 1:])
+                self.bind_value(top, at, x)
+                xs = [self.value(src, at)]  # the converts over the column
                 if promoted:
                     xs = [self.up(xs[0], et)]
                 if wstart is not None:
+                    cond = em(f"({wstart} <= {p}) & ({wstart} > {p - size})", "inwin")
                     xs = [em(f"tl.where({cond}, {xs[0]}, {init_vals[0]})", "xw")]
                 self._combine_into(accs, comp, xs, inst)
             c += v
 
-    def _window_columns(self, t: str, v: int, block: str) -> list[str]:
-        """The ``v`` columns of the ``[block, v]`` tensor ``t`` as ``[block]`` tensors, in order (``tl.split``
-        halves the last dimension of size 2: even then odd columns)."""
-        if v == 1:
-            return [self.ctx.emit(f"tl.reshape({t}, [{block}])", "col")]
-        parts = [self.ctx.emit(f"tl.reshape({t}, [{block}" + ", 2" * (v.bit_length() - 1) + "])", "vec")]
-
-        def columns(x: str, k: int) -> list[str]:
-            if k == 0:
-                return [x]
-            a, b = self.ctx.names.fresh("col"), self.ctx.names.fresh("col")
-            self.ctx.body.line(f"{a}, {b} = tl.split({x})")
-            ca, cb = columns(a, k - 1), columns(b, k - 1)
-            return [ca[i // 2] if i % 2 == 0 else cb[i // 2] for i in range(2 ** k)]
-
-        return columns(parts[0], v.bit_length() - 1)
-
 
 #: reducer root -> its identity (``None``: depends on the type: the lowest / highest value)
 _IDENTITIES = {"add": 0, "multiply": 1, "or": 0, "xor": 0, "maximum": None, "minimum": None}
+
+
+def _plain(et: str) -> bool:
+    """A type the vectorised window walk loads and converts plainly (8-64 bit, not pred, complex or fp8)."""
+    return et != "pred" and et not in COMPLEX_PARTS and not et.startswith("f8") and \
+        dtypes.bit_width(et) in (8, 16, 32, 64)
+
+
+def _peel_converts(x: Instruction) -> Instruction:
+    while x.opcode == "convert" and x.operands:
+        x = x.operands[0]
+    return x
 
 
 def _init_is_identity(inst: Instruction) -> bool:
@@ -411,10 +406,12 @@ def _init_is_identity(inst: Instruction) -> bool:
     a window and the padding may be left out."""
     import numpy as np
 
-    comp, init = inst.attrs.get("to_apply"), inst.operands[1]
-    root = comp.root if isinstance(comp, Computation) else None
+    comp, init = inst.attrs.get("to_apply"), _peel_converts(inst.operands[1])
+    # converts around the reducer's op (a bf16 max applied to f32 accumulators) keep the identity: every
+    # accumulator is the init or a converted result, so it survives the round trip exactly
+    root = _peel_converts(comp.root) if isinstance(comp, Computation) and comp.root is not None else None
     if root is None or root.opcode not in _IDENTITIES or init.opcode != "constant" or init.shape.rank != 0 or \
-            sorted(o.opcode for o in root.operands) != ["parameter", "parameter"]:
+            sorted(_peel_converts(o).opcode for o in root.operands) != ["parameter", "parameter"]:
         return False
     et = init.shape.element_type
     try:

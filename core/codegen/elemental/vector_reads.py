@@ -1,0 +1,70 @@
+"""Reads of a parameter's contiguous vectors as one wide load, split into columns in registers: the loads XLA's
+vectoriser merges, which Triton gives one thread only as one ``[block, V]`` tensor."""
+
+from __future__ import annotations
+
+from fusegen.hlo import dtypes
+from fusegen.hlo.ir import Instruction
+from fusegen.codegen.elemental.common import COMPLEX_PARTS, Index
+
+
+class VectorReadsMixin:
+    """Column splitting and parameter-vector binding of :class:`ElementalGenerator` (a mixin)."""
+
+    def vector_columns(self, t: str, v: int, block: str) -> list[str]:
+        """The ``v`` columns of the ``[block, v]`` tensor ``t`` as ``[block]`` tensors, in order (``tl.split``
+        halves the last dimension of size 2: even then odd columns)."""
+        if v == 1:
+            return [self.ctx.emit(f"tl.reshape({t}, [{block}])", "col")]
+        parts = [self.ctx.emit(f"tl.reshape({t}, [{block}" + ", 2" * (v.bit_length() - 1) + "])", "vec")]
+
+        def columns(x: str, k: int) -> list[str]:
+            if k == 0:
+                return [x]
+            a, b = self.ctx.names.fresh("col"), self.ctx.names.fresh("col")
+            self.ctx.body.line(f"{a}, {b} = tl.split({x})")
+            ca, cb = columns(a, k - 1), columns(b, k - 1)
+            return [ca[i // 2] if i % 2 == 0 else cb[i // 2] for i in range(2 ** k)]
+
+        return columns(parts[0], v.bit_length() - 1)
+
+
+    def bind_parameter_vectors(self, inst: Instruction, idx: Index, dim: int) -> bool:
+        """Load, for every fusion parameter of ``inst``'s shape, its elements along ``dim`` at ``idx``
+        (``idx[dim]`` ignored) as one ``[block, n]`` load, and bind them (:meth:`bind_value`) so that
+        ``value(parameter, idx with dim = k)`` is column ``k``: a scatter's index vector (``s32[N, 2]``, read
+        through slices and a concatenate as jax writes it) is one 8-byte load a thread, as XLA's. The binding is
+        right whoever reads it; a vector nobody reads is a dead load Triton drops. ``dim`` must be the
+        parameters' minor physical dimension, ``n`` its extent a power of two of at most 16 bytes; returns
+        whether it bound anything."""
+        ctx = self.ctx
+        if self.bindings is not None or ctx.runs is not None or ctx.steps is not None or ctx.block_shape in ("[]", ""):
+            return False
+        n = inst.shape.dimensions[dim]
+        if n < 2 or n & (n - 1):
+            return False
+        params = []
+        for p in self.comp.instructions:
+            if p.opcode != "parameter" or p.shape.is_tuple or p.shape.dimensions != inst.shape.dimensions:
+                continue
+            et = p.shape.element_type
+            pshape = ctx.operand_shapes[p.parameter_number] if p.parameter_number < len(ctx.operand_shapes) \
+                else p.shape
+            if pshape.dimensions != p.shape.dimensions:
+                pshape = p.shape
+            if et == "pred" or et in COMPLEX_PARTS or et.startswith("f8") or dtypes.bit_width(et) not in (8, 16, 32, 64) \
+                    or n * dtypes.bit_width(et) > 128 or pshape.minor_to_major()[0] != dim:
+                continue
+            params.append((p, pshape))
+        if not params:
+            return False
+        block = ctx.block_shape[1:-1]
+        for p, pshape in params:
+            at0 = tuple(idx[:dim]) + (0,) + tuple(idx[dim + 1:])
+            base = self.itensor(self.linearize(at0, pshape.dimensions, pshape.minor_to_major()))
+            ptr = ctx.param("operand", p.parameter_number, pshape, p.name)
+            t = ctx.emit(f"tl.load({ptr} + ({base}[:, None] + tl.arange(0, {n})[None, :]), "
+                         f"mask={ctx.mask}[:, None], other=0)", p.name)
+            for k, col in enumerate(self.vector_columns(t, n, block)):
+                self.bind_value(p, tuple(idx[:dim]) + (k,) + tuple(idx[dim + 1:]), col)
+        return True
