@@ -172,7 +172,10 @@ def row_of(ln: Launch, xla: dict, ours: dict | None) -> dict:
             row["shared_difference"] = why
         if stated and not grid_block:
             warps = -(-_prod(xl["threads"]) // 32)
-            if not _pow2(warps):  # else Triton could launch XLA's block: fusegen chose other warps, unexplained
+            if _prod(xl["threads"]) < 32 and launched == 32:  # a scalar fusion: XLA's block of 1 thread
+                row["launch_difference"] = (f"Triton launches whole warps: 32 threads (one warp) for XLA's "
+                                            f"{_prod(xl['threads'])}")
+            elif not _pow2(warps):  # else Triton could launch XLA's block: fusegen chose other warps, unexplained
                 row["launch_difference"] = (f"Triton launches a power-of-two number of warps: {launched} threads for "
                                             f"XLA's {_prod(xl['threads'])} ({warps} warps)")
         row["flags"] = flags(row)

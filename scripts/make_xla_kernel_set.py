@@ -17,6 +17,7 @@ pred, u8, f16 and odd loops, reduce-window, gather, pad, slice, a broadcast conc
     .venv/bin/python scripts/make_xla_kernel_set.py --set z tests/data/xla_kernels_z   # the z_* programs
     .venv/bin/python scripts/make_xla_kernel_set.py --set w tests/data/xla_kernels_w   # the w_* programs
     .venv/bin/python scripts/make_xla_kernel_set.py --set v tests/data/xla_kernels_v   # the v_* programs
+    .venv/bin/python scripts/make_xla_kernel_set.py --set u tests/data/xla_kernels_u   # the u_* programs
 """
 
 from __future__ import annotations
@@ -294,8 +295,94 @@ def programs_v(jnp, jax):
     ]
 
 
+def programs_u(jnp, jax):
+    """``u_*``: a fourth batch of model pieces (rotary embedding, SwiGLU, cross-entropy, an Adam step, embedding
+    lookup, layer-norm backward, sequence mean-pooling, causal masked softmax, top-p style sort-free cumsum,
+    quantize per row, attention with bias, GELU backward, clipping by global norm, segment sums, int8 GEMM with
+    per-column scale, bf16 GEMM with transposed output); ``tests/data/xla_kernels_u``."""
+    lax = jax.lax
+    f32, bf16, i32, i8 = jnp.float32, jnp.bfloat16, jnp.int32, jnp.int8
+
+    def rope(x, cos, sin):  # [B, S, H, D]
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return jnp.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).reshape(x.shape)
+
+    def rope_half(x, cos, sin):
+        d = x.shape[-1] // 2
+        x1, x2 = x[..., :d], x[..., d:]
+        return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+    def swiglu(x, w1, w2):
+        return jax.nn.silu(x @ w1) * (x @ w2)
+
+    def xent(logits, labels):
+        lse = jax.nn.logsumexp(logits, -1)
+        return (lse - jnp.take_along_axis(logits, labels[:, None], -1)[:, 0]).mean()
+
+    def adam(p, g, m, v):
+        m2 = 0.9 * m + 0.1 * g
+        v2 = 0.999 * v + 0.001 * g * g
+        return p - 1e-3 * m2 / (jnp.sqrt(v2) + 1e-8), m2, v2
+
+    def ln_bwd(x, dy, g):
+        mu = x.mean(-1, keepdims=True)
+        xc = x - mu
+        r = lax.rsqrt((xc * xc).mean(-1, keepdims=True) + 1e-5)
+        xh = xc * r
+        dxh = dy * g
+        dx = r * (dxh - dxh.mean(-1, keepdims=True) - xh * (dxh * xh).mean(-1, keepdims=True))
+        return dx, (dy * xh).sum(0), dy.sum(0)
+
+    def causal_softmax(s):
+        n = s.shape[-1]
+        m = jnp.tril(jnp.ones((n, n), bool))
+        return jax.nn.softmax(jnp.where(m, s, -jnp.inf), -1)
+
+    def quant_rows(x):
+        s = jnp.abs(x).max(-1, keepdims=True) / 127.0
+        return jnp.round(x / s).astype(i8), s
+
+    def attn_bias(q, k, v, b):
+        s = jnp.einsum("bhqd,bhkd->bhqk", q, k) * 0.125 + b
+        return jnp.einsum("bhqk,bhkd->bhqd", jax.nn.softmax(s, -1).astype(q.dtype), v)
+
+    def gelu_bwd(x, g):
+        return jax.grad(lambda t: (jax.nn.gelu(t) * g).sum())(x)
+
+    def clip_global(a, b):
+        n = jnp.sqrt((a * a).sum() + (b * b).sum())
+        c = jnp.minimum(1.0, 1.0 / n)
+        return a * c, b * c
+
+    def i8_scaled(x, w, s):
+        return jnp.dot(x, w, preferred_element_type=i32).astype(f32) * s[None, :]
+
+    return [
+        ("u_rope_interleaved", rope, [((4, 128, 8, 64), bf16), ((128, 1, 32), bf16), ((128, 1, 32), bf16)]),
+        ("u_rope_half", rope_half, [((4, 128, 8, 64), bf16), ((128, 1, 32), bf16), ((128, 1, 32), bf16)]),
+        ("u_swiglu", swiglu, [((256, 512), bf16), ((512, 1024), bf16), ((512, 1024), bf16)]),
+        ("u_xent", xent, [((512, 8192), f32), ((512,), i32)]),
+        ("u_adam", adam, [((1 << 20,), f32)] * 4),
+        ("u_embed", lambda t, i: t[i], [((50000, 768), bf16), ((2048,), i32)]),
+        ("u_ln_bwd", ln_bwd, [((1024, 768), f32), ((1024, 768), f32), ((768,), f32)]),
+        ("u_mean_pool", lambda x: x.mean(1), [((32, 512, 768), bf16)]),
+        ("u_causal_softmax", causal_softmax, [((8, 256, 256), f32)]),
+        ("u_quant_rows", quant_rows, [((2048, 1024), f32)]),
+        ("u_attn_bias", attn_bias, [((2, 4, 128, 64), bf16)] * 3 + [((2, 4, 128, 128), bf16)]),
+        ("u_gelu_bwd", gelu_bwd, [((2048, 1024), f32), ((2048, 1024), f32)]),
+        ("u_clip_global", clip_global, [((1024, 1024), f32), ((4096,), f32)]),
+        ("u_segment_sum", lambda x, s: jax.ops.segment_sum(x, s, num_segments=128), [((8192, 64), f32), ((8192,), i32)]),
+        ("u_i8_scaled", i8_scaled, [((256, 512), i8), ((512, 1024), i8), ((1024,), f32)]),
+        ("u_mm_out_t", lambda x, w: (x @ w).T, [((512, 256), bf16), ((256, 1024), bf16)]),
+        ("u_sum_bf16_mid", lambda x: x.astype(f32).sum(1), [((128, 64, 256), bf16)]),
+        ("u_sq_norm_rows", lambda x: jnp.sqrt((x.astype(f32) ** 2).sum(-1)), [((8192, 128), bf16)]),
+        ("u_where_bcast", lambda x, m: jnp.where(m[:, None], x, 0), [((4096, 1024), bf16), ((4096,), jnp.bool_)]),
+        ("u_iota_mask", lambda x: x * (jnp.arange(1024)[None, :] < jnp.arange(2048)[:, None] // 2), [((2048, 1024), f32)]),
+    ]
+
+
 #: ``--set NAME`` -> programs (default ``x``: tests/data/xla_kernels)
-SETS = {"x": programs, "z": programs_z, "w": programs_w, "v": programs_v}
+SETS = {"x": programs, "z": programs_z, "w": programs_w, "v": programs_v, "u": programs_u}
 
 if __name__ == "__main__":
     args = sys.argv[1:]

@@ -352,3 +352,31 @@ def test_roll_concatenate_unrolls_by_a_divisor_of_every_operand_width():
     x = np.random.default_rng(0).standard_normal((1024, 1024)).astype(ml_dtypes.bfloat16)
     _, (out,) = run_checked(f, em, ops=[x])
     np.testing.assert_array_equal(out, np.roll(x, 3, axis=1))
+
+
+def test_interleaved_rotary_embedding_reads_and_writes_each_pair_once():
+    """GPT-J style rotary embedding (tests/data/xla_kernels_u/u_rope_interleaved): ``x[..., ::2]`` and
+    ``x[..., 1::2]`` rotated by cos/sin and stacked on a new last axis. The even/odd slices of ``x`` are one
+    4-byte load a lane and the stacked pair one 4-byte store, XLA's kernel's global accesses exactly (its
+    vectoriser merges both pairs); the values are float64 numpy's within bf16 rounding."""
+    import ml_dtypes
+
+    from conftest import REPO
+    from test_kernel_vector_width import global_accesses, xla_entry
+
+    where = REPO / "tests" / "data" / "xla_kernels_u"
+    m = parse_module((where / "u_rope_interleaved.h200_opt.hlo").read_text(), "u_rope_interleaved")
+    f = entry_fusion(m)
+    a = FusionAnalysis.create(f, get_device("h200"))
+    dispatch.get_emitter_fusion_kind(a)
+    em, _ = dispatch.get_fusion_emitter(a)
+    rng = np.random.default_rng(2)
+    sin, cos = (rng.standard_normal((128, 1, 32)).astype(ml_dtypes.bfloat16) for _ in range(2))
+    x = rng.standard_normal((4, 128, 8, 64)).astype(ml_dtypes.bfloat16)
+    emitted, (out,) = run_checked(f, em, ops=[sin, x, cos])
+    ours = global_accesses(triton_runtime.compile_for_target(emitted.kernels[0], pointer_alignment=16).ptx)
+    assert ours == global_accesses(xla_entry("u_rope_interleaved.h200_opt.hlo", "input_concatenate_fusion", where))
+    x1, x2 = x[..., ::2].astype(np.float64), x[..., 1::2].astype(np.float64)
+    c, s = cos.astype(np.float64).reshape(1, 128, 1, 32), sin.astype(np.float64).reshape(1, 128, 1, 32)
+    want = np.stack([x1 * c - x2 * s, x1 * s + x2 * c], -1)
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-2, atol=2e-2)

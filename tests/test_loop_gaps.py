@@ -714,3 +714,29 @@ def test_cumulative_windows_over_converted_parameters_read_vectors(module):
     assert "tl.split(" in emitted.kernels[0].source and "for rw" not in emitted.kernels[0].source
     _, report = run_module(m, make_inputs(m, seed=1), compile_kernels=False)
     assert report.ok and all(f.status == "ok" for f in report.fusions), [(f.name, f.status) for f in report.fusions]
+
+
+def test_padding_positions_mask_their_loads_instead_of_clamping():
+    """A window position or pad point in the padding: the parameter's load is masked by the in-window /
+    in-domain test rather than read at a clamped index (XLA's kernel branches around it: v_cumsum_axis0's
+    axis-0 window walk at XLA's 32 registers, was 48), with the evaluator's values."""
+    text = _RW.format(reducer=_ADD.format(et="f32"), et="f32", init="0", dims="16,8", odims="16,8",
+                      window="size=16x1 pad=15_0x0_0")
+    outs, ref, (x,), emitted = _run_loop(text)
+    src = emitted.kernels[0].source
+    assert "mwin" in src and "tl.minimum(tl.maximum(" not in src, src
+    np.testing.assert_array_equal(outs[0], ref)
+    np.testing.assert_allclose(outs[0], np.cumsum(x.astype(np.float64), axis=0), rtol=1e-5, atol=1e-5)
+    pad = """HloModule m
+fused {
+  x = bf16[5,7] parameter(0)
+  z = bf16[] constant(-2)
+  ROOT p = bf16[8,12] pad(x, z), padding=1_2x3_2
+}
+ENTRY e {
+  x = bf16[5,7] parameter(0)
+  ROOT f = bf16[8,12] fusion(x), kind=kLoop, calls=fused
+}"""
+    outs, _, (x,), emitted = _run_loop(pad)
+    assert "mpad" in emitted.kernels[0].source
+    np.testing.assert_array_equal(outs[0], np.pad(x, ((1, 2), (3, 2)), constant_values=-2))

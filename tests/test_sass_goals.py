@@ -1,4 +1,4 @@
-"""Issue 28's goals, measured by ``benchmarks/ptx_vs_xla.py`` on every kernel launch of the five launch sets.
+"""Issue 28's goals, measured by ``benchmarks/ptx_vs_xla.py`` on every kernel launch of the six launch sets.
 
 fusegen's sm_90 kernel for each fusion is assembled beside XLA's own (``ptxas -arch=sm_90a``, ``cuobjdump -sass``)
 and compared statically: tensor cores wherever XLA uses them, no spills, no kernel narrower than XLA's (mean
@@ -21,7 +21,8 @@ from conftest import CORPUS
 
 HERE = Path(__file__).resolve().parent
 SETS = {"shared": CORPUS / "jax" / "launch", "x": HERE / "data" / "xla_kernels", "z": HERE / "data" / "xla_kernels_z",
-        "w": HERE / "data" / "xla_kernels_w", "v": HERE / "data" / "xla_kernels_v"}
+        "w": HERE / "data" / "xla_kernels_w", "v": HERE / "data" / "xla_kernels_v",
+        "u": HERE / "data" / "xla_kernels_u"}
 
 #: (set, module without .h200_opt.hlo, fusion) -> {flag: reason} of the kernels that miss a goal today
 KNOWN: dict[tuple[str, str, str], dict[str, str]] = {

@@ -431,3 +431,38 @@ def test_xla_gemm_launches_tensor_cores_and_shared_memory(tmp_path):
             assert ks.notes, (r["module_file"], st.shared_bytes, r["shared_memory_bytes"])
             differ.append(r["module_file"].removesuffix(".h200_opt.hlo"))
     assert sorted(differ) == ["gemm_bf16_s4", "gemm_s8_s8_s32"], differ
+
+
+@pytest.mark.parametrize("side,sizes,split", [
+    ("lhs", (48, 32), True),   # XLA's dot merger on M (u_swiglu's dot(concat(w1, w2), x)): 16-row tiles
+    ("rhs", (16, 24, 8), True),  # q, k, v weights concatenated along N: 8-column tiles
+    ("rhs", (12, 36), False),  # a piece that starts inside a tile: the pointer is selected per element
+])
+def test_operand_concatenated_at_tile_boundaries_gets_a_k_loop_per_piece(side, sizes, split):
+    """A dot operand that is a concatenate along its M (N) dimension: where every piece starts on a tile
+    boundary each tile reads one piece, and the K loop is written once per piece under a test of the tile
+    index, as XLA's kernel unswitches it (u_swiglu: two loops of 2 HMMA, XLA's 8:4/4:4 loads); else the
+    concatenate selects its operand's pointer per element. Both match the evaluator and float64 numpy."""
+    total = sum(sizes)
+    if side == "lhs":
+        params = [f"bf16[{s},40]" for s in sizes] + ["bf16[40,8]"]
+        names = ", ".join(f"p{i}" for i in range(len(sizes)))
+        body = (f"  c = bf16[{total},40] concatenate({names}), dimensions={{0}}\n"
+                f"  ROOT d = f32[{total},8] dot(c, p{len(sizes)}), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}")
+        out = f"f32[{total},8]"
+    else:
+        params = ["bf16[32,40]"] + [f"bf16[40,{s}]" for s in sizes]
+        names = ", ".join(f"p{i + 1}" for i in range(len(sizes)))
+        body = (f"  c = bf16[40,{total}] concatenate({names}), dimensions={{1}}\n"
+                f"  ROOT d = f32[32,{total}] dot(p0, c), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}")
+        out = f"f32[32,{total}]"
+    f = _fusion(params, body, out)
+    ops, res, ks = _run(f, TritonGemmConfig(16, 8, 16, 1, 2))
+    src = _kernel_fn_source(ks)
+    assert (("if m_t * 16 <" in src or "if n_t * 8 <" in src) and "_tile_1(" in src) == split, src
+    if side == "lhs":
+        want = np.concatenate([_f64(o) for o in ops[:-1]], 0) @ _f64(ops[-1])
+    else:
+        want = _f64(ops[0]) @ np.concatenate([_f64(o) for o in ops[1:]], 1)
+    np.testing.assert_allclose(res, want, rtol=1e-2, atol=1e-2)
+    triton_runtime.compile_for_target(ks, capability=90)

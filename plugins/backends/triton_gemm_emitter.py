@@ -41,7 +41,7 @@ from typing import Any
 import attrs
 
 from fusegen.codegen import triton_source as ts
-from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion
+from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.interpreter_patches import NOUNROLL_ASM
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
@@ -244,12 +244,18 @@ class TritonGemmFusion(FusionEmitter):
             raise EmitterUnsupported("dot", dot.name, str(e)) from None
         # the K loop body only loads the tiles: no prologue, and the tiles enter the dot in their loaded types
         # (fp8 tiles below Triton's fp8 K are upcast to f16 in the body, as XLA's Triton does: see _k_loop)
-        plain = (_loads_only(lhs) and _loads_only(rhs)
+        mt, nt = -(-M // cfg.block_m), -(-N // cfg.block_n)
+        batched = B > 1 and mt == nt == 1 and plan.tensor_core and min(cfg.block_m, cfg.block_n, cfg.block_k) >= 16
+        bb = self.block_batch if batched else 1
+        # an operand concatenated along its one M (N) dimension at tile boundaries (XLA's dot merger: two
+        # GEMMs sharing an operand): each tile reads one piece, so the K loop is written once per piece
+        pieces_a = _tile_pieces(lhs, lnc, cfg.block_m) if bb == 1 else None
+        pieces_b = _tile_pieces(rhs, rnc, cfg.block_n) if bb == 1 and pieces_a is None else None
+        ops_a = [o for o, _, _ in pieces_a] if pieces_a else [lhs]
+        ops_b = [o for o, _, _ in pieces_b] if pieces_b else [rhs]
+        plain = (all(_loads_only(o) for o in ops_a + ops_b)
                  and (plan.lhs_type, plan.rhs_type) == (lhs.shape.element_type, rhs.shape.element_type))
         pb = _Problem(B, M, N, K, bsizes, cfg.block_m, cfg.block_n, cfg.block_k, plan, plain)
-        mt, nt = -(-M // pb.bm), -(-N // pb.bn)
-        batched = B > 1 and mt == nt == 1 and plan.tensor_core and min(pb.bm, pb.bn, pb.bk) >= 16
-        bb = self.block_batch if batched else 1
         tiles = B * mt * nt if bb == 1 else -(-B // bb)
 
         op_shapes = [o.shape for o in fusion.operands]
@@ -263,8 +269,9 @@ class TritonGemmFusion(FusionEmitter):
         ctx.block_shape, ctx.mask, ctx.zero = "zero.shape", "mask", "zero"
 
         def gen_body(operand: Instruction, batch: tuple[int, ...], contracting: tuple[int, ...],
-                     noncontracting: list[int], k_first: bool) -> tuple[list[str], str]:
-            """Lines computing ``operand`` on its tile; returns (lines, value variable)."""
+                     noncontracting: list[int], k_first: bool, start: int = 0) -> tuple[list[str], str]:
+            """Lines computing ``operand`` on its tile (``start``: where a concatenated piece begins along the
+            one non-contracting dimension); returns (lines, value variable)."""
             ctx.body = ts.SourceBuilder()
             ctx.body.level = 1
             gen = ElementalGenerator(ctx, comp)
@@ -277,15 +284,17 @@ class TritonGemmFusion(FusionEmitter):
             nc = gen.delinearize("i_n" if k_first else "i_m", [operand.shape.dimensions[d] for d in noncontracting],
                                  row_major(len(noncontracting)))
             for d, v in zip(noncontracting, nc):
-                idx[d] = v
+                idx[d] = gen.isub(v, start) if start else v
             with deep_recursion():
                 v = gen.value(operand, tuple(idx))
             if isinstance(v, list):
                 raise EmitterUnsupported(operand.opcode, operand.name, "tuple-valued dot operand")
             return list(ctx.body.lines), v
 
-        a_lines, a_val = gen_body(lhs, lb, lc, lnc, False)
-        b_lines, b_val = gen_body(rhs, rb, rc, rnc, True)
+        a_fns = [gen_body(o, lb, lc, lnc, False, st) for o, st, _ in pieces_a] if pieces_a else \
+            [gen_body(lhs, lb, lc, lnc, False)]
+        b_fns = [gen_body(o, rb, rc, rnc, True, st) for o, st, _ in pieces_b] if pieces_b else \
+            [gen_body(rhs, rb, rc, rnc, True)]
 
         # epilogue: the accumulator's elements at their root indices, stored under the tile's bounds
         ctx.body = ts.SourceBuilder()
@@ -319,12 +328,16 @@ class TritonGemmFusion(FusionEmitter):
             if ret is not None:
                 src.append(f"    return {ret}")
 
-        fn("lhs_tile", "i_m", ["i_m", "i_k", "mask"], a_lines, a_val)
-        fn("rhs_tile", "i_n", ["i_k", "i_n", "mask"], b_lines, b_val)
+        for k, (lines, val) in enumerate(a_fns):
+            fn("lhs_tile" + (f"_{k}" if pieces_a else ""), "i_m", ["i_m", "i_k", "mask"], lines, val)
+        for k, (lines, val) in enumerate(b_fns):
+            fn("rhs_tile" + (f"_{k}" if pieces_b else ""), "i_n", ["i_k", "i_n", "mask"], lines, val)
         fn("epilogue", "i_m", ["i_m", "i_n", "acc", "smask"], e_lines, None)
         loaded = (lhs.shape.element_type, rhs.shape.element_type)
+        split = ("lhs_tile", "m_t", pb.bm, pieces_a) if pieces_a else ("rhs_tile", "n_t", pb.bn, pieces_b) \
+            if pieces_b else None
         body = (_batched_tile(pb, bb, params, bnames, idx_t, loaded, dot.shape.element_type) if bb > 1 else
-                _tile(pb, params, bnames, idx_t, loaded, dot.shape.element_type))
+                _tile(pb, params, bnames, idx_t, loaded, dot.shape.element_type, split))
         src += ["", "@triton.jit", f"def gemm({', '.join(params + ['BLOCK: tl.constexpr', 'N: tl.constexpr'])}):",
                 "    pid = tl.program_id(0)", "    for t in range(0, BLOCK):", "        tile = pid * BLOCK + t",
                 "        if tile < N:"] + body
@@ -426,6 +439,10 @@ def _loads_only(operand: Instruction) -> bool:
 def _k_loop(I: str, pb: _Problem) -> list[str]:
     """The K loop's header (and, for a long loop, its ``nounroll`` pragma as the loop body's first statement)."""
     steps = -(-pb.K // pb.bk)
+    if steps <= FULL_UNROLL_STEPS and pb.tk != pb.bk:
+        # a tile padded to Triton's smallest dot K (int8 block_k 16): the zeroing makes the body too big for
+        # ptxas to unroll it, where XLA's 16-deep steps are unrolled (u_i8_scaled: 8 IMMA, no loop); written out
+        return [f"{I}for k0 in tl.static_range(0, {pb.K}, {pb.bk}):"]
     if steps <= FULL_UNROLL_STEPS:
         return [f"{I}for k0 in range(0, {pb.K}, {pb.bk}):"]
     unroll = ", loop_unroll_factor=2" if steps % 2 == 0 and pb.plain_operands else ""
@@ -461,9 +478,32 @@ def _k_step_lines(I: str, pb: _Problem, P: str, a_args: str, b_args: str, rank: 
     return lines
 
 
+def _tile_pieces(operand: Instruction, noncontracting: list[int], block: int) -> list[tuple] | None:
+    """``[(piece, start, end)]`` of a dot operand that is a concatenate along its one non-contracting
+    dimension, every piece a whole number of ``block`` tiles (so a tile reads one piece; the last may overhang
+    the end, masked as usual); ``None`` otherwise."""
+    if operand.opcode != "concatenate" or len(noncontracting) != 1 or len(operand.operands) < 2:
+        return None
+    (d,) = noncontracting
+    if int_list(operand.attrs.get("dimensions"))[0] != d:
+        return None
+    out, start = [], 0
+    for o in operand.operands:
+        size = o.shape.dimensions[d]
+        if size == 0:
+            continue
+        out.append((o, start, start + size))
+        start += size
+    if len(out) < 2 or any(st % block for _, st, _ in out):
+        return None
+    return out
+
+
 def _tile(pb: _Problem, params: list[str], bnames: list[str], idx_t: str, loaded: tuple[str, str],
-          out_et: str) -> list[str]:
-    """Kernel lines for one ``block_m x block_n`` output tile (``tile``: batch-major, then M, then N tiles)."""
+          out_et: str, split: tuple | None = None) -> list[str]:
+    """Kernel lines for one ``block_m x block_n`` output tile (``tile``: batch-major, then M, then N tiles);
+    ``split``: ``(tile function, tile index, block, pieces)`` of an operand concatenated at tile boundaries,
+    whose K loop is written once per piece under a test of the tile index (XLA's kernel unswitches it so)."""
     I = " " * 12
     P = ", ".join(params)
     bm, bn, tk = pb.bm, pb.bn, pb.tk
@@ -482,9 +522,18 @@ def _tile(pb: _Problem, params: list[str], bnames: list[str], idx_t: str, loaded
         f"{I}i_m_a = rm[:, None] + zero_a",
         f"{I}i_n_b = rn[None, :] + zero_b",
         f"{I}acc = tl.full([{bm}, {bn}], 0, {pb.plan.acc_t})",
-    ] + _k_loop(I, pb)
-    lines += _k_step_lines(I + "    ", pb, P, f"{bargs}i_m_a, ", bargs, 2, loaded, [bm, tk], [tk, bn],
-                           [("rm", pb.M, bm)], [("rn", pb.N, bn)])
+    ]
+    if split is None:
+        lines += _k_loop(I, pb) + _k_step_lines(I + "    ", pb, P, f"{bargs}i_m_a, ", bargs, 2, loaded, [bm, tk],
+                                                [tk, bn], [("rm", pb.M, bm)], [("rn", pb.N, bn)])
+    else:
+        name, t, blk, pieces = split
+        for k, (_, _, end) in enumerate(pieces):
+            head = "if" if k == 0 else "elif"
+            lines.append(f"{I}{head} {t} * {blk} < {end}:" if k < len(pieces) - 1 else f"{I}else:")
+            loop = _k_loop(I + "    ", pb) + _k_step_lines(I + "        ", pb, P, f"{bargs}i_m_a, ", bargs, 2, loaded,
+                                                          [bm, tk], [tk, bn], [("rm", pb.M, bm)], [("rn", pb.N, bn)])
+            lines += [ln.replace(f"{name}(", f"{name}_{k}(") for ln in loop]
     smask = _in_range([("rm", pb.M, bm), ("rn", pb.N, bn)]) or _full_true([bm, bn])
     lines += [
         f"{I}zero_o = tl.full([{bm}, {bn}], 0, {idx_t})",

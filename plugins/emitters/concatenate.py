@@ -27,6 +27,7 @@ from fusegen.codegen.launch import LoopGeometry, analysis_loop_geometry, calcula
 from fusegen.codegen.thread_indexing import default_thread_id_indexing_map
 from fusegen.indexing import IndexingMap
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
+from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
@@ -151,6 +152,17 @@ class ConcatenateFusion(FusionEmitter):
         ctx.names.reserve("start")
         gen = ElementalGenerator(ctx, comp)
         h_dims, h_m2m = hero.shape.dimensions, hero.shape.minor_to_major()
+        # jnp.stack(..., axis=-1): every operand one element along the minor concatenated dimension, all roots
+        # laid out as the concatenate: the k passes' values are stored as one k-element vector a lane (XLA's
+        # vectoriser merges the k adjacent stores)
+        k_stack = len(pieces)
+        et_ok = all(ls.element_type not in ("pred", "c64", "c128") and not ls.element_type.startswith(("s4", "u4"))
+                    and dtypes.bit_width(ls.element_type) * k_stack <= 128 for ls in leaves)
+        stacked = (k_stack in (2, 4, 8) and h_m2m[0] == kdim and et_ok
+                   and all(o.shape.dimensions[kdim] == 1 for o, _ in pieces)
+                   and all(ls.dimensions == h_dims and ls.minor_to_major() == h_m2m for ls in leaves))
+        stack_vals: dict[int, list[str]] = {}
+        stack_off: dict[int, str] = {}
         with deep_recursion():
             for p, (op, off) in enumerate(pieces):
                 n = op.shape.numel
@@ -188,12 +200,22 @@ class ConcatenateFusion(FusionEmitter):
                     same = ls.dimensions == h_dims and ls.minor_to_major() == h_m2m
                     ridx = out_idx if same else gen.delinearize(lin_h, ls.dimensions, ls.minor_to_major())
                     (val,) = flatten(gen.value(root, ridx))
+                    if stacked:
+                        stack_vals.setdefault(k, []).append(val)
+                        if p == 0:
+                            stack_off[k] = gen.itensor(gen.linearize(ridx, ls.dimensions, ls.minor_to_major()))
+                        continue
                     ptr = ctx.param("output", k, ls, f"out{k}")
                     store_line(gen, ptr, gen.linearize(ridx, ls.dimensions, ls.minor_to_major()), val,
                                ls.element_type, mask_p)
                 if n < n_max:
                     gen.pop_scope()
                     ctx.body.dedent()
+        for k, vals in stack_vals.items():
+            ptr = ctx.param("output", k, leaves[k], f"out{k}")
+            vec = ctx.emit(f"tl.reshape({_joined(ctx, vals)}, [BLOCK, {len(vals)}])", "stk")
+            ctx.body.line(f"tl.store({ptr} + ({stack_off[k]}[:, None] + tl.arange(0, {len(vals)})[None, :]), {vec}, "
+                          "mask=mask[:, None])")
         pid = "tl.program_id(0)" if gy == 1 else f"(tl.program_id(1) * {gx} + tl.program_id(0))"
         if idx_t == "tl.int64":
             pid = f"{pid}.to(tl.int64)"
@@ -210,6 +232,14 @@ class ConcatenateFusion(FusionEmitter):
                           constexprs={"BLOCK": block, "N": n_max}, launch=geometry.launch(), num_stages=1,
                           interpret_variant=variant)
         return EmittedFusion(emitter=self.name, kernels=(ks,))
+
+
+def _joined(ctx: KernelContext, cols: list[str]) -> str:
+    """``cols`` (a power-of-two count of ``[BLOCK]`` tensors) as one tensor whose last dimensions, read
+    row-major, give them in order (``tl.join`` adds a last dimension of 2: the even then the odd ones)."""
+    if len(cols) == 1:
+        return cols[0]
+    return ctx.emit(f"tl.join({_joined(ctx, cols[0::2])}, {_joined(ctx, cols[1::2])})", "stk")
 
 
 def _create(analysis: Any, context: Any = None) -> ConcatenateFusion | None:

@@ -8,6 +8,7 @@ from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction
 from fusegen.codegen.elemental.common import COMPLEX_PARTS, Index, int_list, parse_constant
+from fusegen.codegen.elemental.reads import reads_only
 
 
 class ReduceDotMixin:
@@ -233,6 +234,9 @@ class ReduceDotMixin:
             accs = self._round_accumulators(accs, promoted, et, inst)
             return accs if inst.shape.is_tuple else accs[0]
         loop = total > 1
+        # a window over a parameter read as it is (through index maps only): every access it makes is a masked
+        # load, so positions in the padding need no clamped index
+        masked = all(reads_only(i) for i in inputs) and all(int(b) == 1 for b in w["lhs_dilate"])
         if loop:
             r = self.ctx.names.fresh("rw")
             self.ctx.body.line(f"for {r} in range(0, {total}):")
@@ -273,16 +277,22 @@ class ReduceDotMixin:
                     parts.append(f"(({self.iclamp(p, 0, span)} % {bd}) == 0)")
                 if parts:
                     conds.append(self.ctx.emit(" & ".join(parts), "inwin"))
-                q = self.iclamp(p, 0, span) if parts else p
+                # no base dilation: the position is not clamped, the loads are masked by the window test
+                # instead (XLA's kernel branches around a position in the padding)
+                q = self.iclamp(p, 0, span) if parts and (bd > 1 or not masked) else p
                 src_idx.append(self.idiv(q, bd) if bd > 1 else q)
             if "False" in conds:
                 xs = list(init_vals)
             else:
-                xs = [self.value(i, tuple(src_idx)) for i in inputs]
+                cond = (conds[0] if len(conds) == 1 else self.ctx.emit(" & ".join(conds), "inwin")) if conds else None
+                if cond is not None and masked:
+                    with self.ctx.block(self.ctx.block_shape, mask=self.ctx.emit(f"{self.ctx.mask} & {cond}", "mwin")):
+                        xs = [self.value(i, tuple(src_idx)) for i in inputs]
+                else:
+                    xs = [self.value(i, tuple(src_idx)) for i in inputs]
                 if promoted:
                     xs = [self.up(xs[0], et)]
-                if conds:
-                    cond = conds[0] if len(conds) == 1 else self.ctx.emit(" & ".join(conds), "inwin")
+                if cond is not None:
                     xs = [self.ctx.emit(f"tl.where({cond}, {x}, {iv})", "xw") for x, iv in zip(xs, init_vals)]
             self._combine_into(accs, comp, xs, inst)
         finally:

@@ -13,6 +13,7 @@ from fusegen.codegen import triton_source as ts
 from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction
+from fusegen.codegen.elemental.reads import reads_only
 from fusegen.codegen.elemental.common import (COMPLEX_PARTS, Cx, Index, _LOW_FLOATS, _nest, int_list,
                                               is_float, parse_constant)
 
@@ -133,7 +134,43 @@ class ShapeOpsMixin:
     def _copy(self, inst: Instruction, idx: Index) -> Any:
         return self.value(inst.operands[0], idx)
 
-    _broadcast = _transpose = _slice = _reverse = _through_map
+    _broadcast = _transpose = _reverse = _through_map
+
+    def _slice(self, inst: Instruction, idx: Index) -> Any:
+        """:meth:`_through_map`; a strided slice of a parameter's minor dimension first binds the whole group of
+        ``stride`` neighbours as one vector (:meth:`bind_strided_group`: the even and odd halves of an
+        interleaved rotary embedding are one load)."""
+        src_idx = self.apply_map(self.operand_map(inst, 0), idx, inst)
+        self.bind_strided_group(inst, idx, src_idx)
+        self._slice_linear(inst, idx, src_idx)
+        return self.value(inst.operands[0], src_idx)
+
+    def _slice_linear(self, inst: Instruction, idx: Index, src_idx: Index) -> None:
+        """Record the source's linear position of a slice that keeps every dimension but the minor one, taken
+        with stride ``s`` from offset ``start < s`` over the whole row: ``s * L + start`` for the output's linear
+        index ``L`` (``x[:, ::2]``: ``2 * lin``, not ``2 * (lin % 512) + 1024 * (lin // 512)``), so loads of
+        the source index by it."""
+        src = inst.operands[0]
+        dims, m2m = tuple(inst.shape.dimensions), tuple(inst.shape.minor_to_major())
+        sdims, sm2m = tuple(src.shape.dimensions), tuple(src.shape.minor_to_major())
+        if m2m != sm2m or not dims or inst.shape.is_tuple:
+            return
+        lin = self._lookup(self._lin_of, (tuple(idx), dims, m2m))
+        spec = inst.attrs.get("slice") or []
+        if lin is None or len(spec) != len(dims):
+            return
+        d = m2m[0]
+        try:
+            parts = [(int(x[0]), int(x[1]), int(x[2]) if len(x) > 2 else 1) for x in spec]
+        except (TypeError, ValueError, IndexError):
+            return
+        for e, (lo, hi, st) in enumerate(parts):
+            if e != d and (lo, hi, st) != (0, sdims[e], 1):
+                return
+        lo, _, st = parts[d]
+        if st < 2 or lo >= st or dims[d] * st != sdims[d]:
+            return
+        self._lin_of[-1].setdefault((tuple(src_idx), sdims, sm2m), self.iadd(self.imul(lin, st), lo))
 
     def _pad(self, inst: Instruction, idx: Index) -> Any:
         """``pad`` from its output-to-operand map (``fusegen.indexing.analysis_shapes.pad_map``, XLA's
@@ -147,6 +184,12 @@ class ShapeOpsMixin:
         cond, cidx = self.domain_test(m, idx, inst)
         if cond is False:
             return self.value(pv, ())
+        if isinstance(cond, str) and not m.constraints and reads_only(src) and self.bindings is None:
+            # a parameter read through index maps: the loads are masked by the domain test instead of reading
+            # at a clamped index (XLA's kernel branches around the padding), so the index is the map's own
+            with self.ctx.block(self.ctx.block_shape, mask=self.ctx.emit(f"{self.ctx.mask} & {cond}", "mpad")):
+                inner = self.value(src, self.apply_map(m, idx, inst))
+            return self.where(cond, inner, self.value(pv, ()), inst.name)
         inner = self.value(src, self.apply_map(m, cidx, inst))
         if cond is True:
             return inner

@@ -68,3 +68,52 @@ class VectorReadsMixin:
             for k, col in enumerate(self.vector_columns(t, n, block)):
                 self.bind_value(p, tuple(idx[:dim]) + (k,) + tuple(idx[dim + 1:]), col)
         return True
+
+    def bind_strided_group(self, inst: Instruction, idx: Index, src_idx: Index) -> None:
+        """For a ``slice`` of a fusion parameter with stride ``s`` (2-16, at most 16 bytes) along the parameter's
+        minor physical dimension: load the ``s`` neighbours of each element read (its group, starting at a
+        multiple of ``s``) as one ``[block, s]`` vector and bind them all (:meth:`bind_value`) at the indices
+        sibling slices (other starts, same stride) compute, ``imul(j, s) + start``: ``x[..., ::2]`` and
+        ``x[..., 1::2]`` read together, as XLA's vectoriser merges the two loads. Nothing when the group may
+        pass the dimension's end, or another index scheme is in force."""
+        ctx, src = self.ctx, inst.operands[0]
+        if self.bindings is not None or ctx.runs is not None or ctx.steps is not None or ctx.block_shape in ("[]", ""):
+            return
+        if src.opcode != "parameter" or src.shape.is_tuple:
+            return
+        et = src.shape.element_type
+        if et == "pred" or et in COMPLEX_PARTS or et.startswith("f8") or dtypes.bit_width(et) not in (8, 16, 32, 64):
+            return
+        n = src.parameter_number
+        pshape = ctx.operand_shapes[n] if n < len(ctx.operand_shapes) else src.shape
+        if pshape.dimensions != src.shape.dimensions:
+            pshape = src.shape
+        d = pshape.minor_to_major()[0]
+        spec = inst.attrs.get("slice") or []
+        try:
+            start, _, stride = (int(spec[d][0]), int(spec[d][1]), int(spec[d][2]) if len(spec[d]) > 2 else 1)
+        except (IndexError, TypeError, ValueError):
+            return
+        if stride < 2 or stride & (stride - 1) or stride * dtypes.bit_width(et) > 128 or isinstance(idx[d], int):
+            return
+        first = start - start % stride
+        if first + stride * inst.shape.dimensions[d] > pshape.dimensions[d]:
+            return
+        if self._lookup(self._scopes, (id(src), tuple(src_idx))) is not None:
+            return  # bound already (a sibling slice's group) or loaded
+        keys = []
+        for k in range(stride):
+            at = list(src_idx)
+            at[d] = self.iadd(self.imul(idx[d], stride), first + k)
+            keys.append(tuple(at))
+        if tuple(src_idx) not in keys:  # the slice's own map is written otherwise: leave it alone
+            return
+        base_at = list(src_idx)
+        base_at[d] = self.iadd(self.imul(idx[d], stride), first)
+        base = self.itensor(self.linearize(tuple(base_at), pshape.dimensions, pshape.minor_to_major()))
+        ptr = ctx.param("operand", n, pshape, src.name)
+        t = ctx.emit(f"tl.load({ptr} + ({base}[:, None] + tl.arange(0, {stride})[None, :]), "
+                     f"mask={ctx.mask}[:, None], other=0)", src.name)
+        for key, col in zip(keys, self.vector_columns(t, stride, ctx.block_shape[1:-1])):
+            if self._lookup(self._scopes, (id(src), key)) is None:
+                self.bind_value(src, key, col)
