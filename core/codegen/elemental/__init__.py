@@ -11,9 +11,16 @@ in XLA: no exponential recomputation when an instruction has several users. Inde
 (variables are themselves de-duplicated by expression, and linear-index round trips such as
 ``bitcast(bitcast(x))`` are recognised), so equal indices hit the cache.
 
-Invariant: every index the generator produces lies inside its shape (tail lanes are clamped by the
-caller; pad/concatenate/dynamic-update-slice/gather clamp their operand indices and select), so no load
-can leave its buffer.
+Invariant: no load leaves its buffer. Every index the generator produces lies inside its shape (tail lanes
+are clamped by the caller; dynamic-update-slice/gather and computed pad/concatenate/window operands clamp
+their operand indices and select), except where only a masked load reads it: a pad point or window position
+in the padding of a parameter read through index maps masks that load by its in-domain test
+(:mod:`~fusegen.codegen.elemental.reads`), and a concatenate of parameters dereferences only the selected
+operand's pointer.
+
+Contiguous vectors XLA's vectoriser would merge are read as one ``[block, V]`` load split into columns in
+registers (:mod:`~fusegen.codegen.elemental.vector_reads`): reduce-window walks along a minor dimension, a
+scatter's index vector, and the neighbours of a strided slice.
 
 Numerics follow XLA:GPU: f16/bf16/fp8 arithmetic is done in f32 and rounded back; transcendental functions
 call libdevice; integer division by zero gives -1 (all ones), ``INT_MIN / -1`` gives ``INT_MIN``;
@@ -21,7 +28,8 @@ float->int conversion saturates and maps NaN to 0; shifts by >= bit width give 0
 ``maximum``/``minimum`` propagate NaN; integer ``power`` is exponentiation by squaring (negative exponents
 give 1 for base 1, ±1 for base -1 by the exponent's parity, and 0 otherwise); start indices wider than the index type saturate before they are narrowed.
 ``reduce`` and ``reduce-window`` are runtime loops over the reduced elements / window positions (f16/bf16
-add/multiply reducers accumulate in f32 and round once, as the reference evaluator does).
+add/multiply reducers accumulate in f32 and round once, as the reference evaluator does), except a short
+window along a parameter's minor dimension, which is unrolled over vectors.
 
 Tuple-shaped fusion parameters are read leaf by leaf (one kernel buffer per leaf, parameter kind
 ``"operand_leaf"``) through their ``get-tuple-element`` users.
