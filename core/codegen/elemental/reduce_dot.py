@@ -323,6 +323,8 @@ class ReduceDotMixin:
         if len(wide) != 1 or any(int(b) != 1 for b in w["lhs_dilate"]):
             return None
         d = wide[0]
+        if any((int(w["pad"][e][0]), int(w["pad"][e][1])) != (0, 0) for e in range(len(w["size"])) if e != d):
+            return None  # a row in another dimension's padding is the init: the loop's window test says so
         top = src
         while top.opcode == "convert" and _plain(top.shape.element_type) and _plain(top.operands[0].shape.element_type):
             top = top.operands[0]
@@ -421,8 +423,9 @@ def _init_is_identity(inst: Instruction) -> bool:
     # accumulator is the init or a converted result, so it survives the round trip exactly
     root = _peel_converts(comp.root) if isinstance(comp, Computation) and comp.root is not None else None
     if root is None or root.opcode not in _IDENTITIES or init.opcode != "constant" or init.shape.rank != 0 or \
-            sorted(_peel_converts(o).opcode for o in root.operands) != ["parameter", "parameter"]:
-        return False
+            sorted(_peel_converts(o).opcode for o in root.operands) != ["parameter", "parameter"] or \
+            len({_peel_converts(o).parameter_number for o in root.operands}) != 2:
+        return False  # op(b, b) is no combiner with an identity: the padding's count would matter
     et = init.shape.element_type
     try:
         v = np.asarray(parse_constant(init)).reshape(-1)[0]
