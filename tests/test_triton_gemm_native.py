@@ -437,6 +437,8 @@ def test_xla_gemm_launches_tensor_cores_and_shared_memory(tmp_path):
     ("lhs", (48, 32), True),   # XLA's dot merger on M (u_swiglu's dot(concat(w1, w2), x)): 16-row tiles
     ("rhs", (16, 24, 8), True),  # q, k, v weights concatenated along N: 8-column tiles
     ("rhs", (12, 36), False),  # a piece that starts inside a tile: the pointer is selected per element
+    ("lhs", (16, 1), True),  # a last piece one row long (found by an adversarial check: read before its buffer)
+    ("rhs", (8, 24, 16, 1), True),
 ])
 def test_operand_concatenated_at_tile_boundaries_gets_a_k_loop_per_piece(side, sizes, split):
     """A dot operand that is a concatenate along its M (N) dimension: where every piece starts on a tile

@@ -284,7 +284,9 @@ class TritonGemmFusion(FusionEmitter):
             nc = gen.delinearize("i_n" if k_first else "i_m", [operand.shape.dimensions[d] for d in noncontracting],
                                  row_major(len(noncontracting)))
             for d, v in zip(noncontracting, nc):
-                idx[d] = gen.isub(v, start) if start else v
+                # a piece one row long has one valid index (its shifted tile index is dropped with the unit
+                # dimension, but not its constant: the reads landed before the buffer)
+                idx[d] = (0 if operand.shape.dimensions[d] == 1 else gen.isub(v, start)) if start else v
             with deep_recursion():
                 v = gen.value(operand, tuple(idx))
             if isinstance(v, list):
@@ -440,8 +442,8 @@ def _k_loop(I: str, pb: _Problem) -> list[str]:
     """The K loop's header (and, for a long loop, its ``nounroll`` pragma as the loop body's first statement)."""
     steps = -(-pb.K // pb.bk)
     if steps <= FULL_UNROLL_STEPS and pb.tk != pb.bk:
-        # a tile padded to Triton's smallest dot K (int8 block_k 16): the zeroing makes the body too big for
-        # ptxas to unroll it, where XLA's 16-deep steps are unrolled (u_i8_scaled: 8 IMMA, no loop); written out
+        # a tile padded to Triton's smallest dot K (int8 block_k 16, bf16 block_k 8): the zeroing makes the
+        # body too big for ptxas to unroll it, where XLA's steps are unrolled (u_i8_scaled: 8 IMMA, no loop)
         return [f"{I}for k0 in tl.static_range(0, {pb.K}, {pb.bk}):"]
     if steps <= FULL_UNROLL_STEPS:
         return [f"{I}for k0 in range(0, {pb.K}, {pb.bk}):"]
