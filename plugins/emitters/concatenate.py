@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
+from fusegen.codegen.elemental.vector_reads import plain_vector_type
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.launch import LoopGeometry, analysis_loop_geometry, calculate_launch_dimensions
 from fusegen.codegen.thread_indexing import default_thread_id_indexing_map
@@ -156,8 +157,8 @@ class ConcatenateFusion(FusionEmitter):
         # laid out as the concatenate: the k passes' values are stored as one k-element vector a lane (XLA's
         # vectoriser merges the k adjacent stores)
         k_stack = len(pieces)
-        et_ok = all(ls.element_type not in ("pred", "c64", "c128") and not ls.element_type.startswith(("s4", "u4"))
-                    and dtypes.bit_width(ls.element_type) * k_stack <= 128 for ls in leaves)
+        et_ok = all(plain_vector_type(ls.element_type) and dtypes.bit_width(ls.element_type) * k_stack <= 128
+                    for ls in leaves)
         stacked = (k_stack in (2, 4, 8) and h_m2m[0] == kdim and et_ok
                    and all(o.shape.dimensions[kdim] == 1 for o, _ in pieces)
                    and all(ls.dimensions == h_dims and ls.minor_to_major() == h_m2m for ls in leaves))
@@ -213,7 +214,7 @@ class ConcatenateFusion(FusionEmitter):
                     ctx.body.dedent()
         for k, vals in stack_vals.items():
             ptr = ctx.param("output", k, leaves[k], f"out{k}")
-            vec = ctx.emit(f"tl.reshape({_joined(ctx, vals)}, [BLOCK, {len(vals)}])", "stk")
+            vec = gen.joined_columns(vals, "BLOCK")
             ctx.body.line(f"tl.store({ptr} + ({stack_off[k]}[:, None] + tl.arange(0, {len(vals)})[None, :]), {vec}, "
                           "mask=mask[:, None])")
         pid = "tl.program_id(0)" if gy == 1 else f"(tl.program_id(1) * {gx} + tl.program_id(0))"
@@ -232,14 +233,6 @@ class ConcatenateFusion(FusionEmitter):
                           constexprs={"BLOCK": block, "N": n_max}, launch=geometry.launch(), num_stages=1,
                           interpret_variant=variant)
         return EmittedFusion(emitter=self.name, kernels=(ks,))
-
-
-def _joined(ctx: KernelContext, cols: list[str]) -> str:
-    """``cols`` (a power-of-two count of ``[BLOCK]`` tensors) as one tensor whose last dimensions, read
-    row-major, give them in order (``tl.join`` adds a last dimension of 2: the even then the odd ones)."""
-    if len(cols) == 1:
-        return cols[0]
-    return ctx.emit(f"tl.join({_joined(ctx, cols[0::2])}, {_joined(ctx, cols[1::2])})", "stk")
 
 
 def _create(analysis: Any, context: Any = None) -> ConcatenateFusion | None:

@@ -266,11 +266,8 @@ class ScatterFusion(FusionEmitter):
             raise EmitterUnsupported("scatter", self.scatter.name, f"scatter indices of type {iet}")
         wide = dtypes.bit_width(iet) == 64
         check_t = "tl.int64" if wide else "tl.int32"
-        if d.index_vector_dim < ind.shape.rank and len(d.scatter_dims_to_operand_dims) == \
-                ind.shape.dimensions[d.index_vector_dim]:
-            # the index vector read whole: one load of its n components a thread, as XLA's kernel
-            at = tuple(sidx[:d.index_vector_dim]) + (0,) + tuple(sidx[d.index_vector_dim:])
-            gen.bind_parameter_vectors(ind, at, d.index_vector_dim)
+        if (ivd := d.index_vector_dim) < ind.shape.rank:  # the index vector as one load a thread, as XLA's
+            gen.bind_parameter_vectors(ind, tuple(sidx[:ivd]) + (0,) + tuple(sidx[ivd:]), ivd)
         for k, od in enumerate(d.scatter_dims_to_operand_dims):
             if d.index_vector_dim < ind.shape.rank:
                 ii = tuple(sidx[:d.index_vector_dim]) + (k,) + tuple(sidx[d.index_vector_dim:])

@@ -467,10 +467,7 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
                                          "through get-tuple-element, with leaves of different shapes")
             flat = [self.tuple_parameter_leaf(inst, k, idx) for k in range(len(leaves))]
             return _nest(inst.shape, iter(flat))
-        shape = self.ctx.operand_shapes[n] if n < len(self.ctx.operand_shapes) else inst.shape
-        if shape.dimensions != inst.shape.dimensions:
-            shape = inst.shape
-        ptr = self.ctx.param("operand", n, shape, inst.name)
+        ptr, shape = self.parameter_buffer(inst)
         return self._load(ptr, shape, idx, inst)
 
     def tuple_parameter_leaf(self, inst: Instruction, leaf: int, idx: Index) -> str:

@@ -7,8 +7,9 @@ from typing import Any
 from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction
-from fusegen.codegen.elemental.common import COMPLEX_PARTS, Index, int_list, parse_constant
+from fusegen.codegen.elemental.common import Index, int_list, parse_constant
 from fusegen.codegen.elemental.reads import reads_only
+from fusegen.codegen.elemental.vector_reads import plain_vector_type
 
 
 class ReduceDotMixin:
@@ -326,10 +327,10 @@ class ReduceDotMixin:
         if any((int(w["pad"][e][0]), int(w["pad"][e][1])) != (0, 0) for e in range(len(w["size"])) if e != d):
             return None  # a row in another dimension's padding is the init: the loop's window test says so
         top = src
-        while top.opcode == "convert" and _plain(top.shape.element_type) and _plain(top.operands[0].shape.element_type):
+        while top.opcode == "convert" and plain_vector_type(top.shape.element_type) and plain_vector_type(top.operands[0].shape.element_type):
             top = top.operands[0]
         et = top.shape.element_type
-        if int(w["rhs_dilate"][d]) != 1 or top.shape.minor_to_major()[0] != d or not _plain(et):
+        if int(w["rhs_dilate"][d]) != 1 or top.shape.minor_to_major()[0] != d or not plain_vector_type(et):
             return None
         par = top
         while par.opcode == "bitcast" and par.operands[0].shape.element_type == et:
@@ -364,10 +365,7 @@ class ReduceDotMixin:
             if e != d:
                 base_idx[e] = self.isub(self.imul(idx[e], int(w["stride"][e])), int(w["pad"][e][0]))
         base = self.itensor(self.linearize(tuple(base_idx), top.shape.dimensions, top.shape.minor_to_major()))
-        pshape = ctx.operand_shapes[par.parameter_number] if par.parameter_number < len(ctx.operand_shapes) \
-            else par.shape
-        ptr = ctx.param("operand", par.parameter_number, pshape, par.name)
-        block = ctx.block_shape[1:-1]
+        ptr, _ = self.parameter_buffer(par)
         vmax = 16 // (dtypes.bit_width(top.shape.element_type) // 8)
         wstart = None if isinstance(idx[d], int) else self.isub(self.imul(idx[d], st), lo)
         c = first - first % vmax
@@ -375,9 +373,7 @@ class ReduceDotMixin:
             v = vmax
             while c + v > top.shape.dimensions[d] and v > 1:
                 v //= 2
-            cols = self.vector_columns(em(f"tl.load({ptr} + ({base}[:, None] + {c} + tl.arange(0, {v})[None, :]), "
-                                           f"mask={ctx.mask}[:, None], other=0)", top.name), v, block)
-            for k, x in enumerate(cols):
+            for k, x in enumerate(self.vector_load(ptr, self.itensor(self.iadd(base, c)), v, top.name)):
                 p = c + k
                 if wstart is None and not idx[d] * st - lo <= p < idx[d] * st - lo + size:
                     continue  # outside the static window [s0, s0 + size)
@@ -397,12 +393,6 @@ class ReduceDotMixin:
 
 #: reducer root -> its identity (``None``: depends on the type: the lowest / highest value)
 _IDENTITIES = {"add": 0, "multiply": 1, "or": 0, "xor": 0, "maximum": None, "minimum": None}
-
-
-def _plain(et: str) -> bool:
-    """A type the vectorised window walk loads and converts plainly (8-64 bit, not pred, complex or fp8)."""
-    return et != "pred" and et not in COMPLEX_PARTS and not et.startswith("f8") and \
-        dtypes.bit_width(et) in (8, 16, 32, 64)
 
 
 def _peel_converts(x: Instruction) -> Instruction:

@@ -240,11 +240,7 @@ class ShapeOpsMixin:
             return None
         ck, sel = idx[k], None
         for o, start in reversed(ops):
-            n = o.parameter_number
-            shape = self.ctx.operand_shapes[n] if n < len(self.ctx.operand_shapes) else o.shape
-            if shape.dimensions != o.shape.dimensions:
-                shape = o.shape
-            ptr = self.ctx.param("operand", n, shape, o.name)
+            ptr, shape = self.parameter_buffer(o)
             # the local index is not clamped: only the selected operand's address is read
             off = self.itensor(self.linearize(idx[:k] + (self.isub(ck, start),) + idx[k + 1:], shape.dimensions,
                                               shape.minor_to_major()))

@@ -4,19 +4,38 @@ vectoriser merges, which Triton gives one thread only as one ``[block, V]`` tens
 from __future__ import annotations
 
 from fusegen.hlo import dtypes
-from fusegen.hlo.ir import Instruction
+from fusegen.hlo.ir import Instruction, Shape
 from fusegen.codegen.elemental.common import COMPLEX_PARTS, Index
+
+
+def plain_vector_type(et: str) -> bool:
+    """A type read as vectors plainly: 8-64 bit, not pred (stored as bytes, compared), complex or fp8 (whose
+    loads take no ``other``)."""
+    return et != "pred" and et not in COMPLEX_PARTS and not et.startswith("f8") and \
+        dtypes.bit_width(et) in (8, 16, 32, 64)
 
 
 class VectorReadsMixin:
     """Column splitting and parameter-vector binding of :class:`ElementalGenerator` (a mixin)."""
 
+    def parameter_buffer(self, par: Instruction) -> tuple[str, Shape]:
+        """``(pointer, shape)`` of fusion parameter ``par``'s buffer: the fusion operand's shape (its physical
+        layout) where its dimensions are the parameter's, else the parameter's own."""
+        n, ops = par.parameter_number, self.ctx.operand_shapes
+        shape = ops[n] if n < len(ops) and ops[n].dimensions == par.shape.dimensions else par.shape
+        return self.ctx.param("operand", n, shape, par.name), shape
+
+    def vector_load(self, ptr: str, base: str, n: int, hint: str) -> list[str]:
+        """The ``n`` elements at ``ptr + base + k`` (``base`` a ``[block]`` offset, ``k < n``, a power of two) as
+        one ``[block, n]`` masked load, returned as its ``n`` ``[block]`` columns (:meth:`vector_columns`)."""
+        t = self.ctx.emit(f"tl.load({ptr} + ({base}[:, None] + tl.arange(0, {n})[None, :]), "
+                          f"mask={self.ctx.mask}[:, None], other=0)", hint)
+        return self.vector_columns(t, n, self.ctx.block_shape[1:-1])
+
     def vector_columns(self, t: str, v: int, block: str) -> list[str]:
         """The ``v`` columns of the ``[block, v]`` tensor ``t`` as ``[block]`` tensors, in order (``tl.split``
         halves the last dimension of size 2: even then odd columns)."""
-        if v == 1:
-            return [self.ctx.emit(f"tl.reshape({t}, [{block}])", "col")]
-        parts = [self.ctx.emit(f"tl.reshape({t}, [{block}" + ", 2" * (v.bit_length() - 1) + "])", "vec")]
+        x = self.ctx.emit(f"tl.reshape({t}, [{block}" + ", 2" * (v.bit_length() - 1) + "])", "col" if v == 1 else "vec")
 
         def columns(x: str, k: int) -> list[str]:
             if k == 0:
@@ -26,8 +45,15 @@ class VectorReadsMixin:
             ca, cb = columns(a, k - 1), columns(b, k - 1)
             return [ca[i // 2] if i % 2 == 0 else cb[i // 2] for i in range(2 ** k)]
 
-        return columns(parts[0], v.bit_length() - 1)
+        return columns(x, v.bit_length() - 1)
 
+    def joined_columns(self, cols: list[str], block: str) -> str:
+        """``cols`` (a power-of-two count of ``[block]`` tensors) as one ``[block, len(cols)]`` tensor, column ``k``
+        = ``cols[k]``: the inverse of :meth:`vector_columns` (``tl.join`` adds a last dimension of 2)."""
+        def joined(c: list[str]) -> str:
+            return c[0] if len(c) == 1 else self.ctx.emit(f"tl.join({joined(c[0::2])}, {joined(c[1::2])})", "stk")
+
+        return self.ctx.emit(f"tl.reshape({joined(cols)}, [{block}, {len(cols)}])", "stk")
 
     def bind_parameter_vectors(self, inst: Instruction, idx: Index, dim: int) -> bool:
         """Load, for every fusion parameter of ``inst``'s shape, its elements along ``dim`` at ``idx``
@@ -43,31 +69,20 @@ class VectorReadsMixin:
         n = inst.shape.dimensions[dim]
         if n < 2 or n & (n - 1):
             return False
-        params = []
-        for p in self.comp.instructions:
-            if p.opcode != "parameter" or p.shape.is_tuple or p.shape.dimensions != inst.shape.dimensions:
+        params = [p for p in self.comp.instructions if p.opcode == "parameter" and not p.shape.is_tuple
+                  and p.shape.dimensions == inst.shape.dimensions and plain_vector_type(p.shape.element_type)
+                  and n * dtypes.bit_width(p.shape.element_type) <= 128]
+        bound = False
+        for p in params:
+            ptr, pshape = self.parameter_buffer(p)
+            if pshape.minor_to_major()[0] != dim:
                 continue
-            et = p.shape.element_type
-            pshape = ctx.operand_shapes[p.parameter_number] if p.parameter_number < len(ctx.operand_shapes) \
-                else p.shape
-            if pshape.dimensions != p.shape.dimensions:
-                pshape = p.shape
-            if et == "pred" or et in COMPLEX_PARTS or et.startswith("f8") or dtypes.bit_width(et) not in (8, 16, 32, 64) \
-                    or n * dtypes.bit_width(et) > 128 or pshape.minor_to_major()[0] != dim:
-                continue
-            params.append((p, pshape))
-        if not params:
-            return False
-        block = ctx.block_shape[1:-1]
-        for p, pshape in params:
             at0 = tuple(idx[:dim]) + (0,) + tuple(idx[dim + 1:])
             base = self.itensor(self.linearize(at0, pshape.dimensions, pshape.minor_to_major()))
-            ptr = ctx.param("operand", p.parameter_number, pshape, p.name)
-            t = ctx.emit(f"tl.load({ptr} + ({base}[:, None] + tl.arange(0, {n})[None, :]), "
-                         f"mask={ctx.mask}[:, None], other=0)", p.name)
-            for k, col in enumerate(self.vector_columns(t, n, block)):
+            for k, col in enumerate(self.vector_load(ptr, base, n, p.name)):
                 self.bind_value(p, tuple(idx[:dim]) + (k,) + tuple(idx[dim + 1:]), col)
-        return True
+            bound = True
+        return bound
 
     def bind_strided_group(self, inst: Instruction, idx: Index, src_idx: Index) -> None:
         """For a ``slice`` of a fusion parameter with stride ``s`` (2-16, at most 16 bytes) along the parameter's
@@ -79,15 +94,10 @@ class VectorReadsMixin:
         ctx, src = self.ctx, inst.operands[0]
         if self.bindings is not None or ctx.runs is not None or ctx.steps is not None or ctx.block_shape in ("[]", ""):
             return
-        if src.opcode != "parameter" or src.shape.is_tuple:
+        if src.opcode != "parameter" or src.shape.is_tuple or not plain_vector_type(src.shape.element_type):
             return
         et = src.shape.element_type
-        if et == "pred" or et in COMPLEX_PARTS or et.startswith("f8") or dtypes.bit_width(et) not in (8, 16, 32, 64):
-            return
-        n = src.parameter_number
-        pshape = ctx.operand_shapes[n] if n < len(ctx.operand_shapes) else src.shape
-        if pshape.dimensions != src.shape.dimensions:
-            pshape = src.shape
+        ptr, pshape = self.parameter_buffer(src)
         d = pshape.minor_to_major()[0]
         spec = inst.attrs.get("slice") or []
         try:
@@ -111,9 +121,6 @@ class VectorReadsMixin:
         base_at = list(src_idx)
         base_at[d] = self.iadd(self.imul(idx[d], stride), first)
         base = self.itensor(self.linearize(tuple(base_at), pshape.dimensions, pshape.minor_to_major()))
-        ptr = ctx.param("operand", n, pshape, src.name)
-        t = ctx.emit(f"tl.load({ptr} + ({base}[:, None] + tl.arange(0, {stride})[None, :]), "
-                     f"mask={ctx.mask}[:, None], other=0)", src.name)
-        for key, col in zip(keys, self.vector_columns(t, stride, ctx.block_shape[1:-1])):
+        for key, col in zip(keys, self.vector_load(ptr, base, stride, src.name)):
             if self._lookup(self._scopes, (id(src), key)) is None:
                 self.bind_value(src, key, col)
