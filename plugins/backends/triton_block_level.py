@@ -51,8 +51,8 @@ class _TileGen(ElementalGenerator):
     lane_idx: tuple[str, ...] = ()
     dims: tuple[int, ...] = ()
     block: int = 1
-    sizes: list[int] = []
-    counts: list[int] = []
+    sizes: tuple[int, ...] | list[int] = ()
+    counts: tuple[int, ...] | list[int] = ()
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)

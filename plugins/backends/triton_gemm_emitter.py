@@ -525,17 +525,19 @@ def _tile(pb: _Problem, params: list[str], bnames: list[str], idx_t: str, loaded
         f"{I}i_n_b = rn[None, :] + zero_b",
         f"{I}acc = tl.full([{bm}, {bn}], 0, {pb.plan.acc_t})",
     ]
+
+    def k_loop(indent: str) -> list[str]:
+        return _k_loop(indent, pb) + _k_step_lines(indent + "    ", pb, P, f"{bargs}i_m_a, ", bargs, 2, loaded,
+                                                   [bm, tk], [tk, bn], [("rm", pb.M, bm)], [("rn", pb.N, bn)])
+
     if split is None:
-        lines += _k_loop(I, pb) + _k_step_lines(I + "    ", pb, P, f"{bargs}i_m_a, ", bargs, 2, loaded, [bm, tk],
-                                                [tk, bn], [("rm", pb.M, bm)], [("rn", pb.N, bn)])
+        lines += k_loop(I)
     else:
         name, t, blk, pieces = split
         for k, (_, _, end) in enumerate(pieces):
             head = "if" if k == 0 else "elif"
             lines.append(f"{I}{head} {t} * {blk} < {end}:" if k < len(pieces) - 1 else f"{I}else:")
-            loop = _k_loop(I + "    ", pb) + _k_step_lines(I + "        ", pb, P, f"{bargs}i_m_a, ", bargs, 2, loaded,
-                                                          [bm, tk], [tk, bn], [("rm", pb.M, bm)], [("rn", pb.N, bn)])
-            lines += [ln.replace(f"{name}(", f"{name}_{k}(") for ln in loop]
+            lines += [ln.replace(f"{name}(", f"{name}_{k}(") for ln in k_loop(I + "    ")]
     smask = _in_range([("rm", pb.M, bm), ("rn", pb.N, bn)]) or _full_true([bm, bn])
     lines += [
         f"{I}zero_o = tl.full([{bm}, {bn}], 0, {idx_t})",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 from fusegen.codegen.emitter import EmitterUnsupported
@@ -392,7 +393,7 @@ class ReduceDotMixin:
 
 
 #: reducer root -> its identity (``None``: depends on the type: the lowest / highest value)
-_IDENTITIES = {"add": 0, "multiply": 1, "or": 0, "xor": 0, "maximum": None, "minimum": None}
+_IDENTITIES = MappingProxyType({"add": 0, "multiply": 1, "or": 0, "xor": 0, "maximum": None, "minimum": None})
 
 
 def _peel_converts(x: Instruction) -> Instruction:

@@ -156,14 +156,10 @@ class ShapeOpsMixin:
         if m2m != sm2m or not dims or inst.shape.is_tuple:
             return
         lin = self._lookup(self._lin_of, (tuple(idx), dims, m2m))
-        spec = inst.attrs.get("slice") or []
-        if lin is None or len(spec) != len(dims):
+        parts = inst.attrs.get("slice") or []  # (start, limit, stride) a dimension, as the slice's map read it
+        if lin is None or len(parts) != len(dims):
             return
         d = m2m[0]
-        try:
-            parts = [(int(x[0]), int(x[1]), int(x[2]) if len(x) > 2 else 1) for x in spec]
-        except (TypeError, ValueError, IndexError):
-            return
         for e, (lo, hi, st) in enumerate(parts):
             if e != d and (lo, hi, st) != (0, sdims[e], 1):
                 return

@@ -99,11 +99,7 @@ class VectorReadsMixin:
         et = src.shape.element_type
         ptr, pshape = self.parameter_buffer(src)
         d = pshape.minor_to_major()[0]
-        spec = inst.attrs.get("slice") or []
-        try:
-            start, _, stride = (int(spec[d][0]), int(spec[d][1]), int(spec[d][2]) if len(spec[d]) > 2 else 1)
-        except (IndexError, TypeError, ValueError):
-            return
+        start, _, stride = (inst.attrs.get("slice") or [])[d]  # (start, limit, stride), as the slice's map read it
         if stride < 2 or stride & (stride - 1) or stride * dtypes.bit_width(et) > 128 or isinstance(idx[d], int):
             return
         first = start - start % stride
