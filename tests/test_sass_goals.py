@@ -25,10 +25,7 @@ SETS = {"shared": CORPUS / "jax" / "launch", "x": HERE / "data" / "xla_kernels",
         "u": HERE / "data" / "xla_kernels_u"}
 
 #: (set, module without .h200_opt.hlo, fusion) -> {flag: reason} of the kernels that miss a goal today
-KNOWN: dict[tuple[str, str, str], dict[str, str]] = {
-    ("v", "v_reverse", "loop_add_fusion"): {
-        "narrower": "a reversed row is read a lane at a time", "mem_insts_over_1_5": "a reversed row"},
-}
+KNOWN: dict[tuple[str, str, str], dict[str, str]] = {}
 #: rows whose shared memory differs from XLA's for no cause ptx_vs_xla names
 UNEXPLAINED_SHARED: dict[tuple[str, str, str], str] = {}
 GOAL_FLAGS = ("narrower", "mem_insts_over_1_5", "loop_where_xla_has_none")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import attrs
+
 from fusegen.codegen.kernel import EmittedFusion, LaunchDimensions
 from fusegen.hlo.ir import Computation, Instruction, Shape
 from fusegen.codegen.kernel import KernelSource
@@ -141,6 +143,8 @@ def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
         pid = f"{pid}.to(tl.int64)"
     if geometry is not None:
         ctx.runs = thread_runs(block, launch.num_warps, op_shapes + [fusion.shape] + list(extra_shapes or []))
+        if ctx.runs is not None and n_total % ctx.runs.width == 0:
+            ctx.runs = attrs.evolve(ctx.runs, whole=True)
     gen = ElementalGenerator(ctx, emitter.computation)
     with deep_recursion():
         body(gen, "lin_c")
@@ -153,10 +157,15 @@ def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
         # the grid covers N exactly (XLA's launch): no lane is past the end, so the index is not clamped and the
         # lanes a thread holds stay consecutive for LLVM (one base address, immediate offsets: x[:, ::2]'s four
         # loads). A constexpr test: the interpreter's wider variant (same source, BLOCK 4096) keeps the clamp
-        # where its last program overhangs. One lane a thread keeps the clamp (ptxas schedules it tighter)
-        prologue[3:] = ["if N % BLOCK == 0:", "    lin_c = tl.max_contiguous(tl.multiple_of(lin, BLOCK), BLOCK)",
-                        "else:", "    " + prologue[3]]
-    if ctx.runs is not None:
+        # where its last program overhangs. One lane a thread keeps the clamp (ptxas schedules it tighter).
+        # The per-run index (lin_q) drops its clamp on the same test
+        exact = ["lin_c = tl.max_contiguous(tl.multiple_of(lin, BLOCK), BLOCK)"]
+        tail = [prologue[3]]
+        if ctx.runs is not None:
+            exact.append(ctx.runs.prologue(pid, clamp=False))
+            tail.append(ctx.runs.prologue(pid))
+        prologue[3:] = ["if N % BLOCK == 0:", *("    " + x for x in exact), "else:", *("    " + x for x in tail)]
+    elif ctx.runs is not None:
         prologue.append(ctx.runs.prologue(pid))
     entry = ts.sanitize_identifier(kernel_name, "k")
     source = ctx.render(entry, ["BLOCK", "N"], prologue)

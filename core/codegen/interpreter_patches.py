@@ -8,6 +8,7 @@
 * :func:`patch_select_gather`: ``tl.where`` as a bitwise select, 1-D ``tl.gather`` as ``np.take``;
 * :func:`patch_dot`: ``tl.dot`` reads bf16/fp8 operands as their values (not raw bits), multiplies f32 operands
   at tf32 as the tensor cores do when ``input_precision="tf32"``, accumulates in f32 (s32 for 8-bit integers);
+* :func:`patch_exp`: ``tl.exp`` of f32 as the GPU computes it, 2 to the f32-rounded ``x * log2(e)``;
 * :func:`patch_inline_asm`: the inline asm fusegen's kernels use (``cvt.rna.tf32.f32``, ``.pragma "nounroll"``,
   XLA's atomics of :mod:`fusegen.codegen.atomic_asm`) in numpy;
 * :func:`~fusegen.codegen.interpreter_fast_paths.patch_memory` (and the two below, in that module): loads and stores into the host buffers of the run (:func:`host_buffers`) as one numpy
@@ -358,6 +359,32 @@ def patch_inline_asm() -> None:
     builder.create_inline_asm = create_inline_asm
 
 
+#: log2(e) as the f32 constant Triton's lowering of ``tl.exp`` multiplies by (``0f3FB8AA3B``)
+LOG2E_F32 = np.float32(1.4426950408889634)
+
+
+@functools.cache  # once per process
+def patch_exp() -> None:
+    """``tl.exp`` of an f32 tensor as compiled kernels compute it: Triton lowers it to ``ex2.approx.f32`` of
+    ``x * log2(e)`` rounded to f32 (XLA's f16 / bf16 exponential is the same two instructions), so the result
+    carries the product's rounding, up to ``|x| * 2**-24`` relative; Triton's interpreter takes ``np.exp`` of
+    ``x``, which does not. Here ``np.exp2`` of the rounded product (``ex2.approx``'s own error, 2 ulp at most, is
+    not modelled). Other types keep Triton's ``np.exp``; the method replaced is kept as ``__wrapped__``."""
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    original = builder.create_exp
+
+    def create_exp(self: Any, arg: Any) -> Any:
+        if arg.data.dtype != np.float32:
+            return original(self, arg)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return interp.TensorHandle(np.exp2(arg.data * LOG2E_F32), arg.dtype.scalar)
+
+    create_exp.__wrapped__ = original
+    builder.create_exp = create_exp
+
+
 def patch_all() -> None:
     """Every patch above (each applied once per process)."""
     patch_float_casts()
@@ -367,6 +394,7 @@ def patch_all() -> None:
     patch_np_dtype()
     patch_select_gather()
     patch_dot()
+    patch_exp()
     patch_inline_asm()
     patch_memory()
     patch_int_division()

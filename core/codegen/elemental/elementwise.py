@@ -9,7 +9,23 @@ from typing import Any, Callable
 from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction
-from fusegen.codegen.elemental.common import COMPLEX_PARTS, Cx, Index, _CMP, _int_range, is_float
+from fusegen.codegen.elemental.common import COMPLEX_PARTS, Cx, Index, _CMP, _int_range, is_float, parse_constant
+
+
+def scalar_int_constant(inst: Instruction) -> int | None:
+    """The value of an integer operand that is one scalar ``constant`` (through broadcast, reshape, copy and
+    same-type bitcast), else ``None``."""
+    et = inst.shape.element_type
+    while inst.opcode in ("broadcast", "reshape", "copy", "bitcast") and len(inst.operands) == 1:
+        inst = inst.operands[0]
+        if inst.shape.element_type != et:
+            return None
+    if inst.opcode != "constant" or not inst.shape.is_array or inst.shape.numel != 1 or not dtypes.is_integral(et):
+        return None
+    try:
+        return int(parse_constant(inst).reshape(-1)[0])
+    except EmitterUnsupported:
+        return None
 
 
 class ElementwiseMixin:
@@ -29,6 +45,10 @@ class ElementwiseMixin:
             raise EmitterUnsupported(inst.opcode, inst.name, f"{inst.opcode} on {et}")
         (x,) = self._operands(inst, idx)
         xc = self.up(x, et)
+        if fn == "exp" and et in ("f16", "bf16"):
+            # XLA's f16/bf16 exponential: ex2.approx.f32 of x * log2(e) in f32 (Triton's tl.exp), not expf's
+            # range reduction; its error is far inside the narrow result's rounding
+            return self.down(self.ctx.emit(f"tl.exp({xc})", inst.name), et, inst.name)
         r = self.ctx.emit(f"libdevice.{fn}({xc})", inst.name)
         return self.down(r, et, inst.name)
 
@@ -113,6 +133,12 @@ class ElementwiseMixin:
         t = self.tl(et)
         lo, hi = _int_range(et)
         one = f"tl.full({self.ctx.block_shape}, 1, {t})"
+        c = scalar_int_constant(inst.operands[1])
+        if c is not None and c != 0 and not (c == -1 and dtypes.is_signed_int(et)):
+            # a constant divisor that is neither 0 nor -1: no special case can arise (XLA folds them too, and
+            # LLVM then divides by multiplying)
+            r = self.emit(f"{a} {'//' if inst.opcode == 'divide' else '%'} {b}", inst)
+            return self.wrap_subbyte(r, et, inst.name)
         bad0 = self.ctx.emit(f"{b} == 0", "divz")
         if dtypes.is_signed_int(et):
             ovf = self.ctx.emit(f"({a} == {lo}) & ({b} == -1)", "ovf")

@@ -48,6 +48,7 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             self._delin: list[dict[Any, Any]] = [{}]
             self._coarse: dict[str, int | str] = {}  # index variable -> its twin on the coarse block (UniformRuns)
             self._steps: dict[str, Any] = {}  # index variable -> (base, coefficient) of a loop step (LoopSteps)
+            self._lanes: dict[str, Any] = {}  # index variable -> (start, stride, start mod width) over a run
         else:  # index caches are shared with the enclosing generator (same kernel, same scopes)
             self._scopes = [{}]
             self._lin_of = parent._lin_of
@@ -99,7 +100,7 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         if a == 0:
             return b
         r = self._twin(self.iexpr(f"{a} + {b}" if isinstance(a, str) else f"{b} + {a}"), self.iadd, a, b)
-        return self._step(r, "add", (a, b))
+        return self._lane(self._step(r, "add", (a, b)), "add", (a, b))
 
     def isub(self, a: int | str, b: int | str) -> int | str:
         if isinstance(a, int) and isinstance(b, int):
@@ -111,7 +112,7 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         r = self._twin(self.iexpr(f"{self.itensor(a)} - {b}"),
                        lambda x, y: x - y if isinstance(x, int) and isinstance(y, int) else self.iexpr(f"{x} - {y}"),
                        a, b)
-        return self._step(r, "sub", (a, b))
+        return self._lane(self._step(r, "sub", (a, b)), "sub", (a, b))
 
     def imul(self, a: int | str, k: int) -> int | str:
         if isinstance(a, int):
@@ -120,7 +121,8 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             return a
         if k == 0:
             return 0
-        return self._step(self._twin(self.iexpr(f"{a} * {k}"), lambda x: self.imul(x, k), a), "mul", (a,), k)
+        r = self._step(self._twin(self.iexpr(f"{a} * {k}"), lambda x: self.imul(x, k), a), "mul", (a,), k)
+        return self._lane(r, "mul", (a,), k)
 
     def idiv(self, a: int | str, k: int) -> int | str:
         if isinstance(a, int):
@@ -130,8 +132,10 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
     def imod(self, a: int | str, k: int) -> int | str:
         if isinstance(a, int):
             return a % k
-        return 0 if k == 1 else self._step(self._twin(self.iexpr(f"{a} % {k}"), lambda x: self.imod(x, k), a), "mod",
-                                           (a,))
+        if k == 1:
+            return 0
+        r = self._step(self._twin(self.iexpr(f"{a} % {k}"), lambda x: self.imod(x, k), a), "mod", (a,))
+        return self._lane(r, "mod", (a,), k)
 
     def iclamp(self, a: int | str, lo: int, hi: int) -> int | str:
         if isinstance(a, int):
@@ -192,6 +196,7 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             if self.ctx.runs is not None:
                 self._twin(total, lambda *q: self.linearize(q, dims, m2m), *live)
             self._step(total, "lin", tuple(live), shape=(dims, m2m))
+            self._lane(total, "lin", tuple(live), shape=(dims, m2m))
         self._lin_of[-1][(tuple(idx), dims, m2m)] = total
         return total
 
@@ -496,7 +501,11 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         lin = self.linearize(idx, shape.dimensions, shape.minor_to_major())
         if isinstance(lin, int) and self.ctx.block_shape != "[]":
             return self._load_uniform(ptr, shape, lin, inst)
-        v = self._load_runs(ptr, shape, lin, inst) if self.ctx.runs is not None else None
+        v = None
+        if self.ctx.runs is not None:
+            v = self._load_runs(ptr, shape, lin, inst)
+            if v is None:
+                v = self._load_reversed_runs(ptr, shape, lin, inst)
         if v is None and self.ctx.steps is not None:
             v = self._load_steps(ptr, shape, lin, inst)
         if v is not None:

@@ -46,6 +46,11 @@ class ShapeOpsMixin:
         d = int(inst.attrs.get("iota_dimension", 0))
         c = self.itensor(idx[d])
         et = inst.shape.element_type
+        n = inst.shape.dimensions[d]
+        if isinstance(c, str) and n > 1 and n & (n - 1) == 0:
+            # the index is in [0, n): `& (n - 1)` (folded into a power-of-two remainder) tells LLVM the value is
+            # non-negative, so signed remainders and compares on it fold as in XLA's kernel (w_iota_cmp)
+            c = self.ctx.emit(f"{c} & {n - 1}", "iv")
         if et == "pred":
             return self.ctx.emit(f"{c} != 0", inst.name)
         if et in _LOW_FLOATS:
