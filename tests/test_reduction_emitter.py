@@ -616,3 +616,59 @@ def test_unsupported_reducer_type_names_the_instruction():
     with pytest.raises(EmitterUnsupported, match="f8e4m3fnuz") as ei:
         create_reduction_emitter(a).emit()
     assert ei.value.instruction
+
+
+_U8_SUM = """
+HloModule t
+add {{
+  a = s32[] parameter(0)
+  b = s32[] parameter(1)
+  ROOT s = s32[] add(a, b)
+}}
+fused {{
+  p = u8[{rows},{cols}] parameter(0)
+  w = s32[{rows},{cols}] convert(p)
+  c = s32[] constant(0)
+  ROOT r = s32[{rows}] reduce(w, c), dimensions={{1}}, to_apply=add
+}}
+ENTRY main {{
+  p = u8[{rows},{cols}] parameter(0)
+  ROOT f = s32[{rows}] fusion(p), kind=kInput, calls=fused
+}}
+"""
+
+
+@pytest.mark.parametrize("rows,cols,exact", [(4096, 512, True), (1000, 510, False), (4093, 512, False)])
+def test_row_reduction_on_whole_tiles_has_no_bound_checks(rows, cols, exact):
+    """A row reduction whose tiles cover the array exactly (XLA's grid for v_sum_u8: 4096 rows of 512) folds its
+    bound checks to constants: no predicated load in the sm_90 PTX (v_sum_u8: 19 -> 14 registers, XLA's 15). A
+    ragged tiling keeps them. Exact against numpy's int64 sum, under the interpreter (its wider programs take
+    the masked branch of the same source) as on the GPU path."""
+    import re
+
+    a, f = _module(_U8_SUM.format(rows=rows, cols=cols))
+    a = FusionAnalysis.create(f, get_device("h200"))
+    x = np.random.default_rng(5).integers(0, 256, (rows, cols)).astype(np.uint8)
+    emitted, (out,) = run_emitter(create_reduction_emitter(a), f, [x])
+    np.testing.assert_array_equal(out, x.astype(np.int64).sum(axis=1).astype(np.int32))
+    (ks,) = emitted.kernels
+    assert "EXACT: tl.constexpr = NA % TA == 0 and NB % TB == 0" in ks.source
+    ptx = triton_runtime.compile_for_target(ks, pointer_alignment=16).ptx
+    predicated = re.findall(r"@%p\d+ ld\.global", ptx)
+    assert (not predicated) == exact, predicated[:4]
+
+
+def test_whole_tile_row_reduction_under_wider_interpreted_programs():
+    """1000 rows of 512 are whole tiles at XLA's block (8 rows) but not at the interpreter's wider ones (64 rows
+    at 8192 lanes): the constexpr test takes the masked branch there, and the sums stay exact."""
+    a, f = _module(_U8_SUM.format(rows=1000, cols=512))
+    a = FusionAnalysis.create(f, get_device("h200"))
+    (ks,) = create_reduction_emitter(a).emit().kernels
+    cx = ks.constexprs
+    assert cx["NA"] % (cx["BLOCK"] // (cx["TR"] * cx["TB"])) == 0
+    grid, wide = triton_runtime._widened(ks, 16)
+    assert wide["NA"] % (wide["BLOCK"] // (wide["TR"] * wide["TB"])) != 0, wide
+    x = np.random.default_rng(6).integers(0, 256, (1000, 512)).astype(np.uint8)
+    out = np.zeros(1000, np.int32)
+    triton_runtime.run_interpreted(ks, [triton_runtime.to_storage(x.reshape(-1), "u8"), out], max_programs=16)
+    np.testing.assert_array_equal(out, x.astype(np.int64).sum(axis=1).astype(np.int32))
