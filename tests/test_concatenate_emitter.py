@@ -380,3 +380,48 @@ def test_interleaved_rotary_embedding_reads_and_writes_each_pair_once():
     c, s = cos.astype(np.float64).reshape(1, 128, 1, 32), sin.astype(np.float64).reshape(1, 128, 1, 32)
     want = np.stack([x1 * c - x2 * s, x1 * s + x2 * c], -1)
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-2, atol=2e-2)
+
+
+_CAT0 = """HloModule m
+c {{
+  a = bf16[{ra},{w}] parameter(0)
+  b = bf16[{rb},{w}] parameter(1)
+  ROOT r = bf16[{rt},{w}] concatenate(a, b), dimensions={{0}}
+}}
+ENTRY e {{
+  a = bf16[{ra},{w}] parameter(0)
+  b = bf16[{rb},{w}] parameter(1)
+  ROOT f = bf16[{rt},{w}] fusion(a, b), kind=kLoop, calls=c
+}}"""
+
+
+@pytest.mark.parametrize("ra,rb,w,unmasked", [(512, 256, 1024, True), (512, 100, 1000, False),
+                                              (300, 512, 1024, True), (300, 512, 1000, False),
+                                              (301, 64, 1024, True)])
+def test_whole_program_passes_have_no_bound_checks(ra, rb, w, unmasked):
+    """x_concat0 (bf16[512,1024] ++ bf16[256,1024], XLA's grid of 1024 x 512 elements): every program lies wholly
+    inside the largest operand, and the smaller operand's pass, under ``start < n``, wholly inside it (a multiple
+    of BLOCK): the indices are not clamped and the masks are constants (no predicated access in the sm_90 PTX;
+    14 -> 10 registers, XLA's 10). A smaller operand that is not whole programs (100 x 1000, 300 x 1000
+    elements) keeps its mask. Exact against numpy's concatenate, run as the interpreter runs it (its wider
+    programs of 4096 overhang 301 x 1024 and take the masked branch of the same source)."""
+    import re
+
+    import ml_dtypes
+
+    m = parse_module(_CAT0.format(ra=ra, rb=rb, rt=ra + rb, w=w), "cat0")
+    f = entry_fusion(m)
+    a = FusionAnalysis.create(f, get_device("h200"))
+    dispatch.get_emitter_fusion_kind(a)
+    em, _ = dispatch.get_fusion_emitter(a)
+    rng = np.random.default_rng(1)
+    x, y = (rng.standard_normal((r, w)).astype(ml_dtypes.bfloat16) for r in (ra, rb))
+    emitted, (out,) = run_checked(f, em, ops=[x, y])
+    np.testing.assert_array_equal(out, np.concatenate([x, y]))
+    (ks,) = emitted.kernels
+    assert max(ra, rb) * w % ks.constexprs["BLOCK"] == 0 and "mask = tl.full([BLOCK], 1, tl.int1)" in ks.source
+    ptx = triton_runtime.compile_for_target(ks, pointer_alignment=16).ptx
+    predicated = re.findall(r"@%p\d+ (?:ld|st)\.global", ptx)
+    assert (not predicated) == unmasked, predicated[:4]
+    if ra == 301:
+        assert ks.interpret_variant is not None and 301 * 1024 % ks.interpret_variant.constexprs["BLOCK"] != 0

@@ -163,6 +163,8 @@ class ConcatenateFusion(FusionEmitter):
                    and all(o.shape.dimensions[kdim] == 1 for o, _ in pieces)
                    and all(ls.dimensions == h_dims and ls.minor_to_major() == h_m2m for ls in leaves))
         stack_vals: dict[int, list[str]] = {}
+        exact_grid = n_max % block == 0 and gx * gy == n_max // block
+        full_lin: str | None = None
         stack_off: dict[int, str] = {}
         with deep_recursion():
             for p, (op, off) in enumerate(pieces):
@@ -177,8 +179,29 @@ class ConcatenateFusion(FusionEmitter):
                     ctx.body.line(f"if start < {n}:")
                     ctx.body.indent()
                     gen.push_scope()
-                lin_p = gen.iexpr(f"tl.max_contiguous(tl.multiple_of(tl.minimum(lin, {bound}), BLOCK), BLOCK)", "lin_p")
-                mask_p = "mask" if n == n_max else ctx.emit(f"lin < {n}", "mask_p")
+                clamped = f"tl.max_contiguous(tl.multiple_of(tl.minimum(lin, {bound}), BLOCK), BLOCK)"
+                whole = f"N % BLOCK == 0" if n == n_max else f"{n} % BLOCK == 0"
+                if n == n_max and full_lin is not None:
+                    lin_p, mask_p = full_lin, "mask"  # one index for every largest operand: their reads share it
+                elif exact_grid or n < n_max:
+                    # the pass's programs lie wholly inside the operand (XLA's grid covers N exactly; a smaller
+                    # operand a multiple of BLOCK, under `start < n`): no clamp, and the mask is a constant
+                    # (x_concat0: 14 -> 10 registers, XLA's 10). A constexpr test: the interpreter's wider
+                    # programs may overhang
+                    lin_p, mask_p = ctx.names.fresh("lin_p"), "mask" if n == n_max else ctx.names.fresh("mask_p")
+                    ctx.body.line(f"if {whole}:")
+                    ctx.body.line(f"    {lin_p} = tl.max_contiguous(tl.multiple_of(lin, BLOCK), BLOCK)")
+                    if n < n_max:
+                        ctx.body.line(f"    {mask_p} = tl.full([BLOCK], 1, tl.int1)")
+                    ctx.body.line("else:")
+                    ctx.body.line(f"    {lin_p} = {clamped}")
+                    if n < n_max:
+                        ctx.body.line(f"    {mask_p} = lin < {n}")
+                else:
+                    lin_p = gen.iexpr(clamped, "lin_p")
+                    mask_p = "mask" if n == n_max else ctx.emit(f"lin < {n}", "mask_p")
+                if n == n_max:
+                    full_lin = lin_p
                 ctx.mask = mask_p
                 idx = gen.delinearize(lin_p, op.shape.dimensions, op.shape.minor_to_major())
                 v = gen.value(op, idx)
@@ -220,7 +243,9 @@ class ConcatenateFusion(FusionEmitter):
         pid = "tl.program_id(0)" if gy == 1 else f"(tl.program_id(1) * {gx} + tl.program_id(0))"
         if idx_t == "tl.int64":
             pid = f"{pid}.to(tl.int64)"
-        prologue = [f"start = {pid} * BLOCK", "lin = start + tl.arange(0, BLOCK)", "mask = lin < N",
+        mask = (["if N % BLOCK == 0:", "    mask = tl.full([BLOCK], 1, tl.int1)", "else:", "    mask = lin < N"]
+                if exact_grid else ["mask = lin < N"])
+        prologue = [f"start = {pid} * BLOCK", "lin = start + tl.arange(0, BLOCK)", *mask,
                     f"zero = tl.full([BLOCK], 0, {idx_t})"]
         entry = ts.sanitize_identifier(f"concatenate_{fusion.name}", "k")
         source = ctx.render(entry, ["BLOCK", "N"], prologue)
