@@ -634,3 +634,26 @@ def test_interpreter_exp_rounds_x_log2e_as_the_gpu(et):
     assert np.count_nonzero(y != np.exp(x)) > 100  # the product's rounding is visible, not a relabelled np.exp
     rel = np.abs(y.astype(np.float64) - np.exp(x.astype(np.float64))) / np.exp(x.astype(np.float64))
     assert rel.max() <= 128 * 2.0 ** -24  # within |x log2 e| * 2**-24 (+ exp2's rounding) of the true value
+
+
+@pytest.mark.parametrize("et,n", [("s4", 16), ("s4", 17), ("u4", 17), ("u4", 32), ("s2", 8), ("u2", 8)])
+def test_sub_byte_iota_wraps_at_its_width(et, n):
+    """An s4 / u4 iota past its range wraps at 4 bits (s4: 0..7, -8..-1, 0..; u4: 0..15, 0..), also when
+    converted to a wider type (the byte it lives in wrapped only at 8 bits; found by an adversarial check).
+    Against numpy's modular arithmetic."""
+    text = f"""
+HloModule t
+fused {{
+  i = {et}[4,{n}] iota(), iota_dimension=1
+  ROOT c = s32[4,{n}] convert(i)
+}}
+ENTRY main {{
+  ROOT f = s32[4,{n}] fusion(), kind=kLoop, calls=fused
+}}
+"""
+    bits = int(et[1:])
+    col = np.arange(n) % (1 << bits)
+    if et[0] == "s":
+        col = np.where(col >= 1 << (bits - 1), col - (1 << bits), col)
+    (out,) = run_loop_text(text, [])
+    np.testing.assert_array_equal(out, np.broadcast_to(col, (4, n)))

@@ -672,3 +672,29 @@ def test_whole_tile_row_reduction_under_wider_interpreted_programs():
     out = np.zeros(1000, np.int32)
     triton_runtime.run_interpreted(ks, [triton_runtime.to_storage(x.reshape(-1), "u8"), out], max_programs=16)
     np.testing.assert_array_equal(out, x.astype(np.int64).sum(axis=1).astype(np.int32))
+
+
+@pytest.mark.parametrize("rows,cols", [(16, 8), (16, 2), (1000, 16), (8192, 8), (64, 32), (64, 100)])
+def test_argmax_of_rows_shorter_than_the_tile_ignores_the_lanes_past_the_row(rows, cols):
+    """A variadic row reduction in one step over a row shorter than its tile (an argmax over 8 columns: XLA's
+    row reduction, 32 lanes a row) must not fold the lanes past the row: they hold the loads' 0, so an
+    all-negative row's max came out 0 (found by an adversarial check). Against numpy on all-negative rows, at
+    XLA's block and at the interpreter's wider one."""
+    import attrs
+
+    text = ARGMAX.replace("SHAPE", f"{rows},{cols}").replace("OUT", str(rows)).replace("DIM", "1")
+    text = text.replace(f"""  v = f32[{rows}] get-tuple-element(red), index=0
+  i = s32[{rows}] get-tuple-element(red), index=1
+  ROOT t = (f32[{rows}], s32[{rows}]) tuple(v, i)""", "").replace("red = (", "ROOT red = (")
+    a, f = _module(text)
+    a = FusionAnalysis.create(f, get_device("h200"))
+    x = -np.random.default_rng(8).permutation(rows * cols).reshape(rows, cols).astype(np.float32) - 1
+    emitted = create_reduction_emitter(a).emit()
+    raw = attrs.evolve(emitted, kernels=tuple(attrs.evolve(k, interpret_variant=None) for k in emitted.kernels))
+    for em, programs in ((emitted, 16), (raw, None)):
+        mx, idx = triton_runtime.run_fusion(em, [x], f, interpret_max_programs=programs)
+        np.testing.assert_array_equal(mx, x.max(axis=1))
+        np.testing.assert_array_equal(idx, x.argmax(axis=1))
+    if (rows, cols) == (16, 8):  # the flag-carrying combine compiles for the GPU too
+        assert "_valid" in emitted.kernels[0].source
+        assert ".target sm_90a" in triton_runtime.compile_for_target(emitted.kernels[0]).ptx

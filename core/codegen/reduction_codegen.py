@@ -73,11 +73,13 @@ def _check_scalar(comp: Computation) -> None:
                 raise EmitterUnsupported(inst.opcode, inst.name, "non-scalar instruction in a reducer computation")
 
 
-def combine_function(ctx: Any, comp: Computation, n: int, name: str) -> list[str]:
+def combine_function(ctx: Any, comp: Computation, n: int, name: str, valid: bool = False) -> list[str]:
     """Source lines of ``@triton.jit def <name>(a0..a{n-1}, b0..b{n-1})`` computing ``comp(a..., b...)``.
 
     A complex (``c64``/``c128``) operand is two arguments, its real and imaginary parts, and a complex result
-    two returned values: ``tl.reduce`` then folds a tuple of the parts.
+    two returned values: ``tl.reduce`` then folds a tuple of the parts. With ``valid`` each side carries an int32
+    validity flag after its values (``(a..., av, b..., bv)``): two valid sides combine, one valid side is kept,
+    and the flag returned is ``av | bv`` (for lanes that hold no element, where a reducer has no identity).
 
     Args:
         ctx: the :class:`~fusegen.codegen.elemental.KernelContext` of the kernel (names are shared;
@@ -123,8 +125,14 @@ def combine_function(ctx: Any, comp: Computation, n: int, name: str) -> list[str
         if "BLOCK" in line or re.search(rf"\b({ctx.zero}|{ctx.mask})\b", line) or "tl.load" in line:
             raise EmitterUnsupported("reduce", comp.name, "reducer computation needs kernel state")
         out.append(line)
-    ret = ", ".join(vals)
-    return ["@triton.jit", f"def {name}({', '.join(args)}):", *out, f"    return {ret}"]
+    if not valid:
+        return ["@triton.jit", f"def {name}({', '.join(args)}):", *out, f"    return {', '.join(vals)}"]
+    half = len(args) // 2
+    av, bv, both, keep = (ctx.names.fresh(x) for x in ("av", "bv", "both", "keep_a"))
+    out += [f"    {both} = ({av} != 0) & ({bv} != 0)", f"    {keep} = {av} != 0"]
+    ret = [f"tl.where({both}, {v}, tl.where({keep}, {x}, {y}))" for v, x, y in zip(vals, args[:half], args[half:])]
+    sig = args[:half] + [av] + args[half:] + [bv]
+    return ["@triton.jit", f"def {name}({', '.join(sig)}):", *out, f"    return {', '.join(ret + [f'{av} | {bv}'])}"]
 
 
 def retarget_block(lines: list[str], start: int, block: str) -> None:

@@ -517,8 +517,17 @@ class ReductionFusion(FusionEmitter):
             outs = [ctx.names.fresh(f"red_{hero.name}") for _ in flat]
             if tr > 1:
                 tiles3 = [f"tl.reshape({a}, [TA, TR, TB])" for a in flat]
-                src = tiles3[0] if len(flat) == 1 else "(" + ", ".join(tiles3) + ")"
-                line(f"{', '.join(outs)}{',' if len(flat) > 1 else ''} = tl.reduce({src}, 1, {fname})")
+                if nit == 1 and nr < tr:
+                    # one step over a row shorter than the tile: lanes past the row hold the loads' `other`, not
+                    # values of the row, and a reducer has no identity to put there (an argmax of negative rows
+                    # kept 0). A validity flag rides along and the combine keeps the valid side
+                    fname = ctx.names.fresh(f"{fname}_valid")  # keeps COMBINE_PREFIX: folded vectorised
+                    combine_src += combine_function(ctx, red, n, fname, valid=True) + [""]
+                    tiles3.append("tl.reshape(mask.to(tl.int32), [TA, TR, TB])")
+                    outs = outs + [ctx.names.fresh("red_valid")]
+                src = tiles3[0] if len(tiles3) == 1 else "(" + ", ".join(tiles3) + ")"
+                line(f"{', '.join(outs)}{',' if len(tiles3) > 1 else ''} = tl.reduce({src}, 1, {fname})")
+                outs = outs[:len(flat)]
                 for o in outs:
                     if spread:
                         line(f"{o} = tl.reshape(tl.broadcast_to({o}[:, None, :], [TA, OLANES, TB]), [OBLOCK * OLANES])")

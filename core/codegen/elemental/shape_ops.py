@@ -55,7 +55,8 @@ class ShapeOpsMixin:
             return self.ctx.emit(f"{c} != 0", inst.name)
         if et in _LOW_FLOATS:
             return self.ctx.emit(f"{c}.to(tl.float32).to({self.tl(et)})", inst.name)
-        return self.ctx.emit(f"{c}.to({self.tl(et)})", inst.name)
+        # s4 / u4 live in a byte: the narrowing wraps there, not at 4 bits (an s4 iota of 16 is 0..7, -8..-1)
+        return self.wrap_subbyte(self.ctx.emit(f"{c}.to({self.tl(et)})", inst.name), et, inst.name)
 
     # --------------------------------------------------------------------------- index transforms
     def _through_map(self, inst: Instruction, idx: Index) -> Any:
