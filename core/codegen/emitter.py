@@ -164,7 +164,7 @@ def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
         if ctx.runs is not None:
             exact.append(ctx.runs.prologue(pid, clamp=False))
             tail.append(ctx.runs.prologue(pid))
-        prologue[3:] = ["if N % BLOCK == 0:", *("    " + x for x in exact), "else:", *("    " + x for x in tail)]
+        prologue[3:] = ts.constexpr_branches("N % BLOCK == 0", exact, tail)
     elif ctx.runs is not None:
         prologue.append(ctx.runs.prologue(pid))
     entry = ts.sanitize_identifier(kernel_name, "k")

@@ -12,6 +12,7 @@ import keyword
 import math
 import re
 import struct
+from typing import Sequence
 
 from fusegen.hlo import dtypes
 
@@ -165,6 +166,18 @@ def int_constant(value: int, element_type: str, shape: str = "[BLOCK]") -> str:
     if element_type == "pred":
         return f"(tl.full({shape}, {1 if value else 0}, tl.int8) != 0)"
     return f"tl.full({shape}, {int_literal(value)}, {tl_dtype(element_type)})"
+
+
+def true_mask(shape: str = "[BLOCK]") -> str:
+    """A mask with every lane set: a constant Triton drops from the loads and stores it guards."""
+    return f"tl.full({shape}, 1, tl.int1)"
+
+
+def constexpr_branches(test: str, taken: Sequence[str], other: Sequence[str]) -> list[str]:
+    """Lines ``if <test>: <taken> else: <other>`` on a ``tl.constexpr`` test, which Triton resolves when it
+    compiles (only one group reaches the kernel). fusegen's kernels test XLA's exact grid this way, so that the
+    interpreter's wider programs of the same source, which may overhang, take the checked group."""
+    return [f"if {test}:", *("    " + x for x in taken), "else:", *("    " + x for x in other)]
 
 
 class SourceBuilder:

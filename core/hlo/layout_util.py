@@ -7,6 +7,8 @@ Tiled layouts (``T(8,128)``) are treated as their untiled minor-to-major order.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from fusegen.hlo.ir import Shape
@@ -33,14 +35,20 @@ def from_physical(flat: np.ndarray, shape: Shape) -> np.ndarray:
     return np.ascontiguousarray(np.transpose(arr, inv)).reshape(shape.dimensions)
 
 
+def dim_strides(dims: Sequence[int], minor_to_major: Sequence[int]) -> tuple[int, ...]:
+    """Element stride of each logical dimension of an array ``dims`` laid out ``minor_to_major`` (XLA's
+    layout order: the first listed dimension is contiguous)."""
+    strides = [0] * len(dims)
+    s = 1
+    for d in minor_to_major:
+        strides[d] = s
+        s *= dims[d]
+    return tuple(strides)
+
+
 def physical_strides(shape: Shape) -> tuple[int, ...]:
     """Element stride of each logical dimension in the physical buffer."""
-    strides = [0] * shape.rank
-    s = 1
-    for d in shape.minor_to_major():
-        strides[d] = s
-        s *= shape.dimensions[d]
-    return tuple(strides)
+    return dim_strides(shape.dimensions, shape.minor_to_major())
 
 
 def bitcast(value: np.ndarray, from_shape: Shape, to_shape: Shape) -> np.ndarray:

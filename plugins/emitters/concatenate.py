@@ -180,23 +180,22 @@ class ConcatenateFusion(FusionEmitter):
                     ctx.body.indent()
                     gen.push_scope()
                 clamped = f"tl.max_contiguous(tl.multiple_of(tl.minimum(lin, {bound}), BLOCK), BLOCK)"
-                whole = f"N % BLOCK == 0" if n == n_max else f"{n} % BLOCK == 0"
                 if n == n_max and full_lin is not None:
                     lin_p, mask_p = full_lin, "mask"  # one index for every largest operand: their reads share it
                 elif exact_grid or n < n_max:
                     # the pass's programs lie wholly inside the operand (XLA's grid covers N exactly; a smaller
                     # operand a multiple of BLOCK, under `start < n`): no clamp, and the mask is a constant
-                    # (x_concat0: 14 -> 10 registers, XLA's 10). A constexpr test: the interpreter's wider
-                    # programs may overhang
-                    lin_p, mask_p = ctx.names.fresh("lin_p"), "mask" if n == n_max else ctx.names.fresh("mask_p")
-                    ctx.body.line(f"if {whole}:")
-                    ctx.body.line(f"    {lin_p} = tl.max_contiguous(tl.multiple_of(lin, BLOCK), BLOCK)")
+                    # (x_concat0: 14 -> 10 registers, XLA's 10)
+                    lin_p = ctx.names.fresh("lin_p")
+                    taken = [f"{lin_p} = tl.max_contiguous(tl.multiple_of(lin, BLOCK), BLOCK)"]
+                    other = [f"{lin_p} = {clamped}"]
+                    mask_p = "mask"
                     if n < n_max:
-                        ctx.body.line(f"    {mask_p} = tl.full([BLOCK], 1, tl.int1)")
-                    ctx.body.line("else:")
-                    ctx.body.line(f"    {lin_p} = {clamped}")
-                    if n < n_max:
-                        ctx.body.line(f"    {mask_p} = lin < {n}")
+                        mask_p = ctx.names.fresh("mask_p")
+                        taken.append(f"{mask_p} = {ts.true_mask()}")
+                        other.append(f"{mask_p} = lin < {n}")
+                    for x in ts.constexpr_branches(f"{'N' if n == n_max else n} % BLOCK == 0", taken, other):
+                        ctx.body.line(x)
                 else:
                     lin_p = gen.iexpr(clamped, "lin_p")
                     mask_p = "mask" if n == n_max else ctx.emit(f"lin < {n}", "mask_p")
@@ -243,8 +242,8 @@ class ConcatenateFusion(FusionEmitter):
         pid = "tl.program_id(0)" if gy == 1 else f"(tl.program_id(1) * {gx} + tl.program_id(0))"
         if idx_t == "tl.int64":
             pid = f"{pid}.to(tl.int64)"
-        mask = (["if N % BLOCK == 0:", "    mask = tl.full([BLOCK], 1, tl.int1)", "else:", "    mask = lin < N"]
-                if exact_grid else ["mask = lin < N"])
+        mask = ts.constexpr_branches("N % BLOCK == 0", [f"mask = {ts.true_mask()}"], ["mask = lin < N"]) \
+            if exact_grid else ["mask = lin < N"]
         prologue = [f"start = {pid} * BLOCK", "lin = start + tl.arange(0, BLOCK)", *mask,
                     f"zero = tl.full([BLOCK], 0, {idx_t})"]
         entry = ts.sanitize_identifier(f"concatenate_{fusion.name}", "k")

@@ -402,15 +402,16 @@ class ReductionFusion(FusionEmitter):
         line("B = pid_b * TB + tb")
         # every tile inside the array (XLA's exact grids): the bound checks are constants Triton folds away, with
         # the predicated loads and the accumulator's selects (v_sum_u8: 19 -> 14 registers, XLA's 15). A
-        # constexpr test: the interpreter's wider programs (a larger TA) may overhang. Not around a runtime
-        # loop: unmasked, LLVM unrolls it (x_colsum_bf16: 2.4x XLA's memory instructions; z_colmax_f16 spills)
-        runtime_loop = nit > max(1, self.unrolled_steps)
-        exact = not runtime_loop and tb == 1
-        line("EXACT: tl.constexpr = " + ("NA % TA == 0 and NB % TB == 0" if exact else "False"))
-        line("if EXACT:")
-        line("    okab = tl.full([BLOCK], 1, tl.int1)")
-        line("else:")
-        line("    okab = (A < NA) & (B < NB)")
+        # constexpr test: the interpreter's wider programs (a larger TA) may overhang. Rows only, and not around
+        # a runtime loop: unmasked, LLVM unrolls column steps and loops (x_colsum_bf16: 2.4x XLA's memory
+        # instructions; z_colmax_f16 spills)
+        exact = tb == 1 and nit <= max(1, self.unrolled_steps)
+        if exact:
+            line("EXACT: tl.constexpr = NA % TA == 0 and NB % TB == 0")
+            for x in ts.constexpr_branches("EXACT", [f"okab = {ts.true_mask()}"], ["okab = (A < NA) & (B < NB)"]):
+                line(x)
+        else:
+            line("okab = (A < NA) & (B < NB)")
         line("A_c = tl.minimum(A, NA - 1)")
         # the clamp only moves masked lanes: keep the runs' contiguity for Triton's vectoriser (XLA's
         # vectorised loads along the minor dimension)
@@ -546,10 +547,13 @@ class ReductionFusion(FusionEmitter):
         line("oA = pid_a * TA + o // (OLANES * TB)" if spread else "oA = pid_a * TA + o // TB")
         line("oB = pid_b * TB + o % TB")
         first = "((o // TB) % OLANES == 0)"
-        line("if EXACT:")
-        line(f"    omask = {first}" if spread else "    omask = tl.full([OBLOCK], 1, tl.int1)")
-        line("else:")
-        line(f"    omask = (oA < NA) & (oB < NB) & {first}" if spread else "    omask = (oA < NA) & (oB < NB)")
+        checked = f"omask = (oA < NA) & (oB < NB) & {first}" if spread else "omask = (oA < NA) & (oB < NB)"
+        if exact:
+            whole = f"omask = {first}" if spread else f"omask = {ts.true_mask('[OBLOCK]')}"
+            for x in ts.constexpr_branches("EXACT", [whole], [checked]):
+                line(x)
+        else:
+            line(checked)
         line("oA_c = tl.minimum(oA, NA - 1)")
         line("oB_c = tl.minimum(oB, NB - 1)")
         line(f"ozero = tl.full([{oblock}], 0, {idx_t})")

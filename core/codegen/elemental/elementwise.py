@@ -13,8 +13,11 @@ from fusegen.codegen.elemental.common import COMPLEX_PARTS, Cx, Index, _CMP, _in
 
 
 def scalar_int_constant(inst: Instruction) -> int | None:
-    """The value of an integer operand that is one scalar ``constant`` (through broadcast, reshape, copy and
-    same-type bitcast), else ``None``."""
+    """The value (a Python int) of an integer operand that is one scalar ``constant`` reached through broadcast,
+    reshape, copy and same-type bitcast, else ``None`` (also for an elided or unparsable literal). Used where
+    XLA's guards depend on an operand's value: its integer division (``ElementalIrEmitter::EmitIntegerDivide`` /
+    ``EmitIntegerRemainder`` in xla/service/elemental_ir_emitter.cc) selects around a zero and a ``MIN / -1``
+    divisor, and with a constant divisor LLVM folds the selects away in XLA's kernel."""
     et = inst.shape.element_type
     while inst.opcode in ("broadcast", "reshape", "copy", "bitcast") and len(inst.operands) == 1:
         inst = inst.operands[0]
@@ -135,8 +138,8 @@ class ElementwiseMixin:
         one = f"tl.full({self.ctx.block_shape}, 1, {t})"
         c = scalar_int_constant(inst.operands[1])
         if c is not None and c != 0 and not (c == -1 and dtypes.is_signed_int(et)):
-            # a constant divisor that is neither 0 nor -1: no special case can arise (XLA folds them too, and
-            # LLVM then divides by multiplying)
+            # a constant divisor that is neither 0 nor -1: no special case can arise (in XLA's kernel the
+            # guards fold away, and LLVM divides by multiplying)
             r = self.emit(f"{a} {'//' if inst.opcode == 'divide' else '%'} {b}", inst)
             return self.wrap_subbyte(r, et, inst.name)
         bad0 = self.ctx.emit(f"{b} == 0", "divz")

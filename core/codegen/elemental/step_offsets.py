@@ -21,6 +21,7 @@ import attrs
 
 from fusegen.codegen.elemental.common import COMPLEX_PARTS, Cx
 from fusegen.hlo.ir import Instruction, Shape
+from fusegen.hlo.layout_util import dim_strides
 
 
 @attrs.frozen
@@ -69,12 +70,7 @@ class StepOffsetsMixin:
                 out = (self.imul(bases[0], k), coefs[0] * k)
             elif op == "lin":
                 dims, m2m = shape
-                stride, coef = 1, 0
-                strides = [0] * len(dims)
-                for d in m2m:
-                    strides[d] = stride
-                    stride *= dims[d]
-                coef = sum(c * s for c, s in zip(coefs, strides))
+                coef = sum(c * s for c, s in zip(coefs, dim_strides(dims, m2m)))
                 out = (self.linearize(tuple(bases), dims, m2m), coef)
         self.root_gen._steps[result] = out
         return result

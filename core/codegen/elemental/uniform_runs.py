@@ -35,6 +35,7 @@ from fusegen.codegen.elemental.common import COMPLEX_PARTS, Cx
 from fusegen.codegen.elemental.vector_reads import plain_vector_type
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction, Shape
+from fusegen.hlo.layout_util import dim_strides
 
 # a lane form's start: an int, a coarse variable, or an op on starts built when a load needs it
 # (("add", a, b), ("sub", a, b), ("mul", a, k), ("mod", a, k), ("lin", starts, dims, m2m))
@@ -197,10 +198,7 @@ class UniformRunsMixin:
             out = (("mod", s0, k), 1, 0)  # a run-aligned run of w never crosses a multiple of k
         elif op == "lin":
             dims, m2m = shape
-            strides, stride = [0] * len(dims), 1
-            for d in m2m:
-                strides[d] = stride
-                stride *= dims[d]
+            strides = dim_strides(dims, m2m)
             out = (("lin", tuple(s for s, _, _ in forms), dims, m2m),
                    sum(t * st for (_, t, _), st in zip(forms, strides)),
                    mod([(m, st) for (_, _, m), st in zip(forms, strides)]))
