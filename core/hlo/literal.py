@@ -22,6 +22,7 @@ __all__ = ["parse_literal", "format_literal"]
 _COMPLEX = r"\(\s*([^(),\s]+)\s*,\s*([^(),\s]+)\s*\)"
 _TOKEN = re.compile(_COMPLEX + r"|([^\s{},()]+)")
 _NAN = re.compile(r"([+-]?)nan(?:\([^)]*\))?$", re.I)
+_COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 
 def _scalar(tok: str) -> float | int | bool:
@@ -105,7 +106,7 @@ def parse_literal(text: str | None, shape: Shape) -> np.ndarray | tuple:
     if shape.is_tuple:
         return _parse_tuple(text, shape)
     dtype = numpy_dtype(shape.element_type)
-    s = text.strip()
+    s = (_COMMENT.sub(" ", text) if "/" in text else text).strip()
     if not s:
         raise ValueError("empty literal")
     values: list = []

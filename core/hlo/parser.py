@@ -262,10 +262,12 @@ class _Parser(FastPaths, AttributeParser):
         if opcode == "constant":
             self.ws()
             start = self.pos
-            end, _ = self.scan_balanced(start, ")", _LIT_RUN)
+            end, dirty = self.scan_balanced(start, ")", _LIT_RUN)
             if end >= self.n:
                 raise self.error("unexpected end of file in constant literal", end)
             lit = self.text[start:end].strip()
+            if dirty:  # XLA's index comments (`{ /*i0=0*/ {...} }`, rank >= 4) carry no value: one text per literal
+                lit = " ".join(self._clean_raw(lit).split())
             self.pos = end + 1
             attrs["literal"] = None if lit == "{...}" else lit
         elif opcode == "parameter":
