@@ -353,7 +353,9 @@ def test_execution_backend_declared(st: Any, case: Any) -> None:
 
 
 def test_execution_backend_results(st: Any, case: Any, request: Any) -> None:
-    """An execution backend's result equals the reference evaluator on corpus instructions it accepts."""
+    """An execution backend's result equals the reference evaluator on corpus instructions it accepts, or is at
+    least as close to the f64 oracle as the reference (:func:`fusegen.conformance.checks.result_problem`: an
+    IEEE-f32 BLAS beside the reference's tf32 dots)."""
     _need(st, case, "execution-results")
     st.require_device(*st.target.capabilities.devices)
     from fusegen.runtime.inputs import leaves
@@ -367,11 +369,12 @@ def test_execution_backend_results(st: Any, case: Any, request: Any) -> None:
         raise CheckFailed("results-within-tolerance", f"plugin {st.target.name!r}: backend {b.name!r} raised on "
                                                       f"%{inst.name} ({path.name}): {type(e).__name__}: {e}") from e
     tol = _tol(st, request)
+    oracle = checks.F64Oracle(inst, ops)
     for k, (s, o, r) in enumerate(zip(inst.shape.leaves(), leaves(got), leaves(ref))):
-        ok, err = checks.within(o, r, s.element_type, tol)
-        if not ok:
+        problem = checks.result_problem(o, r, s.element_type, tol, oracle, k)
+        if problem:
             raise CheckFailed("results-within-tolerance", f"plugin {st.target.name!r}: backend {b.name!r} on %{inst.name} "
-                                                          f"({path.name}) output {k}: max abs error {err:.3g}")
+                                                          f"({path.name}) output {k}: {problem}")
 
 
 def _codegen(st: Any, case: Any) -> tuple[Any, Any, Any, Any]:
@@ -479,7 +482,8 @@ def test_compile_apply_roundtrip(st: Any, case: Any) -> None:
 def test_codegen_results_within_tolerance(st: Any, case: Any, request: Any) -> None:
     """On the backend's first (smallest) corpus instruction every config it offers (or a seeded sample of
     ``--fusegen-max-configs`` that keeps the first, its size in the result's ``configs_checked``), on the
-    others the first, compiles to an executable whose result equals the reference evaluator's; a config that
+    others the first, compiles to an executable whose result equals the reference evaluator's (or is at least as
+    close to the f64 oracle, :func:`fusegen.conformance.checks.result_problem`); a config that
     does not compile is left out (the tuner skips it too), one that computes wrong values fails, named. At
     least one config must compile."""
     backend, module, inst, path = _codegen(st, case)
