@@ -11,7 +11,29 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-from fusegen.cli.common import EXIT_UNSUPPORTED, fail, internal_error
+import click
+
+from fusegen.cli.common import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_UNSUPPORTED, fail, internal_error
+
+
+def fail_on_fusion_failures(module_path: str, reports: list, modules: list) -> None:
+    """After the table, a line per fusion a plugin failed on (:func:`fusegen.runtime.plugin_failures.failure_lines`)
+    and the exit: 3 when one of those plugins ships with fusegen and ``modules`` verify (a built-in failing on a
+    valid module is fusegen's bug), else 2: the plugin is named, or the module's first problem
+    (:func:`fusegen.hlo.module_verifier.verify_module`, which the parser does not run in full). Returns when
+    nothing failed."""
+    from fusegen.hlo.module_verifier import verify_module
+    from fusegen.runtime.plugin_failures import failure_lines, internal_failure
+
+    internal = internal_failure(reports)
+    problems = [p for m in modules for p in verify_module(m, max_problems=1)] if internal else []
+    failed = failure_lines(module_path, reports, internal=not problems)
+    if problems:  # what broke fusegen's own plugin is the input: say what is wrong with it
+        failed.insert(0, f"{module_path}: invalid module: {problems[0]}")
+    for line in failed[1:]:
+        click.echo(f"fusegen: error: {line}", err=True)
+    if failed:
+        fail(failed[0], EXIT_INTERNAL if internal and not problems else EXIT_BAD_INPUT)
 
 
 @contextlib.contextmanager

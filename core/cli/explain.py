@@ -10,7 +10,7 @@ import click
 from fusegen.cli.common import (device_option, fail, get_device_or_fail, load_modules, pipeline_option,
                                 pipeline_passes, with_plugin)
 from fusegen.cli.config import config_options, resolve_config
-from fusegen.cli.errors import plan_errors
+from fusegen.cli.errors import fail_on_fusion_failures, plan_errors
 
 
 @click.command()
@@ -49,7 +49,7 @@ def explain(module_path, fusion_name, show_indexing, compile_triton, device_name
         click.echo(f"fusegen: warning: {module_path}: {line}; `fusegen run` will exit 4", err=True)
     if as_json:
         click.echo(json.dumps(res.to_json(), indent=2))
-        _fail_on_plugin_errors(module_path, rows)
+        _fail_on_plugin_errors(module_path, rows, modules)
         return
     from rich.console import Console
     from rich.table import Table
@@ -93,15 +93,10 @@ def explain(module_path, fusion_name, show_indexing, compile_triton, device_name
                         for o in r["operands"]:
                             console.print(f"  thread -> operand %{o['operand']}: {o['thread_to_input'] or 'none'}",
                                           markup=False, highlight=False, soft_wrap=True)
-    _fail_on_plugin_errors(module_path, rows)
+    _fail_on_plugin_errors(module_path, rows, modules)
 
 
-def _fail_on_plugin_errors(module_path: str, rows: list) -> None:
-    """Exit 2 (after the table) when a plugin failed on a fusion, one line per failure."""
-    from fusegen.runtime.plugin_failures import failure_lines
-
-    failed = failure_lines(module_path, [[rep for _, (_, rep) in rows]])
-    for line in failed[1:]:
-        click.echo(f"fusegen: error: {line}", err=True)
-    if failed:
-        fail(failed[0])
+def _fail_on_plugin_errors(module_path: str, rows: list, modules: list) -> None:
+    """Exit 2 (after the table) when a plugin failed on a fusion, one line per failure; 3 when it is fusegen's own
+    and the module valid."""
+    fail_on_fusion_failures(module_path, [[rep for _, (_, rep) in rows]], modules)

@@ -1,7 +1,8 @@
 """The ``fusegen`` command: ``run``, ``explain``, ``report``, ``plugins``, ...
 
 Exit codes: 0 success, 1 an output mismatched the reference evaluator, 2 bad input (malformed HLO,
-bad inputs file, unknown device) or a failing plugin, each reported in one line; 4 a valid module fusegen cannot
+bad inputs file, unknown device) or a failing third-party plugin, each reported in one line; 3 an internal
+error (one of fusegen's own plugins failing on a valid module included); 4 a valid module fusegen cannot
 run as meant (a multi-device module it cannot run as all its devices); 130 interrupted (Ctrl-C,
 ``fusegen: interrupted``), as a shell reports a process SIGINT ended.
 """

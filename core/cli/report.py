@@ -19,9 +19,9 @@ from pathlib import Path
 import click
 
 from fusegen.cli.common import (EXIT_MISMATCH, check_writable, device_option, fail, get_device_or_fail, limit_options,
-                                pipeline_option, pipeline_passes, resolve_limits)
+                                load_modules, pipeline_option, pipeline_passes, resolve_limits)
 from fusegen.cli.config import config_options, resolve_config
-from fusegen.cli.errors import report_errors
+from fusegen.cli.errors import fail_on_fusion_failures, report_errors
 from fusegen.cli.progress import rich_progress
 
 
@@ -88,9 +88,6 @@ def report(module_path, output_path, json_path, autotune, record_dir, top_k, aut
     s = res.document["summary"]
     click.echo(f"wrote {output_path} ({s['fusions']} fusions, {len(s['host_fallbacks'])} on the host, "
                f"{len(res.document['tuning'])} tuned instructions, {len(res.html) / 1e6:.1f} MB)", err=True)
-    failed = [f"{module_path}: {line}" for line in res.errors]  # a plugin failed on it (written all the same)
-    for line in failed[1:]:
-        click.echo(f"fusegen: error: {line}", err=True)
-    if failed:
-        fail(failed[0])
+    # a plugin failed on it (the page is written all the same); the module read again only to verify it then
+    fail_on_fusion_failures(module_path, res.document["modules"], load_modules(module_path) if res.errors else [])
     sys.exit(0 if res.ok else EXIT_MISMATCH)

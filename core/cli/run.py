@@ -21,7 +21,7 @@ import click
 from fusegen.cli.common import (EXIT_MISMATCH, check_writable, device_option, fail, get_device_or_fail, limit_options,
                                 load_modules, pipeline_option, prepare_modules, resolve_limits, with_plugin)
 from fusegen.cli.config import config_options, resolve_config
-from fusegen.cli.errors import run_errors, tune_errors
+from fusegen.cli.errors import fail_on_fusion_failures, run_errors, tune_errors
 from fusegen.cli.progress import rich_progress
 from fusegen.cli.verify_options import budget_cell, verdict_lines, verify_options
 
@@ -124,12 +124,44 @@ def per_element_lines(report) -> list[str]:
     return [f"  %{p['name']} ({p['opcode']}): {p['reason']}" for p in getattr(report, "per_element", [])]
 
 
+def save_outputs(path: str, result, reports: list) -> dict:
+    """``--save-outputs PATH``: the module's outputs as ``o0``, ``o1``, ... (:func:`fusegen.runtime.inputs.save_npz`).
+
+    Not written when a fusion failed: the reference evaluator stood in for its kernel (or the kernel cannot run on
+    the device), so the values would not be the kernels'. A file an earlier run left at ``path`` is removed then,
+    so that nothing stale passes for this run's outputs. Returns the ``--json`` key ``saved_outputs``:
+    ``{"path", "written"}`` and, when not written, ``"reason"``. Exits 2 when the file cannot be written.
+    """
+    from pathlib import Path
+
+    from fusegen.runtime.inputs import leaves, save_npz
+
+    failed = [f"%{e['fusion']}" for r in reports for e in r.plugin_errors]
+    if failed:
+        reason = (f"fusion{'s' if len(failed) > 1 else ''} {', '.join(failed)} failed, so the outputs are not all "
+                  "kernel outputs (a failed fusion's values come from the reference evaluator)")
+        try:
+            Path(path).unlink()
+            reason += f"; the earlier {path} was removed"
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            reason += f"; the earlier {path} could not be removed ({e.strerror or e})"
+        return {"path": path, "written": False, "reason": reason}
+    try:
+        save_npz(path, {f"o{i}": a for i, a in enumerate(leaves(result.outputs))})
+    except OSError as e:
+        fail(f"--save-outputs {path}: {e.strerror or e}")
+    return {"path": path, "written": True}
+
+
 @click.command()
 @click.argument("module_path", metavar="MODULE.hlo")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the random inputs.")
 @click.option("--inputs", "inputs_path", type=click.Path(), help=".npz with arrays p0, p1, ... (or parameter names).")
 @click.option("--save-outputs", "outputs_path", type=click.Path(),
-              help="Write the outputs to this .npz (o0, o1, ...; bf16/f8/s4 as raw bytes: .view(ml_dtypes.X)).")
+              help="Write the outputs to this .npz (o0, o1, ...; bf16/f8/s4 as raw bytes: .view(ml_dtypes.X)); "
+                   "not written when a fusion failed.")
 @device_option
 @config_options
 @pipeline_option
@@ -171,7 +203,6 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
     """
     from fusegen.api import Session, run_modules
     from fusegen.plugin_manager import default_plugin_manager
-    from fusegen.runtime.inputs import leaves, save_npz
 
     cfg = resolve_config(config_path, xla_flags)
     device = get_device_or_fail(device_name, cfg)
@@ -211,20 +242,16 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                              jobs=jobs or len(os.sched_getaffinity(0)), progress=progress, parse_seconds=t_parse,
                              pass_seconds=t_passes)
     reports = list(result.reports)
-    if outputs_path:
-        try:
-            save_npz(outputs_path, {f"o{i}": a for i, a in enumerate(leaves(result.outputs))})
-        except OSError as e:
-            fail(f"--save-outputs {outputs_path}: {e.strerror or e}")
-    from fusegen.runtime.plugin_failures import failure_lines
+    saved = save_outputs(outputs_path, result, reports) if outputs_path else None
     from fusegen.verify.verdict import VACUOUS
 
     ok = result.ok and (tuned is None or tuned.ok)
-    failed = failure_lines(module_path, reports)  # a plugin failed on a fusion: every row printed, then exit 2
     if as_json:
         from fusegen.runtime.run_json import autotune_json
 
         doc = result.to_json()
+        if saved is not None:
+            doc["saved_outputs"] = saved
         if tuned is not None:
             doc.update(autotune_json(tuned.tuned, tuned.compiles, tuned.cache))
             if not tuned.ok:
@@ -274,8 +301,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                 console.print(reference_profile_table(report))
                 for line in per_element_lines(report):
                     console.print(line, markup=False)
-    for line in failed[1:]:
-        click.echo(f"fusegen: error: {line}", err=True)
-    if failed:
-        fail(failed[0])
+    if saved is not None and not saved["written"]:
+        click.echo(f"fusegen: warning: --save-outputs {outputs_path}: not written: {saved['reason']}", err=True)
+    fail_on_fusion_failures(module_path, reports, modules)  # after every row: exit 2 (a plugin) or 3 (fusegen's own)
     sys.exit(0 if ok else EXIT_MISMATCH)

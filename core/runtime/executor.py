@@ -349,16 +349,16 @@ class Executor:
         """
         if id(inst) in self._emitted:
             return self._emitted[id(inst)]
+        rep = FusionReport(name=inst.name)
         try:
-            return self._plan(inst)
-        except PluginError as e:
-            rep = FusionReport(name=inst.name, status="error", reason=str(e), plugin=e.plugin)
+            return self._plan(inst, rep)
+        except PluginError as e:  # the row keeps the kind and emitter found before the failure
+            rep.status, rep.reason, rep.plugin = "error", str(e), e.plugin
             rep.backend = self._backend_for(inst).name
             self._emitted[id(inst)] = (None, rep)
             return None, rep
 
-    def _plan(self, inst: Instruction) -> tuple[Any, FusionReport]:
-        rep = FusionReport(name=inst.name)
+    def _plan(self, inst: Instruction, rep: FusionReport) -> tuple[Any, FusionReport]:
         t0 = time.perf_counter()
         analysis = FusionAnalysis.create(inst, self.device)
         decision = dispatch.get_emitter_fusion_kind(analysis, self.pm)

@@ -4,7 +4,8 @@ A fusion whose matcher, factory or emitter failed (:meth:`fusegen.runtime.execut
 whose generated kernel did not load, run or compile, gets ``status="error"`` and a reason naming the plugin,
 the callable, the fusion and, for generated source, the kernel file and line (the file the kernel was
 imported from, :func:`fusegen.codegen.triton_runtime.load_kernel`). ``fusegen run``/``explain`` print every
-row and then exit 2 (:func:`failure_lines`).
+row and then exit 2 naming the plugin (:func:`failure_lines`), or 3 when the plugin is one fusegen ships
+(:func:`shipped_with_fusegen`): on a valid module that is fusegen's bug, and the line says how to report it.
 """
 
 from __future__ import annotations
@@ -94,12 +95,49 @@ def compile_failure(rep: Any) -> str:
            f"{rep.compiled}"
 
 
-def failure_lines(module_path: str, reports: list) -> list[str]:
-    """One line per fusion row with ``status == "error"`` of every :class:`RunReport` (or plain fusion-report
-    lists) in ``reports``: ``MODULE: fusion %NAME: REASON``."""
+#: What the line of a failure in fusegen's own plugin asks the user to do.
+REPORT_BUG = "this is a fusegen bug; please report it with the module and the output of `fusegen --version`"
+
+
+def shipped_with_fusegen(plugin: str) -> bool:
+    """Whether ``plugin`` (a loaded plugin's name) is installed by the ``fusegen`` distribution itself: the
+    emitters and backends of ``plugins/`` and core's matchers. A third-party plugin, one that replaced a
+    built-in under its name included, and the name of no loaded plugin, are not."""
+    from fusegen.plugin_manager import default_plugin_manager
+    from fusegen.registry import normalize_name
+
+    info = default_plugin_manager().infos.get(plugin)
+    return info is not None and normalize_name(info.distribution) == "fusegen"
+
+
+def _field(row: Any, key: str) -> Any:
+    """A fusion row's field, from a :class:`FusionReport` or its JSON (the report's document)."""
+    return row.get(key, "-") if isinstance(row, dict) else getattr(row, key, "-")
+
+
+def _failed(reports: list) -> list:
+    return [f for r in reports for f in (r.get("fusions", ()) if isinstance(r, dict) else getattr(r, "fusions", r))
+            if _field(f, "status") == "error"]
+
+
+def failure_lines(module_path: str, reports: list, internal: bool = True) -> list[str]:
+    """One line per fusion row with ``status == "error"`` of every :class:`RunReport` (or plain lists of fusion
+    reports or of their JSON) in ``reports``: ``MODULE: fusion %NAME: REASON``; where the plugin is fusegen's
+    own (and ``internal``: the module is valid), ``MODULE: fusion %NAME: internal error in fusegen's emitter E
+    (plugin 'P'): REASON; ``:data:`REPORT_BUG`."""
     out = []
-    for r in reports:
-        for f in getattr(r, "fusions", r):
-            if f.status == "error":
-                out.append(f"{module_path}: fusion %{f.name}: {f.reason}")
+    for f in _failed(reports):
+        head, plugin = f"{module_path}: fusion %{_field(f, 'name')}: ", _field(f, "plugin")
+        if internal and shipped_with_fusegen(plugin):
+            emitter = _field(f, "emitter")
+            what = f"emitter {emitter} (plugin {plugin!r})" if emitter not in ("-", "", None) else f"plugin {plugin!r}"
+            out.append(f"{head}internal error in fusegen's {what}: {_field(f, 'reason')}; {REPORT_BUG}")
+        else:
+            out.append(head + str(_field(f, "reason")))
     return out
+
+
+def internal_failure(reports: list) -> bool:
+    """Whether a fusion of ``reports`` (as :func:`failure_lines` takes them) failed in a plugin fusegen ships:
+    the command then exits 3 (internal error), not 2."""
+    return any(shipped_with_fusegen(_field(f, "plugin")) for f in _failed(reports))
