@@ -79,7 +79,8 @@ ENTRY e {
   c2 = c64[2] constant({(1, 2), (3, nan)})
   d = f8e5m2[1,2,1,1,3] constant({ { { { {0.5, inf, nan} } }, { { {-0, 3, -1.25} } } } })
   f = u4[1,1,3,1] constant({ { { {15}, {0}, {9} } } })
-  ROOT t = (s4[2,1,2,2], pred[1,1,1,2], f32[1,1,1,2], s32[], c64[2], f8e5m2[1,2,1,1,3], u4[1,1,3,1]) tuple(a, b, c0, c1, c2, d, f)
+  ROOT t = (s4[2,1,2,2], pred[1,1,1,2], f32[1,1,1,2], s32[], c64[2], f8e5m2[1,2,1,1,3], u4[1,1,3,1])
+    tuple(a, b, c0, c1, c2, d, f)
 }
 """
 # XLA:CPU does not run a tuple constant (no StableHLO form): XLA only prints it.
