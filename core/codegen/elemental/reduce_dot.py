@@ -317,9 +317,7 @@ class ReduceDotMixin:
         the physical offset): the padded positions ``[first, end)`` any of the block's windows touch are then
         read as 16-byte vectors of the parameter (:meth:`_reduce_window_vectors`), as XLA's unrolled window loop
         loads them; ``None`` otherwise."""
-        if self.bindings is not None or self.ctx.runs is not None or self.ctx.steps is not None:
-            return None
-        if self.ctx.block_shape in ("[]", "") or len(inst.operands) != 2 or inst.shape.is_tuple:
+        if not self.vector_reads_apply() or len(inst.operands) != 2 or inst.shape.is_tuple:
             return None
         wide = [d for d, sz in enumerate(w["size"]) if int(sz) > 1]
         if len(wide) != 1 or any(int(b) != 1 for b in w["lhs_dilate"]):

@@ -15,8 +15,20 @@ def plain_vector_type(et: str) -> bool:
         dtypes.bit_width(et) in (8, 16, 32, 64)
 
 
+def linear_block(block_shape: str) -> str | None:
+    """The extent text of a one-dimensional block shape (``"[BLOCK]"`` -> ``"BLOCK"``), else ``None``: a scalar
+    block (``"[]"``), a tile of several dimensions (``"[16, 32]"``) or a shape known only at run time (a GEMM
+    tile's ``"zero.shape"``). A vector read adds its vector axis after this one axis."""
+    if not (block_shape.startswith("[") and block_shape.endswith("]")):
+        return None
+    inner = block_shape[1:-1].strip()
+    return inner if inner and "," not in inner and "[" not in inner else None
+
+
 class VectorReadsMixin:
-    """Column splitting and parameter-vector binding of :class:`ElementalGenerator` (a mixin)."""
+    """Column splitting and parameter-vector binding of :class:`ElementalGenerator` (a mixin). Vector reads are
+    written for a one-dimensional block (:func:`linear_block`); on any other block (a GEMM's operand tile) the
+    elements are read through their index maps, one load each."""
 
     def parameter_buffer(self, par: Instruction) -> tuple[str, Shape]:
         """``(pointer, shape)`` of fusion parameter ``par``'s buffer: the fusion operand's shape (its physical
@@ -25,12 +37,25 @@ class VectorReadsMixin:
         shape = ops[n] if n < len(ops) and ops[n].dimensions == par.shape.dimensions else par.shape
         return self.ctx.param("operand", n, shape, par.name), shape
 
+    def vector_reads_apply(self) -> bool:
+        """Whether a parameter may be read as vectors here: a one-dimensional block, no other index scheme."""
+        ctx = self.ctx
+        return (self.bindings is None and ctx.runs is None and ctx.steps is None
+                and linear_block(ctx.block_shape) is not None)
+
     def vector_load(self, ptr: str, base: str, n: int, hint: str) -> list[str]:
         """The ``n`` elements at ``ptr + base + k`` (``base`` a ``[block]`` offset, ``k < n``, a power of two) as
-        one ``[block, n]`` masked load, returned as its ``n`` ``[block]`` columns (:meth:`vector_columns`)."""
+        one ``[block, n]`` masked load, returned as its ``n`` ``[block]`` columns (:meth:`vector_columns`).
+
+        Raises:
+            ValueError: the current block is not one-dimensional (:func:`linear_block`).
+        """
+        block = linear_block(self.ctx.block_shape)
+        if block is None:
+            raise ValueError(f"vector_load needs a one-dimensional block, not {self.ctx.block_shape!r}")
         t = self.ctx.emit(f"tl.load({ptr} + ({base}[:, None] + tl.arange(0, {n})[None, :]), "
                           f"mask={self.ctx.mask}[:, None], other=0)", hint)
-        return self.vector_columns(t, n, self.ctx.block_shape[1:-1])
+        return self.vector_columns(t, n, block)
 
     def vector_columns(self, t: str, v: int, block: str) -> list[str]:
         """The ``v`` columns of the ``[block, v]`` tensor ``t`` as ``[block]`` tensors, in order (``tl.split``
@@ -64,7 +89,7 @@ class VectorReadsMixin:
         parameters' minor physical dimension, ``n`` its extent a power of two of at most 16 bytes; returns
         whether it bound anything."""
         ctx = self.ctx
-        if self.bindings is not None or ctx.runs is not None or ctx.steps is not None or ctx.block_shape in ("[]", ""):
+        if not self.vector_reads_apply():
             return False
         n = inst.shape.dimensions[dim]
         if n < 2 or n & (n - 1):
@@ -92,7 +117,7 @@ class VectorReadsMixin:
         ``x[..., 1::2]`` read together, as XLA's vectoriser merges the two loads. Nothing when the group may
         pass the dimension's end, or another index scheme is in force."""
         ctx, src = self.ctx, inst.operands[0]
-        if self.bindings is not None or ctx.runs is not None or ctx.steps is not None or ctx.block_shape in ("[]", ""):
+        if not self.vector_reads_apply():
             return
         if src.opcode != "parameter" or src.shape.is_tuple or not plain_vector_type(src.shape.element_type):
             return
