@@ -1,7 +1,9 @@
 """Input arrays for a module's entry parameters: seeded random ones, or read from an ``.npz``.
 
-Index operands (start indices of dynamic-slice / dynamic-update-slice, gather and scatter indices)
-get integers inside the operand's bounds, so a run exercises real addresses instead of clamping.
+Seeded inputs follow each parameter's uses (:mod:`fusegen.runtime.input_uses`): index operands (start indices of
+dynamic-slice / dynamic-update-slice, gather and scatter indices) get integers inside the operand's bounds, so a
+run exercises real addresses instead of clamping; a parameter reaching a root, log, power base or denominator gets
+positive values; a dot or convolution operand gets ``N(0, 1/fan_in)``, so activations stay finite through depth.
 """
 
 from __future__ import annotations
@@ -16,74 +18,28 @@ from typing import Any
 import numpy as np
 
 from fusegen.hlo import dtypes
-from fusegen.hlo.ir import Instruction, Module, Shape
-
-_PASS_THROUGH = {"convert", "bitcast", "reshape", "copy", "broadcast", "slice", "concatenate", "get-tuple-element",
-                 "transpose", "clamp", "bitcast-convert"}
+from fusegen.hlo.ir import Module, Shape
+from fusegen.runtime.input_uses import ParameterUse, parameter_uses
 
 
 class InputError(ValueError):
     """An input array is missing, misshaped or mistyped (the message names the parameter)."""
 
 
-def _index_uses(inst: Instruction) -> list[tuple[int, int]]:
-    """(operand number, bound) pairs of ``inst``'s index operands."""
-    op = inst.opcode
-    if op == "dynamic-slice":
-        src = inst.operands[0].shape
-        sizes = inst.attrs.get("dynamic_slice_sizes", src.dimensions)
-        return [(k, max(0, src.dimensions[k - 1] - sizes[k - 1])) for k in range(1, len(inst.operands))
-                if k - 1 < src.rank]
-    if op == "dynamic-update-slice":
-        src, upd = inst.operands[0].shape, inst.operands[1].shape
-        return [(k, max(0, src.dimensions[k - 2] - upd.dimensions[k - 2])) for k in range(2, len(inst.operands))
-                if k - 2 < src.rank]
-    if op == "gather":
-        dims = inst.operands[0].shape.dimensions
-        return [(1, max(0, min(dims) - 1) if dims else 0)]
-    if op == "scatter":
-        n = (len(inst.operands) - 1) // 2
-        dims = inst.operands[0].shape.dimensions
-        return [(n, max(0, min(dims) - 1) if dims else 0)]
-    return []
-
-
 def index_bounds(module: Module) -> dict[int, int]:
     """Entry parameter number -> largest in-range value, for parameters that feed index operands."""
-    callers: dict[int, list[tuple[Instruction, int]]] = {}
-    for comp in module.computations:
-        for inst in comp.instructions:
-            for c in inst.called_computations:
-                callers.setdefault(id(c), []).append((inst, 0))
-    bounds: dict[int, int] = {}
-
-    def walk(inst: Instruction, bound: int, depth: int) -> None:
-        if depth > 12:
-            return
-        if inst.opcode == "parameter":
-            comp = inst.parent
-            if comp is module.entry:
-                n = inst.parameter_number
-                bounds[n] = min(bound, bounds.get(n, bound))
-                return
-            for caller, _ in callers.get(id(comp), []):
-                if caller.opcode in ("fusion", "call") and inst.parameter_number < len(caller.operands):
-                    walk(caller.operands[inst.parameter_number], bound, depth + 1)
-            return
-        if inst.opcode in _PASS_THROUGH:
-            for o in inst.operands[: 1 if inst.opcode != "concatenate" else None]:
-                walk(o, bound, depth + 1)
-
-    for comp in module.computations:
-        for inst in comp.instructions:
-            for k, bound in _index_uses(inst):
-                if k < len(inst.operands):
-                    walk(inst.operands[k], bound, 0)
-    return bounds
+    return {n: u.index_high for n, u in parameter_uses(module).items() if u.index_high is not None}
 
 
-def random_array(shape: Shape, rng: np.random.Generator, high: int | None = None) -> np.ndarray:
+def random_array(shape: Shape, rng: np.random.Generator, high: int | None = None,
+                 use: ParameterUse | None = None) -> np.ndarray:
     """A seeded random logical array of ``shape``: normal floats, small integers, random preds.
+
+    ``high`` (or ``use.index_high``) draws integers in ``[0, high]``. ``use.fan_in`` scales floats of 16 bits
+    or more to ``N(0, 1/fan_in)`` (f8 / f4 operands carry their own scale factors; scaling them would flush most
+    values to zero). ``use.positive`` maps floats to ``|x| + 0.5`` (in units of the scale) and integers to
+    ``[1, 16]``. Each draw takes the same random stream whatever ``use`` says, so one parameter's use leaves
+    every other parameter's values unchanged.
 
     Values are drawn at the element type's width (``float32`` for every float type up to 32 bits, then
     converted), never through a ``float64`` staging array twice the size of the result.
@@ -91,6 +47,8 @@ def random_array(shape: Shape, rng: np.random.Generator, high: int | None = None
     et = shape.element_type
     dt = dtypes.numpy_dtype(et)
     dims = tuple(shape.dimensions)
+    use = use or ParameterUse()
+    high = use.index_high if high is None else high
     if high is not None and dtypes.is_integral(et):
         return _integers(rng, 0, high + 1, dims, dt)
     if et == "pred":
@@ -99,16 +57,24 @@ def random_array(shape: Shape, rng: np.random.Generator, high: int | None = None
         lo, hi = (0, 16) if dtypes.is_unsigned_int(et) or dtypes.bit_width(et) < 8 else (-8, 8)
         if dtypes.bit_width(et) < 8:
             lo, hi = 0, 2
-        return _integers(rng, lo, hi, dims, dt)
+        x = _integers(rng, lo, hi, dims, dt)
+        if use.positive:
+            x = (x.astype(np.int32) - lo + 1 if dtypes.bit_width(et) >= 8 else np.ones(dims, np.int32)).astype(dt)
+        return x
+    scale = 1.0 / np.sqrt(use.fan_in) if use.fan_in and dtypes.bit_width(et) >= 16 else 1.0
     if dtypes.is_complex(et):
         part = np.float64 if dt == np.complex128 else np.float32
         out = np.empty(dims, dt)
-        out.real = rng.standard_normal(dims, dtype=part)
-        out.imag = rng.standard_normal(dims, dtype=part)
+        out.real = rng.standard_normal(dims, dtype=part) * part(scale)
+        out.imag = rng.standard_normal(dims, dtype=part) * part(scale)
         return out
-    if dt == np.float64:
-        return rng.standard_normal(dims, dtype=np.float64)
-    return rng.standard_normal(dims, dtype=np.float32).astype(dt, copy=False)
+    x = rng.standard_normal(dims, dtype=np.float64 if dt == np.float64 else np.float32)
+    if use.positive:
+        x = np.abs(x, out=x)
+        x += 0.5
+    if scale != 1.0:
+        x *= x.dtype.type(scale)
+    return x.astype(dt, copy=False)
 
 
 def _integers(rng: np.random.Generator, lo: int, hi: int, dims: tuple[int, ...], dt: np.dtype) -> np.ndarray:
@@ -120,29 +86,33 @@ def _integers(rng: np.random.Generator, lo: int, hi: int, dims: tuple[int, ...],
         return rng.integers(lo, hi, size=dims, dtype=np.int64).astype(dt)
 
 
-def random_value(shape: Shape, rng: np.random.Generator, high: int | None = None) -> Any:
+def random_value(shape: Shape, rng: np.random.Generator, high: int | None = None,
+                 use: ParameterUse | None = None) -> Any:
+    """:func:`random_array` for an array shape; a tuple of them for a tuple shape (``use`` is for arrays)."""
     if shape.is_tuple:
         return tuple(random_value(s, rng) for s in shape.tuple_shapes)
     if shape.element_type == "token":
         return np.zeros((), np.int8)
-    return random_array(shape, rng, high)
+    return random_array(shape, rng, high, use)
 
 
 def make_inputs(module: Module, seed: int = 0) -> list[Any]:
-    """Seeded random values for every entry parameter (index operands in range).
+    """Seeded random values for every entry parameter, drawn as its uses ask (:func:`parameter_uses`: index
+    operands in range, positive values where a root, log, power or denominator reads them, dot and convolution
+    operands scaled by their fan-in).
 
     Raises:
         InputError: a parameter's element type has no array form here (e.g. ``s1``).
     """
     rng = np.random.default_rng(seed)
     try:
-        bounds = index_bounds(module)
-    except (IndexError, KeyError, TypeError, AttributeError):
-        bounds = {}  # only a hint for friendlier indices; the run itself reports malformed index operands
+        uses = parameter_uses(module)
+    except (IndexError, KeyError, TypeError, AttributeError, ValueError):
+        uses = {}  # only a hint for friendlier inputs; the run itself reports malformed operands
     out = []
     for p in module.entry.parameters:
         try:
-            out.append(random_value(p.shape, rng, bounds.get(p.parameter_number)))
+            out.append(random_value(p.shape, rng, None, uses.get(p.parameter_number)))
         except dtypes.UnsupportedTypeError as e:
             raise InputError(f"{module.filename}: parameter {p.parameter_number} (%{p.name}): cannot make inputs: "
                              f"{e}") from None

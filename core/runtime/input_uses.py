@@ -1,0 +1,322 @@
+"""How each entry parameter of a module is used, so that seeded default inputs exercise the program.
+
+Random ``N(0, 1)`` values for every parameter test nothing on a real model: a variance that reaches ``rsqrt`` turns
+negative, a step count that reaches ``power`` makes it NaN, an index out of range reads the fill value, and the
+NaNs spread to every output. XLA's test input maker (``MakeFakeArguments``, ``xla/tests/test_utils.cc``) looks at
+the uses of each parameter for the same reason (index operands get in-range values). Here each use site is traced
+back to the entry parameters it reads, through fusions, calls, ``while`` and ``conditional`` bodies, tuples and the
+ops that move or retype values without changing what they mean:
+
+* **index**: start indices of ``dynamic-slice`` / ``dynamic-update-slice``, ``gather`` and ``scatter`` indices get
+  integers in ``[0, high]``, ``high`` the largest start that keeps the slice inside the operand.
+* **positive**: operands of ``sqrt``, ``rsqrt``, ``log``, ``log-plus-one``, the base of ``power`` (unless the
+  exponent is an integral constant) and the denominator of ``divide`` / ``remainder``; the requirement passes
+  through ``add``, ``multiply``, ``maximum``, ``minimum``, ``select``, ``reduce``, a numerator and the minuend of
+  ``subtract``, and stops where the value is non-negative by construction (``x * x``, ``exp``, ``abs``,
+  ``max(x, 0)``, a non-negative constant).
+* **fan_in**: a ``dot`` / ``convolution`` operand (or a cuBLAS / cuDNN custom call's) that the op contracts over
+  ``fan_in`` elements per output; with several uses, the largest.
+
+The analysis is only a hint for friendlier inputs: a use it cannot see through leaves the parameter's default
+distribution, and the run itself reports anything malformed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
+
+import attrs
+import numpy as np
+
+from fusegen.hlo.ir import Computation, Instruction, Module
+
+__all__ = ["ParameterUse", "parameter_uses", "index_uses"]
+
+#: Ops whose result holds the same values as their operands, moved or retyped.
+_MOVES = {"convert", "bitcast", "reshape", "copy", "broadcast", "transpose", "slice", "concatenate", "reverse"}
+_POSITIVE_SINKS = {"sqrt": 0, "rsqrt": 0, "log": 0, "log-plus-one": 0, "power": 0, "divide": 1, "remainder": 1}
+_NONNEGATIVE_RESULTS = {"exponential", "abs", "sqrt", "rsqrt", "logistic", "popcnt", "iota"}
+_TRACE_LIMIT = 200_000  # visited (instruction, tuple path) pairs per trace: a bound for pathological modules
+
+
+@attrs.frozen
+class ParameterUse:
+    """What one entry parameter's uses ask of its values (all ``None`` / ``False``: nothing known).
+
+    Attributes:
+        index_high: largest in-range value (the parameter is an index operand); integers in ``[0, index_high]``.
+        positive: the parameter reaches a root, log, power base or denominator: values ``> 0``.
+        fan_in: elements a dot / convolution contracts per output along the parameter (the largest over its uses).
+    """
+
+    index_high: int | None = None
+    positive: bool = False
+    fan_in: int | None = None
+
+
+def _attr_ints(inst: Instruction, key: str) -> tuple[int, ...]:
+    v = inst.attrs.get(key)
+    if v is None:
+        return ()
+    if isinstance(v, str):
+        return tuple(int(x) for x in v.strip().strip("{}").split(",") if x.strip())
+    if isinstance(v, int):
+        return (v,)
+    return tuple(int(x) for x in v)
+
+
+def index_uses(inst: Instruction) -> list[tuple[int, int]]:
+    """(operand number, largest in-range value) for each index operand of ``inst``.
+
+    Mirrors the clamping of XLA's ``dynamic-slice`` / ``dynamic-update-slice`` (start in ``[0, dim - size]``)
+    and ``gather`` / ``scatter`` (start in ``[0, dim - window size]`` for every operand dim an index component
+    addresses: ``start_index_map``, ``scatter_dims_to_operand_dims``).
+    """
+    op = inst.opcode
+    if op == "dynamic-slice":
+        src = inst.operands[0].shape
+        sizes = _attr_ints(inst, "dynamic_slice_sizes") or tuple(src.dimensions)
+        return [(k, max(0, src.dimensions[k - 1] - sizes[k - 1])) for k in range(1, len(inst.operands))
+                if k - 1 < src.rank]
+    if op == "dynamic-update-slice":
+        src, upd = inst.operands[0].shape, inst.operands[1].shape
+        return [(k, max(0, src.dimensions[k - 2] - upd.dimensions[k - 2])) for k in range(2, len(inst.operands))
+                if k - 2 < src.rank]
+    if op == "gather":
+        dims = inst.operands[0].shape.dimensions
+        sizes, mapped = _attr_ints(inst, "slice_sizes"), _attr_ints(inst, "start_index_map")
+        if len(sizes) == len(dims) and mapped and all(0 <= d < len(dims) for d in mapped):
+            return [(1, max(0, min(dims[d] - sizes[d] for d in mapped)))]
+        return [(1, max(0, min(dims) - 1) if dims else 0)]
+    if op == "scatter":
+        n = (len(inst.operands) - 1) // 2
+        dims = inst.operands[0].shape.dimensions
+        return [(n, _scatter_high(inst, n, dims))]
+    return []
+
+
+def _scatter_high(inst: Instruction, n: int, dims: tuple[int, ...]) -> int:
+    """The largest in-range scatter index: each addressed operand dim less its update window there."""
+    mapped = _attr_ints(inst, "scatter_dims_to_operand_dims")
+    not_window = set(_attr_ints(inst, "inserted_window_dims")) | set(_attr_ints(inst, "input_batching_dims"))
+    uwd = _attr_ints(inst, "update_window_dims")
+    window_dims = [d for d in range(len(dims)) if d not in not_window]
+    upd = inst.operands[n + 1].shape.dimensions if len(inst.operands) > n + 1 else ()
+    if not mapped or len(window_dims) != len(uwd) or any(u >= len(upd) for u in uwd):
+        return max(0, min(dims) - 1) if dims else 0
+    size = {d: upd[u] for d, u in zip(window_dims, uwd)}
+    return max(0, min(dims[d] - size.get(d, 1) for d in mapped if 0 <= d < len(dims)))
+
+
+def _constant_values(inst: Instruction) -> np.ndarray | None:
+    """A constant's values through broadcasts and converts, or ``None`` (not a constant, or a large one)."""
+    while inst.opcode in ("broadcast", "convert", "reshape", "bitcast", "copy") and inst.operands:
+        inst = inst.operands[0]
+    if inst.opcode != "constant" or inst.shape.is_tuple or inst.shape.numel > 4096:
+        return None
+    from fusegen.hlo.literal import parse_literal
+
+    try:
+        v = np.asarray(parse_literal(inst.attrs.get("literal"), inst.shape))
+        return v.astype(np.float64) if v.dtype.kind in "biuf" else None
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
+def _same_value(a: Instruction, b: Instruction, depth: int = 4) -> bool:
+    """``a`` and ``b`` compute the same value (the same instruction, or clones a fusion made of one)."""
+    if a is b:
+        return True
+    if depth == 0 or a.opcode != b.opcode or a.opcode in ("parameter", "constant", "rng") or a.shape != b.shape:
+        return False
+    if len(a.operands) != len(b.operands) or a.attrs.keys() - {"metadata"} != b.attrs.keys() - {"metadata"}:
+        return False
+    if any(a.attrs[k] != b.attrs[k] for k in a.attrs if k != "metadata"):
+        return False
+    return all(_same_value(x, y, depth - 1) for x, y in zip(a.operands, b.operands))
+
+
+def _positive_follow(inst: Instruction) -> Iterable[int]:
+    """Operands that must be positive for ``inst``'s result to be."""
+    op, n = inst.opcode, len(inst.operands)
+    if op in _NONNEGATIVE_RESULTS:
+        return ()
+    if op == "constant":
+        return ()
+    if op in _MOVES or op in ("add", "pad", "reduce", "reduce-window", "clamp"):
+        if op == "clamp":  # clamp(lo, x, hi): a non-negative lo suffices
+            lo = _constant_values(inst.operands[0])
+            return () if lo is not None and (lo >= 0).all() else (1,)
+        return range(n)
+    if op == "multiply":
+        return () if n == 2 and _same_value(*inst.operands) else range(n)
+    if op in ("maximum", "minimum"):
+        if op == "maximum" and any((c := _constant_values(o)) is not None and (c >= 0).all() for o in inst.operands):
+            return ()
+        return range(n)
+    if op == "select":
+        return (1, 2)
+    if op in ("subtract", "divide", "dynamic-slice", "dynamic-update-slice"):
+        return (0,) if op != "dynamic-update-slice" else (0, 1)
+    return ()
+
+
+def _index_follow(inst: Instruction) -> Iterable[int]:
+    """Operands whose values an index operand's values are."""
+    op = inst.opcode
+    if op in _MOVES or op == "bitcast-convert":
+        return range(len(inst.operands)) if op == "concatenate" else (0,)
+    if op == "clamp":
+        return (1,)
+    if op == "select":  # jax's negative-index wrap select(i < 0, i + n, i): its plain branch
+        return (1, 2)
+    return ()
+
+
+def _fan_follow(inst: Instruction) -> Iterable[int]:
+    """Operands whose values a dot / convolution operand's values are."""
+    op = inst.opcode
+    if op in _MOVES:
+        return range(len(inst.operands)) if op == "concatenate" else (0,)
+    if op in ("dynamic-slice", "pad"):
+        return (0,)
+    return ()
+
+
+def _dot_fans(inst: Instruction) -> list[tuple[int, int]]:
+    """(operand number, elements contracted per output) for a dot or convolution and their library calls."""
+    op = inst.opcode
+    if op == "dot" and len(inst.operands) >= 2:
+        lhs = inst.operands[0].shape.dimensions
+        k = math.prod(lhs[d] for d in _attr_ints(inst, "lhs_contracting_dims") if d < len(lhs))
+        return [(0, k), (1, k)]
+    target = str(inst.attrs.get("custom_call_target", "")) if op == "custom-call" else ""
+    if target.startswith("__cublas$") and len(inst.operands) >= 2:
+        d = (inst.backend_config.get("gemm_backend_config") or {}).get("dot_dimension_numbers") or {}
+        lhs = inst.operands[0].shape.dimensions
+        k = math.prod(lhs[int(c)] for c in d.get("lhs_contracting_dimensions", []) if int(c) < len(lhs))
+        return [(0, k), (1, k)]
+    if (op == "convolution" or target.startswith("__cudnn$conv")) and len(inst.operands) >= 2:
+        labels = str(inst.attrs.get("dim_labels", ""))
+        try:
+            (ls, rs), os_ = labels.split("->")[0].split("_"), labels.split("->")[1]
+        except ValueError:
+            return []
+        x, w = inst.operands[0].shape.dimensions, inst.operands[1].shape.dimensions
+        if target == "__cudnn$convBackwardFilter":  # (x, dy): contracts batch and output positions
+            if len(w) != len(os_) or "f" not in os_:
+                return []
+            k = math.prod(w) // max(1, w[os_.index("f")])
+        elif len(w) == len(rs) and "o" in rs and "i" in rs:
+            k = math.prod(w) // max(1, w[rs.index("i" if target == "__cudnn$convBackwardInput" else "o")])
+        else:
+            return []
+        return [(0, k), (1, k)]
+    return []
+
+
+class _Tracer:
+    """Walks a value back to the entry parameters it is read from, across computation boundaries."""
+
+    def __init__(self, module: Module):
+        self.entry = module.entry
+        # computation -> (caller, parameter number -> caller operand number)
+        self.callers: dict[int, list[tuple[Instruction, Callable[[int], int | None]]]] = {}
+        for comp in module.computations:
+            for inst in comp.instructions:
+                self._note_calls(inst)
+
+    def _note_calls(self, inst: Instruction) -> None:
+        op = inst.opcode
+        if op in ("fusion", "call", "map", "async-start"):
+            for c in inst.called_computations[:1]:
+                self.callers.setdefault(id(c), []).append((inst, lambda n: n))
+        elif op == "while":
+            for key in ("body", "condition"):
+                c = inst.attrs.get(key)
+                if isinstance(c, Computation):
+                    self.callers.setdefault(id(c), []).append((inst, lambda n: 0 if n == 0 else None))
+        elif op == "conditional":
+            branches = inst.attrs.get("branch_computations") or [
+                inst.attrs.get("true_computation"), inst.attrs.get("false_computation")]
+            for j, c in enumerate(branches):
+                if isinstance(c, Computation):
+                    self.callers.setdefault(id(c), []).append((inst, lambda n, j=j: j + 1 if n == 0 else None))
+
+    def trace(self, start: Instruction, follow: Callable[[Instruction], Iterable[int]],
+              seen: set | None = None) -> set[int]:
+        """Entry parameter numbers whose values reach ``start`` through ``follow``'s operands."""
+        seen = set() if seen is None else seen
+        found: set[int] = set()
+        stack: list[tuple[Instruction, tuple[int, ...]]] = [(start, ())]
+        while stack and len(seen) < _TRACE_LIMIT:
+            inst, path = stack.pop()
+            key = (id(inst), path)
+            if key in seen:
+                continue
+            seen.add(key)
+            op = inst.opcode
+            if op == "parameter":
+                if inst.parent is self.entry:
+                    if not path:
+                        found.add(inst.parameter_number)
+                    continue
+                for caller, operand in self.callers.get(id(inst.parent), ()):
+                    k = operand(inst.parameter_number)
+                    if k is not None and k < len(caller.operands):
+                        stack.append((caller.operands[k], path))
+            elif op == "get-tuple-element" and inst.operands:
+                stack.append((inst.operands[0], path + (int(inst.attrs.get("index", 0)),)))
+            elif op == "tuple":
+                if path and path[-1] < len(inst.operands):
+                    stack.append((inst.operands[path[-1]], path[:-1]))
+            elif op in ("fusion", "call"):
+                for c in inst.called_computations[:1]:
+                    stack.append((c.root, path))
+            elif op == "while":
+                body = inst.attrs.get("body")
+                if isinstance(body, Computation):
+                    stack.append((body.root, path))
+                if inst.operands:
+                    stack.append((inst.operands[0], path))
+            elif op == "conditional":
+                stack.extend((c.root, path) for c in inst.called_computations)
+            elif not path:
+                stack.extend((inst.operands[k], ()) for k in follow(inst) if k < len(inst.operands))
+        return found
+
+
+def _integral_exponent(inst: Instruction) -> bool:
+    c = _constant_values(inst.operands[1]) if len(inst.operands) > 1 else None
+    return c is not None and bool((c == np.round(c)).all())
+
+
+def parameter_uses(module: Module) -> dict[int, ParameterUse]:
+    """Entry parameter number -> what its uses ask of its values (parameters with no such use are left out).
+
+    Args:
+        module: a parsed module (any nesting of fusions, calls, ``while`` and ``conditional``).
+
+    Returns:
+        ``{parameter_number: ParameterUse}``; see the module docstring for the rules.
+    """
+    tracer = _Tracer(module)
+    high: dict[int, int] = {}
+    positive: set[int] = set()
+    fan: dict[int, int] = {}
+    positive_seen: set = set()  # one requirement, so one walk serves every sink
+    for comp in module.computations:
+        for inst in comp.instructions:
+            for k, bound in index_uses(inst):
+                if k < len(inst.operands):
+                    for n in tracer.trace(inst.operands[k], _index_follow):
+                        high[n] = min(bound, high.get(n, bound))
+            k = _POSITIVE_SINKS.get(inst.opcode)
+            if k is not None and k < len(inst.operands) and not (inst.opcode == "power" and _integral_exponent(inst)):
+                positive |= tracer.trace(inst.operands[k], _positive_follow, positive_seen)
+            for k, f in _dot_fans(inst):
+                if f > 1 and k < len(inst.operands):
+                    for n in tracer.trace(inst.operands[k], _fan_follow):
+                        fan[n] = max(f, fan.get(n, f))
+    return {n: ParameterUse(high.get(n), n in positive, fan.get(n)) for n in sorted(set(high) | positive | set(fan))}
