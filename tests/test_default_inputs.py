@@ -1,6 +1,6 @@
 """Seeded default inputs test something on real models (issue 42): with no ``inputs``, every real model's
 outputs are finite (the reference evaluator's, fast) and judged ok or drift, never vacuous (the whole run; the
-models over 3 s are in slow_tests.txt).
+models whose run takes over 3 s are in slow_tests.txt).
 
 Before inputs followed each parameter's uses, a BERT and a ResNet forward and an Adafactor step gave all-NaN
 outputs (a negative variance under rsqrt, a step count under a fractional power, token ids past the embedding
