@@ -45,6 +45,14 @@ class DeviceDescription:
             tests force it).
         gcn_arch_name: ROCm architecture (``gfx90a``) for ROCm descriptions, else ``""``.
         oneapi_architecture: oneAPI architecture (``BMG``) for SYCL descriptions, else ``""``.
+        nvlink_links: NVLink links per GPU (0: none, the GPUs talk over PCIe).
+        nvlink_link_bandwidth: bytes/s of one link in one direction (NVLink 3 and 4: 25 GB/s).
+        nvlink_step_latency_s: seconds one hop of a collective's ring costs over NVLink (NCCL's low-latency
+            protocol; the model scales it for its other protocols, :mod:`fusegen.perf.collectives`).
+        nvlink_domain: GPUs one NVLink fabric joins (an NVSwitch node: 8); a group wider than that crosses the
+            network.
+        pcie_bandwidth: bytes/s of the host link in one direction (what GPUs without NVLink exchange over).
+        network_bandwidth: bytes/s of the network one GPU has to other nodes in one direction (its NIC).
     """
 
     name: str
@@ -69,6 +77,12 @@ class DeviceDescription:
     dnn_version: str = "0.0.0"
     gcn_arch_name: str = ""
     oneapi_architecture: str = ""
+    nvlink_links: int = 0
+    nvlink_link_bandwidth: float = 0.0
+    nvlink_step_latency_s: float = 0.0
+    nvlink_domain: int = 1
+    pcie_bandwidth: float = 0.0
+    network_bandwidth: float = 0.0
 
     @property
     def warp_size(self) -> int:
@@ -94,6 +108,10 @@ H200 = DeviceDescription(
     device_memory_size=151_397_597_184,
     block_dim_limit=(2_147_483_647, 65535, 65535),
     fpus_per_core=128,
+    # NVLink 4: 18 links x 25 GB/s each way (900 GB/s both ways) through NVSwitch to 8 GPUs; PCIe Gen5 x16;
+    # one 400 Gb/s NIC per GPU (HGX H100/H200). 0.6 us a ring hop: NCCL's NVLink figure for its LL protocol.
+    nvlink_links=18, nvlink_link_bandwidth=25e9, nvlink_step_latency_s=0.6e-6, nvlink_domain=8,
+    pcie_bandwidth=64e9, network_bandwidth=50e9,
 )
 
 H100 = DeviceDescription(
@@ -115,6 +133,10 @@ H100 = DeviceDescription(
     device_memory_size=84_942_979_072,
     block_dim_limit=(2_147_483_647, 65535, 65535),
     fpus_per_core=128,
+    # NVLink 4: 18 links x 25 GB/s each way (900 GB/s both ways) through NVSwitch to 8 GPUs; PCIe Gen5 x16;
+    # one 400 Gb/s NIC per GPU (HGX H100/H200). 0.6 us a ring hop: NCCL's NVLink figure for its LL protocol.
+    nvlink_links=18, nvlink_link_bandwidth=25e9, nvlink_step_latency_s=0.6e-6, nvlink_domain=8,
+    pcie_bandwidth=64e9, network_bandwidth=50e9,
 )
 
 A100 = DeviceDescription(
@@ -136,6 +158,9 @@ A100 = DeviceDescription(
     device_memory_size=42_331_013_120,
     block_dim_limit=(2_147_483_647, 65535, 65535),
     fpus_per_core=64,
+    # NVLink 3: 12 links x 25 GB/s each way through NVSwitch (DGX A100); PCIe Gen4 x16; 200 Gb/s NIC per GPU.
+    nvlink_links=12, nvlink_link_bandwidth=25e9, nvlink_step_latency_s=0.6e-6, nvlink_domain=8,
+    pcie_bandwidth=32e9, network_bandwidth=25e9,
 )
 
 #: ``TestGpuDeviceInfo::RTXA6000DeviceInfo()`` with its default compute capability (8, 9) as XLA
@@ -159,6 +184,7 @@ RTXA6000 = DeviceDescription(
     device_memory_size=51_050_250_240,
     block_dim_limit=(2_147_483_647, 65535, 65535),
     fpus_per_core=128,
+    pcie_bandwidth=32e9,  # PCIe Gen4 x16, no NVLink fabric
 )
 
 PRESETS: dict[str, DeviceDescription] = {d.name: d for d in (H200, H100, A100, RTXA6000)}

@@ -100,6 +100,8 @@ class ExplainResult:
 
     @property
     def collectives(self) -> list[dict]:
+        """``{"name", "opcode", "groups", "bytes_per_partition", ..., "estimate"}`` per collective, ``"estimate"``
+        its estimated time on its group (:func:`fusegen.perf.report.collective_estimates_json`)."""
         return list(self.document["collectives"])
 
     @property
@@ -201,8 +203,10 @@ def explain_document(modules: list, rows: list, calls: list, fusion_name: str | 
     unknown (:func:`shared_memory_reasons`); ``unsupported``: the instructions nothing runs
     (:func:`fusegen.runtime.support.unsupported_instructions`), the document's ``"unsupported"`` list. Each fusion
     and library call carries fusegen.perf's ``"estimate"`` on ``device`` (default H200) and the document the
-    module's ``"estimated_us"`` (:mod:`fusegen.perf.report`; estimates, not measurements)."""
-    from fusegen.perf.report import library_estimates_json, module_estimate_json
+    module's ``"estimated_us"`` (:mod:`fusegen.perf.report`; estimates, not measurements); each of the first
+    module's ``"collectives"`` its ``"estimate"`` on its device group, and ``"estimated_us"`` their
+    ``"collectives_us"`` (the part not hidden under compute is in ``"us"``)."""
+    from fusegen.perf.report import collective_estimates_json, library_estimates_json, module_estimate_json
     from fusegen.runtime.run_json import launch_dimensions_json
 
     # "passes": the pipeline an unoptimized module went through ([] when it came fused)
@@ -231,6 +235,13 @@ def explain_document(modules: list, rows: list, calls: list, fusion_name: str | 
     out["unsupported"] = [{"instruction": u.instruction, "computation": u.computation, "opcode": u.opcode,
                            "target": u.target, "message": str(u)} for u in unsupported or ()]
     out.update(device_summary(modules[0])[0])  # num_partitions, replica_count, collectives
+    if out["collectives"]:  # each priced on its group, less what the compute scheduled beside it hides
+        rows, totals = collective_estimates_json(modules[0], device, [(d["name"], d.get("estimate"))
+                                                                      for d in out["fusions"]], list(lib.values()))
+        for c in out["collectives"]:
+            c["estimate"] = rows.get(c["name"])
+        out["estimated_us"] = module_estimate_json([d.get("estimate") for d in out["fusions"]], list(lib.values()),
+                                                   getattr(device, "name", "") or "h200", totals)
     return out
 
 

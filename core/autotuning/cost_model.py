@@ -90,7 +90,8 @@ def estimate_config(instr: "Instruction", config: "Config", backend: "CodegenBac
     from fusegen.perf import estimate_fusion
 
     try:
-        est = estimate_fusion(_with_config(instr, config, backend), device, refuse_spills=True)
+        est = estimate_fusion(_with_config(instr, config, backend), device, refuse_spills=True,
+                              library_candidate=False)  # the config alone, never cuBLAS's time
     except Exception as e:  # noqa: BLE001 - an unreadable config has no estimate
         log.debug("fusegen.perf cannot estimate %s for %%%s: %s", config.name, instr.name, e)
         return ConfigEstimate(None)
@@ -112,7 +113,7 @@ def estimate_seconds(instr: "Instruction", values: dict, device: Any) -> float:
     if not hasattr(device, "memory_bandwidth"):
         raise ValueError(f"the cost model needs a device description (bandwidth, cores, clock), got {device!r}")
     if values and instr.opcode == "fusion" and find_dot(instr) is not None:
-        return estimate_tiled_fusion(instr, device, gemm_config(instr, values)).exec_time
+        return estimate_tiled_fusion(instr, device, gemm_config(instr, values), gemm="hardware").exec_time
     return estimate_fusion(instr, device).seconds
 
 

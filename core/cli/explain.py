@@ -75,6 +75,13 @@ def explain(module_path, fusion_name, show_indexing, compile_triton, device_name
             lines = device_summary(m)[1]
         for line in lines:
             console.print(line, markup=False)
+    for c in res.collectives:  # fusegen.perf.collectives: each on its device group (first module)
+        e = c.get("estimate") or {}
+        if e.get("us") is not None:
+            console.print(f"  %{c['name']}: est. {e['us']:,.2f} µs ({e['algorithm']}"
+                          f"{'/' + e['protocol'] if e['protocol'] != '-' else ''}, group of {e['group_size']}, "
+                          f"{e['wire_bytes']} B sent a device), {e['exposed_us']:,.2f} µs not hidden under compute",
+                          markup=False)
     if fusion_name:
         for inst, (emitted, rep) in rows:
             if inst.name == fusion_name.lstrip("%"):

@@ -3,7 +3,12 @@
 Which model a fusion gets (the model's *terms*, stated so tests can hold each estimate to them):
 
 * **Triton fusions** with a tiling (``triton_gemm_config`` or ``block_level_fusion_config``): the tiled model
-  (:mod:`fusegen.perf.tiled`, XLA's ``EstimateRunTimeForTriton``), dots through :mod:`fusegen.perf.dot_model`.
+  (:mod:`fusegen.perf.tiled`, XLA's ``EstimateRunTimeForTriton``), dots through the hardware GEMM model
+  (:mod:`fusegen.perf.gemm_model`; XLA's dot cost model, :mod:`fusegen.perf.dot_model`, stays for XLA's tests).
+  A Triton GEMM fusion's estimate is XLA's autotuner's choice: the faster of the config and cuBLASLt
+  (:func:`fusegen.perf.gemm_model.library_gemm`), ``gemm["picked"]`` says which (the tuner's cost model ranks the
+  Triton config alone, ``library_candidate=False``).
+* **cuBLAS calls** (``__cublas$lt$matmul``, ``__cublas$gemm``): the library GEMM model; ``model="library"``.
 * **Emitter kernels** (loop, reduction, transpose, concatenate, scatter, sort, in-place DUS): the indexing
   model over the emitter's own launch (:mod:`fusegen.perf.fusion_model`, XLA's
   ``GpuPerformanceModelWithIndexingAnalysis``).
@@ -35,7 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from fusegen.hlo.ir import Instruction, Module
 
 #: Bumped when the model's figures change (cache entries and reports say which version estimated them).
-MODEL_VERSION = 1
+#: 2: the hardware GEMM model and cuBLASLt as a candidate (issue 45).
+MODEL_VERSION = 2
 #: What every estimate is labelled with in tables (it is not a measurement).
 LABEL = "estimate"
 
@@ -53,6 +59,7 @@ class FusionEstimate:
         num_blocks, threads_per_block: the launch the estimate assumed.
         machine_code: adjustments read from the sm_90 machine code (:mod:`fusegen.perf.machine_code`), if any.
         note: why a fusion got a coarser model than its kind would.
+        gemm: a GEMM's candidates (``{"triton_us", "library_us", "picked", "library_kernel"}``), else empty.
     """
 
     name: str
@@ -66,6 +73,7 @@ class FusionEstimate:
     machine_code: dict = attrs.field(factory=dict)
     note: str = ""
     version: int = MODEL_VERSION
+    gemm: dict = attrs.field(factory=dict)
 
     @property
     def seconds(self) -> float:
@@ -101,6 +109,8 @@ class FusionEstimate:
             out["machine_code"] = dict(self.machine_code)
         if self.note:
             out["note"] = self.note
+        if self.gemm:
+            out["gemm"] = dict(self.gemm)
         return out
 
 
@@ -111,8 +121,12 @@ def _device_name(device: Any) -> str:
 def roofline_instruction(instr: "Instruction", device: Any, note: str = "") -> FusionEstimate:
     """``max(flops / peak, bytes / bandwidth)`` of an instruction run by a library (cuBLAS, cuDNN) or the host:
     the flops of its dots and convolutions at the tensor-core peak of their input type, every operand and output
-    byte once at the DRAM bandwidth, but for a library call's workspace (:func:`_workspace_bytes`)."""
+    byte once at the DRAM bandwidth, but for a library call's workspace (:func:`_workspace_bytes`). A cuBLAS GEMM
+    call gets the library GEMM model instead (``model="library"``, :func:`library_problem`)."""
     dev = PerfDevice.of(device)
+    lib = _library_call_estimate(instr, device, note)
+    if lib is not None:
+        return lib
     flops, peak_type = 0, "f32"
     comps = instr.called_computations if instr.opcode == "fusion" else []
     body = [i for c in comps for i in c.instructions] or [instr]
@@ -128,6 +142,80 @@ def roofline_instruction(instr: "Instruction", device: Any, note: str = "") -> F
     read_s, write_s = read / dev.memory_bandwidth, written / dev.memory_bandwidth
     data = base.RunTimeData(flops, read, written, read_s, write_s, compute_s, max(compute_s, read_s + write_s))
     return FusionEstimate(instr.name, _device_name(device), "roofline", data, 1, note=note)
+
+
+def library_problem(call: "Instruction") -> "Any":
+    """The :class:`fusegen.perf.dot_model.DotProblem` of a cuBLAS GEMM custom call (its ``gemm_backend_config``
+    dimension numbers; batch and non-contracting dimensions multiplied out), or ``None`` for any other
+    instruction or an unreadable config."""
+    from fusegen.perf.dot_model import DotProblem
+
+    target = str(call.attrs.get("custom_call_target", "")).strip('"')
+    if call.opcode != "custom-call" or not target.startswith("__cublas") or len(call.operands) < 2:
+        return None
+    bc = call.backend_config if isinstance(call.backend_config, dict) else {}
+    gbc = bc.get("gemm_backend_config") if isinstance(bc.get("gemm_backend_config"), dict) else None
+    lhs, rhs = call.operands[0].shape, call.operands[1].shape
+    if gbc is None or not (lhs.is_array and rhs.is_array):
+        return None
+    dn = gbc.get("dot_dimension_numbers") or {}
+    try:
+        lc, rc = ([int(d) for d in dn.get(f"{s}_contracting_dimensions", ())] for s in ("lhs", "rhs"))
+        lb, rb = ([int(d) for d in dn.get(f"{s}_batch_dimensions", ())] for s in ("lhs", "rhs"))
+        size = lambda sh, ds: math.prod(sh.dimensions[d] for d in ds)  # noqa: E731
+        b, k = size(lhs, lb), size(lhs, lc)
+        m = size(lhs, [d for d in range(lhs.rank) if d not in lc + lb])
+        n = size(rhs, [d for d in range(rhs.rank) if d not in rc + rb])
+    except (TypeError, ValueError, IndexError):
+        return None
+    out = call.shape.tuple_shapes[0] if call.shape.is_tuple else call.shape
+    if min(b, m, n, k) <= 0:
+        return None
+    return DotProblem(b, m, n, k, lhs.element_type, rhs.element_type, out.element_type)
+
+
+def _library_call_estimate(call: "Instruction", device: Any, note: str) -> FusionEstimate | None:
+    """A cuBLAS GEMM call's estimate by the library GEMM model (``model="library"``), or ``None``."""
+    from fusegen.perf.dot_model import DotUnsupported
+    from fusegen.perf.gemm_model import library_gemm
+
+    p = library_problem(call)
+    if p is None:
+        return None
+    try:
+        t = library_gemm(p, device)
+    except (DotUnsupported, ValueError):
+        return None
+    data = t.run_time_data()
+    return FusionEstimate(call.name, _device_name(device), "library", data, 1, note=note,
+                          gemm={"library_us": round(t.seconds * 1e6, 6), "picked": "cublas",
+                                "library_kernel": t.to_json()})
+
+
+def _with_library_candidate(est: FusionEstimate, fusion: "Instruction", device: Any) -> FusionEstimate:
+    """``est`` (a Triton GEMM fusion's config) or cuBLASLt's time for its dot, whichever is faster: what XLA's
+    autotuner picks between the two. The fusion's other work (prologue and epilogue ops) is taken to ride along
+    with the library call, as cuBLASLt's epilogues do (an approximation for a heavy prologue)."""
+    from fusegen.autotuning.cost_model import find_dot
+    from fusegen.perf.dot_model import DotProblem, DotUnsupported
+    from fusegen.perf.gemm_model import library_gemm
+
+    dot = find_dot(fusion)
+    if dot is None:
+        return est
+    try:
+        t = library_gemm(DotProblem.of(dot), device)
+    except (DotUnsupported, ValueError, KeyError, IndexError):
+        return est
+    triton_us = None if est.data.is_infinite else round(est.seconds * 1e6, 6)
+    info = {"triton_us": triton_us, "library_us": round(t.seconds * 1e6, 6), "library_kernel": t.to_json()}
+    if est.data.is_infinite or t.seconds < est.seconds:
+        lib = t.run_time_data()
+        data = attrs.evolve(lib, flops=max(lib.flops, est.data.flops) if not est.data.is_infinite else lib.flops)
+        return attrs.evolve(est, data=data, gemm={**info, "picked": "cublas"},
+                            note="; ".join(x for x in (est.note, "XLA's autotuner would pick cuBLASLt: its estimate "
+                                                                  "beats this Triton config's") if x))
+    return attrs.evolve(est, gemm={**info, "picked": "triton"})
 
 
 def _workspace_bytes(call: "Instruction") -> int:
@@ -170,7 +258,8 @@ def _extra_launch_seconds(emitted: Any, fusion: "Instruction", dev: PerfDevice) 
 
 
 def estimate_fusion(fusion: "Instruction", device: Any = None, *, emitted: Any = None, sass: Any = None,
-                    coalescing: str = "heuristic", refuse_spills: bool = False) -> FusionEstimate:
+                    coalescing: str = "heuristic", refuse_spills: bool = False,
+                    library_candidate: bool = True) -> FusionEstimate:
     """The estimated time of one fusion (or library call) on ``device`` (see the module docstring).
 
     Args:
@@ -185,6 +274,9 @@ def estimate_fusion(fusion: "Instruction", device: Any = None, *, emitted: Any =
         refuse_spills: a Triton tiling whose tile would spill registers is infinite, as XLA's tiling search
             treats it (the autotuner's cost model); ``False`` (explain, run, report): it is estimated anyway, with a
             note saying so.
+        library_candidate: a Triton GEMM fusion gets the faster of its config and cuBLASLt (XLA's autotuner's
+            choice); ``False`` (the tuner ranking Triton configs), or ``sass`` given (that kernel's machine
+            code): the config alone.
 
     Raises:
         ValueError: the device lacks bandwidth, cores or clock.
@@ -212,18 +304,22 @@ def estimate_fusion(fusion: "Instruction", device: Any = None, *, emitted: Any =
         except TilingError as e:
             cfg, note = gemm_config(fusion, {}), f"{e}; XLA's default tile 64x64, block_k 32"
         try:
-            data = estimate_tiled_fusion(fusion, device, cfg, machine_peak=adjust.dot_peak(fusion, dev))
+            data = estimate_tiled_fusion(fusion, device, cfg, machine_peak=adjust.dot_peak(fusion, dev),
+                                         gemm="hardware")
             if data.is_infinite and not refuse_spills:  # a config given, not searched: estimate it anyway
                 data = estimate_tiled_fusion(fusion, device, cfg, machine_peak=adjust.dot_peak(fusion, dev),
-                                             register_check=False)
+                                             register_check=False, gemm="hardware")
                 note = ("XLA's model refuses this tiling (a tile over 40% of a block's registers would spill); "
                         "estimated as if it did not spill" + (f"; {note}" if note else ""))
         except (TilingError, ValueError, KeyError, IndexError) as e:
             return roofline_instruction(fusion, device, note=f"tiled model failed ({e}); roofline instead")
         blocks = _tiled_blocks(fusion, cfg)
         warps = cfg.num_warps or 4
-        est = FusionEstimate(fusion.name, name, "tiled", data, 1, (), blocks, warps * dev.warp_size, note=note)
-        return machine_code.apply(est, adjust, dev)
+        est = machine_code.apply(FusionEstimate(fusion.name, name, "tiled", data, 1, (), blocks,
+                                                warps * dev.warp_size, note=note), adjust, dev)
+        if library_candidate and sass is None and kind in ("__triton_gemm", "__triton_nested_gemm_fusion"):
+            est = _with_library_candidate(est, fusion, device)
+        return est
     if emitted is not None and not getattr(emitted, "kernels", ()):
         if getattr(emitted, "copies", ()):  # a memcpy fusion: device-to-device copies
             moved = sum(shape_bytes(fusion.operands[i].shape) for i, _leaf in emitted.copies)
@@ -258,16 +354,23 @@ class ModuleEstimate:
 
     Attributes:
         module: the module's name; device: the device preset; fusions: :class:`FusionEstimate` per instruction.
+        collectives: an SPMD module's collectives by name (:func:`fusegen.perf.report.collective_estimates_json`:
+            ``{"us", "algorithm", ..., "overlapped_us", "exposed_us"}``); collective_totals: their
+            ``collectives_us`` / ``collectives_overlapped_us`` / ``collectives_exposed_us``.
     """
 
     module: str
     device: str
     fusions: tuple[FusionEstimate, ...]
+    collectives: dict = attrs.field(factory=dict)
+    collective_totals: dict = attrs.field(factory=dict)
 
     @property
     def total_seconds(self) -> float:
-        """Sum of every instruction's :attr:`FusionEstimate.total_seconds` (launch overheads included)."""
-        return sum(f.total_seconds for f in self.fusions)
+        """Sum of every instruction's :attr:`FusionEstimate.total_seconds` (launch overheads included) and the
+        collectives' time not hidden under compute."""
+        return (sum(f.total_seconds for f in self.fusions)
+                + float(self.collective_totals.get("collectives_exposed_us", 0.0)) * 1e-6)
 
     @property
     def us(self) -> float:
@@ -281,8 +384,12 @@ class ModuleEstimate:
         return sorted(self.fusions, key=lambda f: -f.total_seconds)
 
     def to_json(self) -> dict:
-        return {"us": round(self.us, 6), "device": self.device, "model_version": MODEL_VERSION, "label": LABEL,
-                "fusions": {f.name: f.to_json() for f in self.fusions}}
+        out = {"us": round(self.us, 6), "device": self.device, "model_version": MODEL_VERSION, "label": LABEL,
+               "fusions": {f.name: f.to_json() for f in self.fusions}}
+        if self.collectives:
+            out["collectives"] = dict(self.collectives)
+            out.update(self.collective_totals)
+        return out
 
 
 def estimate_rows(rows: Sequence, device: Any, library_calls: Iterable["Instruction"] = (),
@@ -314,7 +421,8 @@ def library_calls(module: "Module") -> list["Instruction"]:
 
 def estimate_module(module: "Module", device: Any = None, pm: Any = None) -> ModuleEstimate:
     """Plan every fusion of ``module`` (dispatch and emit, nothing runs) and estimate each, plus its cuBLAS/cuDNN
-    calls (a module that is not fused yet should go through ``fusegen.api.prepare`` first).
+    calls and, for an SPMD module, its collectives (a module that is not fused yet should go through
+    ``fusegen.api.prepare`` first).
 
     Raises:
         fusegen.plugin_manager.PluginError, fusegen.dispatch.DispatchError: planning failed.
@@ -324,4 +432,8 @@ def estimate_module(module: "Module", device: Any = None, pm: Any = None) -> Mod
 
     device = device if device is not None else DEFAULT_DEVICE
     rows, _ = plan_fusions([module], device, pm)
-    return estimate_rows(rows, device, library_calls(module), module.name)
+    est = estimate_rows(rows, device, library_calls(module), module.name)
+    from fusegen.perf.report import collective_estimates_json
+
+    coll, totals = collective_estimates_json(module, device, [(f.name, f.to_json()) for f in est.fusions])
+    return attrs.evolve(est, collectives=coll, collective_totals=totals) if coll else est

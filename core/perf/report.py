@@ -2,7 +2,8 @@
 
 Every fusion row gets ``"estimate"`` (:meth:`fusegen.perf.FusionEstimate.to_json`: ``us`` with launch overhead,
 ``kernel_us``, ``model``, ``bound``, ``device``, ``model_version``, bytes and flops, ``"label": "estimate"``), every
-module ``"estimated_us"`` (:func:`module_estimate_json`). Nothing here raises: a fusion the model cannot read gets
+collective of an SPMD module its ``"estimate"`` (:func:`collective_estimates_json`), every module
+``"estimated_us"`` (:func:`module_estimate_json`). Nothing here raises: a fusion the model cannot read gets
 ``{"us": null, "error": ...}`` and the rest of the document is unchanged.
 """
 
@@ -60,11 +61,33 @@ def _us(d: dict | None) -> float | None:
     return float(v) if isinstance(v, (int, float)) else None
 
 
+def collective_estimates_json(module: Any, device: Any, fusion_estimates: Iterable[tuple[str, dict | None]],
+                              library: Sequence[dict] = ()) -> tuple[dict, dict]:
+    """Each collective of ``module`` priced on ``device`` (:mod:`fusegen.perf.collectives`) with the part the
+    fusions and library calls scheduled beside it hide: ``({name: {"us", "algorithm", "protocol", "group_size",
+    "bytes", "wire_bytes", ..., "async", "overlapped_us", "exposed_us", "overlapped_with"}}, totals)``, totals
+    ``{"collectives_us", "collectives_overlapped_us", "collectives_exposed_us"}`` for :func:`module_estimate_json`.
+    ``fusion_estimates``: ``(name, estimate JSON)`` of the module's fusions; ``library``: library-call estimates
+    with their ``"name"``. Never raises: a module without collectives (or one fusegen cannot plan across
+    devices) gives ``({}, zeros)``."""
+    from fusegen.device import DEFAULT_DEVICE
+    from fusegen.perf.collectives import module_collectives_json
+
+    compute = {n: u for n, u in ((n, _us(d)) for n, d in fusion_estimates) if u is not None}
+    compute.update({d["name"]: u for d in library if d.get("name") and (u := _us(d)) is not None})
+    try:
+        return module_collectives_json(module, device if device is not None else DEFAULT_DEVICE, compute)
+    except Exception:  # noqa: BLE001 - an estimate must never break explain, run or the report
+        return {}, {"collectives_us": 0.0, "collectives_overlapped_us": 0.0, "collectives_exposed_us": 0.0}
+
+
 def module_estimate_json(fusion_estimates: Iterable[dict | None], library: Sequence[dict] = (),
-                         device: str = "") -> dict:
-    """The module's estimated time: ``{"us", "fusions_us", "library_calls_us", "device", "model_version", "label",
-    "unestimated": [names]}`` (``us`` is ``None`` when a kernel's estimate is infinite, i.e. it spills or cannot
-    launch); each part includes its kernels' launch overheads."""
+                         device: str = "", collectives: dict | None = None) -> dict:
+    """The module's estimated time: ``{"us", "fusions_us", "library_calls_us", "collectives_us",
+    "collectives_overlapped_us", "collectives_exposed_us", "device", "model_version", "label", "unestimated"}``.
+    ``us`` = fusions + library calls + collectives - the collectives' part hidden under compute (``None`` when a
+    kernel's estimate is infinite, i.e. it spills or cannot launch); each part includes its kernels' launch
+    overheads; ``collectives``: the totals of :func:`collective_estimates_json` (zeros without)."""
     fus = list(fusion_estimates)
     f_us = [_us(d) for d in fus]
     l_us = [_us(d) for d in library]
@@ -73,8 +96,12 @@ def module_estimate_json(fusion_estimates: Iterable[dict | None], library: Seque
     total_f = sum(u for u in f_us if u is not None)
     total_l = sum(u for u in l_us if u is not None)
     dev = device or next((d.get("device") for d in [*fus, *library] if d and d.get("device")), "")
-    return {"us": None if inf else round(total_f + total_l, 6), "fusions_us": round(total_f, 6),
-            "library_calls_us": round(total_l, 6), "device": dev, "model_version": MODEL_VERSION, "label": LABEL,
+    coll = {k: float((collectives or {}).get(k, 0.0) or 0.0)
+            for k in ("collectives_us", "collectives_overlapped_us", "collectives_exposed_us")}
+    total = total_f + total_l + coll["collectives_exposed_us"]
+    return {"us": None if inf else round(total, 6), "fusions_us": round(total_f, 6),
+            "library_calls_us": round(total_l, 6), **{k: round(v, 6) for k, v in coll.items()},
+            "device": dev, "model_version": MODEL_VERSION, "label": LABEL,
             "unestimated": sum(1 for u in f_us if u is None) + len(missing)}
 
 
@@ -111,5 +138,8 @@ def module_line(est: dict | None) -> str:
     parts = f"fusions {est.get('fusions_us', 0):,.2f}"
     if est.get("library_calls_us"):
         parts += f", library calls {est['library_calls_us']:,.2f}"
+    if est.get("collectives_us"):
+        parts += (f", collectives {est['collectives_us']:,.2f} of which {est.get('collectives_overlapped_us', 0):,.2f}"
+                  " hidden under compute")
     return (f"estimated {dev} time: {total} ({parts}; fusegen.perf v{est.get('model_version')}: an estimate, "
             f"not a measurement)")

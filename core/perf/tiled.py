@@ -19,7 +19,10 @@ over a tiling fusegen derives from indexing maps instead of XLA's symbolic tile 
   elements are computed); a reduce's reduced size is padded too.
 * **Registers.** A root or operand tile (or an iota) of more than 40% of a block's registers spills: the
   estimate is infinite (``DoesTileFitInRegisters``).
-* **Dots** go through :mod:`fusegen.perf.dot_model`; the fusion's time is at least the dot's.
+* **Dots** go through :mod:`fusegen.perf.dot_model` (``gemm="xla"``, XLA's dot fusion cost model: what XLA's
+  tests check) or :mod:`fusegen.perf.gemm_model` (``gemm="hardware"``: L2 reuse, pipelining, waves; what
+  ``estimate_fusion`` uses). With ``"hardware"`` the operands a dot reads (directly or through elementwise
+  prologue ops) are priced by the GEMM model, not re-read per tile here; the fusion's time is at least the dot's.
 * **Warps.** The config's ``num_warps``, else XLA's ``GetNumWarps`` of the largest padded tile.
 """
 
@@ -185,7 +188,8 @@ def _flops_per_element(instr: "Instruction", cc: tuple[int, int]) -> int:
 
 
 def estimate_tiled_fusion(fusion: "Instruction", device: Any, config: TiledConfig,
-                          machine_peak: float | None = None, register_check: bool = True) -> base.RunTimeData:
+                          machine_peak: float | None = None, register_check: bool = True,
+                          gemm: str = "xla") -> base.RunTimeData:
     """The run time of a Triton fusion tiled by ``config`` (see the module docstring).
 
     Args:
@@ -194,14 +198,20 @@ def estimate_tiled_fusion(fusion: "Instruction", device: Any, config: TiledConfi
         machine_peak: flops/s replacing the tensor-core peak of its dots (:mod:`fusegen.perf.machine_code`).
         register_check: XLA's ``DoesTileFitInRegisters`` refusal (``False``: estimate the tiling anyway, as if
             it did not spill).
+        gemm: ``"xla"`` (XLA's dot fusion cost model, the default: XLA's tests) or ``"hardware"``
+            (:mod:`fusegen.perf.gemm_model`) for the fusion's dots.
 
     Returns:
         :class:`~fusegen.perf.base.RunTimeData`; infinite when a tile would spill registers (``register_check``).
 
     Raises:
         TilingError: ``config`` does not give one tile per root, or a tile's rank differs from its root's.
+        ValueError: ``gemm`` is neither ``"xla"`` nor ``"hardware"``.
     """
     from fusegen.indexing.analysis import FusionAdaptor
+
+    if gemm not in ("xla", "hardware"):
+        raise ValueError(f"gemm must be 'xla' or 'hardware', got {gemm!r}")
 
     dev = PerfDevice.of(device)
     cc = dev.compute_capability
@@ -231,21 +241,24 @@ def estimate_tiled_fusion(fusion: "Instruction", device: Any, config: TiledConfi
     reads: dict[int, list] = {}
     flops = 0
     dot_compute, dot_exec, dot_flops = 0.0, 0.0, 0
+    dot_read_bytes, dot_read_s = 0, 0.0  # ("hardware") what the GEMM model reads from DRAM
     warps = config.num_warps
     for instr in reversed(adaptor.instructions):
         mine = states.get(id(instr))
         if not mine:
             continue
-        for st in mine:
+        for st, via_dot in mine.items():
             largest = max(largest, _padded(st.sizes))
             if instr.opcode == "iota" and _padded(st.sizes) > limit:
                 return base.RunTimeData.infinite()
             n = st.blocks * _padded(st.sizes)
             if instr.opcode == "dot":
                 try:
-                    d = _dot_estimate(instr, st, config, dev, warps, machine_peak)
+                    d = _dot_estimate(instr, st, config, device, warps, machine_peak, gemm)
                     dot_compute += d.compute_time
                     dot_exec = max(dot_exec, d.exec_time)
+                    if gemm == "hardware":
+                        dot_read_bytes, dot_read_s = dot_read_bytes + d.bytes_read, dot_read_s + d.read_time
                     dot_flops += flops_per_element(instr, cc) * n
                 except dot_model.DotUnsupported:
                     flops += flops_per_element(instr, cc) * n
@@ -254,12 +267,16 @@ def estimate_tiled_fusion(fusion: "Instruction", device: Any, config: TiledConfi
             for k, tiles in enumerate(_operand_tiles(instr, st, _dot_block_k(instr, config)
                                                       if instr.opcode == "dot" else None)):
                 operand = adaptor.operand(instr, k)
-                for ost, _ in tiles:
+                for ost, through_dot in tiles:
+                    feeds_dot = via_dot or through_dot  # read for a dot: the GEMM model prices it ("hardware")
                     if adaptor.contains(instr.operands[k]) and instr.operands[k].opcode != "parameter":
-                        states.setdefault(id(operand), {})[ost] = False
+                        seen = states.setdefault(id(operand), {})
+                        seen[ost] = seen.get(ost, True) and feeds_dot
                     else:
                         if _padded(ost.sizes) > limit:
                             return base.RunTimeData.infinite()
+                        if gemm == "hardware" and feeds_dot:
+                            continue
                         reads.setdefault(id(operand), [operand, []])[1].append(ost)
     read_s, bytes_read = 0.0, 0
     for operand, tiles in reads.values():
@@ -274,14 +291,24 @@ def estimate_tiled_fusion(fusion: "Instruction", device: Any, config: TiledConfi
         warps = num_warps_for_tile(largest)
     compute_s = base.compute_time(dev, flops, num_blocks, warps * dev.warp_size) + dot_compute
     exec_s = max(base.combine(compute_s, read_s + write_s), dot_exec)
+    bytes_read += dot_read_bytes  # ("hardware") the dots' operand traffic, as the GEMM model counted it
+    read_s += dot_read_s
     return base.RunTimeData(flops + dot_flops, bytes_read, written, read_s, write_s, compute_s, exec_s)
 
 
-def _dot_estimate(dot: "Instruction", st: _State, config: TiledConfig, dev: PerfDevice, warps: int | None,
-                  machine_peak: float | None) -> base.RunTimeData:
+def _dot_estimate(dot: "Instruction", st: _State, config: TiledConfig, device: Any, warps: int | None,
+                  machine_peak: float | None, gemm: str = "xla") -> base.RunTimeData:
+    dev = PerfDevice.of(device)
     p = dot_model.DotProblem.of(dot)
     k_step = _dot_block_k(dot, config) or p.k
     split = max(int(config.split_k or 1), 1)
+    if gemm == "hardware":  # XLA's Triton GEMM: row-major raster, no cluster, the split-K sum a second kernel
+        from fusegen.perf import gemm_model
+
+        tile = dot_model.tile_from_sizes(st.sizes if len(st.sizes) >= 2 else (1,) + st.sizes, min(k_step, p.k))
+        kernel = gemm_model.GemmKernel(tile.m, tile.n, tile.k, max(config.num_stages, 1), warps or 4, split,
+                                       tma=config.is_tma_allowed)
+        return gemm_model.estimate_gemm(p, kernel, device, machine_peak).run_time_data()
     if split > 1:  # each of split_k blocks contracts K / split_k and writes an f32 partial output
         p = attrs.evolve(p, b=p.b * split, k=math.ceil(p.k / split))
     tile = dot_model.tile_from_sizes(st.sizes if len(st.sizes) >= 2 else (1,) + st.sizes, min(k_step, p.k))

@@ -195,7 +195,7 @@ def module_entry(module: Module, device: Any, pm: Any, run_report: Any = None, c
     from fusegen.runtime.executor import Executor
     from fusegen.hlo.sharding import ShardingError, device_counts
     from fusegen.runtime.spmd_plan import collectives_by_name
-    from fusegen.perf.report import fusion_estimate_json, module_estimate_json
+    from fusegen.perf.report import collective_estimates_json, fusion_estimate_json, module_estimate_json
 
     ex = Executor(module, device, pm, compile_kernels=False)
     collectives = collectives_by_name(module)  # fusegen.runtime.spmd_plan: groups and bytes of each
@@ -231,10 +231,16 @@ def module_entry(module: Module, device: Any, pm: Any, run_report: Any = None, c
                 if c is not None:  # the graph node says what it exchanges
                     calls[-1]["target"] = f"{c.opcode} {[list(g) for g in c.groups]} {c.bytes_per_partition} B/partition"
                     calls[-1]["collective"] = c.to_json()
+    coll_est, coll_totals = ({}, None) if not collectives else collective_estimates_json(
+        module, device, [(f["name"], f.get("estimate")) for f in fusions],
+        [{"name": c["name"], **c["estimate"]} for c in calls if "estimate" in c])
+    for c in calls:  # each collective's estimated time on its group (fusegen.perf.collectives)
+        if "collective" in c:
+            c["collective"]["estimate"] = coll_est.get(c["name"])
     out = {"name": module.name, "fusions": fusions, "library_calls": calls,
            "estimated_us": module_estimate_json([f.get("estimate") for f in fusions],
                                                 [c["estimate"] for c in calls if "estimate" in c],
-                                                getattr(device, "name", "")),
+                                                getattr(device, "name", ""), coll_totals),
            "num_partitions": devices[0], "replica_count": devices[1],
            "graph": graph_data(module, {f["name"]: f for f in fusions}, {c["name"]: c for c in calls})}
     if run_report is not None:
@@ -283,14 +289,24 @@ def summary(modules: Sequence[dict]) -> dict:
 
 
 def estimate_summary(modules: Sequence[dict], fusions: Sequence[dict], n: int = 10) -> dict:
-    """``estimated_us`` (every module's estimated device time, summed) and ``by_estimate``: the ``n`` fusions of
-    the largest estimate (``{"name", "card", "us", "bound", "model", "interpreter_s"}``; ``interpreter_s``: its
-    seconds on this CPU when it ran, else None), labelled as estimates (fusegen.perf)."""
+    """``estimated_us`` (every module's estimated device time, summed, with its collectives' part) and
+    ``by_estimate``: the ``n`` fusions of the largest estimate (``{"name", "card", "us", "bound", "model",
+    "interpreter_s"}``; ``interpreter_s``: its seconds on this CPU when it ran, else None), ``by_collective``:
+    each collective's estimate (``{"name", "kind", "group_size", "us", "exposed_us", "algorithm"}``), labelled as
+    estimates (fusegen.perf)."""
     from fusegen.perf.report import ranked_by_estimate
 
     parts = [m.get("estimated_us") or {} for m in modules]
     total = None if any(p.get("us") is None for p in parts) else round(sum(p.get("us", 0.0) for p in parts), 6)
     first = next((p for p in parts if p), {})
+    coll = {k: round(sum(float(p.get(k, 0.0) or 0.0) for p in parts), 6)
+            for k in ("collectives_us", "collectives_overlapped_us", "collectives_exposed_us")}
+    by_collective = [{"name": c["name"], "kind": (c["collective"]["estimate"] or {}).get("kind", c["opcode"]),
+                      "group_size": (c["collective"]["estimate"] or {}).get("group_size"),
+                      "us": (c["collective"]["estimate"] or {}).get("us"),
+                      "exposed_us": (c["collective"]["estimate"] or {}).get("exposed_us"),
+                      "algorithm": (c["collective"]["estimate"] or {}).get("algorithm", "-")}
+                     for m in modules for c in m.get("library_calls", ()) if (c.get("collective") or {}).get("estimate")]
     rows = []
     for f in ranked_by_estimate(list(fusions), n):
         e = f.get("estimate") or {}
@@ -298,8 +314,8 @@ def estimate_summary(modules: Sequence[dict], fusions: Sequence[dict], n: int = 
                      "model": e.get("model", "-"),
                      "interpreter_s": (f.get("timings") or {}).get("seconds") if f.get("ran") else None})
     return {"estimated_us": {"us": total, "device": first.get("device", ""), "model_version": first.get("model_version"),
-                             "label": "estimate"},
-            "by_estimate": rows}
+                             "label": "estimate", **coll},
+            "by_estimate": rows, "by_collective": by_collective}
 
 
 def build_report(path: str, device: Any, modules: Sequence[dict], tuning: Sequence[dict], phases: dict,

@@ -69,12 +69,14 @@ def estimated_json(report: Any) -> dict:
     from fusegen.perf.report import module_estimate_json
 
     return module_estimate_json([getattr(f, "estimate", None) for f in report.fusions],
-                                list(getattr(report, "library_estimates", []) or []))
+                                list(getattr(report, "library_estimates", []) or []),
+                                collectives=getattr(report, "collective_totals", None))  # SPMD runs
 
 
 def _sum_estimates(parts: list[dict]) -> dict:
     out = dict(parts[0]) if parts else {}
-    for k in ("us", "fusions_us", "library_calls_us", "unestimated"):
+    for k in ("us", "fusions_us", "library_calls_us", "collectives_us", "collectives_overlapped_us",
+              "collectives_exposed_us", "unestimated"):
         vals = [p.get(k) for p in parts]
         out[k] = None if any(v is None for v in vals) else (round(sum(vals), 6) if k != "unestimated" else sum(vals))
     return out

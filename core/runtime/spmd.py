@@ -200,15 +200,19 @@ class SpmdRunReport(RunReport):
     output_shardings: list = attrs.Factory(list)
     output_sharding_sources: list = attrs.Factory(list)  # per leaf: LeafSharding.to_json (source, inferred, ...)
     collective_backends: dict = attrs.Factory(dict)  # name -> {"backend", "kernel", "compiled_sm90" | "reason"}
+    # fusegen.perf.report.collective_estimates_json: each collective's estimate on its group, and their totals
+    collective_estimates: dict = attrs.Factory(dict)
+    collective_totals: dict = attrs.Factory(dict)
 
     def spmd_json(self) -> dict:
         """The ``--json`` keys an SPMD run adds: ``num_partitions``, ``replica_count``, ``collectives``
-        (``{"name", "opcode", "groups", "channel_id", "bytes_per_partition", ...}``), ``output_shardings`` (each
+        (``{"name", "opcode", "groups", "channel_id", "bytes_per_partition", ..., "estimate"}``, the estimate of
+        :func:`fusegen.perf.report.collective_estimates_json`), ``output_shardings`` (each
         leaf's sharding text) and ``output_sharding_sources`` (``{"name", "sharding", "source", "from",
         "inferred"[, "note"]}`` per leaf: :mod:`fusegen.runtime.spmd_outputs`)."""
         return {"num_partitions": self.num_partitions, "replica_count": self.replica_count,
-                "collectives": [{**c.to_json(), **self.collective_backends.get(c.name, {"backend": "host"})}
-                                for c in self.collectives],
+                "collectives": [{**c.to_json(), **self.collective_backends.get(c.name, {"backend": "host"}),
+                                 "estimate": self.collective_estimates.get(c.name)} for c in self.collectives],
                 "output_shardings": list(self.output_shardings),
                 "output_sharding_sources": list(self.output_sharding_sources)}
 
@@ -391,6 +395,10 @@ def run_spmd_module(module: Module, args: list[list[Any]], device: Any = None, p
                            collectives=list(plan.collectives.values()), collective_backends=dict(kernels.info),
                            output_shardings=[s.text for s in shardings],
                            output_sharding_sources=[c.to_json(i) for i, c in enumerate(chosen)])
+    from fusegen.perf.report import collective_estimates_json
+
+    report.collective_estimates, report.collective_totals = collective_estimates_json(
+        module, getattr(executors[0], "device", device), [(f.name, f.estimate) for f in rows])
     g_out = tuple(glob) if module.entry.root.shape.is_tuple else glob[0]
     return outs, g_out, report
 
