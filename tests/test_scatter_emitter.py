@@ -372,7 +372,10 @@ COMBINER_CASES = [
     ("  ROOT r = f32[] subtract(b, a)", "f32", "cas", "tl.atomic_cas("),  # update - current: the Triton loop
     ("  ROOT r = s8[] add(a, b)", "s8", "cas", "tl.atomic_cas("),
     ("  ROOT r = u8[] maximum(a, b)", "u8", "cas", "tl.atomic_cas("),
-    ("  ROOT r = f16[] maximum(a, b)", "f16", "cas", "tl.atomic_cas("),
+    ("  ROOT r = f16[] maximum(a, b)", "f16", "cas", "max.NaN.f16 %fgo"),
+    ("  ROOT r = bf16[] minimum(b, a)", "bf16", "cas", "min.NaN.bf16 %fgo"),
+    ("  ROOT r = s16[] maximum(a, b)", "s16", "cas", "max.s16 %fgo"),
+    ("  ROOT r = u16[] minimum(a, b)", "u16", "cas", "min.u16 %fgo"),
     ("  ROOT r = bf16[] multiply(a, b)", "bf16", "cas", "tl.atomic_cas("),
     ("  ROOT r = s16[] multiply(a, b)", "s16", "cas", "tl.atomic_cas("),
     ("  ROOT r = pred[] or(a, b)", "pred", "cas", "tl.atomic_cas("),
@@ -424,6 +427,7 @@ def test_combiner_paths_match_evaluator(body, et, strategy, atomic):
                                      ("  ROOT r = u32[] maximum(a, b)", "u32"), ("  ROOT r = s32[] xor(a, b)", "s32"),
                                      ("  ROOT r = s8[] add(a, b)", "s8"), (OVERWRITE, "f32"),
                                      (OVERWRITE, "bf16"), (OVERWRITE, "pred"), ("  ROOT r = f16[] maximum(a, b)", "f16"),
+                                     ("  ROOT r = bf16[] maximum(a, b)", "bf16"), ("  ROOT r = s16[] minimum(a, b)", "s16"),
                                      ("  ROOT r = f64[] multiply(a, b)", "f64"), ("  ROOT r = f32[] multiply(a, b)", "f32"),
                                      ("  ROOT r = s32[] multiply(a, b)", "s32"),
                                      ("  ROOT r = c64[] add(a, b)", "c64"), ("  ROOT r = c64[] multiply(a, b)", "c64")])
@@ -721,3 +725,28 @@ def test_two_component_index_vector_is_one_load_a_thread():
     np.testing.assert_allclose(outs[0], want, rtol=1e-5, atol=1e-5)
     ref = evaluate_instruction(f, [target, upd, idx])
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_max_is_xla_word_loop_and_propagates_nan():
+    """A bf16 max scatter is XLA's per-thread loop on the word holding the element (``max.NaN.bf16`` between the
+    swaps, no Triton loop, so no block-wide vote through shared memory); repeated indices, a NaN in either the
+    operand or an update, and neighbours in one word all come out as the float64 oracle says."""
+    import ml_dtypes
+
+    m = parse_module(_combiner_module("  ROOT r = bf16[] maximum(a, b)", "bf16", n_slices=5, rows=4, width=3), "t")
+    f = m.entry.root
+    bf = ml_dtypes.bfloat16
+    o = np.array([[1, 2, -3], [3, np.nan, 0], [5, 6, -7], [7, 8, 9]], np.float64)
+    i = np.array([0, 2, 2, 3, 0], np.int32)
+    u = np.array([[np.nan, 0, -4], [9, 1, 2], [-1, np.nan, -8], [0, 100, 9.5], [4, 5, 6]], np.float64)
+    _, emitted, outs, _ = run_scatter(f, [o.astype(bf), i, u.astype(bf)])
+    src = emitted.kernels[-1].source
+    assert "max.NaN.bf16" in src and "while" not in src and "tl.atomic_cas(" not in src
+    want = o.copy()
+    for s_, row in enumerate(i):
+        want[row] = np.where(np.isnan(want[row]) | np.isnan(u[s_]), np.nan, np.maximum(want[row], u[s_]))
+    got = outs[0].astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.nan_to_num(got), np.nan_to_num(want))
+    r = triton_runtime.compile_for_target(emitted.kernels[-1])
+    assert r.shared_bytes == 0 and "max.NaN.bf16" in r.ptx and "atom.relaxed.gpu.global.cas.b32" in r.ptx

@@ -82,6 +82,17 @@ def word_cas_asm(op: str) -> str:
             "FG_DONE: mov.b32 $0, 0; }")
 
 
+def _rounds(ptrs: np.ndarray) -> list[np.ndarray]:
+    """Lane indices of each round: the k-th lane on an address runs in round k (lane order within an address),
+    so no round has two lanes on one address."""
+    order = np.argsort(ptrs, kind="stable")
+    first = np.r_[True, ptrs[order][1:] != ptrs[order][:-1]]
+    starts = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size) - starts
+    return [np.flatnonzero(rank == k) for k in range(int(rank.max()) + 1)]
+
+
 def _word_cas(op: str):
     """The interpreter's :func:`word_cas_asm`: the selected lanes' updates in lane order. Triton's interpreter runs
     one program at a time, so the swap never retries; lanes on one address are applied one round each, in lane
@@ -96,14 +107,7 @@ def _word_cas(op: str):
         if sel.size:
             ptrs = addr[sel].astype(np.uint64)
             upd = np.ascontiguousarray(value[sel]).view(dtype)  # the update's bits, passed as an integer
-            # the k-th lane on an address runs in round k (stable: lane order within an address)
-            order = np.argsort(ptrs, kind="stable")
-            first = np.r_[True, ptrs[order][1:] != ptrs[order][:-1]]
-            starts = np.maximum.accumulate(np.where(first, np.arange(order.size), 0))
-            rank = np.empty(order.size, dtype=np.int64)
-            rank[order] = np.arange(order.size) - starts
-            for k in range(int(rank.max()) + 1):
-                lanes = np.flatnonzero(rank == k)
+            for lanes in _rounds(ptrs):
                 p = np.ascontiguousarray(ptrs[lanes])
                 on = np.ones(p.shape, dtype=bool)
                 cur = _interpreter.load(p, on, np.zeros(p.shape, dtype=dtype), np.dtype(dtype))
@@ -115,7 +119,84 @@ def _word_cas(op: str):
     return run
 
 
+def _pos_zero_first(a: np.ndarray, b: np.ndarray, want_max: bool) -> np.ndarray:
+    """IEEE 754-2019 maximum / minimum of float arrays: NaN if either is NaN, and -0.0 below +0.0."""
+    with np.errstate(invalid="ignore"):
+        pick_a = (a > b) if want_max else (a < b)
+        tie = (a == b) & (np.signbit(b) if want_max else ~np.signbit(b))
+    return np.where(pick_a | tie, a, b)
+
+
+def _half_op(op: str):
+    """``(storage dtype, numpy function on storage bits)`` of a 16-bit PTX combine of :data:`SUBWORD_CAS_OPS`."""
+    import ml_dtypes
+
+    name, _, t = op.rpartition(".")
+    want_max = name.startswith("max")
+    if t in ("bf16", "f16"):
+        ft = ml_dtypes.bfloat16 if t == "bf16" else np.float16
+
+        def fn(cur: np.ndarray, upd: np.ndarray) -> np.ndarray:
+            a, b = cur.view(ft).astype(np.float32), upd.view(ft).astype(np.float32)
+            r = _pos_zero_first(a, b, want_max).astype(ft).view(np.uint16)
+            return np.where(np.isnan(a) | np.isnan(b), np.uint16(0x7FFF), r)  # PTX's canonical NaN
+        return np.uint16, fn
+    it = np.int16 if t == "s16" else np.uint16
+    return np.uint16, lambda cur, upd: (np.maximum if want_max else np.minimum)(cur.view(it), upd.view(it)).view(np.uint16)
+
+
+#: 16-bit PTX combines :func:`subword_cas_asm` loops over (XLA's sub-word compare-and-swap loops for a scatter's
+#: maximum / minimum: ``max.NaN.bf16`` between the swaps in XLA's PTX for a bf16 max scatter).
+SUBWORD_CAS_OPS = ("max.NaN.bf16", "min.NaN.bf16", "max.NaN.f16", "min.NaN.f16",
+                   "max.s16", "min.s16", "max.u16", "min.u16")
+
+
+def subword_cas_asm(op: str) -> str:
+    """``*$1 = *$1 OP $2`` where ``$3 != 0`` for a 16-bit element combined by one PTX instruction ``OP`` of
+    :data:`SUBWORD_CAS_OPS`, as XLA:GPU applies such a scatter combiner: a relaxed 32-bit compare-and-swap loop per
+    thread on the aligned word holding the element (``EmitAtomicOperationUsingCAS``), the combine done on the
+    element's 16 bits between the swaps. Constraints ``"=r,l,r,r"`` (dummy, element address as int64, the update's
+    16 bits zero-extended in an int32, predicate); ``is_pure=False``."""
+    return ("{ .reg .pred %fgp, %fgr; .reg .b32 %fgsh, %fgm, %fgw, %fgold, %fgnew, %fgres; "
+            ".reg .b16 %fgh, %fgu, %fgo; .reg .b64 %fglo, %fgwa; "
+            "setp.ne.b32 %fgp, $3, 0; @!%fgp bra FG_DONE; "
+            "and.b64 %fglo, $1, 2; sub.s64 %fgwa, $1, %fglo; cvta.to.global.u64 %fgwa, %fgwa; "
+            "cvt.u32.u64 %fgsh, %fglo; shl.b32 %fgsh, %fgsh, 3; "
+            "mov.b32 %fgm, 65535; shl.b32 %fgm, %fgm, %fgsh; not.b32 %fgm, %fgm; cvt.u16.u32 %fgu, $2; "
+            "ld.global.b32 %fgold, [%fgwa]; "
+            "FG_LOOP: shr.u32 %fgw, %fgold, %fgsh; cvt.u16.u32 %fgh, %fgw; "
+            f"{op} %fgo, %fgh, %fgu; "
+            "cvt.u32.u16 %fgw, %fgo; shl.b32 %fgw, %fgw, %fgsh; and.b32 %fgnew, %fgold, %fgm; or.b32 %fgnew, %fgnew, %fgw; "
+            "atom.relaxed.gpu.global.cas.b32 %fgres, [%fgwa], %fgold, %fgnew; "
+            "setp.ne.b32 %fgr, %fgres, %fgold; mov.b32 %fgold, %fgres; @%fgr bra FG_LOOP; "
+            "FG_DONE: mov.b32 $0, 0; }")
+
+
+def _subword_cas(op: str):
+    """The interpreter's :func:`subword_cas_asm`: the selected lanes' updates on their 16-bit elements, the k-th lane
+    on an address in round k (lane order), as :func:`_word_cas` (one program at a time: no swap ever retries)."""
+    storage, fn = _half_op(op)
+
+    def run(vals: list) -> np.ndarray:
+        from triton._C.libtriton import interpreter as _interpreter
+
+        addr, value, pred = (np.ravel(np.asarray(v)) for v in vals)
+        sel = np.flatnonzero(pred != 0)
+        if sel.size:
+            ptrs = addr[sel].astype(np.uint64)
+            upd = (value[sel].astype(np.int64) & 0xFFFF).astype(storage)
+            for lanes in _rounds(ptrs):
+                p = np.ascontiguousarray(ptrs[lanes])
+                on = np.ones(p.shape, dtype=bool)
+                cur = _interpreter.load(p, on, np.zeros(p.shape, dtype=storage), np.dtype(storage))
+                _interpreter.store(p, np.ascontiguousarray(fn(np.asarray(cur, dtype=storage), upd[lanes])), on)
+        return np.zeros(np.shape(vals[0]), dtype=np.int32)
+
+    return run
+
+
 #: normalised asm text -> the numpy function of its input arrays that the interpreter runs for it
 INTERPRETED = types.MappingProxyType({
     **{" ".join(t.split()): _subword_store(b) for b, t in SUBWORD_STORE_ASM.items()},
-    **{" ".join(word_cas_asm(op).split()): _word_cas(op) for op in WORD_CAS_OPS}})
+    **{" ".join(word_cas_asm(op).split()): _word_cas(op) for op in WORD_CAS_OPS},
+    **{" ".join(subword_cas_asm(op).split()): _subword_cas(op) for op in SUBWORD_CAS_OPS}})

@@ -12,7 +12,8 @@ import types
 from typing import Any
 
 from fusegen.codegen import triton_source as ts
-from fusegen.codegen.atomic_asm import SUBWORD_STORE_ASM, WORD_CAS_OPS, word_cas_asm
+from fusegen.codegen.atomic_asm import (SUBWORD_CAS_OPS, SUBWORD_STORE_ASM, WORD_CAS_OPS, subword_cas_asm,
+                                         word_cas_asm)
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext
 from fusegen.hlo.ir import Computation
 
@@ -27,13 +28,21 @@ def cas_lines(gen: ElementalGenerator, combiner: Computation, overwrite: bool, p
     combine, swap if unchanged, else retry with the word the swap saw. Lanes not pending swap a word with
     itself (``tl.atomic_cas`` has no mask), at offset 0. ``combiner``: the scatter's ``to_apply`` (element, update)
     -> element; ``overwrite``: it returns the update. Where the combine is one PTX instruction the loop is XLA's
-    per-thread loop itself (:mod:`fusegen.codegen.atomic_asm`); else a Triton loop while any lane is pending."""
+    per-thread loop itself (:mod:`fusegen.codegen.atomic_asm`), on the element or, 16 bits wide, on the word holding
+    it; else a Triton loop while any lane is pending."""
     ctx = gen.ctx
     bits = CAS_BITS[et]
     o = ctx.emit(f"tl.where({mask}, {gen.itensor(off)}, 0)", "coff")
     if bits < 32 and overwrite:
         vbits = _bits_of(ctx, val, et, bits)
         ctx.body.line(f"tl.inline_asm_elementwise({SUBWORD_STORE_ASM[bits]!r}, '=r,l,r,r', "
+                      f"[({ptr} + {o}).to(tl.int64), {vbits}, {mask}.to(tl.int32)], dtype=tl.int32, "
+                      f"is_pure=False, pack=1)")
+        return
+    op = subword_cas_op(combiner, et)
+    if op is not None:  # XLA's per-thread loop on the word holding the element, the combine one PTX instruction
+        vbits = _bits_of(ctx, val, et, bits)
+        ctx.body.line(f"tl.inline_asm_elementwise({subword_cas_asm(op)!r}, '=r,l,r,r', "
                       f"[({ptr} + {o}).to(tl.int64), {vbits}, {mask}.to(tl.int32)], dtype=tl.int32, "
                       f"is_pure=False, pack=1)")
         return
@@ -91,6 +100,21 @@ def word_cas_op(combiner: Computation, et: str) -> str | None:
     else:
         return None
     return op if op in WORD_CAS_OPS else None
+
+def subword_cas_op(combiner: Computation, et: str) -> str | None:
+    """The 16-bit PTX instruction of a combiner ``maximum(p0, p1)`` / ``minimum(p0, p1)`` (either order) of a bf16,
+    f16, s16 or u16 element, which :func:`~fusegen.codegen.atomic_asm.subword_cas_asm` loops over (the float ones
+    propagate NaN, as XLA's ``max.NaN.bf16``); ``None``: other."""
+    root = combiner.root
+    if et not in ("bf16", "f16", "s16", "u16") or root is None or root.opcode not in ("maximum", "minimum"):
+        return None
+    nums = sorted(x.parameter_number if x.opcode == "parameter" else -1 for x in root.operands)
+    if root.shape.element_type != et or nums != [0, 1]:
+        return None
+    name = root.opcode[:3]
+    op = f"{name}.NaN.{et}" if et in ("bf16", "f16") else f"{name}.{et}"
+    return op if op in SUBWORD_CAS_OPS else None
+
 
 def _value_of(ctx: KernelContext, raw: str, et: str, bits: int) -> str:
     """The element of type ``et`` whose storage bits are ``raw`` (an int32 word's low bits, or the word)."""

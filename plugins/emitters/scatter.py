@@ -27,8 +27,9 @@ How the combiner (``to_apply``) is applied:
   any lane of the program has not swapped (a sum over the block). Where the combine is one PTX instruction, the
   loop is XLA's per-thread loop itself, as inline PTX: an overwrite of a sub-word type
   (:data:`~fusegen.codegen.atomic_asm.SUBWORD_STORE_ASM`, which the interpreter runs as the ordered store
-  it is) and a 32/64-bit multiply or ``current - update`` (:func:`~fusegen.codegen.atomic_asm.\
-  word_cas_asm`, which the interpreter applies lane by lane in order).
+  it is), a 32/64-bit multiply or ``current - update`` (:func:`~fusegen.codegen.atomic_asm.\
+  word_cas_asm`) and a 16-bit maximum / minimum (``max.NaN.bf16`` and the like inside the word, as XLA's PTX
+  has it: :func:`~fusegen.codegen.atomic_asm.subword_cas_asm`), which the interpreter applies lane by lane in order.
 * ``keep``: a combiner returning its operand parameters: the output is the operand.
 * ``serial``: what is left (variadic scatters, complex other than add, types without an 8-64 bit storage word,
   update layouts whose linear order is not the slices' order): one program walks the slices in order, loading,
