@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import REPO
 from fusegen.evaluator.evaluator import evaluate_module
 from fusegen.hlo.parser import parse_module
 from fusegen.runtime.input_uses import parameter_uses
@@ -166,6 +167,34 @@ def test_dot_operands_get_fan_in_scaled_values_and_a_deep_chain_stays_finite():
     assert np.isfinite(out).all()
     assert 1e-3 < h.std() < 1  # x is scaled too: std 1/16, kept through depth
     np.testing.assert_allclose(out, h, atol=2e-2 * h.std())
+
+
+def test_a_split_k_dot_counts_every_part_of_its_contraction():
+    """XLA's own split-K (examples/gpu_mlp_bf16: [256,512] x [512,1024] as [256,4,128] x [4,128,1024] in a gemm
+    fusion, then a reduce over the 4 parts): each output sums 512 products."""
+    path = REPO / "examples" / "gpu_mlp_bf16.h100_opt.hlo"
+    m = parse_module(path.read_text(), str(path))
+    dot = next(i for i in m.all_instructions() if i.opcode == "dot")
+    assert dot.operands[0].shape.dimensions == (256, 4, 128)
+    uses = parameter_uses(m)
+    assert uses[0].fan_in == uses[1].fan_in == 512 and 2 not in uses  # the bias is no dot operand
+    x, w, b = make_inputs(m, 0)
+    for a in (x, w):
+        assert abs(a.astype(np.float64).std() - 512 ** -0.5) < 0.01 * 512 ** -0.5
+    assert abs(b.astype(np.float64).std() - 1) < 0.1
+
+
+def test_cudnn_convolution_weights_get_their_taps_times_input_features():
+    """XLA's cuDNN forward convolutions of a ResNet (b01f_o01i kernels, transposed from the HWIO parameters)."""
+    path = REPO / "tests" / "data" / "real_models" / "resnet.h200_opt.hlo"
+    m = parse_module(path.read_text(), str(path))
+    shapes = {p.parameter_number: p.shape.dimensions for p in m.entry.parameters}
+    uses = parameter_uses(m)
+    # 3x3x3 stem, 3x3x64 blocks, the 1x1x64 projection shortcut
+    assert {n: uses[n].fan_in for n in (0, 3, 6, 9, 12)} == {0: 27, 3: 576, 6: 576, 9: 576, 12: 64}
+    assert all(shapes[n][0] * shapes[n][1] * shapes[n][2] == uses[n].fan_in for n in (0, 3, 6, 9, 12))
+    args = make_inputs(m, 0)
+    assert abs(args[3].std() - 576 ** -0.5) < 0.03 * 576 ** -0.5
 
 
 CONV_SCAN = """HloModule m

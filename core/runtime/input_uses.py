@@ -15,7 +15,8 @@ ops that move or retype values without changing what they mean:
   ``subtract``, and stops where the value is non-negative by construction (``x * x``, ``exp``, ``abs``,
   ``max(x, 0)``, a non-negative constant).
 * **fan_in**: a ``dot`` / ``convolution`` operand (or a cuBLAS / cuDNN custom call's) that the op contracts over
-  ``fan_in`` elements per output; with several uses, the largest.
+  ``fan_in`` elements per output (a split-K dot's parts, summed by the reduce after it, count); with several
+  uses, the largest.
 
 The analysis is only a hint for friendlier inputs: a use it cannot see through leaves the parameter's default
 distribution, and the run itself reports anything malformed.
@@ -184,13 +185,14 @@ def _fan_follow(inst: Instruction) -> Iterable[int]:
     return ()
 
 
-def _dot_fans(inst: Instruction) -> list[tuple[int, int]]:
-    """(operand number, elements contracted per output) for a dot or convolution and their library calls."""
+def _dot_fans(inst: Instruction, split: Callable[[Instruction], int]) -> list[tuple[int, int]]:
+    """(operand number, elements contracted per output) for a dot or convolution and their library calls;
+    ``split(dot)`` is the split-K factor (:meth:`_Tracer.split_k`)."""
     op = inst.opcode
     if op == "dot" and len(inst.operands) >= 2:
         lhs = inst.operands[0].shape.dimensions
         k = math.prod(lhs[d] for d in _attr_ints(inst, "lhs_contracting_dims") if d < len(lhs))
-        return [(0, k), (1, k)]
+        return [(0, k * split(inst)), (1, k * split(inst))]
     target = str(inst.attrs.get("custom_call_target", "")) if op == "custom-call" else ""
     if target.startswith("__cublas$") and len(inst.operands) >= 2:
         d = (inst.backend_config.get("gemm_backend_config") or {}).get("dot_dimension_numbers") or {}
@@ -243,6 +245,32 @@ class _Tracer:
             for j, c in enumerate(branches):
                 if isinstance(c, Computation):
                     self.callers.setdefault(id(c), []).append((inst, lambda n, j=j: j + 1 if n == 0 else None))
+
+    def split_k(self, dot: Instruction) -> int:
+        """The batch dims of ``dot`` that an add-reduce sums right after, multiplied: XLA's split-K rewrite makes
+        ``[M, K] x [K, N]`` a batched ``[S, M, K/S] x [S, K/S, N]`` dot in a gemm fusion and a reduce over ``S``,
+        so each output still sums ``K`` products (1 for any other dot)."""
+        nb = len(_attr_ints(dot, "lhs_batch_dims"))
+        comp = dot.parent
+        if not nb or comp is None:
+            return 1
+        sources = [(u, dot) for u in dot.users]
+        root = comp.root
+        if root is dot or (root.opcode in ("convert", "bitcast") and root.operands and root.operands[0] is dot):
+            sources += [(u, f) for f, _ in self.callers.get(id(comp), ()) if f.opcode == "fusion" for u in f.users]
+        factor = 1
+        for user, src in sources:
+            reads = [user] if user.opcode == "reduce" else []
+            if user.opcode == "fusion":
+                params = user.fused_computation.parameters
+                reads += [r for j, o in enumerate(user.operands) if o is src and j < len(params)
+                          for r in params[j].users if r.opcode == "reduce"]
+            for r in reads:
+                body = r.attrs.get("to_apply")
+                if isinstance(body, Computation) and body.root.opcode == "add":
+                    dims = set(_attr_ints(r, "dimensions"))
+                    factor = max(factor, math.prod(dot.shape.dimensions[b] for b in range(nb) if b in dims))
+        return factor
 
     def trace(self, start: Instruction, follow: Callable[[Instruction], Iterable[int]],
               seen: set | None = None) -> set[int]:
@@ -315,7 +343,7 @@ def parameter_uses(module: Module) -> dict[int, ParameterUse]:
             k = _POSITIVE_SINKS.get(inst.opcode)
             if k is not None and k < len(inst.operands) and not (inst.opcode == "power" and _integral_exponent(inst)):
                 positive |= tracer.trace(inst.operands[k], _positive_follow, positive_seen)
-            for k, f in _dot_fans(inst):
+            for k, f in _dot_fans(inst, tracer.split_k):
                 if f > 1 and k < len(inst.operands):
                     for n in tracer.trace(inst.operands[k], _fan_follow):
                         fan[n] = max(f, fan.get(n, f))
