@@ -41,19 +41,25 @@ def test_int32_arithmetic_wraps_like_numpy_without_the_sanitizer():
     with np.errstate(over="ignore"):
         want = a * b + a - b  # numpy int32 wraps two's complement, as the GPU does
     np.testing.assert_array_equal(out[0], want)
-    opts = interp.interpreter_builder.options
+    from fusegen.codegen.interpreter_patches import fusegen_builder
+
+    opts = fusegen_builder().options
     assert not opts.sanitize_overflow and not opts.debug  # the check could only matter with debug asserts on
+    assert interp.interpreter_builder.options.sanitize_overflow  # Triton's own builder keeps its sanitizer
 
 
 def test_dtype_memo_answers_like_triton():
     import triton.language as tl
     from triton.runtime import interpreter as interp
 
-    triton_runtime.patch_all()
+    from fusegen.codegen.interpreter_patches import patch_np_dtype
+
+    memo = patch_np_dtype()
     for ty, want in ((tl.int1, np.bool_), (tl.bfloat16, np.uint16), (tl.float8e4nv, np.uint8), (tl.float32, np.float32),
                      (tl.pointer_type(tl.float16), np.uint64), (tl.block_type(tl.int64, [4]), np.int64),
                      (tl.block_type(tl.pointer_type(tl.int8), [2]), np.uint64)):
-        assert interp._get_np_dtype(ty) == np.dtype(want)
+        assert memo(ty) == interp._get_np_dtype(ty) == np.dtype(want)
+        assert memo(ty) == np.dtype(want)  # a second look-up, from the memo
 
 
 def _blas_threads(env: dict[str, str]) -> str:
@@ -125,10 +131,13 @@ def test_interpreted_where_and_gather_keep_every_bit():
 # each patched builder method against Triton's original (its __wrapped__), bit for bit
 # --------------------------------------------------------------------------------------------------
 def _builder():
+    """Triton's interpreter module, fusegen's builder class (a subclass of Triton's) and its instance."""
     from triton.runtime import interpreter as interp
 
-    triton_runtime.patch_all()
-    return interp, interp.InterpreterBuilder, interp.interpreter_builder
+    from fusegen.codegen.interpreter_patches import fusegen_builder
+
+    b = fusegen_builder()
+    return interp, type(b), b
 
 
 def _addresses(arr: np.ndarray, elems, itemsize: int | None = None) -> np.ndarray:
@@ -381,13 +390,13 @@ def test_addptr_equals_triton_modulo_2_64():
 def test_new_patches_apply_once():
     from fusegen.codegen import interpreter_patches as ip
 
-    interp, B, _ = _builder()
+    interp, B, b = _builder()
     before = (B.create_masked_load, B.create_masked_store, B.create_idiv, B.create_srem, B.create_addptr)
-    ip.patch_all()
     ip.patch_memory(), ip.patch_int_division(), ip.patch_addptr()
+    assert ip.fusegen_builder() is b and type(b) is B  # one builder per process, its class built once
     assert (B.create_masked_load, B.create_masked_store, B.create_idiv, B.create_srem, B.create_addptr) == before
-    # one level of wrapping: the original is Triton's own method
-    assert B.create_masked_load.__wrapped__.__module__ == "triton.runtime.interpreter"
+    # one level of wrapping: the original is Triton's own method, and Triton's class is untouched
+    assert B.create_masked_load.__wrapped__ is interp.InterpreterBuilder.create_masked_load
     assert not hasattr(B.create_masked_load.__wrapped__, "__wrapped__")
 
 

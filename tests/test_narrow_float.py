@@ -45,10 +45,10 @@ def _launch(kernel, x: np.ndarray, y: np.ndarray) -> None:
     """One program over the whole array in Triton's interpreter (TRITON_INTERPRET stays unset, as in fusegen)."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    from fusegen.codegen.triton_runtime import NpPtr, patch_all
+    from fusegen.codegen.triton_runtime import NpPtr, patched_interpreter
 
-    patch_all()
-    InterpretedFunction(getattr(kernel, "fn", kernel))[(1,)](NpPtr(x), NpPtr(y), N=x.size)
+    with patched_interpreter():
+        InterpretedFunction(getattr(kernel, "fn", kernel))[(1,)](NpPtr(x), NpPtr(y), N=x.size)
 
 
 @pytest.mark.parametrize("et", sorted(BIT_FLOATS))

@@ -292,7 +292,7 @@ def run_modules(modules: list, s: Any, *, inputs: Any = None, seed: int = 0, exp
         fusegen.runtime.inputs.InputError, ValueError (an unreadable ``.npz``), ShardingError,
         fusegen.evaluator.collectives.MultiDeviceUnsupported (an N-device module fusegen cannot run as N
         copies), fusegen.runtime.limits.ResourceLimitError, and what running raises (UnsupportedOpError,
-        PluginError, DispatchError, EvaluationError, KernelDirError, MemoryError).
+        PluginError, DispatchError, EvaluationError, KernelDirError, TritonInternalsError, MemoryError).
     """
     from fusegen.runtime.executor import combined_status, run_module
     from fusegen.runtime.sharding_sidecar import stated_shardings

@@ -39,6 +39,7 @@ def fail_on_fusion_failures(module_path: str, reports: list, modules: list) -> N
 @contextlib.contextmanager
 def run_errors(module_path: str) -> Iterator[None]:
     """Errors of loading inputs and expected answers and of running a module (``run``, ``report --run``)."""
+    from fusegen.codegen.interpreter_patches import TritonInternalsError
     from fusegen.codegen.kernel_dir import KernelDirError
     from fusegen.dispatch import DispatchError
     from fusegen.evaluator.collectives import MultiDeviceUnsupported
@@ -57,7 +58,7 @@ def run_errors(module_path: str) -> Iterator[None]:
         fail(f"{module_path}: {e}", EXIT_UNSUPPORTED)
     except InputError as e:  # names the module or the file already
         fail(str(e))
-    except (ShardingError, ResourceLimitError, PluginError, KernelDirError) as e:
+    except (ShardingError, ResourceLimitError, PluginError, KernelDirError, TritonInternalsError) as e:
         fail(f"{module_path}: {e}")
     except DispatchError as e:  # e.g. [plugins] disable removed the question that would answer
         fail(f"{module_path}: {e} (check [plugins] disable in the config)")

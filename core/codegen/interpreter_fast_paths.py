@@ -1,8 +1,9 @@
 """Fast paths of Triton's interpreter for what dominates a model's run: loads and stores into the run's host buffers
 as one numpy gather / scatter (:func:`patch_memory`), integer ``//`` and ``%`` of non-negative operands
 (:func:`patch_int_division`), pointer + offset (:func:`patch_addptr`). Each falls back to Triton's method for every
-case it does not cover and keeps Triton's as ``__wrapped__`` (the tests compare the two); applied by
-:func:`fusegen.codegen.interpreter_patches.patch_all`.
+case it does not cover and keeps Triton's as ``__wrapped__`` (the tests compare the two). Each function returns
+methods of fusegen's subclass of Triton's ``InterpreterBuilder``, which only fusegen's own runs interpret with
+(:func:`fusegen.codegen.interpreter_patches.patched_interpreter`).
 """
 
 from __future__ import annotations
@@ -107,9 +108,9 @@ def scatter_last_wins(dst: np.ndarray, idx: np.ndarray, vals: np.ndarray) -> Non
 
 
 @functools.cache  # once per process
-def patch_memory() -> None:
-    """``tl.load`` / ``tl.store`` into :func:`host_buffers` as one numpy gather / scatter in Triton's
-    interpreter (idempotent).
+def patch_memory() -> dict[str, Any]:
+    """``tl.load`` / ``tl.store`` into :func:`host_buffers` as one numpy gather / scatter: the builder methods
+    (name -> function) that do it.
 
     Triton 3.9's ``create_masked_load`` / ``create_masked_store`` (and ``create_load`` / ``create_store``,
     which add an all-true mask) copy lane by lane in C++ (``_interpreter.load`` / ``store``): for each lane
@@ -196,8 +197,8 @@ def patch_memory() -> None:
     create_load.__wrapped__, create_store.__wrapped__ = orig_load, orig_store  # type: ignore[attr-defined]
     create_masked_load.__wrapped__ = orig_masked_load  # type: ignore[attr-defined]
     create_masked_store.__wrapped__ = orig_masked_store  # type: ignore[attr-defined]
-    builder.create_load, builder.create_store = create_load, create_store
-    builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
+    return {"create_load": create_load, "create_store": create_store, "create_masked_load": create_masked_load,
+            "create_masked_store": create_masked_store}
 
 
 def _nonnegative_division(lhs: np.ndarray, rhs: np.ndarray, least_divisor: int) -> tuple[np.ndarray, Any] | None:
@@ -219,9 +220,9 @@ def _nonnegative_division(lhs: np.ndarray, rhs: np.ndarray, least_divisor: int) 
 
 
 @functools.cache  # once per process
-def patch_int_division() -> None:
-    """Integer ``//`` and ``%`` of non-negative operands as one numpy division in Triton's interpreter
-    (idempotent).
+def patch_int_division() -> dict[str, Any]:
+    """Integer ``//`` and ``%`` of non-negative operands as one numpy division: the builder methods (name ->
+    function).
 
     Triton 3.9's ``create_idiv`` (``create_sdiv``/``create_udiv``) computes C's truncating quotient as
     ``(lhs - np.fmod(lhs, rhs)) // rhs`` and ``create_srem``/``create_urem`` the remainder as ``np.fmod``:
@@ -263,12 +264,12 @@ def patch_int_division() -> None:
 
     create_idiv.__wrapped__ = orig_idiv  # type: ignore[attr-defined]
     create_srem.__wrapped__, create_urem.__wrapped__ = orig_srem, orig_urem  # type: ignore[attr-defined]
-    builder.create_idiv, builder.create_srem, builder.create_urem = create_idiv, create_srem, create_urem
+    return {"create_idiv": create_idiv, "create_srem": create_srem, "create_urem": create_urem}
 
 
 @functools.cache  # once per process
-def patch_addptr() -> None:
-    """Pointer + integer offset as one fused cast-multiply and one add in Triton's interpreter (idempotent).
+def patch_addptr() -> dict[str, Any]:
+    """Pointer + integer offset as one fused cast-multiply and one add: the builder method (name -> function).
 
     Triton 3.9's ``create_addptr`` computes ``ptr + bytewidth * offset.astype(np.uint64)`` (the element's
     byte width, 1 for ``int1``) in three passes with two temporaries. The same uint64 arithmetic modulo
@@ -296,4 +297,4 @@ def patch_addptr() -> None:
         return interp.TensorHandle(out, ptr.dtype)
 
     create_addptr.__wrapped__ = original  # type: ignore[attr-defined]
-    builder.create_addptr = create_addptr
+    return {"create_addptr": create_addptr}

@@ -1,4 +1,7 @@
-"""Patches to Triton's interpreter (idempotent), applied by :func:`fusegen.codegen.triton_runtime.run_interpreted`.
+"""How fusegen's runs change Triton's interpreter, only while they run (:func:`patched_interpreter`, entered by
+:func:`fusegen.codegen.triton_runtime.run_interpreted`): a subclass of Triton's ``InterpreterBuilder`` whose methods
+are the functions below, and a ``ReduceOps`` subclass, swapped in for the duration and restored afterwards. A
+user's own kernel interpreted before or after a fusegen run gets plain Triton.
 
 * :func:`patch_float_casts`: float downcasts to bf16/fp8 round to nearest even like the GPU;
 * :func:`patch_reduce`: ``tl.reduce`` with fusegen's combine functions (:data:`COMBINE_PREFIX`) folds vectorised;
@@ -18,14 +21,20 @@
 * :func:`patch_addptr`: pointer + offset as one fused cast-multiply-add.
 
 From :func:`patch_memory` on, a patch falls back to Triton's method for every case it does not cover, and each
-method it replaces keeps Triton's as ``__wrapped__`` (the tests compare the two).
+method it replaces keeps Triton's as ``__wrapped__`` (the tests compare the two). Each ``patch_*`` function returns
+its methods (name -> function; built once) and changes nothing itself; :func:`register_builder_mixin` adds a
+plugin's. The module checks the installed Triton against :data:`PINNED_TRITON_VERSION` when it is imported
+(:class:`TritonVersionWarning`) and the internals it overrides when a run starts (:class:`TritonInternalsError`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
+import importlib.metadata
+import inspect
+import threading
+import warnings
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -37,8 +46,8 @@ from fusegen.hlo.dot_numerics import tf32_round, tf32_truncate
 
 
 @functools.cache  # once per process
-def patch_float_casts() -> None:
-    """Make the interpreter round float downcasts to bf16/fp8 to nearest-even.
+def patch_float_casts() -> dict[str, Any]:
+    """Builder methods that round float downcasts to bf16/fp8 to nearest-even.
 
     Triton 3.9's interpreter converts f32 -> bf16 by *truncating* the mantissa (``_convert_float`` with no
     rounding mode) and its RTNE path rounds half up without carrying; the GPU's ``cvt.rn.bf16.f32`` (what
@@ -76,11 +85,8 @@ def patch_float_casts() -> None:
         r = _convert(src, dst_type)
         return r if r is not None else orig_fp_to_fp(self, src, dst_type, rounding_mode)
 
-    builder.cast_impl = cast_impl
-    for name in ("create_si_to_fp", "create_ui_to_fp", "create_fp_to_si", "create_fp_to_ui", "create_fp_ext",
-                 "create_fp_trunc"):
-        setattr(builder, name, lambda self, src, dst_type: self.cast_impl(src, dst_type))
-    builder.create_fp_to_fp = create_fp_to_fp
+    # (Triton's create_si_to_fp, create_fp_trunc and the like call self.cast_impl: the override serves them too)
+    return {"cast_impl": cast_impl, "create_fp_to_fp": create_fp_to_fp}
 
 
 #: Name prefix of the ``@triton.jit`` combine functions fusegen generates for ``tl.reduce`` (reducer
@@ -88,9 +94,9 @@ def patch_float_casts() -> None:
 COMBINE_PREFIX = "fg_combine_"
 
 @functools.cache  # once per process
-def patch_reduce() -> None:
-    """Fold ``tl.reduce`` with a fusegen combine function as a vectorised pairwise tree in Triton's
-    interpreter (idempotent).
+def patch_reduce() -> dict[str, Any]:
+    """Fold ``tl.reduce`` with a fusegen combine function as a vectorised pairwise tree: the ``ReduceOps``
+    method (name -> function).
 
     Triton 3.9's interpreter folds a generic ``tl.reduce`` one element at a time in Python. fusegen's
     combine functions (name prefix :data:`COMBINE_PREFIX`) are elementwise, so the fold is done as a
@@ -141,13 +147,12 @@ def patch_reduce() -> None:
             outs.append(self.to_tensor(np.ascontiguousarray(o) if isinstance(o, np.ndarray) else o, ty))
         return outs
 
-    ops.generic_reduce = generic_reduce
+    return {"generic_reduce": generic_reduce}
 
 
 @functools.cache  # once per process
-def patch_bool_logic() -> None:
-    """``&``, ``|`` and ``^`` of two ``int1`` tensors as numpy's boolean ops in Triton's interpreter
-    (idempotent).
+def patch_bool_logic() -> dict[str, Any]:
+    """``&``, ``|`` and ``^`` of two ``int1`` tensors as numpy's boolean ops: the builder methods.
 
     Triton 3.9's interpreter widens every ``int1`` binary op to ``int8`` and back (three copies) so that
     ``+``/``-`` wrap like a 1-bit integer; for the bitwise logic ops numpy's boolean result is already that
@@ -156,6 +161,7 @@ def patch_bool_logic() -> None:
     from triton.runtime import interpreter as interp
 
     builder = interp.InterpreterBuilder
+    methods = {}
     for name, op in (("create_and", np.bitwise_and), ("create_or", np.bitwise_or), ("create_xor", np.bitwise_xor)):
         original = getattr(builder, name)
 
@@ -164,11 +170,13 @@ def patch_bool_logic() -> None:
                 return interp.TensorHandle(_op(lhs.data, rhs.data), lhs.dtype.scalar)
             return _orig(self, lhs, rhs)
 
-        setattr(builder, name, fast)
+        methods[name] = fast
+    return methods
 
 
-def patch_overflow_check() -> None:
-    """Skip the interpreter's integer-overflow sanitizer while its asserts are off (idempotent).
+def patch_overflow_check(b: Any) -> None:
+    """Skip the integer-overflow sanitizer of the interpreter builder ``b`` (fusegen's own instance) while its
+    asserts are off.
 
     Triton 3.9's interpreter builds every ``int32`` ``+``/``-``/``*`` twice with ``sanitize_overflow``
     (``semantic.binary_op_sanitize_overflow_impl``): again in ``int64``, then two compares and an ``and``,
@@ -178,17 +186,14 @@ def patch_overflow_check() -> None:
     """
     import dataclasses
 
-    from triton.runtime import interpreter as interp
-
-    b = interp.interpreter_builder
     if b.options.sanitize_overflow and not b.options.debug:
         b.options = dataclasses.replace(b.options, sanitize_overflow=False)
 
 
 @functools.cache  # once per process
-def patch_np_dtype() -> None:
-    """Memoise the interpreter's ``_get_np_dtype`` (Triton 3.9 builds a 19-entry dict on every call, several
-    times per interpreted op); unknown types still go to the original (idempotent)."""
+def patch_np_dtype() -> Any:
+    """The interpreter's ``_get_np_dtype`` memoised (Triton 3.9 builds a 19-entry dict on every call, several
+    times per interpreted op); unknown types still go to the original. Returns the function."""
     import triton.language as tl
     from triton.runtime import interpreter as interp
 
@@ -208,7 +213,8 @@ def patch_np_dtype() -> None:
             hit = memo[tt_dtype] = original(tt_dtype)
         return hit
 
-    interp._get_np_dtype = get_np_dtype
+    get_np_dtype.__wrapped__ = original  # type: ignore[attr-defined]
+    return get_np_dtype
 
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
@@ -232,9 +238,9 @@ def bitwise_select(cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray
 
 
 @functools.cache  # once per process
-def patch_select_gather() -> None:
-    """``tl.where`` through :func:`bitwise_select` and a 1-D ``tl.gather`` through ``np.take`` in Triton's
-    interpreter (idempotent; the same elements as Triton 3.9's ``np.where`` / ``np.take_along_axis``, which
+def patch_select_gather() -> dict[str, Any]:
+    """``tl.where`` through :func:`bitwise_select` and a 1-D ``tl.gather`` through ``np.take``: the builder
+    methods (the same elements as Triton 3.9's ``np.where`` / ``np.take_along_axis``, which
     every other case still takes). ``np.take`` raises on an index out of range as ``take_along_axis`` does.
     The interpreted sort networks spend most of their time in these two."""
     from triton.runtime import interpreter as interp
@@ -253,7 +259,7 @@ def patch_select_gather() -> None:
             return interp.TensorHandle(np.take(src.data, indices.data, axis=0), src.dtype.scalar)
         return original_gather(self, src, indices, axis)
 
-    builder.create_select, builder.create_gather = create_select, create_gather
+    return {"create_select": create_select, "create_gather": create_gather}
 
 
 def _bit_float_types() -> dict[Any, Any]:
@@ -265,8 +271,8 @@ def _bit_float_types() -> dict[Any, Any]:
 
 
 @functools.cache  # once per process
-def patch_dot() -> None:
-    """Make ``tl.dot`` in Triton's interpreter compute what the GPU kernel computes (idempotent).
+def patch_dot() -> dict[str, Any]:
+    """The builder method that makes ``tl.dot`` in Triton's interpreter compute what the GPU kernel computes.
 
     Triton 3.9's ``InterpreterBuilder.create_dot`` multiplies the operands' storage arrays: bf16 tiles are
     uint16 bit patterns there, so a bf16 ``tl.dot`` multiplies raw bits as integers; fp8 goes through
@@ -310,7 +316,7 @@ def patch_dot() -> None:
             out = (prod + acc.astype(wide, copy=False)).astype(acc.dtype, copy=False)
         return interp.TensorHandle(np.ascontiguousarray(out), d.dtype.scalar)
 
-    builder.create_dot = create_dot
+    return {"create_dot": create_dot}
 
 
 #: PTX ``.pragma "nounroll";`` as inline asm: the loop whose header holds it stays a loop in ptxas (fusegen's
@@ -336,9 +342,9 @@ class _AsmCall:
 
 
 @functools.cache  # once per process
-def patch_inline_asm() -> None:
-    """Run :data:`_INLINE_ASM`'s inline assembly (``tl.inline_asm_elementwise``) in Triton's interpreter, which
-    otherwise raises ``NotImplementedError`` for any; every other text still does (idempotent). XLA's Triton
+def patch_inline_asm() -> dict[str, Any]:
+    """The builder method running :data:`_INLINE_ASM`'s inline assembly (``tl.inline_asm_elementwise``) in Triton's
+    interpreter, which otherwise raises ``NotImplementedError`` for any; every other text still does. XLA's Triton
     pipeline rounds the f32 operands of a tf32 dot with ``cvt.rna.tf32.f32`` (its
     ``RoundF32ToTF32ForTf32DotRewritePass``), and fusegen's GEMM kernels emit that instruction as XLA does;
     their K loops carry :data:`NOUNROLL_ASM`, which computes nothing."""
@@ -356,7 +362,7 @@ def patch_inline_asm() -> None:
         scalar = ty.scalar if hasattr(ty, "scalar") else ty
         return _AsmCall([interp.TensorHandle(fn([v.data for v in values]), scalar)])
 
-    builder.create_inline_asm = create_inline_asm
+    return {"create_inline_asm": create_inline_asm}
 
 
 #: log2(e) as the f32 constant Triton's lowering of ``tl.exp`` multiplies by (``0f3FB8AA3B``)
@@ -364,8 +370,8 @@ LOG2E_F32 = np.float32(1.4426950408889634)
 
 
 @functools.cache  # once per process
-def patch_exp() -> None:
-    """``tl.exp`` of an f32 tensor as compiled kernels compute it: Triton lowers it to ``ex2.approx.f32`` of
+def patch_exp() -> dict[str, Any]:
+    """The builder method computing ``tl.exp`` of an f32 tensor as compiled kernels compute it: Triton lowers it to ``ex2.approx.f32`` of
     ``x * log2(e)`` rounded to f32 (XLA's f16 / bf16 exponential is the same two instructions), so the result
     carries the product's rounding, up to ``|x| * 2**-24`` relative; Triton's interpreter takes ``np.exp`` of
     ``x``, which does not. Here ``np.exp2`` of the rounded product (``ex2.approx``'s own error, 2 ulp at most, is
@@ -382,20 +388,225 @@ def patch_exp() -> None:
             return interp.TensorHandle(np.exp2(arg.data * LOG2E_F32), arg.dtype.scalar)
 
     create_exp.__wrapped__ = original
-    builder.create_exp = create_exp
+    return {"create_exp": create_exp}
 
 
-def patch_all() -> None:
-    """Every patch above (each applied once per process)."""
-    patch_float_casts()
-    patch_reduce()
-    patch_bool_logic()
-    patch_overflow_check()
-    patch_np_dtype()
-    patch_select_gather()
-    patch_dot()
-    patch_exp()
-    patch_inline_asm()
-    patch_memory()
-    patch_int_division()
-    patch_addptr()
+# --------------------------------------------------------------------------------------------------
+# the scope: Triton's interpreter changed only while fusegen runs a kernel
+# --------------------------------------------------------------------------------------------------
+#: The Triton release the patches above are written for (``pyproject.toml`` pins it).
+PINNED_TRITON_VERSION = "3.9.0"
+
+#: The attributes of ``triton.runtime.interpreter`` that :func:`patched_interpreter` rebinds, and restores.
+PATCHED_NAMES = ("interpreter_builder", "interpreter_semantic", "ReduceOps", "_get_np_dtype")
+
+
+class TritonVersionWarning(UserWarning):
+    """The installed Triton is not the release fusegen's interpreter patches are written for."""
+
+
+class TritonInternalsError(RuntimeError):
+    """An internal of Triton's interpreter that fusegen overrides is missing or takes other parameters (Triton is
+    not the pinned release); raised when a run starts, never absorbed as one fusion's error."""
+
+
+def installed_triton_version() -> str | None:
+    """The installed Triton distribution's version, ``None`` where none is installed as a distribution."""
+    try:
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+_FIX = f"install the release fusegen pins (pip install 'triton=={PINNED_TRITON_VERSION}')"
+
+
+def triton_version_problem(installed: str | None) -> str | None:
+    """The warning for an ``installed`` Triton other than :data:`PINNED_TRITON_VERSION` (a local ``+...`` suffix
+    ignored), ``None`` for the pinned release or an unknown one."""
+    if installed is None or installed.split("+")[0] == PINNED_TRITON_VERSION:
+        return None
+    return (f"fusegen's interpreter patches are written for Triton {PINNED_TRITON_VERSION}, but Triton {installed} "
+            f"is installed: {_FIX}. Interpreted kernels may compute otherwise, and an internal that was renamed "
+            f"stops the first run with an error naming it.")
+
+
+_VERSION_PROBLEM = triton_version_problem(installed_triton_version())
+if _VERSION_PROBLEM:
+    warnings.warn(_VERSION_PROBLEM, TritonVersionWarning, stacklevel=2)
+
+
+_MIXINS: list[type] = []
+_LOCK = threading.RLock()
+_DEPTH = 0
+_SAVED: list[tuple[Any, str, Any]] = []
+_STATE: dict[str, Any] = {}  # "builder", "semantic": one instance per process; "checked": the internals last checked
+
+
+def register_builder_mixin(cls: type) -> None:
+    """Add ``cls`` to the builder fusegen's runs interpret with: a class (no ``__slots__``) whose methods override
+    ``InterpreterBuilder``'s and fall back through ``super()``, put before fusegen's own in the method order. For
+    plugins (core never imports one); idempotent; changes nothing in Triton.
+
+    Raises:
+        TypeError: ``cls`` is not a class.
+    """
+    if not isinstance(cls, type):
+        raise TypeError(f"register_builder_mixin takes a class, got {cls!r}")
+    with _LOCK:
+        if cls not in _MIXINS:
+            _MIXINS.append(cls)
+
+
+@functools.cache
+def _core_methods() -> dict[str, Any]:
+    methods: dict[str, Any] = {}
+    for part in (patch_float_casts(), patch_bool_logic(), patch_select_gather(), patch_dot(), patch_exp(),
+                 patch_inline_asm(), patch_memory(), patch_int_division(), patch_addptr()):
+        assert not methods.keys() & part.keys(), "two patches override one builder method"
+        methods.update(part)
+    return methods
+
+
+@functools.cache
+def _builder_class(mixins: tuple[type, ...]) -> type:
+    from triton.runtime import interpreter as interp
+
+    core = type("FusegenInterpreterBuilder", (interp.InterpreterBuilder,),
+                {"__module__": __name__, "__doc__": "Triton's InterpreterBuilder with fusegen's patches.",
+                 **_core_methods()})
+    return type(core.__name__, (*mixins, core), {"__module__": __name__}) if mixins else core
+
+
+@functools.cache
+def _reduce_ops_class() -> type:
+    from triton.runtime import interpreter as interp
+
+    return type("FusegenReduceOps", (interp.ReduceOps,), {"__module__": __name__, **patch_reduce()})
+
+
+def fusegen_builder() -> Any:
+    """fusegen's interpreter builder (one instance per process: kernel modules keep the semantic built on it).
+
+    Raises:
+        TritonInternalsError: see :func:`check_triton_internals`.
+    """
+    from triton.runtime import interpreter as interp
+
+    with _LOCK:
+        b = _STATE.get("builder")
+        try:
+            cls = _builder_class(tuple(_MIXINS))
+            if b is None:
+                b = cls()
+                patch_overflow_check(b)
+                _STATE["semantic"] = interp.TritonSemantic(b)
+                _STATE["builder"] = b
+        except (AttributeError, ImportError) as e:  # an internal the patches read while they are built
+            raise TritonInternalsError(f"Triton's interpreter has no {e.name or e} that fusegen uses "
+                                       f"(Triton {installed_triton_version()} is installed): {_FIX}") from None
+        if type(b) is not cls:  # a mixin registered since: the same instance, the class composed anew
+            b.__class__ = cls
+        return b
+
+
+def _parameters(fn: Any) -> list[str]:
+    """The parameters a caller must pass (Triton's builder is called positionally; fusegen's overrides may add
+    parameters with defaults)."""
+    return [p.name for p in inspect.signature(fn).parameters.values() if p.default is inspect.Parameter.empty]
+
+
+@functools.cache
+def _overrides(cls: type) -> tuple[tuple[type, str, Any], ...]:
+    """(Triton's class, method name, the override) of every method the builder class ``cls`` and ``ReduceOps``
+    override."""
+    from triton.runtime import interpreter as interp
+
+    ours = [k for k in cls.__mro__ if k not in interp.InterpreterBuilder.__mro__]  # fusegen's and the mixins
+    found = [(interp.InterpreterBuilder, n, f) for k in ours for n, f in vars(k).items()
+             if inspect.isfunction(f) and not n.startswith("__")]
+    return tuple(found + [(interp.ReduceOps, n, f) for n, f in patch_reduce().items()])
+
+
+def check_triton_internals() -> None:
+    """Check that every internal of ``triton.runtime.interpreter`` fusegen overrides is there and takes the
+    parameters fusegen's override takes (cheap when nothing changed since the last check).
+
+    Raises:
+        TritonInternalsError: one is missing or changed; the message names it, the installed and the pinned
+            Triton, and what to do.
+    """
+    from triton.runtime import interpreter as interp
+
+    overrides = _overrides(type(fusegen_builder()))
+    key = [getattr(interp, n, None) for n in PATCHED_NAMES] + [getattr(base, n, None) for base, n, _ in overrides]
+    if _STATE.get("checked") == key:
+        return
+    problems = [f"triton.runtime.interpreter.{n} is missing" for n in PATCHED_NAMES if not hasattr(interp, n)]
+    for base, name, fn in overrides:
+        theirs = getattr(base, name, None)
+        if theirs is None:
+            problems.append(f"triton.runtime.interpreter.{base.__name__}.{name} is missing")
+        elif len(_parameters(theirs)) != len(_parameters(fn)):
+            problems.append(f"triton.runtime.interpreter.{base.__name__}.{name} takes "
+                            f"({', '.join(_parameters(theirs))}), fusegen's override ({', '.join(_parameters(fn))})")
+    fields = getattr(getattr(interp, "InterpreterOptions", None), "__dataclass_fields__", {})
+    problems += [f"triton.runtime.interpreter.InterpreterOptions.{n} is missing" for n in ("debug", "sanitize_overflow")
+                 if n not in fields]
+    if problems:
+        raise TritonInternalsError(f"fusegen cannot patch Triton {installed_triton_version()}'s interpreter (it is "
+                                   f"written for {PINNED_TRITON_VERSION}): {'; '.join(problems)}; {_FIX}")
+    _STATE["checked"] = key
+
+
+def _install() -> None:
+    from triton.runtime import interpreter as interp
+
+    check_triton_internals()
+    b = fusegen_builder()
+    new = {"interpreter_builder": b, "interpreter_semantic": _STATE["semantic"], "ReduceOps": _reduce_ops_class(),
+           "_get_np_dtype": patch_np_dtype()}
+    for name in PATCHED_NAMES:
+        _SAVED.append((interp, name, getattr(interp, name)))
+        setattr(interp, name, new[name])
+
+
+def _restore() -> None:
+    while _SAVED:
+        setattr(*_SAVED.pop())
+
+
+@contextlib.contextmanager
+def patched_interpreter() -> Iterator[None]:
+    """While the block runs, Triton's interpreter runs kernels with fusegen's patches; afterwards it is as it was.
+
+    Triton's ``GridExecutor`` and its ``tl`` stand-ins look up the module globals ``interpreter_builder`` and
+    ``interpreter_semantic`` at each call, so one subclass instance of ``InterpreterBuilder`` (never the class
+    itself) takes over every builder method the patches change; ``tl.reduce`` builds ``ReduceOps`` by its global
+    name, so that is a subclass too. ``_get_np_dtype`` is a module function that the builder and ``ReduceOps``
+    call by name: no hook reaches it, so it is rebound itself. These four
+    (:data:`PATCHED_NAMES`) are set when the outermost block starts and restored when it ends, also when the
+    kernel raises. Re-entrant, and thread-safe for fusegen's own runs: one count under a lock, so the patches
+    stay until the last of concurrent runs ends. The limit: the swap is process-wide while any fusegen run is
+    in it, so a user's own kernel interpreted in another thread meanwhile runs patched (Triton's interpreter
+    itself swaps ``triton.language`` process-wide for every kernel it runs).
+
+    Raises:
+        TritonInternalsError: when the outermost block starts (:func:`check_triton_internals`).
+    """
+    global _DEPTH
+    with _LOCK:
+        if _DEPTH == 0:
+            try:
+                _install()
+            except BaseException:
+                _restore()
+                raise
+        _DEPTH += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _DEPTH -= 1
+            if _DEPTH == 0:
+                _restore()

@@ -7,8 +7,9 @@
   content is checked against the generated text: no ``__pycache__`` bytecode is read or written.
 * :func:`run_interpreted` runs a kernel with ``triton.runtime.interpreter.InterpretedFunction`` on 1-D
   numpy buffers (through :class:`NpPtr`, which gives numpy arrays the torch-like surface the interpreter
-  wants). ``TRITON_INTERPRET`` stays unset so the same process can also compile. It patches the
-  interpreter first (once, :mod:`fusegen.codegen.interpreter_patches`): float downcasts to bf16/fp8 round
+  wants). ``TRITON_INTERPRET`` stays unset so the same process can also compile. The kernel runs with
+  fusegen's interpreter patches, applied for the run only and restored afterwards
+  (:func:`~fusegen.codegen.interpreter_patches.patched_interpreter`): float downcasts to bf16/fp8 round
   to nearest even like the GPU, ``tl.reduce`` with fusegen's combine functions (:data:`COMBINE_PREFIX`)
   folds vectorised, boolean ``&``/``|``/``^`` stay boolean; loads and stores into the run's buffers
   (registered with ``host_buffers``) are numpy gathers and scatters.
@@ -42,7 +43,7 @@ import numpy as np
 
 from fusegen.codegen import triton_source
 from fusegen.codegen.interpreter_fast_paths import host_buffers
-from fusegen.codegen.interpreter_patches import COMBINE_PREFIX, patch_all
+from fusegen.codegen.interpreter_patches import COMBINE_PREFIX, patched_interpreter
 from fusegen.codegen.kernel_dir import KernelDirError, kernel_dir, kernel_dir_path, private_dir, read_regular
 from fusegen.codegen.kernel import EmittedFusion, KernelParam, KernelSource, constant_buffer
 from fusegen.hlo import dtypes
@@ -267,10 +268,11 @@ def run_interpreted(ks: KernelSource, buffers: Sequence[np.ndarray], scalars: Se
 
     Raises:
         triton.runtime.errors.InterpreterError: the kernel failed while running.
+        fusegen.codegen.interpreter_patches.TritonInternalsError: the installed Triton lacks an internal that
+            fusegen's patches override.
     """
     from triton.runtime.interpreter import InterpretedFunction
 
-    patch_all()
     if ks.interpret_variant is not None and ks.interpret_variant.params == ks.params:
         ks = ks.interpret_variant
     if len(buffers) != len(ks.params):
@@ -279,7 +281,7 @@ def run_interpreted(ks: KernelSource, buffers: Sequence[np.ndarray], scalars: Se
     fn = getattr(jitfn, "fn", jitfn)
     grid, cx = _widened(ks, max_programs)
     args = [NpPtr(np.ascontiguousarray(b)) if not b.flags.c_contiguous else NpPtr(b) for b in buffers]
-    with np.errstate(all="ignore"), host_buffers([a.arr for a in args]):
+    with np.errstate(all="ignore"), host_buffers([a.arr for a in args]), patched_interpreter():
         InterpretedFunction(fn)[grid](*args, *scalars, **cx)
 
 

@@ -27,6 +27,7 @@ from fusegen.autotuning.tuned_backend import tuned_execution_backend
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
 from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.interpreter_patches import TritonInternalsError
 from fusegen.codegen.kernel import EmittedFusion
 from fusegen.codegen.kernel_dir import KernelDirError
 from fusegen.device import DeviceDescription, get_device
@@ -500,7 +501,7 @@ class Executor:
             t0 = time.perf_counter()
             try:
                 flat = triton_runtime.run_fusion(self.kernel_reuse.runner(inst, emitted), ops, inst)
-            except KernelDirError:  # no kernel can be loaded safely: the whole run is refused
+            except (KernelDirError, TritonInternalsError):  # no kernel can be loaded or run as meant: the run stops
                 raise
             except Exception as e:  # a kernel that fails to run is a failed fusion, not a crash
                 rep.status = "error"

@@ -55,6 +55,7 @@ from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import (COMPLEX_PARTS, Cx, ElementalGenerator, KernelContext, choose_index_dtype,
                                        deep_recursion)
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, build_linear_kernel, fusion_roots, store_line
+from fusegen.codegen.interpreter_patches import register_builder_mixin
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.codegen.launch import scatter_geometry
 from fusegen.codegen.thread_indexing import default_thread_id_indexing_map
@@ -110,26 +111,19 @@ def classify_combiner(comp: Computation, n: int, element_type: str) -> tuple[str
 # --------------------------------------------------------------------------------------------------
 # interpreter support
 # --------------------------------------------------------------------------------------------------
-_BF16_PATCHED = False
+class Bf16AtomicAdd:
+    """Interpreter builder mixin (:func:`~fusegen.codegen.interpreter_patches.register_builder_mixin`): Triton
+    3.9's interpreter raises "Unsupported data type" for ``atomic_add`` on bf16 (the compiler emits
+    ``red.add.noftz.bf16`` on sm_90); here lanes are applied one after another, each rounded to nearest even like
+    the hardware. Every other atomic keeps Triton's."""
 
+    def create_atomic_rmw(self, rmwOp: Any, ptr: Any, val: Any, mask: Any, sem: Any, scope: Any) -> Any:
+        import ml_dtypes
+        import numpy as np
+        import triton.language as tl
+        from triton._C.libtriton import interpreter as _interp_c
+        from triton.runtime import interpreter as interp
 
-def ensure_interpreter_bf16_atomic_add() -> None:
-    """Teach Triton 3.9's interpreter ``atomic_add`` on bf16 (the compiler emits ``red.add.noftz.bf16`` on
-    sm_90; the interpreter raises "Unsupported data type"). Lanes are applied one after another, each
-    rounded to nearest even like the hardware. Idempotent."""
-    global _BF16_PATCHED
-    if _BF16_PATCHED:
-        return
-    import ml_dtypes
-    import numpy as np
-    import triton.language as tl
-    from triton._C.libtriton import interpreter as _interp_c
-    from triton.runtime import interpreter as interp
-
-    builder = interp.InterpreterBuilder
-    orig = builder.create_atomic_rmw
-
-    def create_atomic_rmw(self: Any, rmwOp: Any, ptr: Any, val: Any, mask: Any, sem: Any, scope: Any) -> Any:
         if val.dtype.scalar == tl.bfloat16 and self.ir_rmw_op_to_interpreter_rmw_op.get(rmwOp) == _interp_c.RMW_OP.FADD:
             addrs = np.asarray(ptr.data).reshape(-1)
             vals = np.asarray(val.data).reshape(-1).view(ml_dtypes.bfloat16)
@@ -144,10 +138,10 @@ def ensure_interpreter_bf16_atomic_add() -> None:
                 new = (cur + vals[k].astype(np.float32)).astype(ml_dtypes.bfloat16)
                 cell.value = int(new.view(np.uint16)[0])
             return interp.TensorHandle(old.reshape(np.asarray(ptr.data).shape), tl.bfloat16)
-        return orig(self, rmwOp, ptr, val, mask, sem, scope)
+        return super().create_atomic_rmw(rmwOp, ptr, val, mask, sem, scope)  # type: ignore[misc]
 
-    builder.create_atomic_rmw = create_atomic_rmw
-    _BF16_PATCHED = True
+
+register_builder_mixin(Bf16AtomicAdd)  # used only inside fusegen's runs; Triton itself is left alone
 
 
 # --------------------------------------------------------------------------------------------------
@@ -573,8 +567,6 @@ class ScatterFusion(FusionEmitter):
         aliases, kernels = self._aliases_and_init()
         if d.num_slices == 0 or d.slice_size == 0 or self.strategy == "keep":
             return EmittedFusion(emitter=self.name, kernels=tuple(kernels), output_aliases=aliases)
-        if self.strategy == "atomic" and leaves[0].element_type == "bf16" and self.atomic_op == "add":
-            ensure_interpreter_bf16_atomic_add()
         if self._needs_nan_canonicalization():
             kernels.append(self._distributed_updates_kernel(canonicalize_nans=True))
         if self.strategy == "serial":
