@@ -47,8 +47,9 @@ def test_the_checker_finds_each_spelling(tmp_path):
 
 
 def test_no_module_outside_core_cli_imports_the_cli():
+    # core/__main__.py is ``python -m fusegen``: the command's entry, the one module above the CLI
     files = [p for d in ("core", "plugins", "scripts", "benchmarks", "examples") for p in (REPO / d).rglob("*.py")
-             if CLI not in p.parents]
+             if CLI not in p.parents and p != REPO / "core" / "__main__.py"]
     assert len(files) > 100
     bad = {str(p.relative_to(REPO)): h for p in files if (h := _cli_imports(p))}
     assert bad == {}, f"modules outside core/cli import fusegen.cli (move the logic into the library): {bad}"
