@@ -36,9 +36,9 @@ ENTRY e {
 def test_a_parameter_reaching_rsqrt_gets_positive_values():
     m = parse_module(RSQRT)
     uses = parameter_uses(m)
-    assert uses[1].positive and not uses.get(0, None)
+    assert 0 not in uses and uses[1].bounds == (-np.float32(1e-5), np.inf)  # var + eps > 0
     x, var = make_inputs(m, 0)
-    assert var.min() >= 0.5  # |N(0,1)| + 0.5
+    assert var.min() >= 0.5 - 1e-5  # |N(0,1)| + 0.5 above the bound
     assert abs(float(np.median(var)) - (0.6745 + 0.5)) < 0.05  # the half-normal's median, shifted
     assert (x < 0).mean() > 0.45  # the data keeps its sign
     y = evaluate_module(m, [x, var])
@@ -87,12 +87,12 @@ ENTRY e {
 def test_uses_inside_a_while_body_reach_the_loop_state_parameters():
     m = parse_module(ADAM)
     uses = parameter_uses(m)
-    # count reaches power through add and convert; v and g reach sqrt through add; g only squared (integral
+    # count + 1 reaches power's base (count > -1); v reaches sqrt through add; g only squared (an integral
     # exponent: any sign is fine)
-    assert uses[0].positive and uses[1].positive
+    assert uses[0].bounds == (-1, np.inf) and uses[1].positive
     assert 2 not in uses
     count, v, g = make_inputs(m, 0)
-    assert 1 <= int(count) <= 16 and v.min() >= 0.5 and (g < 0).any()
+    assert 0 <= int(count) <= 15 and v.min() >= 0.5 and (g < 0).any()
     out = evaluate_module(m, [count, v, g])
     assert np.isfinite(out).all()
     ref, c = v.astype(np.float64) + g.astype(np.float64) ** 2, int(count)
@@ -100,6 +100,28 @@ def test_uses_inside_a_while_body_reach_the_loop_state_parameters():
         c += 1
         ref = np.sqrt(ref) * float(c) ** -0.8
     np.testing.assert_allclose(out, ref, rtol=1e-5)
+
+
+# 2 atanh(x) as log(1 + x) - log(1 - x): x in (-1, 1), from a bound each way
+ATANH = """HloModule m
+ENTRY e {
+  x = f32[4096] parameter(0)
+  c1 = f32[] constant(1)
+  one = f32[4096] broadcast(c1), dimensions={}
+  a = f32[4096] add(one, x)
+  b = f32[4096] subtract(one, x)
+  la = f32[4096] log(a)
+  lb = f32[4096] log(b)
+  ROOT r = f32[4096] subtract(la, lb)
+}"""
+
+
+def test_bounds_from_both_sides_give_values_inside_the_interval():
+    m = parse_module(ATANH)
+    assert parameter_uses(m)[0].bounds == (-1, 1)
+    (x,) = make_inputs(m, 0)
+    assert np.abs(x).max() < 0.9 and (x < -0.5).mean() > 0.1 and (x > 0.5).mean() > 0.1
+    np.testing.assert_allclose(evaluate_module(m, [x]), 2 * np.arctanh(x.astype(np.float64)), rtol=1e-5, atol=1e-6)
 
 
 VAR = """HloModule m

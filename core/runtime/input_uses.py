@@ -9,11 +9,13 @@ ops that move or retype values without changing what they mean:
 
 * **index**: start indices of ``dynamic-slice`` / ``dynamic-update-slice``, ``gather`` and ``scatter`` indices get
   integers in ``[0, high]``, ``high`` the largest start that keeps the slice inside the operand.
-* **positive**: operands of ``sqrt``, ``rsqrt``, ``log``, ``log-plus-one``, the base of ``power`` (unless the
-  exponent is an integral constant) and the denominator of ``divide`` / ``remainder``; the requirement passes
-  through ``add``, ``multiply``, ``maximum``, ``minimum``, ``select``, ``reduce``, a numerator and the minuend of
-  ``subtract``, and stops where the value is non-negative by construction (``x * x``, ``exp``, ``abs``,
-  ``max(x, 0)``, a non-negative constant).
+* **bounds** (an open interval the values must lie in): positive for the operands of ``sqrt``, ``rsqrt``,
+  ``log``, the base of ``power`` (unless the exponent is an integral constant) and the denominator of ``divide`` /
+  ``remainder``; above -1 for ``log-plus-one``. The interval is carried back through the ops that move values,
+  ``select``, ``negate``, adding, subtracting, multiplying or dividing by a constant (``log(1 - x) + log(1 + x)``
+  bounds ``x`` to ``(-1, 1)``; ``power(count + 1, -0.8)`` asks ``count > -1``), and, for a positive result,
+  through a sum, a product, a numerator, a minuend, ``maximum``, ``minimum`` and add-reductions; it stops where
+  the value is non-negative by construction (``x * x``, ``exp``, ``abs``, ``max(x, 0)``).
 * **fan_in**: a ``dot`` / ``convolution`` operand (or a cuBLAS / cuDNN custom call's) that the op contracts over
   ``fan_in`` elements per output (a split-K dot's parts, summed by the reduce after it, count); with several
   uses, the largest.
@@ -25,7 +27,7 @@ distribution, and the run itself reports anything malformed.
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 import attrs
 import numpy as np
@@ -36,9 +38,13 @@ __all__ = ["ParameterUse", "parameter_uses", "index_uses"]
 
 #: Ops whose result holds the same values as their operands, moved or retyped.
 _MOVES = {"convert", "bitcast", "reshape", "copy", "broadcast", "transpose", "slice", "concatenate", "reverse"}
-_POSITIVE_SINKS = {"sqrt": 0, "rsqrt": 0, "log": 0, "log-plus-one": 0, "power": 0, "divide": 1, "remainder": 1}
-_NONNEGATIVE_RESULTS = {"exponential", "abs", "sqrt", "rsqrt", "logistic", "popcnt", "iota"}
-_TRACE_LIMIT = 200_000  # visited (instruction, tuple path) pairs per trace: a bound for pathological modules
+_INF = math.inf
+#: Sinks of a bound: operand number, the open interval it must lie in.
+_BOUND_SINKS = {"sqrt": (0, (0.0, _INF)), "rsqrt": (0, (0.0, _INF)), "log": (0, (0.0, _INF)),
+                "log-plus-one": (0, (-1.0, _INF)), "power": (0, (0.0, _INF)), "divide": (1, (0.0, _INF)),
+                "remainder": (1, (0.0, _INF))}
+_POSITIVE = (0.0, _INF)
+_TRACE_LIMIT = 200_000  # steps of one trace: a bound for pathological modules
 
 
 @attrs.frozen
@@ -47,13 +53,19 @@ class ParameterUse:
 
     Attributes:
         index_high: largest in-range value (the parameter is an index operand); integers in ``[0, index_high]``.
-        positive: the parameter reaches a root, log, power base or denominator: values ``> 0``.
+        bounds: ``(low, high)``, the open interval its values must lie in (``-inf`` / ``inf`` for no bound), e.g.
+            ``(0, inf)`` for a value reaching a root, log, power base or denominator.
         fan_in: elements a dot / convolution contracts per output along the parameter (the largest over its uses).
     """
 
     index_high: int | None = None
-    positive: bool = False
+    bounds: tuple[float, float] | None = None
     fan_in: int | None = None
+
+    @property
+    def positive(self) -> bool:
+        """The values must be positive (``bounds`` above 0 or more)."""
+        return self.bounds is not None and self.bounds[0] >= 0
 
 
 def _attr_ints(inst: Instruction, key: str) -> tuple[int, ...]:
@@ -138,51 +150,86 @@ def _same_value(a: Instruction, b: Instruction, depth: int = 4) -> bool:
     return all(_same_value(x, y, depth - 1) for x, y in zip(a.operands, b.operands))
 
 
-def _positive_follow(inst: Instruction) -> Iterable[int]:
-    """Operands that must be positive for ``inst``'s result to be."""
-    op, n = inst.opcode, len(inst.operands)
-    if op in _NONNEGATIVE_RESULTS:
-        return ()
-    if op == "constant":
-        return ()
-    if op in _MOVES or op in ("add", "pad", "reduce", "reduce-window", "clamp"):
-        if op == "clamp":  # clamp(lo, x, hi): a non-negative lo suffices
-            lo = _constant_values(inst.operands[0])
-            return () if lo is not None and (lo >= 0).all() else (1,)
-        return range(n)
-    if op == "multiply":
-        return () if n == 2 and _same_value(*inst.operands) else range(n)
+def _scalar(inst: Instruction) -> float | None:
+    """The one value of a constant (through broadcasts), else ``None``."""
+    c = _constant_values(inst)
+    return float(c.flat[0]) if c is not None and c.size and (c == c.flat[0]).all() else None
+
+
+Bound = tuple[float, float]
+
+
+def _bound_follow(inst: Instruction, bound: Bound) -> Iterable[tuple[int, Bound]]:
+    """(operand number, open interval it must lie in) for ``inst``'s result to lie in ``bound``."""
+    op, ops, (lo, hi) = inst.opcode, inst.operands, bound
+    positive = lo >= 0 and hi == _INF
+    if op in _MOVES or op in ("pad", "dynamic-update-slice"):
+        return [(k, bound) for k in range(len(ops) if op != "dynamic-update-slice" else 2)]
+    if op in ("dynamic-slice", "negate", "select", "clamp"):
+        if op == "clamp" and (c := _scalar(ops[0])) is not None and c > lo and hi == _INF:
+            return []  # clamp(c, x, hi) with c inside the bound
+        k = {"dynamic-slice": (0,), "negate": (0,), "select": (1, 2), "clamp": (1,)}[op]
+        return [(j, (-hi, -lo) if op == "negate" else bound) for j in k]
+    if op in ("add", "subtract", "multiply", "divide") and len(ops) == 2:
+        c0, c1 = _scalar(ops[0]), _scalar(ops[1])
+        if c0 is not None and c1 is not None:
+            return []
+        if op == "add":
+            if c0 is not None or c1 is not None:
+                c = c1 if c1 is not None else c0
+                return [(0 if c1 is not None else 1, (lo - c, hi - c))]
+            return [(0, (lo / 2, hi / 2)), (1, (lo / 2, hi / 2))]
+        if op == "subtract":
+            if c1 is not None:
+                return [(0, (lo + c1, hi + c1))]
+            if c0 is not None:
+                return [(1, (c0 - hi, c0 - lo))]
+            return [(0, bound)] if positive else []  # best effort: the subtrahend is left free
+        if op == "multiply" and _same_value(*ops):
+            return []  # a square: non-negative
+        c, k = (c1, 0) if c1 is not None else (c0, 1)
+        if c is not None and op == "divide" and k == 1:
+            return []  # c / x: x is a denominator, a sink of its own
+        if c is not None and c != 0:
+            f = c if op == "multiply" else 1 / c
+            return [(k, (lo / f, hi / f) if f > 0 else (hi / f, lo / f))]
+        if positive:
+            return [(0, _POSITIVE), (1, _POSITIVE)] if op == "multiply" else [(0, _POSITIVE)]
+        return []
     if op in ("maximum", "minimum"):
-        if op == "maximum" and any((c := _constant_values(o)) is not None and (c >= 0).all() for o in inst.operands):
-            return ()
-        return range(n)
-    if op == "select":
-        return (1, 2)
-    if op in ("subtract", "divide", "dynamic-slice", "dynamic-update-slice"):
-        return (0,) if op != "dynamic-update-slice" else (0, 1)
-    return ()
+        cs = [_scalar(o) for o in ops]
+        if op == "maximum" and hi == _INF and any(c is not None and c >= lo for c in cs):
+            return []  # max(x, c) with c at or above the bound
+        if op == "minimum" and lo == -_INF and any(c is not None and c <= hi for c in cs):
+            return []
+        return [(k, bound) for k, c in enumerate(cs) if c is None]
+    if op in ("reduce", "reduce-window") and positive:
+        body = inst.attrs.get("to_apply")
+        if isinstance(body, Computation) and body.root.opcode in ("add", "maximum", "minimum", "multiply"):
+            return [(k, _POSITIVE) for k in range(len(ops) // 2)]
+    return []  # non-negative by construction (exp, abs, sqrt ...) or nothing known
 
 
-def _index_follow(inst: Instruction) -> Iterable[int]:
+def _index_follow(inst: Instruction, state: None) -> Iterable[tuple[int, None]]:
     """Operands whose values an index operand's values are."""
     op = inst.opcode
     if op in _MOVES or op == "bitcast-convert":
-        return range(len(inst.operands)) if op == "concatenate" else (0,)
+        return [(k, None) for k in (range(len(inst.operands)) if op == "concatenate" else (0,))]
     if op == "clamp":
-        return (1,)
+        return [(1, None)]
     if op == "select":  # jax's negative-index wrap select(i < 0, i + n, i): its plain branch
-        return (1, 2)
-    return ()
+        return [(1, None), (2, None)]
+    return []
 
 
-def _fan_follow(inst: Instruction) -> Iterable[int]:
+def _fan_follow(inst: Instruction, state: None) -> Iterable[tuple[int, None]]:
     """Operands whose values a dot / convolution operand's values are."""
     op = inst.opcode
     if op in _MOVES:
-        return range(len(inst.operands)) if op == "concatenate" else (0,)
+        return [(k, None) for k in (range(len(inst.operands)) if op == "concatenate" else (0,))]
     if op in ("dynamic-slice", "pad"):
-        return (0,)
-    return ()
+        return [(0, None)]
+    return []
 
 
 def _dot_fans(inst: Instruction, split: Callable[[Instruction], int]) -> list[tuple[int, int]]:
@@ -272,15 +319,18 @@ class _Tracer:
                     factor = max(factor, math.prod(dot.shape.dimensions[b] for b in range(nb) if b in dims))
         return factor
 
-    def trace(self, start: Instruction, follow: Callable[[Instruction], Iterable[int]],
-              seen: set | None = None) -> set[int]:
-        """Entry parameter numbers whose values reach ``start`` through ``follow``'s operands."""
+    def trace(self, start: Instruction, follow: Callable[[Instruction, Any], Iterable[tuple[int, Any]]],
+              state: Any = None, seen: set | None = None) -> set[tuple[int, Any]]:
+        """(entry parameter number, state there) for each parameter whose values reach ``start`` with ``state``
+        through ``follow(inst, state)``'s (operand number, operand's state) pairs."""
         seen = set() if seen is None else seen
-        found: set[int] = set()
-        stack: list[tuple[Instruction, tuple[int, ...]]] = [(start, ())]
-        while stack and len(seen) < _TRACE_LIMIT:
-            inst, path = stack.pop()
-            key = (id(inst), path)
+        found: set[tuple[int, Any]] = set()
+        stack: list[tuple[Instruction, tuple[int, ...], Any]] = [(start, (), state)]
+        steps = 0
+        while stack and steps < _TRACE_LIMIT:
+            steps += 1
+            inst, path, state = stack.pop()
+            key = (id(inst), path, state)
             if key in seen:
                 continue
             seen.add(key)
@@ -288,30 +338,30 @@ class _Tracer:
             if op == "parameter":
                 if inst.parent is self.entry:
                     if not path:
-                        found.add(inst.parameter_number)
+                        found.add((inst.parameter_number, state))
                     continue
                 for caller, operand in self.callers.get(id(inst.parent), ()):
                     k = operand(inst.parameter_number)
                     if k is not None and k < len(caller.operands):
-                        stack.append((caller.operands[k], path))
+                        stack.append((caller.operands[k], path, state))
             elif op == "get-tuple-element" and inst.operands:
-                stack.append((inst.operands[0], path + (int(inst.attrs.get("index", 0)),)))
+                stack.append((inst.operands[0], path + (int(inst.attrs.get("index", 0)),), state))
             elif op == "tuple":
                 if path and path[-1] < len(inst.operands):
-                    stack.append((inst.operands[path[-1]], path[:-1]))
+                    stack.append((inst.operands[path[-1]], path[:-1], state))
             elif op in ("fusion", "call"):
                 for c in inst.called_computations[:1]:
-                    stack.append((c.root, path))
+                    stack.append((c.root, path, state))
             elif op == "while":
                 body = inst.attrs.get("body")
                 if isinstance(body, Computation):
-                    stack.append((body.root, path))
+                    stack.append((body.root, path, state))
                 if inst.operands:
-                    stack.append((inst.operands[0], path))
+                    stack.append((inst.operands[0], path, state))
             elif op == "conditional":
-                stack.extend((c.root, path) for c in inst.called_computations)
+                stack.extend((c.root, path, state) for c in inst.called_computations)
             elif not path:
-                stack.extend((inst.operands[k], ()) for k in follow(inst) if k < len(inst.operands))
+                stack.extend((inst.operands[k], (), s) for k, s in follow(inst, state) if k < len(inst.operands))
         return found
 
 
@@ -331,20 +381,24 @@ def parameter_uses(module: Module) -> dict[int, ParameterUse]:
     """
     tracer = _Tracer(module)
     high: dict[int, int] = {}
-    positive: set[int] = set()
+    bounds: dict[int, Bound] = {}
     fan: dict[int, int] = {}
-    positive_seen: set = set()  # one requirement, so one walk serves every sink
+    bound_seen: set = set()  # keyed by the interval too, so one walk serves every sink
     for comp in module.computations:
         for inst in comp.instructions:
             for k, bound in index_uses(inst):
                 if k < len(inst.operands):
-                    for n in tracer.trace(inst.operands[k], _index_follow):
+                    for n, _ in tracer.trace(inst.operands[k], _index_follow):
                         high[n] = min(bound, high.get(n, bound))
-            k = _POSITIVE_SINKS.get(inst.opcode)
+            k, need = _BOUND_SINKS.get(inst.opcode, (None, None))
             if k is not None and k < len(inst.operands) and not (inst.opcode == "power" and _integral_exponent(inst)):
-                positive |= tracer.trace(inst.operands[k], _positive_follow, positive_seen)
+                for n, (lo, hi) in tracer.trace(inst.operands[k], _bound_follow, need, bound_seen):
+                    was = bounds.get(n, (-_INF, _INF))
+                    bounds[n] = (max(lo, was[0]), min(hi, was[1]))
             for k, f in _dot_fans(inst, tracer.split_k):
                 if f > 1 and k < len(inst.operands):
-                    for n in tracer.trace(inst.operands[k], _fan_follow):
+                    for n, _ in tracer.trace(inst.operands[k], _fan_follow):
                         fan[n] = max(f, fan.get(n, f))
-    return {n: ParameterUse(high.get(n), n in positive, fan.get(n)) for n in sorted(set(high) | positive | set(fan))}
+    # an empty interval (two uses that disagree) asks nothing one draw could give
+    bounds = {n: b for n, b in bounds.items() if b[0] < b[1]}
+    return {n: ParameterUse(high.get(n), bounds.get(n), fan.get(n)) for n in sorted(set(high) | set(bounds) | set(fan))}

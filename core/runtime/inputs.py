@@ -3,7 +3,8 @@
 Seeded inputs follow each parameter's uses (:mod:`fusegen.runtime.input_uses`): index operands (start indices of
 dynamic-slice / dynamic-update-slice, gather and scatter indices) get integers inside the operand's bounds, so a
 run exercises real addresses instead of clamping; a parameter reaching a root, log, power base or denominator gets
-positive values; a dot or convolution operand gets ``N(0, 1/fan_in)``, so activations stay finite through depth.
+values inside the interval those ask (positive ones, or above -1 for ``count + 1``); a dot or convolution operand
+gets ``N(0, 1/fan_in)``, so activations stay finite through depth.
 """
 
 from __future__ import annotations
@@ -37,9 +38,11 @@ def random_array(shape: Shape, rng: np.random.Generator, high: int | None = None
 
     ``high`` (or ``use.index_high``) draws integers in ``[0, high]``. ``use.fan_in`` scales floats of 16 bits
     or more to ``N(0, 1/fan_in)`` (f8 / f4 operands carry their own scale factors; scaling them would flush most
-    values to zero). ``use.positive`` maps floats to ``|x| + 0.5`` (in units of the scale) and integers to
-    ``[1, 16]``. Each draw takes the same random stream whatever ``use`` says, so one parameter's use leaves
-    every other parameter's values unchanged.
+    values to zero). ``use.bounds`` ``(low, high)`` maps a float ``x ~ N(0, 1)`` to ``low + 0.5 + |x|`` (only a
+    low bound: ``|x| + 0.5`` for a positive value), ``high - 0.5 - |x|`` (only a high one) or into the middle 90%
+    of the interval (``tanh``), and the small integers to the 16 next to the bound (``[1, 16]`` for a positive
+    value); bounds take precedence over ``fan_in``. Each draw takes the same random stream whatever ``use``
+    says, so one parameter's use leaves every other parameter's values unchanged.
 
     Values are drawn at the element type's width (``float32`` for every float type up to 32 bits, then
     converted), never through a ``float64`` staging array twice the size of the result.
@@ -58,10 +61,8 @@ def random_array(shape: Shape, rng: np.random.Generator, high: int | None = None
         if dtypes.bit_width(et) < 8:
             lo, hi = 0, 2
         x = _integers(rng, lo, hi, dims, dt)
-        if use.positive:
-            x = (x.astype(np.int32) - lo + 1 if dtypes.bit_width(et) >= 8 else np.ones(dims, np.int32)).astype(dt)
-        return x
-    scale = 1.0 / np.sqrt(use.fan_in) if use.fan_in and dtypes.bit_width(et) >= 16 else 1.0
+        return x if use.bounds is None else _bounded_integers(x.astype(np.int64) - lo, use.bounds, et, dt)
+    scale = 1.0 if not use.fan_in or dtypes.bit_width(et) < 16 or use.bounds else 1.0 / np.sqrt(use.fan_in)
     if dtypes.is_complex(et):
         part = np.float64 if dt == np.complex128 else np.float32
         out = np.empty(dims, dt)
@@ -69,12 +70,34 @@ def random_array(shape: Shape, rng: np.random.Generator, high: int | None = None
         out.imag = rng.standard_normal(dims, dtype=part) * part(scale)
         return out
     x = rng.standard_normal(dims, dtype=np.float64 if dt == np.float64 else np.float32)
-    if use.positive:
-        x = np.abs(x, out=x)
-        x += 0.5
+    if use.bounds is not None:
+        x = _bounded_floats(x, *use.bounds)
     if scale != 1.0:
         x *= x.dtype.type(scale)
     return x.astype(dt, copy=False)
+
+
+def _bounded_floats(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """``x ~ N(0, 1)`` moved inside the open interval ``(lo, hi)`` (one bound may be infinite)."""
+    if np.isfinite(lo) and np.isfinite(hi):
+        return ((lo + hi) / 2 + (hi - lo) / 2 * 0.9 * np.tanh(x)).astype(x.dtype)
+    a = np.abs(x, out=x)
+    a += x.dtype.type(0.5)
+    return (lo + a if np.isfinite(lo) else hi - a).astype(x.dtype)
+
+
+def _bounded_integers(k: np.ndarray, bounds: tuple[float, float], et: str, dt: np.dtype) -> np.ndarray:
+    """Draws ``k`` in ``[0, 16)`` as the integers next to ``bounds`` (open), within the type's range."""
+    lo, hi = bounds
+    first = int(np.floor(lo)) + 1 if np.isfinite(lo) else None
+    last = int(np.ceil(hi)) - 1 if np.isfinite(hi) else None
+    if first is not None and last is not None:
+        v = first + k % max(1, last - first + 1)
+    else:
+        v = first + k if first is not None else last - k
+    bits = dtypes.bit_width(et)
+    tmin, tmax = (0, 2 ** bits - 1) if dtypes.is_unsigned_int(et) else (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
+    return np.clip(v, tmin, tmax).astype(dt)
 
 
 def _integers(rng: np.random.Generator, lo: int, hi: int, dims: tuple[int, ...], dt: np.dtype) -> np.ndarray:
