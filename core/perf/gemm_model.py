@@ -11,20 +11,26 @@ model and stays what ``tests/test_perf_model_xla.py`` checks). :func:`estimate_g
   re-reads both), its L2 -> SM bytes at the SM's share of the L2 bandwidth (at most 64 bytes a clock when few
   SMs share it; TMA multicast shares one operand
   between the blocks of a cluster), the load latency the pipeline leaves exposed (``num_stages - 1`` loads
-  in flight per resident block; one stage: every step waits for its load), and a block's step plus its loop
-  synchronisation (XLA's per-K-step overheads: 150 ns with TMA, 400 ns with ``cp.async``; none for a persistent
-  warp-specialised kernel), both hidden by the other resident blocks.
+  in flight per resident block; one stage: every step waits for its load; a load of the first round of blocks
+  waits on DRAM, later rounds' on DRAM for their share of first touches, else on L2), and a block's step plus its
+  loop synchronisation (XLA's per-K-step overheads: 150 ns with TMA, 400 ns with ``cp.async``; none for a
+  persistent warp-specialised kernel), both hidden by the other resident blocks; with ``wgmma`` and two or more
+  stages the synchronisation overlaps the block's own asynchronous MMAs instead of adding to them.
 * **Waves and the tail.** ``tiles = batch x ceil(M / bm) x ceil(N / bn) x split_k`` blocks; the busiest SM runs
   ``ceil(tiles / SMs)`` of them. Resident blocks (shared memory, registers, threads) share the SM's tensor cores
-  and hide each other's latency; each round of them pays a pipeline fill and an epilogue (a persistent kernel
-  pays them once).
+  and hide each other's latency; each round of them pays a pipeline fill (one DRAM round trip: the stages' loads
+  are issued together) and an epilogue store (a persistent kernel pays them once).
+* **Fixed costs.** Once a kernel, what no throughput hides: :data:`KERNEL_FLOOR_S`, launch to first instruction
+  and retire as a profiler sees it, and the last stores' round trip to DRAM. Together with the first fill they
+  make :data:`SMALL_TRANSFER_S`, XLA's measured H100 time for a transfer of 1 MiB or less (about 5.2 µs): no GEMM
+  kernel is faster than a kernel that moves almost nothing.
 * **DRAM and L2 reuse.** Blocks run in a raster: row-major (XLA's Triton GEMM) or grouped ``group_m`` rows at a
   time (cuBLAS). A band of rows sweeps every column: its A rows stay in L2, and B is read from DRAM once per
   band unless B and the band's A fit in the usable L2 (:data:`L2_USABLE_FRACTION`), then once in all. Output
   and split-K partials are written once. The kernel takes at least its DRAM bytes at
   :data:`DRAM_EFFICIENCY` of the bandwidth.
 * **Split-K** contracts ``K / split_k`` per block and adds a reduction of the f32 partials (a second kernel for
-  Triton, as XLA emits it; in-kernel for a library).
+  Triton, as XLA emits it, paying :data:`SMALL_TRANSFER_S` besides its bytes; in-kernel for a library).
 
 :func:`library_gemm` is cuBLASLt's time: the best of :func:`library_kernels` (Hopper: persistent, TMA,
 cluster-multicast, grouped raster, warp-specialised tiles from 64x64 to 256x128, split-K when the tiles do not
@@ -33,9 +39,12 @@ fill the SMs; Ampere: ``mma.sync`` tiles), as a well-tuned library's heuristic p
 Constants and where they come from (all public; none fitted to XLA's measured sm_90 tables):
 
 * peak flops per type: XLA's ``cuda_core_info_table_test.cc`` (:mod:`fusegen.perf.device_rates`);
-* :data:`SUSTAINED_TENSOR_FRACTION` 0.76: what a dense GEMM sustains of the datasheet tensor rate (power-limited
+* :data:`SUSTAINED_TENSOR_FRACTION` 0.77: what a dense GEMM sustains of the datasheet tensor rate (power-limited
   clocks); set so this model reproduces the public cuBLAS figure of 721.6 TFLOP/s for a 2048x8192x8192 fp16
-  GEMM on an H100 (triton-lang/triton#2339), see docs/perf-model.md;
+  GEMM on an H100 (triton-lang/triton#2339), fixed costs included, see docs/perf-model.md;
+* :data:`KERNEL_FLOOR_S`: XLA's measured H100 small-transfer time (``GetEffectiveHbmBandwidth``'s table in
+  ``gpu_dot_fusion_cost_model.cc``, :data:`fusegen.perf.dot_model.HBM_TABLE_H100`) less its load and store round
+  trips (2 x :data:`DRAM_LATENCY_S`); 3.97 µs;
 * L2 bandwidth: XLA's measured 6.65 TB/s on an H100, per SM x clock; shared memory 128 bytes a clock an SM (32
   banks x 4 bytes); latencies 250 ns from L2 and 600 ns from DRAM (the DRAM figure is
   :mod:`fusegen.perf.machine_code`'s assumption);
@@ -56,7 +65,7 @@ from fusegen.perf import dot_model
 from fusegen.perf.dot_model import DotProblem, DotUnsupported, effective_matrix_flops
 
 #: Fraction of the datasheet tensor-core rate a dense GEMM's main loop sustains (see the module docstring).
-SUSTAINED_TENSOR_FRACTION = 0.76
+SUSTAINED_TENSOR_FRACTION = 0.77
 #: L2 -> SM bytes a clock, per SM: XLA's measured H100 L2 bandwidth (6.65 TB/s, ``gpu_dot_fusion_cost_model.cc``)
 #: over its 132 SMs at 1.98 GHz (25.4 B/clk/SM; public microbenchmarks of an H100 PCIe find ~5.5 TB/s for 114 SMs
 #: at 1.755 GHz, 27.5 B/clk/SM). Other devices scale by SMs x clock.
@@ -68,6 +77,22 @@ SMEM_BYTES_PER_CLOCK = 128
 #: Load latencies (seconds): an L2 hit, a DRAM access.
 L2_LATENCY_S = 250e-9
 DRAM_LATENCY_S = 600e-9
+
+
+def _small_transfer_s() -> float:
+    """The time XLA measured on an H100 for a transfer of 1 MiB or less (``GetEffectiveHbmBandwidth``'s table,
+    :data:`fusegen.perf.dot_model.HBM_TABLE_H100`): the median of ``bytes / measured bandwidth`` over its rows up
+    to 1 MiB (5.17 µs; every such row takes 5.0 to 5.5 µs, the bytes themselves at most 0.3 µs)."""
+    times = sorted(b / (gbps * (1 << 30)) for b, gbps in dot_model.HBM_TABLE_H100 if b <= 1 << 20)
+    mid = len(times) // 2
+    return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+
+
+#: A kernel that moves almost nothing, as XLA measured it on an H100 (seconds; :func:`_small_transfer_s`).
+SMALL_TRANSFER_S = _small_transfer_s()
+#: A kernel's launch-to-first-instruction and retire time as a profiler sees it (seconds): the small transfer's
+#: time less its two dependent DRAM round trips (the load, then the store's completion), 3.97 µs.
+KERNEL_FLOOR_S = SMALL_TRANSFER_S - 2 * DRAM_LATENCY_S
 #: Fraction of the DRAM bandwidth a streaming kernel reaches.
 DRAM_EFFICIENCY = 0.9
 #: Fraction of the L2 that keeps operands across waves (the rest: other lines, set conflicts).
@@ -115,7 +140,8 @@ class GemmTime:
     """:func:`estimate_gemm`'s answer (seconds, bytes).
 
     Attributes:
-        seconds: the kernel's time (plus a split-K reduction kernel for a Triton kernel), without launch overhead.
+        seconds: the kernel's time, its fixed costs included (plus a split-K reduction kernel for a Triton kernel),
+            without XLA's 1 µs launch overhead (the module estimate adds it).
         compute_s: the busiest SM's tensor-core time; main_s: its main loop, fills and epilogues.
         l2_s, dram_s: the whole grid's L2 -> SM and DRAM time; latency_s: exposed load latency per K step x steps.
         flops, dram_bytes, l2_bytes, written_bytes: counts (flops of the padded tiles).
@@ -291,12 +317,20 @@ def estimate_gemm(p: DotProblem, kernel: GemmKernel, device: object, peak: float
     t_l2 = l2_step / min(l2_total_bw / active, L2_BYTES_PER_CLOCK_ONE_SM * clock)
     dram_b = dram_bytes(p, kernel, dev, resident)
     l2_b = tiles * steps * l2_step
-    first_touch = min(1.0, dram_b / l2_b) if l2_b else 1.0
-    latency = L2_LATENCY_S + first_touch * (DRAM_LATENCY_S - L2_LATENCY_S)
+    # the share of a block's loads that wait on DRAM: every load of the first round (its lines are cold, or in flight
+    # for a neighbour of the same round), and the share of first touches among the later rounds' loads
+    loaded = dram_b - p.b * p.m * p.n * (4 * split if split > 1 else eo)  # what the grid reads from DRAM
+    first_touch = min(1.0, loaded / l2_b) if l2_b else 1.0
+    waves = math.ceil(per_sm / res)
+    from_dram = (1 + (waves - 1) * first_touch) / waves
+    latency = L2_LATENCY_S + from_dram * (DRAM_LATENCY_S - L2_LATENCY_S)
     t_comp = max(t_mma, t_smem)
     sync = 0.0 if kernel.persistent else TMA_LOOP_OVERHEAD_S if kernel.tma else LEGACY_LOOP_OVERHEAD_S
     if kernel.stages <= 1:
         t_lat = (latency + t_comp + sync) / res
+    elif _uses_wgmma(kernel, dev):
+        # wgmma runs asynchronously: the next step's barrier wait and load issue overlap the MMAs in flight
+        t_lat = max(latency / ((kernel.stages - 1) * res), max(t_comp, sync) / res)
     else:
         t_lat = max(latency / ((kernel.stages - 1) * res), (t_comp + sync) / res)
     t_step = max(t_comp, t_l2, t_lat)
@@ -310,13 +344,16 @@ def estimate_gemm(p: DotProblem, kernel: GemmKernel, device: object, peak: float
     seconds = max(main, dram_s)
     if seconds == dram_s and dram_s > main:
         bound = "dram"
+    # fixed costs no throughput hides: the launch and retire floor, and the last stores' round trip to DRAM
+    seconds += KERNEL_FLOOR_S + DRAM_LATENCY_S
     extra = 0
     written = p.b * p.m * p.n * eo
     if split > 1:
         red = (p.b * p.m * p.n * 4 * split + written) / dram_bw
         seconds += red
-        if reduction_kernel:
+        if reduction_kernel:  # a second kernel: its own floor, its load and its store round trips
             extra = 1
+            seconds += SMALL_TRANSFER_S
     flops = 2 * tiles * kernel.bm * kernel.bn * steps * kernel.bk
     return GemmTime(seconds, per_sm * steps * t_mma, main, l2_b / l2_total_bw, dram_s, steps * per_sm * t_lat,
                     int(flops), int(dram_b + (written if split > 1 else 0)), int(l2_b), int(written), tiles,
