@@ -151,9 +151,10 @@ def _same_value(a: Instruction, b: Instruction, depth: int = 4) -> bool:
 
 
 def _scalar(inst: Instruction) -> float | None:
-    """The one value of a constant (through broadcasts), else ``None``."""
+    """The one finite value of a constant (through broadcasts), else ``None``."""
     c = _constant_values(inst)
-    return float(c.flat[0]) if c is not None and c.size and (c == c.flat[0]).all() else None
+    ok = c is not None and c.size and np.isfinite(c.flat[0]) and (c == c.flat[0]).all()
+    return float(c.flat[0]) if ok else None
 
 
 Bound = tuple[float, float]

@@ -130,7 +130,7 @@ def make_inputs(module: Module, seed: int = 0) -> list[Any]:
     rng = np.random.default_rng(seed)
     try:
         uses = parameter_uses(module)
-    except (IndexError, KeyError, TypeError, AttributeError, ValueError):
+    except (IndexError, KeyError, TypeError, AttributeError, ValueError, ArithmeticError):
         uses = {}  # only a hint for friendlier inputs; the run itself reports malformed operands
     out = []
     for p in module.entry.parameters:
