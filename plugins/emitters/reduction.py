@@ -16,7 +16,9 @@ a ``[TA, TR, TB]`` tile of the reduce input(s) through the elemental generator (
 computed in registers), folds it into per-lane accumulators with the ``to_apply`` computation (written
 inline), and writes side outputs (roots with as many elements as the reduce input) from the same tile.
 After the loop ``tl.reduce`` folds the ``TR`` axis with a ``@triton.jit`` combine function generated
-from ``to_apply`` (tuples of operands for variadic reductions), the reduce's ``init`` operand is
+from ``to_apply`` (tuples of operands for variadic reductions; where the reducer breaks ties by an index operand,
+an argmax's, the combine hands it the side with the lower index first, as XLA's in-order fold does: the lanes
+hold interleaved parts of the row and ``tl.reduce`` meets them in its own order), the reduce's ``init`` operand is
 combined in exactly once, and epilogues (roots that are chains of elementwise/bitcast/reshape/transpose
 ops over the reduce) are computed on the reduced values before the store. A row reduction's epilogue runs on
 ``OLANES`` copies of each row's value (``ceil(threads / (TA * TB))``: one element a thread), held by the lanes that
@@ -56,7 +58,8 @@ from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.codegen.launch import REDUCTION_TILE_SIZE, ReductionGeometry, kernel_warps, reduction_geometry
 from fusegen.codegen.thread_indexing import compose_bitcast, compose_with_operand, reduction_maps
 from fusegen.indexing import IndexingMap
-from fusegen.codegen.reduction_codegen import COMBINE_PREFIX, combine_function, promoted_reducer
+from fusegen.codegen.reduction_codegen import (COMBINE_PREFIX, combine_function, position_operand,
+                                               promoted_reducer)
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction, Shape
 from fusegen.plugin_manager import hookimpl
@@ -385,7 +388,8 @@ class ReductionFusion(FusionEmitter):
             red = promoted or to_apply
             acc_types = ["f32"] if promoted else [s.element_type for s in _leaves(hero.shape)]
             fname = ctx.names.fresh(f"{COMBINE_PREFIX}{k}_{hero.name}")  # sanitized; keeps the prefix
-            combine_src += combine_function(ctx, red, n, fname) + [""]
+            # tl.reduce folds interleaved lanes in its own order: the sides go to the reducer in position order
+            combine_src += combine_function(ctx, red, n, fname, order_by=position_operand(red, n)) + [""]
             reducers.append((hero, n, red, acc_types, fname, promoted is not None))
 
         # program and tile coordinates
@@ -523,7 +527,8 @@ class ReductionFusion(FusionEmitter):
                     # values of the row, and a reducer has no identity to put there (an argmax of negative rows
                     # kept 0). A validity flag rides along and the combine keeps the valid side
                     fname = ctx.names.fresh(f"{fname}_valid")  # keeps COMBINE_PREFIX: folded vectorised
-                    combine_src += combine_function(ctx, red, n, fname, valid=True) + [""]
+                    combine_src += combine_function(ctx, red, n, fname, valid=True,
+                                                    order_by=position_operand(red, n)) + [""]
                     tiles3.append("tl.reshape(mask.to(tl.int32), [TA, TR, TB])")
                     outs = outs + [ctx.names.fresh("red_valid")]
                 src = tiles3[0] if len(tiles3) == 1 else "(" + ", ".join(tiles3) + ")"
