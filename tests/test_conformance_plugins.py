@@ -18,8 +18,11 @@ import json
 import re
 from pathlib import Path
 
+import ml_dtypes
+import numpy as np
 import pytest
 
+from fusegen.runtime.inputs import save_npz
 from venv_plugins import PluginVenv, write_project
 
 pytest_plugins = ["pytester"]
@@ -298,8 +301,13 @@ def test_a_wrong_kernel_on_an_all_nan_output_fails_and_fusegen_corpus_is_never_s
     r = by["test_corpus_output[vacuous_log:fusion]"]
     assert r["outcome"] == "failed" and r["check"] == "output-matches-evaluator", r
     assert "plugin 'off_by_one', fusion %fusion" in r["message"] and "differs from the reference" in r["message"]
-    # the CLI says an all-NaN comparison is vacuous instead of calling the wrong kernel ok
-    p = broken_venv.run("-m", "fusegen.cli", "run", str(VACUOUS_CASE), "--no-compile", "--json", cwd=tmp_path,
+    # the CLI says an all-NaN comparison is vacuous instead of calling the wrong kernel ok: log of a negative p0
+    # (seeded inputs no longer give one: a parameter reaching log draws positive values)
+    rng = np.random.default_rng(0)
+    save_npz(tmp_path / "in.npz", {"p0": -np.ones((32, 32), ml_dtypes.bfloat16),
+                                   **{f"p{k}": rng.standard_normal((32, 32)).astype(ml_dtypes.bfloat16) for k in (1, 2)}})
+    p = broken_venv.run("-m", "fusegen.cli", "run", str(VACUOUS_CASE), "--inputs", str(tmp_path / "in.npz"),
+                        "--no-compile", "--json", cwd=tmp_path,
                         env={"FUSEGEN_AUTOLOAD_DISTRIBUTIONS": "fusegen", "FUSEGEN_LOAD_PLUGINS": "off_by_one"})
     assert p.stdout.startswith("{"), p.stderr[-3000:]
     doc = json.loads(p.stdout)
