@@ -18,7 +18,9 @@ user's own kernel interpreted before or after a fusegen run gets plain Triton.
   gather / scatter instead of Triton's per-lane C++ loop;
 * :func:`patch_int_division`: integer ``//`` and ``%`` of non-negative operands as one numpy division (by a
   scalar where the divisor is a splat);
-* :func:`patch_addptr`: pointer + offset as one fused cast-multiply-add.
+* :func:`patch_addptr`: pointer + offset as one fused cast-multiply-add;
+* :func:`patch_program_ids`: ``tl.program_id`` / ``tl.num_programs`` of a launch that runs some of its grid's programs
+  (:func:`program_id_map`).
 
 From :func:`patch_memory` on, a patch falls back to Triton's method for every case it does not cover, and each
 method it replaces keeps Triton's as ``__wrapped__`` (the tests compare the two). Each ``patch_*`` function returns
@@ -30,6 +32,7 @@ plugin's. The module checks the installed Triton against :data:`PINNED_TRITON_VE
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import importlib.metadata
 import inspect
@@ -391,6 +394,57 @@ def patch_exp() -> dict[str, Any]:
     return {"create_exp": create_exp}
 
 
+#: ``(ids, grid)`` of the launch in progress where it runs some of its programs (:func:`program_id_map`).
+_PROGRAM_IDS: contextvars.ContextVar[tuple[tuple[tuple[int, int, int], ...], tuple[int, int, int]] | None] = \
+    contextvars.ContextVar("fusegen_program_ids", default=None)
+
+
+@contextlib.contextmanager
+def program_id_map(ids: Sequence[tuple[int, int, int]], grid: Sequence[int]) -> Iterator[None]:
+    """While the block runs, a launch over the grid ``(len(ids), 1, 1)`` runs the programs ``ids`` of a launch over
+    ``grid``: the kernel's program ``k`` sees ``tl.program_id(axis) == ids[k][axis]`` and ``tl.num_programs(axis)
+    == grid[axis]`` (the kernel's source is unchanged). ``ids``: ``(x, y, z)`` each within ``grid`` (padded to 3
+    axes with 1).
+
+    Raises:
+        ValueError: an id outside ``grid``.
+    """
+    g = tuple(grid) + (1,) * (3 - len(grid))
+    ids = tuple(tuple(int(c) for c in i) for i in ids)
+    if any(len(i) != 3 or not all(0 <= c < n for c, n in zip(i, g)) for i in ids):
+        raise ValueError(f"program ids {ids} are not within the grid {g}")
+    token = _PROGRAM_IDS.set((ids, g))
+    try:
+        yield
+    finally:
+        _PROGRAM_IDS.reset(token)
+
+
+@functools.cache  # once per process
+def patch_program_ids() -> dict[str, Any]:
+    """The builder methods of ``tl.program_id`` and ``tl.num_programs`` that follow :func:`program_id_map` (Triton's
+    where no map is set)."""
+    import triton.language as tl
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    original_id, original_num = builder.create_get_program_id, builder.create_get_num_programs
+
+    def create_get_program_id(self: Any, axis: Any) -> Any:
+        m = _PROGRAM_IDS.get()
+        if m is None:
+            return original_id(self, axis)
+        return interp.TensorHandle(np.array([m[0][self.grid_idx[0]][axis]], dtype=np.int32), tl.int32)
+
+    def create_get_num_programs(self: Any, axis: Any) -> Any:
+        m = _PROGRAM_IDS.get()
+        if m is None:
+            return original_num(self, axis)
+        return interp.TensorHandle(np.array([m[1][axis]], dtype=np.int32), tl.int32)
+
+    return {"create_get_program_id": create_get_program_id, "create_get_num_programs": create_get_num_programs}
+
+
 # --------------------------------------------------------------------------------------------------
 # the scope: Triton's interpreter changed only while fusegen runs a kernel
 # --------------------------------------------------------------------------------------------------
@@ -462,7 +516,7 @@ def register_builder_mixin(cls: type) -> None:
 def _core_methods() -> dict[str, Any]:
     methods: dict[str, Any] = {}
     for part in (patch_float_casts(), patch_bool_logic(), patch_select_gather(), patch_dot(), patch_exp(),
-                 patch_inline_asm(), patch_memory(), patch_int_division(), patch_addptr()):
+                 patch_inline_asm(), patch_memory(), patch_int_division(), patch_addptr(), patch_program_ids()):
         assert not methods.keys() & part.keys(), "two patches override one builder method"
         methods.update(part)
     return methods

@@ -36,14 +36,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import attrs
 import numpy as np
 
 from fusegen.codegen import triton_source
 from fusegen.codegen.interpreter_fast_paths import host_buffers
-from fusegen.codegen.interpreter_patches import COMBINE_PREFIX, patched_interpreter
+from fusegen.codegen.interpreter_patches import COMBINE_PREFIX, patched_interpreter, program_id_map
 from fusegen.codegen.kernel_dir import KernelDirError, kernel_dir, kernel_dir_path, private_dir, read_regular
 from fusegen.codegen.kernel import EmittedFusion, KernelParam, KernelSource, constant_buffer
 from fusegen.hlo import dtypes
@@ -271,15 +271,38 @@ def run_interpreted(ks: KernelSource, buffers: Sequence[np.ndarray], scalars: Se
         fusegen.codegen.interpreter_patches.TritonInternalsError: the installed Triton lacks an internal that
             fusegen's patches override.
     """
-    from triton.runtime.interpreter import InterpretedFunction
-
     if ks.interpret_variant is not None and ks.interpret_variant.params == ks.params:
         ks = ks.interpret_variant
+    grid, cx = _widened(ks, max_programs)
+    _interpret(ks, buffers, scalars, grid, cx)
+
+
+def run_programs(ks: KernelSource, buffers: Sequence[np.ndarray], program_ids: Sequence[tuple[int, int, int]],
+                 scalars: Sequence[Any] = ()) -> None:
+    """Run the programs ``program_ids`` of ``ks`` as compiled (its own source, constexprs and grid: never its
+    interpreter variant nor a widened block), in that order, on 1-D storage buffers (written in place).
+
+    Args:
+        ks: the kernel; ``buffers`` and ``scalars`` as for :func:`run_interpreted`.
+        program_ids: ``(x, y, z)`` ids within ``ks.launch.grid``; each program sees its id and the launch's
+            grid (:func:`~fusegen.codegen.interpreter_patches.program_id_map`).
+
+    Raises:
+        ValueError: an id outside the grid; otherwise as :func:`run_interpreted`.
+    """
+    if program_ids:
+        with program_id_map(program_ids, ks.launch.grid):
+            _interpret(ks, buffers, scalars, (len(program_ids),), dict(ks.constexprs))
+
+
+def _interpret(ks: KernelSource, buffers: Sequence[np.ndarray], scalars: Sequence[Any], grid: tuple[int, ...],
+               cx: dict[str, int]) -> None:
+    from triton.runtime.interpreter import InterpretedFunction
+
     if len(buffers) != len(ks.params):
         raise ValueError(f"kernel {ks.name} takes {len(ks.params)} buffers, got {len(buffers)}")
     jitfn = load_kernel(ks, interpret=True)
     fn = getattr(jitfn, "fn", jitfn)
-    grid, cx = _widened(ks, max_programs)
     args = [NpPtr(np.ascontiguousarray(b)) if not b.flags.c_contiguous else NpPtr(b) for b in buffers]
     with np.errstate(all="ignore"), host_buffers([a.arr for a in args]), patched_interpreter():
         InterpretedFunction(fn)[grid](*args, *scalars, **cx)
@@ -443,7 +466,9 @@ def _fusion_shapes(where: Any) -> tuple[list[Shape], Shape]:
 
 
 def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: Any,
-               *, interpret_max_programs: int | None = 16) -> list[np.ndarray]:
+               *, interpret_max_programs: int | None = 16,
+               before_kernel: Callable[[KernelSource, KernelSource, list[np.ndarray]], None] | None = None
+               ) -> list[np.ndarray]:
     """Run an emitted fusion in the interpreter on logical values.
 
     Args:
@@ -454,6 +479,9 @@ def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: An
         fusion: the FusionAnalysis, the fusion :class:`Instruction`, or ``(operand_shapes, output_shape)``;
             gives the layouts for the physical conversions.
         interpret_max_programs: see :func:`run_interpreted` (``None`` keeps the emitted launch).
+        before_kernel: called as ``before_kernel(kernel, runner, buffers)`` before each kernel's launches:
+            ``runner`` is what runs (``kernel`` or its interpreter variant), ``buffers`` its live storage buffers,
+            one per parameter, which the launches then write (:mod:`fusegen.runtime.compiled_program`).
 
     Returns:
         The output leaves (one logical array per leaf of the fusion's shape, in order).
@@ -528,12 +556,15 @@ def run_fusion(emitted: EmittedFusion, operand_values: Sequence[Any], fusion: An
                 raise ValueError(f"unknown kernel parameter kind {p.kind!r}")
         variant = ks.interpret_variant
         runner = variant if variant is not None and variant.params == ks.params else ks
+        if before_kernel is not None:
+            before_kernel(ks, runner, bufs)
         for args in runner.launch_args:  # a variant may merge launches (the same steps, in order)
             run_interpreted(runner, bufs, scalars=args, max_programs=interpret_max_programs)
     return [from_physical(from_storage(b, s.element_type), s) for b, s in zip(outs, leaves)]
 
 
 __all__ = [
-    "COMBINE_PREFIX", "NpPtr", "CompileResult", "load_kernel", "run_interpreted", "compile_for_target", "run_fusion",
+    "COMBINE_PREFIX", "NpPtr", "CompileResult", "load_kernel", "run_interpreted", "run_programs", "compile_for_target",
+    "run_fusion",
     "to_storage", "from_storage", "kernel_dir", "KernelParam",
 ]

@@ -40,6 +40,7 @@ from fusegen.verify.compare_ties import reference_recording
 from fusegen.verify.ties import record_ties
 from fusegen.verify.verdict import judge_module, record_fusion
 from fusegen.runtime.compile_jobs import CompileJobs, apply_compiled_shared
+from fusegen.runtime.compiled_program import CompiledTrace
 from fusegen.runtime.kernel_reuse import KernelReuse
 from fusegen.runtime.limits import Budget, RunLimits
 from fusegen.runtime.plugin_failures import check_compiled, compile_failure, kernel_failure, refuse_over_limits
@@ -186,6 +187,8 @@ class FusionReport:
     plugin: str = "-"
     decided_by_plugin: str = "-"
     estimate: dict | None = attrs.field(default=None, eq=False)  # fusegen.perf's estimated device time (JSON)
+    # its kernels run as compiled against the judged run (fusegen.runtime.compiled_program); None: no kernel ran
+    compiled_program: Any = attrs.field(default=None, eq=False)
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in
@@ -198,6 +201,7 @@ class FusionReport:
         d["timings"] = self.timings.to_json()
         if self.estimate is not None:
             d["estimate"] = self.estimate
+        d["compiled_program"] = self.compiled_program.to_json() if self.compiled_program is not None else None
         return d
 
     @property
@@ -334,6 +338,8 @@ class Executor:
         self.timings = Timings()  # module-level phases outside fusions (fusegen.runtime.timings)
         self.compiles = CompileJobs(jobs)
         self.kernel_reuse = KernelReuse()  # identical fusions run the first one's kernels
+        # id(the EmittedFusion that ran) -> (fusion, CompiledProgramCheck): each kernel set is checked once
+        self.compiled_checks: dict[int, tuple[str, Any]] = {}
         self._pending: list[tuple[FusionReport, tuple, bool]] = []
         # id(fusion) -> (operands, reference value) of its latest execution, for run_module's reference run
         # in sequence (off when that run happens beside the kernels: fusegen.runtime.oracles)
@@ -499,17 +505,25 @@ class Executor:
                                           self._context(backend.plugin))
         else:
             t0 = time.perf_counter()
+            runner = self.kernel_reuse.runner(inst, emitted)
+            trace = CompiledTrace(runner) if first and id(runner) not in self.compiled_checks else None
+            what = "failed to load or run"
             try:
-                flat = triton_runtime.run_fusion(self.kernel_reuse.runner(inst, emitted), ops, inst)
+                flat = triton_runtime.run_fusion(runner, ops, inst, interpret_max_programs=16, before_kernel=trace)
+                rep.kernel_seconds += time.perf_counter() - t0
+                if trace is not None:  # the kernels as compiled on the same operands, bit for bit
+                    what = "ran as judged but failed to run as compiled"
+                    self.compiled_checks[id(runner)] = (inst.name, trace.check())
             except (KernelDirError, TritonInternalsError):  # no kernel can be loaded or run as meant: the run stops
                 raise
             except Exception as e:  # a kernel that fails to run is a failed fusion, not a crash
                 rep.status = "error"
-                rep.reason = kernel_failure(rep, emitted, e, "failed to load or run")
+                rep.reason = kernel_failure(rep, emitted, e, what)
                 out = ref
             else:
-                rep.kernel_seconds += time.perf_counter() - t0
                 out = _unflatten(inst.shape, flat)
+                if first:
+                    self._judge_compiled(rep, inst, runner)
             tm.add("interpret", time.perf_counter() - t0)
             if first and self.compile_kernels and emitted.kernels and rep.status != "error":
                 with tm.phase("compile"):
@@ -527,6 +541,18 @@ class Executor:
         if first and self.on_fusion is not None:
             self.on_fusion(rep)
         return out
+
+    def _judge_compiled(self, rep: FusionReport, inst: Instruction, runner: Any) -> None:
+        """``rep.compiled_program`` from the check of ``runner``'s kernels; one that differs makes the fusion a
+        mismatch whose reason names the kernel, its variant and the first differing element."""
+        done = self.compiled_checks.get(id(runner))
+        if done is None:
+            return
+        fusion, check = done
+        rep.compiled_program = check if fusion == inst.name else check.on(fusion)
+        if check.status == "differs":
+            rep.status = "mismatch"
+            rep.reason = f"{rep.reason}; {check.message}" if rep.reason else check.message
 
     def finish_compiles(self) -> None:
         """Wait for the background compiles (``jobs > 1``) and record them as a synchronous compile would:

@@ -157,6 +157,7 @@ class PartitionExecutor(Executor):
         self.plans: dict[int, tuple[Any, FusionReport]] = lead.plans if lead is not None else {}
         if lead is not None:
             self.kernel_reuse = lead.kernel_reuse
+            self.compiled_checks = lead.compiled_checks  # each kernel set runs as compiled once for all devices
             self.compile_kernels = False
         self._device_apply = ctx.wrap(super()._apply, self.budget)
 
