@@ -21,7 +21,7 @@ import attrs
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
 
-    from fusegen.hlo.ir import Instruction
+    from fusegen.hlo.ir import Instruction, Module
 
 
 class CompilationFailed(Exception):
@@ -154,6 +154,11 @@ class CodegenBackend(abc.ABC):
     #: (``triton_gemm_config`` / ``block_level_fusion_config``, as the built-in Triton backend does): configs it
     #: gives no :meth:`estimate_seconds` for are estimated by fusegen's model on a copy of the instruction.
     modelled_by_fusegen: bool = False
+    #: The configs replace the instruction by a library call (XLA's fission backends, ``CUBLASLT_FISSION``: a GEMM
+    #: fusion's dot becomes a cuBLAS(Lt) call, the rest fusions around it, timed against the fusion's Triton configs).
+    #: ``xla_gpu_cublas_fallback=false`` leaves such a backend out (XLA cancels its configs: "exclude_cublas_config is
+    #: set."). With :attr:`modelled_by_fusegen`, ``fusegen.perf`` estimates :meth:`fissioned`'s module.
+    library_fallback: bool = False
 
     def can_produce_wrong_results(self) -> bool:
         """Whether outputs of this backend are untrusted during correctness clustering.
@@ -222,6 +227,14 @@ class CodegenBackend(abc.ABC):
             instr: the instruction being tuned (do not modify it); config: one of :meth:`get_supported_configs`'s;
             device: a :class:`fusegen.device.DeviceDescription`.
         """
+        return None
+
+    def fissioned(self, instr: "Instruction", config: Config) -> "Module | None":
+        """What ``config`` runs in place of ``instr``, as a module whose entry computation takes ``instr``'s operands
+        and gives its result (XLA's ``FissionBackend``: the library call and fusions of the rest), or ``None`` (the
+        default: ``config`` tunes ``instr`` itself). For a backend :attr:`modelled_by_fusegen`, ``fusegen.perf``
+        estimates this module kernel by kernel (:func:`fusegen.perf.estimate.estimate_fission`) instead of a copy of
+        ``instr`` with ``config`` applied."""
         return None
 
     # -- worker-process support -------------------------------------------------------------

@@ -384,11 +384,14 @@ def test_report_without_graphviz_on_path_holds_every_fusion_in_its_graph(tmp_pat
     if "--autotune" in flags:
         (t,) = doc["tuning"]
         assert t["instruction"] == "gemm_fusion_dot" and t["winner"]
-        # no GPU: every candidate is ranked by the H200 model's estimate (none on the host), the fastest wins
+        # no GPU: every candidate (the Triton configs and the cuBLASLt call, XLA's cuBLAS fallback) is ranked by the
+        # H200 model's estimate (none on the host); the fastest wins, or one with less scratch within 2 µs of it
         cands = t["candidates"]
         assert t["figures"]["kind"] == "estimated" and len(cands) > 4
-        assert {c["backend"] for c in cands} == {"triton"} and all(c["duration_us"] > 0 for c in cands)
-        assert t["winner"] == min(cands, key=lambda c: c["duration_us"])["name"]
+        assert {c["backend"] for c in cands} == {"triton", "cublaslt_fission"}
+        assert all(c["duration_us"] > 0 for c in cands)
+        fastest = min(c["duration_us"] for c in cands)
+        assert t["winner"] in {c["name"] for c in cands if c["duration_us"] <= fastest + 2.0}
         assert 'id="chart-tuning-0"' in html
     else:
         assert len(fusions) == 183

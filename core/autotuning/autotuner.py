@@ -23,7 +23,9 @@ their estimates (``fusegen.perf`` or the backend's own) and ``pick_best_config``
 without an estimate is only chosen when no config has one (then the first that compiled, as level 0 does, and
 like a level-0 pick it is not cached: a GPU run sharing the cache tunes the instruction).
 ``measure_on_cpu`` times them in Triton's interpreter instead, recorded as CPU time. A backend that runs on the
-host (``targets_gpu = False``) is never a candidate for the GPU device key. Every result records its
+host (``targets_gpu = False``) is never a candidate for the GPU device key. A library-call fallback (XLA's cuBLAS
+fallback for a GEMM fusion: ``CodegenBackend.library_fallback``) competes unless ``xla_gpu_cublas_fallback`` is
+false or candidates are timed on the CPU. Every result records its
 :class:`~fusegen.cache.provenance.Source`; on a GPU a cached entry that is not a GPU measurement is a hint: the
 instruction is re-measured (``remeasure_estimates``).
 
@@ -109,6 +111,12 @@ class Autotuner:
         self.by_name = {b.name: b for b in self.all_backends}
         #: how candidates are timed: "measure" (GPU), "estimate" (no timing) or "cpu" (interpreter wall time)
         self.timing = timing_mode(profiler, self.options.measure_on_cpu)
+        if not self.options.xla_gpu_cublas_fallback or self.timing == "cpu":
+            # XLA cancels the fission backends' configs without the cuBLAS fallback ("exclude_cublas_config is set.",
+            # codegen_orchestrator.cc): only the fusion's own configs compete. Timed on the CPU a library call would be
+            # numpy's time (the host evaluator), not a GPU kernel's in the interpreter: left out too. The selected set
+            # (and so the cache fingerprint) says so.
+            self.backends = [b for b in self.backends if not getattr(b, "library_fallback", False)]
         if self.options.cost_model_top_k is None:
             self.options = attrs.evolve(self.options, cost_model_top_k=default_top_k(
                 profiler, device, self.options.measure_on_cpu))

@@ -8,7 +8,9 @@ fusion cost model). fusegen estimates every config of every instruction:
    ``backend:<name>``;
 2. else, for a backend :attr:`~fusegen.codegen_backend.CodegenBackend.modelled_by_fusegen` (the built-in Triton
    backend), ``fusegen.perf`` on a copy of the instruction with the config applied (the tiled model reads the
-   config's tiles);
+   config's tiles), or, for a backend that replaces the instruction (the cuBLASLt fission backend, XLA's cuBLAS
+   fallback for a GEMM fusion: :meth:`~fusegen.codegen_backend.CodegenBackend.fissioned`), ``fusegen.perf`` on what
+   replaces it (the library call and the fusions around it, :func:`fusegen.perf.estimate.estimate_fission`);
 3. else the config has **no estimate**.
 
 :func:`rank_configs` is used two ways: without any timing (the default on a machine without the GPU) the
@@ -89,6 +91,20 @@ def estimate_config(instr: "Instruction", config: "Config", backend: "CodegenBac
         return ConfigEstimate(None)
     from fusegen.perf import estimate_fusion
 
+    hook = getattr(backend, "fissioned", None)
+    try:
+        fissioned = hook(instr, config) if hook is not None else None
+    except Exception as e:  # noqa: BLE001 - a plugin's hook: its failure means "no estimate"
+        log.debug("backend %s: fissioned failed for %s: %s", backend.name, config.name, e)
+        return ConfigEstimate(None)
+    if fissioned is not None:  # a library call in place of the fusion (XLA's fission backends)
+        from fusegen.perf.estimate import estimate_fission
+
+        try:
+            return ConfigEstimate(estimate_fission(fissioned, device, instr.name).seconds, "fusegen.perf")
+        except Exception as e:  # noqa: BLE001 - an unreadable replacement has no estimate
+            log.debug("fusegen.perf cannot estimate %s for %%%s: %s", config.name, instr.name, e)
+            return ConfigEstimate(None)
     try:
         est = estimate_fusion(_with_config(instr, config, backend), device, refuse_spills=True,
                               library_candidate=False)  # the config alone, never cuBLAS's time

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 import attrs
 
 from fusegen.autotuning.selection import ProfileResult
+from fusegen.autotuning.tuned_backend import LIBRARY_CALL_FIELD as _LIBRARY_CALL_FIELD
 
 if TYPE_CHECKING:  # pragma: no cover
     from fusegen.hlo.ir import Instruction, Module
@@ -25,10 +26,10 @@ def needs_config(instr: "Instruction", tune_emitter_fusions: bool = False, retun
 
     cuBLASLt custom calls without ``selected_algorithm``, cuDNN convolutions without an algorithm,
     ``__triton_gemm`` fusions without ``triton_gemm_config``, ``__triton_nested_gemm_fusion`` without
-    ``block_level_fusion_config``, ``__cudnn$fusion`` without ``plan_id``, ``__custom_fusion`` without
-    ``custom_fusion_config``; with ``tune_emitter_fusions`` also other non-custom fusions without
-    scatter. ``retune`` (beyond XLA) also takes those kinds when they already carry a config, e.g.
-    an optimized module from XLA tuned on another machine.
+    ``block_level_fusion_config`` (either with a library-call winner, XLA's cuBLAS fallback, is configured),
+    ``__cudnn$fusion`` without ``plan_id``, ``__custom_fusion`` without ``custom_fusion_config``; with
+    ``tune_emitter_fusions`` also other non-custom fusions without scatter. ``retune`` (beyond XLA) also takes
+    those kinds when they already carry a config, e.g. an optimized module from XLA tuned on another machine.
     """
     bc = instr.backend_config
     if instr.opcode == "custom-call":
@@ -46,9 +47,9 @@ def needs_config(instr: "Instruction", tune_emitter_fusions: bool = False, retun
     fbc = bc.get("fusion_backend_config", {}) if isinstance(bc, dict) else {}
     fbc = fbc if isinstance(fbc, dict) else {}
     if kind == "__triton_gemm":
-        return retune or "triton_gemm_config" not in fbc
+        return retune or ("triton_gemm_config" not in fbc and _LIBRARY_CALL_FIELD not in fbc)
     if kind == "__triton_nested_gemm_fusion":
-        return retune or "block_level_fusion_config" not in fbc
+        return retune or ("block_level_fusion_config" not in fbc and _LIBRARY_CALL_FIELD not in fbc)
     if kind == "__cudnn$fusion":
         cfc = fbc.get("cudnn_fusion_config", {})
         return retune or not (isinstance(cfc, dict) and "plan_id" in cfc)

@@ -45,7 +45,10 @@ class AutotuneOptions:
     ``xla_gpu_redzone_padding_bytes`` (8 MiB per side), ``xla_gpu_per_fusion_autotune_cache_dir`` (""),
     ``xla_gpu_experimental_autotune_cache_mode`` ("UPDATE"), ``xla_gpu_require_complete_aot_autotune_results``
     (False), ``xla_gpu_experimental_autotune_backends`` ("" = all; ``"+triton,-cublaslt"`` or
-    ``"triton,host"``), ``xla_gpu_crash_on_verification_failures`` (False).
+    ``"triton,host"``), ``xla_gpu_crash_on_verification_failures`` (False), ``xla_gpu_cublas_fallback`` (True:
+    cuBLASLt competes with the Triton configs of a GEMM fusion through the fission backend; False leaves every
+    :attr:`~fusegen.codegen_backend.CodegenBackend.library_fallback` backend out, as XLA cancels their configs:
+    "exclude_cublas_config is set.").
 
     fusegen's own: ``scratch_bytes_window_us`` (XLA's hard-coded 2 µs), ``cost_model_top_k`` (0 = off;
     ``None`` = fusegen's default: :data:`CPU_DEFAULT_TOP_K` when the autotuner times on the CPU because no
@@ -72,6 +75,7 @@ class AutotuneOptions:
     xla_gpu_crash_on_verification_failures: bool = False
     xla_gpu_deterministic_ops: bool = False
     xla_gpu_exclude_nondeterministic_ops: bool = False
+    xla_gpu_cublas_fallback: bool = True
     scratch_bytes_window_us: float = DEFAULT_SCRATCH_WINDOW_US
     cost_model_top_k: int | None = None
     compile_workers: int | None = None

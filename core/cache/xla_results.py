@@ -21,7 +21,9 @@ Mapped backends (the entries XLA can express): ``triton`` (``TritonGemmKey``), `
 is the plan id, ``workspace_size`` its workspace). Keys: XLA's ``device`` is fusegen's model string verbatim;
 XLA's ``hlo`` of a fusion is its fused computation (``{ ... }``), which fusegen's key prefixes with the fusion
 and backend kind; XLA keys by computation only, so an imported Triton result is stored for both Triton GEMM
-kinds (``__triton_gemm``, ``__triton_nested_gemm_fusion``), a cuDNN result for ``__cudnn$fusion``. XLA keys
+kinds (``__triton_gemm``, ``__triton_nested_gemm_fusion``), a cuDNN result for ``__cudnn$fusion``; a ``gemm`` result
+for a fusion is XLA's cuBLAS fallback (``CUBLASLT_FISSION``, ``legacy_cache.cc``), fusegen's ``cublaslt_fission``
+backend, stored for both Triton GEMM kinds and written back as ``gemm``. XLA keys
 carry no autotuner options: an import takes the fingerprint of the options it is given.
 
 Nothing is dropped silently: unknown fields and result kinds fusegen cannot hold are returned as
@@ -45,6 +47,8 @@ from fusegen.codegen_backend import Config
 XLA_RESULTS_VERSION = 3
 TRITON_KINDS = ("__triton_gemm", "__triton_nested_gemm_fusion")
 CUDNN_KIND = "__cudnn$fusion"
+#: fusegen's name of XLA's ``CUBLASLT_FISSION`` backend (the cuBLAS fallback of a Triton GEMM fusion)
+FISSION_BACKEND = "cublaslt_fission"
 _FUSED = "fused_computation {"
 
 
@@ -417,6 +421,9 @@ def entries_from_text(text: str, source: str, options_fingerprint: str = "") -> 
             kinds = (CUDNN_KIND,)
         elif cfg.backend == "cublaslt" and not fusion:
             kinds = (None,)
+        elif cfg.backend == "cublaslt" and fusion:  # XLA's cuBLAS fallback won the fusion (LegacyCache: a GemmKey
+            cfg = Config(FISSION_BACKEND, dict(cfg.values))  # on a fusion is CUBLASLT_FISSION)
+            kinds = TRITON_KINDS
         else:
             rep.notes.append(f"{where}: a {cfg.backend} result for {'a fusion' if fusion else 'an instruction'} "
                              f"has no fusegen key; entry skipped")
@@ -451,7 +458,7 @@ def _result_fields(entry: CacheEntry) -> list[tuple[str, Any]] | None:
                                ("num_stages", int(v.get("num_stages", 0))), ("num_warps", int(v.get("num_warps", 0))),
                                ("num_ctas", int(v.get("num_ctas", 0)))]
                     + ([("is_tma_allowed", True)] if v.get("is_tma_allowed") else [])))
-    elif b == "cublaslt":
+    elif b in ("cublaslt", FISSION_BACKEND):
         out.append(("gemm", [("algorithm", int(v.get("algorithm", 0))),
                              ("autotune_workspace_size", int(v.get("workspace_bytes", 0)))]))
     elif b == "cudnn":
@@ -488,7 +495,7 @@ def entries_to_text(entries: Iterable[CacheEntry], include_estimates: bool = Fal
         kind, hlo = _xla_hlo(e.key.hlo)
         b = e.result.config.backend
         ok = (b == "triton" and kind in TRITON_KINDS) or (b == "cudnn" and kind == CUDNN_KIND) or \
-             (b == "cublaslt" and kind is None)
+             (b == "cublaslt" and kind is None) or (b == FISSION_BACKEND and kind in TRITON_KINDS)
         fields = _result_fields(e) if ok else None
         if fields is None:
             rep.notes.append(f"entry {e.digest[:12]} ({e.result.config.name}"

@@ -7,8 +7,11 @@ Which model a fusion gets (the model's *terms*, stated so tests can hold each es
   (:mod:`fusegen.perf.gemm_model`; XLA's dot cost model, :mod:`fusegen.perf.dot_model`, stays for XLA's tests).
   A Triton GEMM fusion's estimate is XLA's autotuner's choice: the faster of the config and cuBLASLt
   (:func:`fusegen.perf.gemm_model.library_gemm`), ``gemm["picked"]`` says which (the tuner's cost model ranks the
-  Triton config alone, ``library_candidate=False``).
+  Triton config alone, ``library_candidate=False``, and the cuBLASLt call as a candidate of its own,
+  :func:`estimate_fission`).
 * **cuBLAS calls** (``__cublas$lt$matmul``, ``__cublas$gemm``): the library GEMM model; ``model="library"``.
+  A GEMM fusion a tuning gave to cuBLASLt (XLA's cuBLAS fallback, the ``cublaslt_fission`` backend) is the call and
+  the fusions of the rest (:func:`estimate_fission`), as the tuner estimated it.
 * **Emitter kernels** (loop, reduction, transpose, concatenate, scatter, sort, in-place DUS): the indexing
   model over the emitter's own launch (:mod:`fusegen.perf.fusion_model`, XLA's
   ``GpuPerformanceModelWithIndexingAnalysis``).
@@ -42,8 +45,10 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Bumped when the model's figures change (cache entries and reports say which version estimated them).
 #: 2: the hardware GEMM model and cuBLASLt as a candidate (issue 45). 3: a GEMM kernel's fixed costs (launch-to-retire
 #: floor and the last stores' round trip, from XLA's measured H100 small-transfer time), the first round of blocks
-#: loading from DRAM, and a wgmma kernel's loop overhead under its asynchronous MMAs (issue 45's small sizes).
-MODEL_VERSION = 3
+#: loading from DRAM, and a wgmma kernel's loop overhead under its asynchronous MMAs (issue 45's small sizes). 4: a
+#: Triton GEMM config fits as its kernel does (registers <= 255 a thread, shared memory), not by the tiled model's
+#: 40%-of-registers rule, and its registers count a K step's operand tiles; a library-call fission (issue 45).
+MODEL_VERSION = 4
 #: What every estimate is labelled with in tables (it is not a measurement).
 LABEL = "estimate"
 
@@ -220,6 +225,64 @@ def _with_library_candidate(est: FusionEstimate, fusion: "Instruction", device: 
     return attrs.evolve(est, gemm={**info, "picked": "triton"})
 
 
+def estimate_fission(module: "Module", device: Any, name: str = "", note: str = "") -> FusionEstimate:
+    """A fusion replaced by a library call, as XLA's fission backends run it (``FissionBackend``, the cuBLAS
+    fallback of a GEMM fusion): ``module``'s entry computation (the cuBLAS call and the fusions of the fusion's other
+    ops, :meth:`fusegen.codegen_backend.CodegenBackend.fissioned`), each kernel by :func:`estimate_fusion` (the
+    call: the library GEMM model). ``seconds`` is their kernels' time plus XLA's 1 µs launch overhead for each launch
+    after the first (the first is the fusion's own, which :attr:`FusionEstimate.total_seconds` adds), so it compares
+    with a Triton config's kernel time, as ``FissionBackend::GetSupportedConfigsWithEstimates`` adds its prologue and
+    epilogue kernels; ``model="library"``, ``gemm["picked"] == "cublas"``.
+
+    Raises:
+        ValueError: the entry computation has no cuBLAS GEMM call; the device lacks bandwidth, cores or clock.
+    """
+    entry = module.entry
+    parts = [i for i in (entry.instructions if entry is not None else ())
+             if i.opcode == "fusion" or (i.opcode == "custom-call" and library_problem(i) is not None)]
+    calls = [i for i in parts if i.opcode == "custom-call"]
+    if not calls:
+        raise ValueError(f"{module.name}: no cuBLAS GEMM call to estimate")
+    ests = [estimate_fusion(i, device, refuse_spills=True, library_candidate=False) for i in parts]
+    launches = sum(e.launches for e in ests)
+    if any(e.data.is_infinite for e in ests):
+        data = base.RunTimeData.infinite()
+    else:
+        d = [e.data for e in ests]
+        data = base.RunTimeData(sum(x.flops for x in d), sum(x.bytes_read for x in d), sum(x.bytes_written for x in d),
+                                sum(x.read_time for x in d), sum(x.write_time for x in d),
+                                sum(x.compute_time for x in d),
+                                sum(x.exec_time for x in d) + (launches - 1) * base.KERNEL_LAUNCH_OVERHEAD_S)
+    lib = next(e for i, e in zip(parts, ests) if i.opcode == "custom-call")
+    gemm = {**lib.gemm, "picked": "cublas", "fission": [i.name for i in parts]}
+    others = len(parts) - len(calls)
+    text = ("a cuBLASLt call" + (f" and {others} fusion(s) of the rest" if others else "")
+            + " in place of the fusion (XLA's cuBLAS fallback)")
+    return FusionEstimate(name or module.name, _device_name(device), "library", data, launches,
+                          note="; ".join(x for x in (note, text) if x), gemm=gemm)
+
+
+def _tuned_library_call(fusion: "Instruction", device: Any, call: dict) -> FusionEstimate | None:
+    """A GEMM fusion a tuning gave to a library call (:data:`fusegen.autotuning.tuned_backend.LIBRARY_CALL_FIELD`):
+    :func:`estimate_fission` of what the named backend runs in its place; ``None`` when that backend is not
+    registered or builds nothing (the caller falls back)."""
+    from fusegen.codegen_backend import Config
+    from fusegen.plugin_manager import default_plugin_manager
+
+    name = call.get("backend")
+    backend = next((b for b in default_plugin_manager().codegen_backends() if b.name == name), None)
+    if backend is None:
+        return None
+    values = {k: v for k, v in call.items() if k != "backend"}
+    try:
+        module = backend.fissioned(fusion, Config(name, values))
+        if module is None:
+            return None
+        return estimate_fission(module, device, fusion.name, note=f"autotuned to {name}")
+    except Exception:  # noqa: BLE001 - a plugin's hook: its failure means the fallback estimate
+        return None
+
+
 def _workspace_bytes(call: "Instruction") -> int:
     """Bytes of the scratch buffer a cuBLAS / cuDNN custom call's result tuple ends with (``s8[N]``, ``u8[N]``: what
     XLA's GemmRewriter and cuDNN conv rewriter append). It is the library's workspace, used or not, not traffic."""
@@ -283,7 +346,7 @@ def estimate_fusion(fusion: "Instruction", device: Any = None, *, emitted: Any =
     Raises:
         ValueError: the device lacks bandwidth, cores or clock.
     """
-    from fusegen.autotuning.tuned_backend import tuned_execution_backend
+    from fusegen.autotuning.tuned_backend import library_call, tuned_execution_backend
     from fusegen.device import DEFAULT_DEVICE
     from fusegen.perf import machine_code
 
@@ -292,6 +355,11 @@ def estimate_fusion(fusion: "Instruction", device: Any = None, *, emitted: Any =
     name = _device_name(device)
     if fusion.opcode != "fusion":
         return roofline_instruction(fusion, device, note=f"{fusion.opcode} run by a library")
+    tuned_call = library_call(fusion)
+    if tuned_call is not None:  # a tuning gave the GEMM fusion to cuBLASLt (XLA's cuBLAS fallback)
+        est = _tuned_library_call(fusion, device, tuned_call)
+        if est is not None:
+            return est
     if tuned_execution_backend(fusion) is not None:
         return roofline_instruction(fusion, device, note=f"autotuned to the {tuned_execution_backend(fusion)} "
                                                           f"execution backend: no kernel to model")
@@ -311,8 +379,11 @@ def estimate_fusion(fusion: "Instruction", device: Any = None, *, emitted: Any =
             if data.is_infinite and not refuse_spills:  # a config given, not searched: estimate it anyway
                 data = estimate_tiled_fusion(fusion, device, cfg, machine_peak=adjust.dot_peak(fusion, dev),
                                              register_check=False, gemm="hardware")
-                note = ("XLA's model refuses this tiling (a tile over 40% of a block's registers would spill); "
-                        "estimated as if it did not spill" + (f"; {note}" if note else ""))
+                why = ("this GEMM kernel does not fit an SM (over 255 registers a thread: it would spill; or shared "
+                       "memory over the limit)" if data.is_infinite else
+                       "XLA's model refuses this tiling (a tile over 40% of a block's registers would spill); "
+                       "estimated as if it did not spill")
+                note = why + (f"; {note}" if note else "")
         except (TilingError, ValueError, KeyError, IndexError) as e:
             return roofline_instruction(fusion, device, note=f"tiled model failed ({e}); roofline instead")
         blocks = _tiled_blocks(fusion, cfg)

@@ -97,7 +97,7 @@ KERNEL_FLOOR_S = SMALL_TRANSFER_S - 2 * DRAM_LATENCY_S
 DRAM_EFFICIENCY = 0.9
 #: Fraction of the L2 that keeps operands across waves (the rest: other lines, set conflicts).
 L2_USABLE_FRACTION = 0.75
-#: Registers a thread needs beyond its f32 accumulators (addresses, loop state, fragments).
+#: Registers a thread needs beyond its f32 accumulators (addresses, loop state, fragments), at least.
 REGISTER_OVERHEAD = 40
 #: Tensor-core rate without ``wgmma`` on Hopper (XLA's ``GetEffectiveFlopsPerNsForTileSize``).
 NO_WGMMA_DERATE = 0.63
@@ -227,10 +227,29 @@ def _smem_bytes_per_step(p: DotProblem, kernel: GemmKernel, dev: PerfDevice) -> 
     return a * wn + b * wm
 
 
+def registers(p: DotProblem, kernel: GemmKernel, threads: int) -> int:
+    """32-bit registers a thread of ``kernel`` needs: its share of the f32 accumulators ``bm x bn``, plus, for a
+    Triton kernel (not :attr:`~GemmKernel.persistent`: its loads go through registers on their way to shared
+    memory), its share of one K step's A and B tiles, at least :data:`REGISTER_OVERHEAD`. Over 255 the kernel spills
+    and XLA discards it ("Discarding compilation due to register spilling."). Checked against 18 Triton sm_90
+    compiles of fusegen's 4096^3 GEMM kernels (``ptxas -v``), right about spilling for each: bf16 128x256x64 and
+    256x128x64 with 8 warps 172 and 176 registers (this model 176, 176), 128x256x128 with 8 warps 190 (224),
+    128x128x64 with 4 warps 168 (192), no spills; 128x256x32 with 4 warps spills (304); f32 (tf32) 128x256x64 and
+    256x128x64 with 8 warps 254 and 248 (224, 224), 128x128x32, 128x128x16, 128x64x64 and 64x16x256 with 4 warps
+    228, 193, 199 and 249 (192, 160, 160, 168), no spills; 128x128x64, 64x128x128 and 128x64x128 with 4 warps and
+    128x256x128 with 8 warps spill 216, 300, 368 and 1820 bytes (256, 256, 256, 320)."""
+    acc = math.ceil(kernel.bm * kernel.bn / threads)
+    if kernel.persistent:  # TMA straight into shared memory, a producer warpgroup
+        return acc + REGISTER_OVERHEAD
+    step = kernel.bm * kernel.bk * _eb(p.lhs_type) + kernel.bk * kernel.bn * _eb(p.rhs_type)
+    return acc + max(REGISTER_OVERHEAD, math.ceil(step / (4 * threads)))
+
+
 def occupancy(p: DotProblem, kernel: GemmKernel, device: object) -> int:
     """Blocks one SM holds at once (:func:`fusegen.codegen.occupancy.occupancy`) for ``stages x`` the A and B K-step
-    tiles of shared memory and, a thread, its share of the f32 accumulators ``bm x bn`` plus
-    :data:`REGISTER_OVERHEAD` registers; 0 when one block does not fit.
+    tiles of shared memory and :func:`registers` a thread; 0 when one block does not fit (over 255 registers a
+    thread: it would spill; shared memory over the opt-in limit). This, not the tiled model's 40%-of-registers rule
+    for a tile, decides whether a Triton GEMM config runs (``gemm="hardware"``).
 
     Raises:
         ValueError: ``device`` is not a device description with occupancy limits (its compute capability).
@@ -241,8 +260,8 @@ def occupancy(p: DotProblem, kernel: GemmKernel, device: object) -> int:
         raise ValueError("GEMM occupancy needs the device description, not a PerfDevice")
     stage = kernel.bm * kernel.bk * _eb(p.lhs_type) + kernel.bk * kernel.bn * _eb(p.rhs_type)
     threads = kernel.warps * getattr(device, "threads_per_warp", 32)
-    regs = math.ceil(kernel.bm * kernel.bn / threads) + REGISTER_OVERHEAD
-    return sm_occupancy(device, regs, threads, int(max(kernel.stages, 1) * stage)).blocks_per_sm
+    return sm_occupancy(device, registers(p, kernel, threads), threads,
+                        int(max(kernel.stages, 1) * stage)).blocks_per_sm
 
 
 def dram_bytes(p: DotProblem, kernel: GemmKernel, device: object, resident: int) -> int:

@@ -18,7 +18,9 @@ over a tiling fusegen derives from indexing maps instead of XLA's symbolic tile 
 * **Flops.** Each instruction's flops per element x its tile padded to powers of two x its blocks (masked
   elements are computed); a reduce's reduced size is padded too.
 * **Registers.** A root or operand tile (or an iota) of more than 40% of a block's registers spills: the
-  estimate is infinite (``DoesTileFitInRegisters``).
+  estimate is infinite (``DoesTileFitInRegisters``). A fusion whose dots go through the hardware GEMM model
+  (``gemm="hardware"``) fits as its kernel does instead (:func:`fusegen.perf.gemm_model.occupancy`: at most 255
+  registers a thread, shared memory within the SM's limit; infinite otherwise, whatever ``register_check`` says).
 * **Dots** go through :mod:`fusegen.perf.dot_model` (``gemm="xla"``, XLA's dot fusion cost model: what XLA's
   tests check) or :mod:`fusegen.perf.gemm_model` (``gemm="hardware"``: L2 reuse, pipelining, waves; what
   ``estimate_fusion`` uses). With ``"hardware"`` the operands a dot reads (directly or through elementwise
@@ -219,7 +221,12 @@ def estimate_tiled_fusion(fusion: "Instruction", device: Any, config: TiledConfi
     roots = adaptor.roots
     if len(config.output_tiles) != len(roots):
         raise TilingError(f"fusion %{fusion.name}: {len(config.output_tiles)} output tile(s) for {len(roots)} root(s)")
-    limit = REGISTER_FRACTION_FOR_TILES * dev.registers_per_block if register_check else float("inf")
+    # XLA's DoesTileFitInRegisters; a GEMM priced by the hardware model instead fits as the kernel does (its
+    # registers <= 255 a thread and shared memory, gemm_model.occupancy): a 128x256 tile's f32 accumulator is 128
+    # registers a thread over 8 warps, which Triton compiles on sm_90 without spilling
+    hardware_gemm = gemm == "hardware" and any(i.opcode == "dot" for i in adaptor.instructions)
+    limit = (REGISTER_FRACTION_FOR_TILES * dev.registers_per_block if register_check and not hardware_gemm
+             else float("inf"))
     states: dict[int, dict[_State, bool]] = {}
     write_s, written = 0.0, 0
     first = _first_array(roots[0].shape)

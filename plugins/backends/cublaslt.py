@@ -12,8 +12,11 @@
   the cuBLASLt heuristic's algorithms, at most ``xla_gpu_blas_max_algorithms`` (0 means 128), each with its
   workspace bytes as scratch; default config = algorithm 0 with 4 MiB workspace. Trusted
   (``CanProduceWrongResults() == false``).
+* :class:`CublasLtFissionBackend` (XLA ``FissionBackend`` over cuBLASLt, ``CUBLASLT_FISSION``): the cuBLAS
+  fallback of a Triton GEMM fusion (``xla_gpu_cublas_fallback``), the fusion's dot as a cuBLASLt call
+  (:func:`fission_module`) competing with the Triton configs.
 * An execution backend ``cublaslt`` runs these custom calls on the GPU; without one the host backend runs them
-  with numpy.
+  with numpy. It also runs the GEMM fusions the fission backend won (:func:`execute_fission`).
 
 Library choice: **nvmath-python** (``nvmath.linalg.advanced.Matmul``) — it exposes cuBLASLt's heuristic
 enumeration (``plan(preferences=MatmulPlanPreferences(limit=n))`` returns the algorithms), epilogues
@@ -395,12 +398,7 @@ class CublasLtBackend(CodegenBackend):
 
     def validate_config(self, instr: Instruction, config: Config) -> None:
         """Value ranges, then the default check (a damaged cache entry must not size a workspace)."""
-        from fusegen.codegen_backend import ConfigError
-
-        for f, lo, hi in (("algorithm", -1, 1 << 16), ("workspace_bytes", 0, 1 << 32)):
-            v = config.values.get(f, 0)
-            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
-                raise ConfigError(f"{f}={v!r} is not an integer in {lo}..{hi}")
+        _check_values(config)
         super().validate_config(instr, config)
 
     def apply_config(self, instr: Instruction, config: Config) -> None:
@@ -417,6 +415,235 @@ class CublasLtBackend(CodegenBackend):
             shapes = list(instr.shape.tuple_shapes)
             shapes[-1] = Shape("s8", (ws,))
             instr.shape = Shape("tuple", tuple_shapes=tuple(shapes))
+
+
+# ================================================================================================ fission backend
+def _threshold(context: Any) -> int:
+    """``xla_gpu_gemm_rewrite_size_threshold`` of the plugin's configuration (XLA's fission passes the user's debug
+    options to its GemmRewriter), else XLA's default 100."""
+    dbg = getattr(getattr(context, "config", None), "debug_options", None)
+    return int(getattr(dbg, "xla_gpu_gemm_rewrite_size_threshold", 100))
+
+
+def _inline_body(body: Any, args: list[Instruction], uniq: NameUniquer, out: list[Instruction]) -> Instruction:
+    """Clone ``body``'s instructions into ``out`` with its parameters standing for ``args``, nested fusions inlined;
+    returns the clone of its root."""
+    from fusegen.passes.hlo_edit import clone_attrs
+
+    clones: dict[int, Instruction] = {}
+    for p in body.parameters:
+        clones[id(p)] = args[p.parameter_number]
+    for inst in body.post_order():
+        if id(inst) in clones:
+            continue
+        ops = [clones[id(o)] for o in inst.operands]
+        if inst.opcode == "fusion":  # a nested fusion (__triton_nested_gemm_fusion's operands): its ops, inlined
+            clones[id(inst)] = _inline_body(inst.fused_computation, ops, uniq, out)
+            continue
+        c = Instruction(name=uniq.get(inst.name), opcode=inst.opcode, shape=inst.shape, operands=ops,
+                        attrs=clone_attrs(inst))
+        out.append(c)
+        clones[id(inst)] = c
+    return clones[id(body.root)]
+
+
+def fission_module(fusion: Instruction, threshold: int = 100) -> Module | None:
+    """The module XLA's cuBLASLt fission backend makes of a Triton GEMM fusion (``FissionBackend::
+    GetFissionedAndRewrittenModule`` with the ``GemmRewriter`` pipeline, then ``PriorityFusion``): the fused
+    computation as an entry computation (nested fusions inlined), every dot a ``__cublas$lt$matmul`` call (with the
+    bias and activation epilogues it folds in), the remaining ops in loop fusions. ``None`` when ``fusion`` is not a
+    Triton GEMM fusion or a dot stays out of cuBLASLt (its types, a tiny dot under ``threshold``): XLA finds no
+    supported instruction there and the backend offers no config."""
+    from fusegen.hlo.ir import Computation
+    from fusegen.passes.fusion import fuse_computation
+    from fusegen_plugins.backends.triton_gemm_emitter import GEMM_KINDS
+
+    if fusion.opcode != "fusion" or fusion.fusion_backend_kind not in GEMM_KINDS:
+        return None
+    module = Module(name=f"{fusion.name}.fission")
+    uniq = NameUniquer(module)
+    body = fusion.fused_computation
+    params = [Instruction(name=uniq.get(p.name), opcode="parameter", shape=p.shape,
+                          attrs={"parameter_number": p.parameter_number}) for p in body.parameters]
+    insts: list[Instruction] = []
+    root = _inline_body(body, params, uniq, insts)
+    comp = Computation(name=uniq.get(f"{fusion.name}.fission"), instructions=params + insts, root=root, is_entry=True)
+    module.computations.append(comp)
+    module.entry = comp
+    dots = [i for i in comp.instructions if i.opcode == "dot"]
+    if not dots:
+        return None
+    for d in dots:
+        lt = d.shape.element_type in _LT_TYPES and d.operands[0].shape.element_type in _LT_TYPES
+        if not lt or not is_rewritable(d, threshold):
+            return None
+    for d in dots:
+        rewrite_dot(module, d, uniq)
+    remove_dead(comp)
+    topo_sort(comp)
+    fuse_computation(module, comp, uniq)
+    return module
+
+
+def fission_calls(module: Module) -> list[Instruction]:
+    """The cuBLASLt calls of a :func:`fission_module`."""
+    return [i for i in module.entry.instructions if i.opcode == "custom-call" and
+            str(i.attrs.get("custom_call_target", "")) == LT_TARGET]
+
+
+def _lone_call(module: Module) -> Instruction | None:
+    """The call when the fission is one cuBLASLt call on the fusion's parameters, in order, and its result: nothing
+    else to run."""
+    calls = fission_calls(module)
+    entry = module.entry
+    if len(calls) != 1 or len(entry.instructions) != len(entry.parameters) + 2:
+        return None
+    call = calls[0]
+    root = entry.root
+    if root is None or root.opcode != "get-tuple-element" or root.operands[0] is not call:
+        return None
+    return call if list(call.operands) == entry.parameters else None
+
+
+class CublasLtFissionBackend(CodegenBackend):
+    """XLA's ``FissionBackend`` over cuBLASLt (``CUBLASLT_FISSION``, ``factory_cuda.cc``): the cuBLAS fallback of a
+    Triton GEMM fusion. Its configs are cuBLASLt's for the call the fusion's dot becomes
+    (:func:`fission_module`): on a GPU the heuristic's algorithms; without one a single config, algorithm 0 (the
+    heuristic's first, XLA's cuBLASLt default) with the 4 MiB workspace, which ``fusegen.perf`` estimates as the
+    call and the fusions of the rest (:meth:`fissioned`), so the library call competes with the Triton configs as
+    XLA's autotuner times it beside them. ``xla_gpu_cublas_fallback=false`` leaves the backend out
+    (:attr:`library_fallback`). XLA inlines the winning call in place of the fusion; fusegen keeps the fusion and
+    writes the call into its backend config (:data:`fusegen.autotuning.tuned_backend.LIBRARY_CALL_FIELD`): the
+    ``cublaslt`` execution backend runs it (cuBLASLt on a GPU, the reference evaluator on the CPU, as a cuBLAS call
+    runs there) and ``fusegen.perf`` estimates it as the call. Trusted (``CanProduceWrongResults() == false``)."""
+
+    name = "cublaslt_fission"
+    rank = 400  # XLA's order (factory_cuda.cc:85-100): cuDNN, Triton, cuBLASLt, fission
+    version = "1"
+    compiles_in_process = True
+    modelled_by_fusegen = True  # fusegen.perf estimates fissioned(): the library call and the fusions of the rest
+    library_fallback = True
+
+    def __init__(self, max_algorithms: int = 0):
+        self.max_algorithms = int(max_algorithms)
+
+    def can_produce_wrong_results(self) -> bool:
+        return False
+
+    def _module(self, instr: Instruction) -> Module | None:
+        return fission_module(instr, _threshold(self.context))
+
+    def get_supported_configs(self, instr: Instruction) -> list[Config]:
+        module = self._module(instr)
+        if module is None:
+            return []
+        if unavailable_reason() is None:
+            limit = self.max_algorithms if self.max_algorithms > 0 else K_NUM_ALGORITHMS
+            algos = _gpu_algorithms(fission_calls(module)[0], limit)
+            return [Config(self.name, {"algorithm": i, "workspace_bytes": int(ws)}) for i, ws in algos]
+        return [Config(self.name, {"algorithm": 0, "workspace_bytes": WORKSPACE_BYTES})]
+
+    def fissioned(self, instr: Instruction, config: Config) -> Module | None:
+        """:func:`fission_module` with ``config`` applied to its calls."""
+        module = self._module(instr)
+        if module is None:
+            return None
+        lt = CublasLtBackend()
+        for call in fission_calls(module):
+            lt.apply_config(call, Config(lt.name, dict(config.values)))
+        return module
+
+    def scratch_bytes(self, config: Config) -> int:
+        return int(config.values.get("workspace_bytes", 0))
+
+    def compile(self, instr: Instruction, config: Config) -> Executable:
+        """On a GPU the cuBLASLt call (a fission that is the call alone: prologue or epilogue kernels are not run on
+        the GPU by fusegen); without one the fusion on the reference evaluator, what fusegen runs a cuBLAS call with
+        on the CPU.
+
+        Raises:
+            CompilationFailed: not a GEMM fusion cuBLASLt runs, or a fission with other kernels on a GPU.
+        """
+        module = self.fissioned(instr, config)
+        if module is None:
+            raise CompilationFailed(f"%{instr.name} is not a Triton GEMM fusion whose dot cuBLASLt runs")
+        if unavailable_reason() is not None:
+            from fusegen_plugins.backends.host import HostExecutable
+
+            return HostExecutable(instr)
+        call = _lone_call(module)
+        if call is None:
+            raise CompilationFailed(f"the cuBLASLt fission of %{instr.name} has prologue or epilogue kernels; fusegen "
+                                    "times only a lone cuBLASLt call on the GPU")
+        return _GpuGemm(call, int(config.values.get("algorithm", 0)))
+
+    def validate_config(self, instr: Instruction, config: Config) -> None:
+        """Value ranges, then the default check."""
+        _check_values(config)
+        super().validate_config(instr, config)
+
+    def apply_config(self, instr: Instruction, config: Config) -> None:
+        """Name the ``cublaslt`` execution backend and the call's config in the fusion's ``fusion_backend_config``
+        (:data:`~fusegen.autotuning.tuned_backend.LIBRARY_CALL_FIELD`); the Triton config stays, unused.
+
+        Raises:
+            ValueError: ``instr`` is not a fusion.
+        """
+        from fusegen.autotuning.tuned_backend import set_execution_backend
+
+        if instr.opcode != "fusion":
+            raise ValueError(f"{self.name} applies to GEMM fusions, not {instr.opcode} %{instr.name}")
+        set_execution_backend(instr, "cublaslt", {"backend": self.name,
+                                                  "algorithm": int(config.values.get("algorithm", 0)),
+                                                  "workspace_bytes": int(config.values.get("workspace_bytes",
+                                                                                           WORKSPACE_BYTES))})
+
+
+def execute_fission(fusion: Instruction, operands: list[Any]) -> Any:
+    """Run a GEMM fusion a tuning gave to cuBLASLt (logical numpy operands, logical result): its fission's call
+    through cuBLASLt with the tuned algorithm and the fusions of the rest on the reference evaluator on a GPU; the
+    fusion itself on the reference evaluator without one."""
+    import numpy as np
+
+    from fusegen.autotuning.tuned_backend import library_call
+    from fusegen.evaluator.evaluator import evaluate_instruction
+
+    call = library_call(fusion) or {}
+    module = None
+    if unavailable_reason() is None:
+        values = {k: v for k, v in call.items() if k != "backend"}
+        module = CublasLtFissionBackend().fissioned(fusion, Config(CublasLtFissionBackend.name, values))
+    if module is None:
+        return evaluate_instruction(fusion, list(operands))
+    vals: dict[int, Any] = {}
+    calls = {id(c) for c in fission_calls(module)}
+    for p in module.entry.parameters:
+        vals[id(p)] = operands[p.parameter_number]
+    for inst in module.entry.post_order():
+        if id(inst) in vals:
+            continue
+        ops = [vals[id(o)] for o in inst.operands]
+        if id(inst) in calls:
+            res = execute_on_gpu(inst, ops, algorithm=int(call.get("algorithm", 0)))
+            ws = inst.shape.tuple_shapes[-1]
+            vals[id(inst)] = (res.get() if hasattr(res, "get") else np.asarray(res), np.zeros(ws.dimensions, np.int8))
+        else:
+            vals[id(inst)] = evaluate_instruction(inst, ops)
+    return vals[id(module.entry.root)]
+
+
+def _check_values(config: Config) -> None:
+    """``algorithm`` and ``workspace_bytes`` are integers in range.
+
+    Raises:
+        fusegen.codegen_backend.ConfigError: naming the field.
+    """
+    from fusegen.codegen_backend import ConfigError
+
+    for f, lo, hi in (("algorithm", -1, 1 << 16), ("workspace_bytes", 0, 1 << 32)):
+        v = config.values.get(f, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ConfigError(f"{f}={v!r} is not an integer in {lo}..{hi}")
 
 
 # ------------------------------------------------------------------------------------------------ GPU path
@@ -509,6 +736,8 @@ def _gpu_can_execute(inst: Instruction) -> bool:
 def _gpu_execute(inst: Instruction, operands: list[Any], context: Any = None) -> Any:
     import numpy as np
 
+    if inst.opcode == "fusion":  # a GEMM fusion tuned to cuBLASLt (the fission backend's winner)
+        return execute_fission(inst, operands)
     out = execute_on_gpu(inst, operands)
     res = out.get() if hasattr(out, "get") else np.asarray(out)
     if inst.shape.is_tuple:
@@ -533,7 +762,7 @@ def fusegen_passes():
 
 @hookimpl
 def fusegen_codegen_backends():
-    return [CublasLtBackend()]
+    return [CublasLtBackend(), CublasLtFissionBackend()]
 
 
 @hookimpl

@@ -154,12 +154,13 @@ class TritonBackend(CodegenBackend):
         ``block_k``. A ``__triton_nested_gemm_fusion`` also gets its ``block_level_fusion_config`` replaced by
         the same tiling (output tile ``[1, ..., block_m, block_n]``, warps, stages, CTAs, TMA; other fields of
         the old one kept), so the two never disagree; on a ``__triton_gemm`` fusion a stale
-        ``block_level_fusion_config`` is removed. A host winner applied earlier is cleared.
+        ``block_level_fusion_config`` is removed. A host or library-call (cuBLASLt fission) winner applied earlier
+        is cleared.
 
         Raises:
             fusegen_plugins.backends.triton_configs.ConfigError: a malformed config (``split_k > 1``...).
         """
-        from fusegen.autotuning.tuned_backend import EXECUTION_BACKEND_FIELD
+        from fusegen.autotuning.tuned_backend import EXECUTION_BACKEND_FIELD, LIBRARY_CALL_FIELD
         from fusegen_plugins.backends.triton_configs import from_values
 
         cfg = from_values(dict(config.values))
@@ -172,6 +173,7 @@ class TritonBackend(CodegenBackend):
         else:
             fbc.pop("block_level_fusion_config", None)
         fbc.pop(EXECUTION_BACKEND_FIELD, None)
+        fbc.pop(LIBRARY_CALL_FIELD, None)
         bc["fusion_backend_config"] = fbc
         instr.attrs["backend_config"] = bc
 
