@@ -68,8 +68,9 @@ def test_one_specialised_kernel_per_xla_launch(module):
             stores = body.count("tl.store(")
             assert stores == len(em.leaf_operand) + sum(p.kind == "scratch" for p in ks.params)
             assert "tl.gather(key, pl, 0)" in body and body.count("tl.load(") <= 2 * stores
-        else:
-            assert ks.constexprs["M"] == mtop == mbot and s0 == s1 and not loops
+        else:  # XLA's unrolled compare bodies: U sub-steps of one pair a thread (BLOCK = the block's threads)
+            assert ks.constexprs["M"] == mtop == mbot and s0 == s1 and len(loops) == 1
+            assert ks.constexprs["BLOCK"] == ks.launch.threads3[0] and ks.constexprs["U"] == 4
             assert "tl.gather" not in body
 
 

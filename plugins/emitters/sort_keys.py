@@ -41,13 +41,17 @@ _FLOAT_KEYS = {"f16": 16, "bf16": 16, "f32": 32}
 #: Bits a packed key may use: the largest ``s64`` stays free for lanes past the row.
 KEY_BITS = 62
 _KEY_PAD = (1 << 63) - 1
+_INT64_MIN = -(1 << 63)
 #: Registers per thread a tiled launch is capped at (``maxnreg``). XLA launches its kernel with ``.reqntid``
 #: and no register cap; ptxas left to itself with that block spends up to 1.6x XLA's registers (sm_90,
-#: ``new_sort_small``). Live through the network are the tile's keys and their partners (4 elements a thread:
-#: 16 registers), the key operands' values, one predicate and one shared-memory address per step mask:
+#: ``new_sort_small``; a first launch of 1024 threads it even caps at 32 itself, spilling). Live through the
+#: network are the tile's keys and their partners (4 elements a thread: 16 registers), the key operands'
+#: values no key gives back, one predicate and one shared-memory address per step mask; the buffers'
+#: addresses are one 64-bit scalar each (:func:`~fusegen_plugins.emitters.sort_network.tile_offsets`):
 #: blocks of 512 threads or more fit 32 (2048 threads an SM, XLA's occupancy), smaller ones 36 (at 32 ptxas
 #: spilled 4 bytes on some); rows whose accesses are scalar (a row's bytes not a multiple of 16, or a sorted
-#: dimension that is not the minor one) keep an address per element and take 48.
+#: dimension that is not the minor one) take 48: the first launch reads its operands through the elemental
+#: generator, an address per element.
 TILE_REGISTERS = types.MappingProxyType({"large_block": 32, "small_block": 36, "scalar_rows": 48})
 
 
@@ -150,10 +154,99 @@ def _before(gen: ElementalGenerator, comparator: Any, packing: KeyPacking, first
 
 
 def _lane_bits(packing: KeyPacking, tile: int) -> int:
-    """Bits of the tile lane a tiled launch packs below the key (0: they do not fit, a second tensor carries it)."""
+    """Bits of the tile lane a tiled launch packs below the key (0: they do not fit, a second tensor carries it).
+
+    The lane may take the key's last two bits: a key of 64 bits has its top bit flipped (:func:`_signed_key`),
+    and a key of 63 or 64 bits reaches the pad (``2**63 - 1``, every bit set) only with the position's bits
+    all set, which needs a row of ``2**idx_bits`` elements; such a row fills its tiles (``TILE`` divides
+    it), so no lane of its tiles holds the pad."""
     used = packing.idx_bits + sum(bits for _, bits, _ in packing.levels)
     lane_bits = (tile - 1).bit_length()
-    return lane_bits if used + lane_bits <= KEY_BITS else 0
+    return lane_bits if used + lane_bits <= 64 else 0
+
+
+def _signed_key(packing: KeyPacking, lb: int) -> bool:
+    """Whether a later tiled launch's key with ``lb`` lane bits takes all 64 bits: it is then the packed bits
+    with the top one flipped, so that ``int64`` order is their unsigned order."""
+    return packing.idx_bits + sum(bits for _, bits, _ in packing.levels) + lb == 64
+
+
+def key_inverse(lv: Any) -> str | None:
+    """How a key level's operand is recovered from the key, where the comparator's key of it is a bijection
+    of its bits: ``identity`` (the parameter itself), ``bitcast`` (its bits as the same width's integer) or
+    ``total_order`` (``ComparisonExpander``'s total order without JAX's canonicalisation of NaN and -0.0:
+    ``select(b < 0, b ^ MAX, b)`` of those bits, its own inverse: ``lax.top_k``'s comparator); ``None`` for
+    any other key (JAX's ``sort`` canonicalises NaN and -0.0: several values, one key)."""
+    e = lv.expr
+
+    def is_param(i: Any) -> bool:
+        return i.opcode == "parameter" and int(i.attrs.get("parameter_number", -1)) == lv.param
+
+    def is_bits(i: Any) -> bool:
+        return (i.opcode in ("bitcast", "bitcast-convert") and is_param(i.operands[0])
+                and i.shape.element_type in ("s8", "s16", "s32")
+                and dtypes.bit_width(i.shape.element_type) == dtypes.bit_width(i.operands[0].shape.element_type))
+
+    def constant(i: Any) -> int | None:
+        while i.opcode in ("broadcast", "reshape", "copy") and i.operands:
+            i = i.operands[0]
+        if i.opcode != "constant" or i.shape.rank:
+            return None
+        try:
+            return int(str(i.attrs.get("literal", i.attrs.get("value", ""))).strip("{} "))
+        except ValueError:
+            return None
+
+    if is_param(e):
+        return "identity"
+    if is_bits(e):
+        return "bitcast"
+    if e.opcode != "select" or not is_bits(e.operands[2]):
+        return None
+    cond, flipped, b = e.operands
+    top = (1 << (dtypes.bit_width(b.shape.element_type) - 1)) - 1
+    if flipped.opcode != "xor" or b not in flipped.operands:
+        return None
+    other = flipped.operands[1] if flipped.operands[0] is b else flipped.operands[0]
+    direction = str(cond.attrs.get("direction", "")).upper()
+    if cond.opcode != "compare" or constant(other) != top:
+        return None
+    if (cond.operands[0] is b and direction == "LT" and constant(cond.operands[1]) == 0) or (
+            cond.operands[1] is b and direction == "GT" and constant(cond.operands[0]) == 0):
+        return "total_order"
+    return None
+
+
+def _decoded(ctx: Any, packing: KeyPacking, key: str, operand: int, et: str, low_bits: int) -> str | None:
+    """Operand ``operand``'s value (element type ``et``) read back from packed ``key`` (:func:`_packed_key`,
+    ``low_bits`` below the levels: the position and lane bits) where a level's key is a bijection of it
+    (:func:`key_inverse`), so that the network need not hold or gather it; ``None`` where none is."""
+    shift = low_bits + sum(bits for _, bits, _ in packing.levels)
+    for lv, bits, kind in packing.levels:
+        shift -= bits
+        how = key_inverse(lv) if lv.operand == operand else None
+        if how is None:
+            continue
+        field = ctx.emit(f"({key} >> {shift}) & {(1 << bits) - 1}" if shift else f"{key} & {(1 << bits) - 1}", "kf")
+        if lv.descending:
+            field = ctx.emit(f"{(1 << bits) - 1} - {field}", "kf")
+        if kind != "uint":
+            field = ctx.emit(f"{field} - {1 << (bits - 1)}", "kf")
+        ket = lv.expr.shape.element_type
+        if kind == "float":  # XLA's total order back to the float's bits (the transform is its own inverse)
+            kb = ctx.emit(f"{field}.to(tl.int{bits})", "kb")
+            k = ctx.emit(f"({kb} ^ (({kb} >> {bits - 1}) & {(1 << (bits - 1)) - 1})).to({ts.tl_dtype(ket)}, "
+                         "bitcast=True)", "kd")
+        elif ket == "pred":
+            k = ctx.emit(f"{field} != 0", "kd")
+        else:
+            k = ctx.emit(f"{field}.to({ts.tl_dtype(ket)})", "kd")
+        if how == "total_order":
+            k = ctx.emit(f"tl.where({k} < 0, {k} ^ {(1 << (bits - 1)) - 1}, {k})", "kd")
+        if how != "identity":
+            k = ctx.emit(f"{k}.to({ts.tl_dtype(et)}, bitcast=True)", "kd")
+        return k
+    return None
 
 
 def _storage(v: str, et: str) -> str:
@@ -166,15 +259,15 @@ def _tile_source(em: Any, packing: KeyPacking, plan: tuple, iotas: tuple, lb: in
     """A tiled launch: the tile's keys sorted in registers by the steps of constexprs ``S0..S1`` /
     ``MTOP..MBOT``, then every buffer written at each position from the lane its key came from. ``first``:
     the operands come from the fusion's inputs (elemental generator at each position), the positions are
-    the positions themselves; else from the buffers. The key operands' values are held through the network
-    and gathered after it (each buffer loaded once, as XLA's kernel does); an operand no key reads is loaded
+    the positions themselves; else from the buffers. An operand whose key is a bijection of it is read back
+    from its key (:func:`key_inverse`); another key operand's values are held through the network and
+    gathered after it (each buffer loaded once, as XLA's kernel does); an operand no key reads is loaded
     after the network. ``interpret``: the interpreter variant's source (``int64`` gather indices)."""
     sort = em.sort
     bufs, pos_buf = plan
     ctx, gen = net.begin(em, ("key", "ln"))
     names = [ctx.param(kind, index, shape, f"b{b}") for b, (kind, index, shape, _) in enumerate(bufs)]
-    bases, strides = net.row_bases(ctx, em, [buf[2] for buf in bufs])
-    offs = [ctx.emit(net.offset(base, "qc", sd), "off") for base, sd in zip(bases, strides)]
+    offs = net.tile_offsets(ctx, em, [buf[2] for buf in bufs], interpret)
     b = ctx.body
     used = sorted({lv.operand for lv, _, _ in packing.levels})
     buf_of = {buf[3]: j for j, buf in enumerate(bufs)}
@@ -196,6 +289,8 @@ def _tile_source(em: Any, packing: KeyPacking, plan: tuple, iotas: tuple, lb: in
             key = _packed_key(gen, em.comparator, packing, values, position)
             if lb:  # the lane in the lowest bits, below the position
                 key = ctx.emit(f"({key} << {lb}) | ({local}).to(tl.int64)", "key")
+                if _signed_key(packing, lb):
+                    key = ctx.emit(f"{key} ^ {_INT64_MIN}", "key")
             positions = f"(key >> {lb}) & {(1 << packing.idx_bits) - 1}"
     b.line(f"key = tl.where(valid, {key}, {_KEY_PAD})")
     carry_lane = not first and not lb
@@ -212,12 +307,16 @@ def _tile_source(em: Any, packing: KeyPacking, plan: tuple, iotas: tuple, lb: in
     b.line(f"src = (gl & (0 - TILE)) | {'ln' if carry_lane else '(key & (TILE - 1))'}.to(gl.dtype)")
     mask_before = ctx.mask
     ctx.mask = "valid"
+    low_bits = tile_bits if first else packing.idx_bits + lb
+    raw = "key" if first or not _signed_key(packing, lb) else ctx.emit(f"key ^ {_INT64_MIN}", "kr")
     with deep_recursion():
         rindex = net.row_index(gen, em, "row_c", "qc")
         for j, (kind, _, shape, k) in enumerate(bufs):
             et = shape.element_type
             if j == pos_buf or k == -1 or k in iotas:  # positions: decoded from the key
                 v = ctx.emit(f"({positions}).to({ts.tl_dtype(et)})", "posv")
+            elif (v := _decoded(ctx, packing, raw, k, et, low_bits)) is not None:  # read back from its key
+                pass
             else:
                 if first:  # a key operand's value is the generator's, computed before the network
                     v = gen.value(sort.operands[k], rindex)

@@ -43,10 +43,10 @@ INTERPRET_LANES = 1 << 20
 #: Names the network kernels use (reserved in their :class:`KernelContext`).
 NAMES = ("lane", "q", "row", "qr", "qc", "live", "row_c", "valid", "mask", "zero", "s", "t", "h", "xm", "w",
          "up", "pl", "gl", "swap", "i", "i0", "p", "ic", "pc", "act", "src", "BLOCK", "TILE", "RT", "PR", "NSORT", "ROWS", "S0",
-         "S1", "MTOP", "MBOT", "M")
+         "S1", "MTOP", "MBOT", "M", "U", "u", "iu", "pu", "q0", "t0")
 
 TILE_CONSTEXPRS = ("TILE", "BLOCK", "RT", "NSORT", "ROWS", "S0", "S1", "MTOP", "MBOT")
-GLOBAL_CONSTEXPRS = ("BLOCK", "PR", "NSORT", "ROWS", "M")
+GLOBAL_CONSTEXPRS = ("BLOCK", "U", "PR", "NSORT", "ROWS", "M")
 
 
 def pow2_floor(x: int) -> int:
@@ -60,15 +60,39 @@ def offset(base: str, pos: str, stride: int) -> str:
 
 
 def tile_prologue(idx_t: str, interpret: bool) -> list[str]:
-    """Lines every tiled kernel starts with: ``q`` the program's positions over ``ROWS`` rows of ``RT``
-    (the row rounded up to whole tiles), ``qr`` the position in the row, ``valid`` a real element, ``qc`` the
-    position clamped into the row (contiguous runs of a tile, for vector loads; a lane the masks should drop
-    never addresses past its buffer), ``gl`` the lane as gathers index it (``int64`` in an interpreter
-    variant: numpy's index type, no conversion per gather)."""
-    return ["lane = tl.arange(0, BLOCK)", "gl = lane.to(tl.int64)" if interpret else "gl = lane", f"q = tl.program_id(0).to({idx_t}) * BLOCK + lane",
-            "row = q // RT", "qr = q % RT", "live = row < ROWS", "row_c = tl.minimum(row, ROWS - 1)",
-            "valid = live & (qr < NSORT)", "mask = valid", f"zero = tl.full([BLOCK], 0, {idx_t})",
-            "qc = tl.max_contiguous(tl.multiple_of(tl.minimum(qr, NSORT - 1), TILE), TILE)"]
+    """Lines every tiled kernel starts with: ``qr`` the position in the row (``ROWS`` rows of ``RT``, the
+    row rounded up to whole tiles), ``valid`` a real element, ``qc`` the position clamped into the row
+    (contiguous runs of a tile, for the elemental generator's reads: a lane the masks should drop never
+    addresses past its buffer), ``gl`` the lane as gathers index it (``int64`` in an interpreter variant:
+    numpy's index type, no conversion per gather). A launched kernel is one tile a program (``BLOCK ==
+    TILE``): its row ``row`` / ``row_c`` and the tile's start ``t0`` are the program's scalars
+    (:func:`tile_offsets`); an interpreter variant's program spans tiles and rows, all per lane."""
+    if interpret:
+        lines = ["lane = tl.arange(0, BLOCK)", "gl = lane.to(tl.int64)",
+                 f"q = tl.program_id(0).to({idx_t}) * BLOCK + lane", "row = q // RT", "qr = q % RT",
+                 "live = row < ROWS", "row_c = tl.minimum(row, ROWS - 1)", "valid = live & (qr < NSORT)"]
+    else:  # the live mask a tensor (a scalar int1 combined with a tensor's widens in Triton's interpreter)
+        lines = ["lane = tl.arange(0, BLOCK)", "gl = lane", f"q0 = tl.program_id(0).to({idx_t}) * BLOCK",
+                 "row = q0 // RT", "t0 = q0 % RT", "qr = t0 + lane", f"zero = tl.full([BLOCK], 0, {idx_t})",
+                 "live = (zero + row) < ROWS", "row_c = tl.minimum(row, ROWS - 1)",
+                 "valid = live & (lane < NSORT - t0)"]
+    return lines + ["mask = valid", *([f"zero = tl.full([BLOCK], 0, {idx_t})"] if interpret else []),
+                    "qc = tl.max_contiguous(tl.multiple_of(tl.minimum(qr, NSORT - 1), TILE), TILE)"]
+
+
+def tile_offsets(ctx: KernelContext, em: Any, shapes: list[Any], interpret: bool) -> list[str]:
+    """Per buffer shape: the offsets of a tiled kernel's elements (:func:`tile_prologue`). A launched kernel's
+    are the tile's first element as a 64-bit scalar plus the lanes, so that every access of a buffer is one
+    base register and an immediate (XLA's 64-bit indexing), nothing per element held through the network;
+    an interpreter variant's are ``qc``'s."""
+    bases, strides = row_bases(ctx, em, shapes)
+    if interpret:
+        return [ctx.emit(offset(base, "qc", sd), "off") for base, sd in zip(bases, strides)]
+    out = []
+    for base, sd in zip(bases, strides):
+        start = ctx.emit(f"{base + '.to(tl.int64) + ' if base else ''}t0.to(tl.int64) * {sd}", "ts")
+        out.append(ctx.emit(f"{start} + {'lane' if sd == 1 else f'lane * {sd}'}", "off"))
+    return out
 
 
 def begin_tile_steps(b: Any, interpret: bool = False) -> None:
@@ -92,29 +116,40 @@ def end_tile_steps(b: Any) -> None:
     b.level -= 2
 
 
-def global_prologue(idx_t: str, contiguous: bool, flip: bool, padded: bool) -> list[str]:
-    """Lines of a global step's kernel: pair ``q`` of ``ROWS`` rows of ``PR`` pairs, ``i`` its lower position
-    (a zero bit inserted at ``M``), ``p`` the partner, ``ic`` / ``pc`` clamped into the row, ``act`` a pair
-    that exchanges (its upper position is real). ``contiguous``: each program's pairs are one run of lower
-    positions (``BLOCK <= 2**M``, rows of whole programs): row and run start are the program's scalars, so
-    that the loads of the lower elements vectorise, and so do the partners' unless the step is a ``flip``."""
+def global_prologue(idx_t: str, contiguous: bool, flip: bool) -> list[str]:
+    """Lines of a global step's kernel before its sub-steps (:func:`global_substep`): a program does ``U``
+    sub-steps of ``BLOCK`` pairs each, one pair a thread (XLA's unrolled loop of ``kUnrollFactor`` compare
+    bodies: a pair is loaded, compared and stored before the next is loaded, so the registers hold one pair).
+    ``contiguous``: each program's pairs are one run of lower positions (``U * BLOCK <= 2**M``, rows of whole
+    programs): ``row``, ``row_c`` and the run's first lower position ``i0`` are the program's scalars."""
     step = ["h = 1 << M", "xm = 2 * h - 1" if flip else "xm = h"]
+    lines = ["lane = tl.arange(0, BLOCK)", f"zero = tl.full([BLOCK], 0, {idx_t})", *step]
     if contiguous:
         # row and run start are scalars; the live mask a tensor (a scalar int1 combined with a tensor's
         # widens in Triton's interpreter)
-        lines = ["lane = tl.arange(0, BLOCK)", f"q = tl.program_id(0).to({idx_t}) * BLOCK", "row = q // PR",
-                 "qr = q % PR", f"zero = tl.full([BLOCK], 0, {idx_t})", "live = (zero + row) < ROWS",
-                 "row_c = tl.minimum(row, ROWS - 1)", "mask = live", *step,
-                 "i0 = tl.multiple_of(qr + (qr & (0 - h)), BLOCK)", "i = i0 + lane",
-                 "p = (i0 ^ xm) - lane" if flip else "p = i + h"]
-    else:
-        lines = ["lane = tl.arange(0, BLOCK)", f"q = tl.program_id(0).to({idx_t}) * BLOCK + lane", "row = q // PR",
-                 "qr = q % PR", "live = row < ROWS", "row_c = tl.minimum(row, ROWS - 1)", "mask = live",
-                 f"zero = tl.full([BLOCK], 0, {idx_t})", *step, "i = qr + (qr & (0 - h))", "p = i ^ xm"]
-    lines.append("act = live & (p < NSORT)" if padded else "act = live")
-    hint = (lambda e: f"tl.max_contiguous(tl.multiple_of({e}, BLOCK), BLOCK)") if contiguous else (lambda e: e)
-    lines.append(f"ic = {hint('tl.minimum(i, NSORT - 1)')}")
-    lines.append(f"pc = {hint('tl.minimum(p, NSORT - 1)') if not flip else 'tl.minimum(p, NSORT - 1)'}")
+        lines += [f"q = tl.program_id(0).to({idx_t}) * (BLOCK * U)", "row = q // PR", "qr = q % PR",
+                  "live = (zero + row) < ROWS", "row_c = tl.minimum(row, ROWS - 1)", "mask = live",
+                  "i0 = qr + (qr & (0 - h))"]
+    return lines
+
+
+def global_substep(idx_t: str, contiguous: bool, flip: bool, padded: bool) -> list[str]:
+    """Lines opening sub-step ``u`` of a global step: ``act`` a pair that exchanges (its upper position is
+    real). ``contiguous``: ``iu`` (scalar) the sub-step's first lower position, the lower positions
+    ``iu + lane``, the partners ``pu + lane`` (``pu - lane`` for a ``flip``, whose partners run downwards);
+    else per lane: pair ``q`` of ``ROWS`` rows of ``PR`` pairs, ``i`` its lower position (a zero bit inserted
+    at ``M``), ``p`` the partner, ``ic`` / ``pc`` clamped into the row."""
+    if contiguous:
+        lines = ["iu = i0 + u * BLOCK", "pu = iu ^ xm" if flip else "pu = iu + h"]
+        if padded:  # the partner pu -/+ lane is real
+            lines.append("act = live & (lane > pu - NSORT)" if flip else "act = live & (lane < NSORT - pu)")
+        else:
+            lines.append("act = live")
+        return lines
+    lines = [f"q = tl.program_id(0).to({idx_t}) * (BLOCK * U) + u * BLOCK + lane", "row = q // PR", "qr = q % PR",
+             "live = row < ROWS", "row_c = tl.minimum(row, ROWS - 1)", "mask = live", "i = qr + (qr & (0 - h))",
+             "p = i ^ xm", "act = live & (p < NSORT)" if padded else "act = live",
+             "ic = tl.minimum(i, NSORT - 1)", "pc = tl.minimum(p, NSORT - 1)"]
     return lines
 
 
@@ -195,21 +230,33 @@ def global_step_source(em: Any, plan: tuple, entry: str, contiguous: bool, flip:
     bufs, _ = plan
     ctx, gen = begin(em)
     names = [ctx.param(kind, index, shape, f"b{b}") for b, (kind, index, shape, _) in enumerate(bufs)]
-    bases, strides = row_bases(ctx, em, [buf[2] for buf in bufs])
     b = ctx.body
-    lo, hi, oi, op = [], [], [], []
+    b.line("for u in tl.static_range(U):")
+    b.level += 1
+    for line in global_substep(ctx.idx_t, contiguous, flip, em.n != em.npad):
+        b.line(line)
+    bases, strides = row_bases(ctx, em, [buf[2] for buf in bufs])
+    lo, hi, pi, pp = [], [], [], []
     for nm, base, sd in zip(names, bases, strides):
-        oi.append(ctx.emit(offset(base, "ic", sd), "oi"))
-        op.append(ctx.emit(offset(base, "pc", sd), "op"))
-        lo.append(ctx.emit(f"tl.load({nm} + {oi[-1]}, mask=act, other=0)", "a"))
-        hi.append(ctx.emit(f"tl.load({nm} + {op[-1]}, mask=act, other=0)", "c"))
+        if contiguous:  # a scalar pointer to the sub-step's first pair (64-bit, so that every access is one
+            # base register and an immediate), then the lanes
+            start = f"{base}.to(tl.int64) + " if base else ""
+            lanes = "lane" if sd == 1 else f"lane * {sd}"
+            pi.append(f"{ctx.emit(f'{nm} + ({start}iu.to(tl.int64) * {sd})', 'pi')} + {lanes}")
+            pp.append(f"{ctx.emit(f'{nm} + ({start}pu.to(tl.int64) * {sd})', 'pp')} {'-' if flip else '+'} {lanes}")
+        else:
+            pi.append(f"{nm} + {ctx.emit(offset(base, 'ic', sd), 'oi')}")
+            pp.append(f"{nm} + {ctx.emit(offset(base, 'pc', sd), 'op')}")
+        lo.append(ctx.emit(f"tl.load({pi[-1]}, mask=act, other=0)", "a"))
+        hi.append(ctx.emit(f"tl.load({pp[-1]}, mask=act, other=0)", "c"))
     with deep_recursion():
-        b.line(f"swap = {swap(ctx, gen, lo, hi)}")
-    for nm, a, c, o1, o2 in zip(names, lo, hi, oi, op):
-        b.line(f"tl.store({nm} + {o1}, tl.where(swap, {c}, {a}), mask=act)")
-        b.line(f"tl.store({nm} + {o2}, tl.where(swap, {a}, {c}), mask=act)")
+        b.line(f"swap = act & ({swap(ctx, gen, lo, hi)})")
+    for a, c, o1, o2 in zip(lo, hi, pi, pp):  # XLA's kernel stores only the pairs it exchanges
+        b.line(f"tl.store({o1}, {c}, mask=swap)")
+        b.line(f"tl.store({o2}, {a}, mask=swap)")
+    b.level -= 1
     b.lines[:] = finish(b.lines)
-    source = ctx.render(entry, GLOBAL_CONSTEXPRS, global_prologue(ctx.idx_t, contiguous, flip, em.n != em.npad))
+    source = ctx.render(entry, GLOBAL_CONSTEXPRS, global_prologue(ctx.idx_t, contiguous, flip))
     return source, tuple(ctx.params)
 
 
@@ -284,7 +331,8 @@ def launches(em: Any, sources: Sources, stages: int, tile: int, bits: list[int],
             flip = mtop == s0
             contiguous = blk <= (1 << mtop) and (npad // 2) % blk == 0
             src, params = source(("global", contiguous, flip), lambda: sources.global_step(contiguous, flip))
-            cx = {"BLOCK": blk, "PR": npad // 2, **common, "M": mtop}  # the flip (M == S) is in the source
+            sub = min(threads, blk)  # one pair a thread and sub-step, blk // sub sub-steps (XLA's unroll)
+            cx = {"BLOCK": sub, "U": blk // sub, "PR": npad // 2, **common, "M": mtop}  # the flip (M == S): source
             ks = KernelSource(name=label, source=src, entry=sources.entry, params=params, constexprs=cx,
                               launch=launch, num_stages=1)
             variant = _global_variant(ks, sources, source, schedule, k, rows, npad, pairs)
@@ -313,7 +361,7 @@ def _global_variant(ks: KernelSource, sources: Sources, source: Callable, schedu
         return attrs.evolve(ks, source=src, constexprs=cx,
                             launch=LaunchDimensions(grid=(-(-rows * npad // ve),), num_warps=4))
     flip = schedule[k][1][2] == s
-    vb = max(ks.constexprs["BLOCK"], min(INTERPRET_LANES // 2, pow2_floor(pairs)))
+    vb = max(ks.constexprs["BLOCK"] * ks.constexprs["U"], min(INTERPRET_LANES // 2, pow2_floor(pairs)))
     vsrc, _ = source(("global", False, flip), lambda: sources.global_step(False, flip))
-    return attrs.evolve(ks, source=vsrc, constexprs={**ks.constexprs, "BLOCK": vb},
+    return attrs.evolve(ks, source=vsrc, constexprs={**ks.constexprs, "BLOCK": vb, "U": 1},
                         launch=LaunchDimensions(grid=(-(-pairs // vb),), num_warps=4))

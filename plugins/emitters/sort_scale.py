@@ -207,8 +207,7 @@ def _tile_source(em: Any, plan: tuple, pos: int | None, entry: str, first: bool,
     bufs, pos_buf = plan
     ctx, gen = net.begin(em)
     names = [ctx.param(kind, index, shape, f"b{b}") for b, (kind, index, shape, _) in enumerate(bufs)]
-    bases, strides = net.row_bases(ctx, em, [buf[2] for buf in bufs])
-    offs = [ctx.emit(net.offset(base, "qc", sd), "off") for base, sd in zip(bases, strides)]
+    offs = net.tile_offsets(ctx, em, [buf[2] for buf in bufs], interpret)
     ets = [o.shape.element_type for o in sort.operands]
     buf_of = {buf[3]: j for j, buf in enumerate(bufs)}
     b = ctx.body
