@@ -99,7 +99,9 @@ class KernelSource:
         num_stages: software pipelining stages for compilation.
         interpret_variant: an equivalent kernel (same params, same results) with larger tiles, run
             instead of this one in Triton's interpreter, where the cost is per program and per tile
-            rather than per element; compiled and reported launches always use this kernel.
+            rather than per element; compiled and reported launches always use this kernel, and every run also
+            runs some of this kernel's own programs against the variant's results
+            (:mod:`fusegen.runtime.compiled_program`).
         scalar_types: Triton types (``"i32"``...) of runtime scalar arguments, passed after the pointers
             and before the constexprs (one compiled kernel serves every value).
         scalar_launches: the kernel is launched once per entry, in order, with that entry's scalar
