@@ -7,7 +7,8 @@
   content is checked against the generated text: no ``__pycache__`` bytecode is read or written.
 * :func:`run_interpreted` runs a kernel with ``triton.runtime.interpreter.InterpretedFunction`` on 1-D
   numpy buffers (through :class:`NpPtr`, which gives numpy arrays the torch-like surface the interpreter
-  wants). ``TRITON_INTERPRET`` stays unset so the same process can also compile. The kernel runs with
+  wants), a 1-D grid's programs several at a time (:mod:`fusegen.codegen.interpreter_batch`: the same bits
+  as one by one). ``TRITON_INTERPRET`` stays unset so the same process can also compile. The kernel runs with
   fusegen's interpreter patches, applied for the run only and restored afterwards
   (:func:`~fusegen.codegen.interpreter_patches.patched_interpreter`): float downcasts to bf16/fp8 round
   to nearest even like the GPU, ``tl.reduce`` with fusegen's combine functions (:data:`COMBINE_PREFIX`)
@@ -42,6 +43,7 @@ import attrs
 import numpy as np
 
 from fusegen.codegen import triton_source
+from fusegen.codegen.interpreter_batch import like, run_grid
 from fusegen.codegen.interpreter_fast_paths import host_buffers
 from fusegen.codegen.interpreter_patches import COMBINE_PREFIX, patched_interpreter, program_id_map
 from fusegen.codegen.kernel_dir import KernelDirError, kernel_dir, kernel_dir_path, private_dir, read_regular
@@ -166,10 +168,12 @@ class _NumpyLibdevice:
             with np.errstate(all="ignore"):
                 out = np.asarray(fn(*datas))
             first = args[0]
+            handles = [a.handle for a in args]  # a batch's value stays one (fusegen.codegen.interpreter_batch)
             if out.dtype == np.int32 and first.dtype.scalar != tl.int32:
-                return tl.tensor(TensorHandle(out, tl.int32), tl.block_type(tl.int32, first.shape) if first.shape else tl.int32)
+                return tl.tensor(like(TensorHandle(out, tl.int32), handles),
+                                 tl.block_type(tl.int32, first.shape) if first.shape else tl.int32)
             out = out.astype(datas[0].dtype, copy=False)
-            return tl.tensor(TensorHandle(out, first.dtype.scalar), first.type)
+            return tl.tensor(like(TensorHandle(out, first.dtype.scalar), handles), first.type)
 
         return call
 
@@ -297,15 +301,13 @@ def run_programs(ks: KernelSource, buffers: Sequence[np.ndarray], program_ids: S
 
 def _interpret(ks: KernelSource, buffers: Sequence[np.ndarray], scalars: Sequence[Any], grid: tuple[int, ...],
                cx: dict[str, int]) -> None:
-    from triton.runtime.interpreter import InterpretedFunction
-
     if len(buffers) != len(ks.params):
         raise ValueError(f"kernel {ks.name} takes {len(ks.params)} buffers, got {len(buffers)}")
     jitfn = load_kernel(ks, interpret=True)
     fn = getattr(jitfn, "fn", jitfn)
     args = [NpPtr(np.ascontiguousarray(b)) if not b.flags.c_contiguous else NpPtr(b) for b in buffers]
     with np.errstate(all="ignore"), host_buffers([a.arr for a in args]), patched_interpreter():
-        InterpretedFunction(fn)[grid](*args, *scalars, **cx)
+        run_grid(fn, grid, [*args, *scalars], cx)  # Triton's grid loop, its programs in batches
 
 
 # --------------------------------------------------------------------------------------------------
