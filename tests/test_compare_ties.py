@@ -151,8 +151,8 @@ def test_a_compare_planted_the_wrong_way_round_is_a_mismatch():
 def _kernel(monkeypatch, fusion: str, change) -> None:
     real = triton_runtime.run_fusion
 
-    def run(runner, ops, inst):
-        flat = real(runner, ops, inst)
+    def run(runner, ops, inst, **kw):
+        flat = real(runner, ops, inst, **kw)
         if inst.name == fusion:
             flat = [change(np.array(flat[0]))] + list(flat[1:])
         return flat

@@ -206,6 +206,8 @@ def test_cli_jobs_1_and_2_print_the_same_report():
         for d in [doc, *doc["fusions"]]:
             d.pop("timings", None)
             d.pop("seconds", None)
+        for f in doc["fusions"]:  # which sampled programs ran as compiled depends on a time budget; the verdict not
+            f["compiled_program"] = (f.get("compiled_program") or {}).get("status")
         prof = doc.pop("reference_profile")  # seconds differ; the instructions timed do not
         doc["profiled"] = sorted((r["name"], r["opcode"], r["calls"]) for r in prof["instructions"])
         return doc

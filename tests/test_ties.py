@@ -154,8 +154,8 @@ def _nudged(monkeypatch, fusion: str, by: float) -> None:
     """Make the kernel of ``fusion`` return row 0 column 0 of its output ``by`` ulps up."""
     real = triton_runtime.run_fusion
 
-    def run(runner, ops, inst):
-        flat = real(runner, ops, inst)
+    def run(runner, ops, inst, **kw):
+        flat = real(runner, ops, inst, **kw)
         if inst.name == fusion:
             a = np.array(flat[0], np.float32).reshape(-1)
             a[0] = a[0] + by * float(np.spacing(a[0]))
@@ -240,8 +240,8 @@ def test_mixtral_sort_kernel_that_flips_the_tie_on_its_own_operands_is_a_mismatc
     m, args, expected = _mixtral()
     real = triton_runtime.run_fusion
 
-    def run(runner, ops, inst):
-        flat = real(runner, ops, inst)
+    def run(runner, ops, inst, **kw):
+        flat = real(runner, ops, inst, **kw)
         if inst.name == "fusion.42":
             keys, ids = (np.array(b).reshape(16, 4) for b in flat[:2])
             keys[12, [1, 2]], ids[12, [1, 2]] = keys[12, [2, 1]], ids[12, [2, 1]]

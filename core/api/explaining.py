@@ -214,7 +214,8 @@ def explain_document(modules: list, rows: list, calls: list, fusion_name: str | 
     want = fusion_name.lstrip("%") if fusion_name else None
     smem_reason = smem_reason or {}
     for inst, (emitted, rep) in rows:
-        d = {k: v for k, v in rep.to_json().items() if k not in ("max_abs_error", "max_rel_error", "status", "compiled_sm90")}
+        d = {k: v for k, v in rep.to_json().items() if k not in ("max_abs_error", "max_rel_error", "status", "compiled_sm90",
+                                                            "compiled_program")}  # explain runs no kernel
         d["launch_dimensions"] = launch_dimensions_json(rep) if emitted is not None and emitted.launch else None
         if id(inst) in smem_reason and d["launch_dimensions"] is not None:
             d["launch_dimensions"]["shared_memory_bytes"] = None  # unknown until compiled, never a wrong 0
