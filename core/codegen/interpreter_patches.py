@@ -19,6 +19,7 @@ user's own kernel interpreted before or after a fusegen run gets plain Triton.
 * :func:`patch_int_division`: integer ``//`` and ``%`` of non-negative operands as one numpy division (by a
   scalar where the divisor is a splat);
 * :func:`patch_addptr`: pointer + offset as one fused cast-multiply-add;
+* :func:`~fusegen.codegen.interpreter_fast_paths.patch_splat`: a large scalar splat made once and shared (read-only);
 * :func:`patch_program_ids`: ``tl.program_id`` / ``tl.num_programs`` of a launch that runs some of its grid's programs
   (:func:`program_id_map`).
 
@@ -43,7 +44,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from fusegen.codegen import atomic_asm
-from fusegen.codegen.interpreter_fast_paths import patch_addptr, patch_int_division, patch_memory
+from fusegen.codegen.interpreter_fast_paths import patch_addptr, patch_int_division, patch_memory, patch_splat
 # shared with the reference evaluator, which rounds a tf32 dot's operands as the kernel does
 from fusegen.hlo.dot_numerics import tf32_round, tf32_truncate
 
@@ -516,7 +517,8 @@ def register_builder_mixin(cls: type) -> None:
 def _core_methods() -> dict[str, Any]:
     methods: dict[str, Any] = {}
     for part in (patch_float_casts(), patch_bool_logic(), patch_select_gather(), patch_dot(), patch_exp(),
-                 patch_inline_asm(), patch_memory(), patch_int_division(), patch_addptr(), patch_program_ids()):
+                 patch_inline_asm(), patch_memory(), patch_int_division(), patch_addptr(), patch_program_ids(),
+                 patch_splat()):
         assert not methods.keys() & part.keys(), "two patches override one builder method"
         methods.update(part)
     return methods
