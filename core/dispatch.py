@@ -49,6 +49,12 @@ def _pm(pm: "PluginManager | None") -> "PluginManager":
     return default_plugin_manager()
 
 
+def _takes_context(fn: Any) -> bool:
+    from fusegen.plugin_manager import _positional_arity
+
+    return _positional_arity(fn) > 1
+
+
 def get_emitter_fusion_kind(analysis: "FusionAnalysis", pm: "PluginManager | None" = None) -> Decision:
     """Ask the ranked matchers for ``analysis``'s kind; the first non-``None`` answer wins.
 
@@ -67,9 +73,11 @@ def get_emitter_fusion_kind(analysis: "FusionAnalysis", pm: "PluginManager | Non
 
     pm = _pm(pm)
     analysis.restore_heroes()
+    device = getattr(analysis, "device", None)
     for m in pm.kind_matchers():
-        kind = pm.call_plugin(m.plugin, f"kind matcher {m.name!r}", m.match, analysis,
-                              context=pm.context_for(m.plugin, device=getattr(analysis, "device", None)))
+        # a matcher written as match(analysis) gets no context: none is built for it (asked for every fusion)
+        ctx = pm.context_for(m.plugin, device=device) if _takes_context(m.match) else None
+        kind = pm.call_plugin(m.plugin, f"kind matcher {m.name!r}", m.match, analysis, context=ctx)
         if kind is None:
             continue
         if not isinstance(kind, str) or kind not in pm.declared_kinds():

@@ -533,15 +533,19 @@ class PluginManager:
                 out.add(d)
         return out
 
-    def _registry(self, reg: str) -> list:
+    def _registry(self, reg: str, ranked: bool = False) -> list:
+        """The entries of ``reg`` that ``[plugins] disable`` leaves, in registration order or (``ranked``) by rank;
+        built once per state of the registry (dispatch asks for every fusion)."""
         self._load()
         key = (reg, self.disabled, self._gen)
         hit = self._cache.get(reg)
         if hit is None or hit[0] != key:
             off = self._disabled_in(reg)
             hit = self._cache[reg] = (key, [item for nm, item in self._entries[reg].items()
-                                            if normalize_name(nm) not in off])
-        return list(hit[1])
+                                            if normalize_name(nm) not in off], [])
+        if ranked and len(hit[2]) != len(hit[1]):
+            hit[2][:] = sorted(hit[1], key=lambda e: e.rank)
+        return list(hit[2] if ranked else hit[1])
 
     def registered_names(self) -> list[tuple[str, str]]:
         """``(registry, name)`` of every entry, ``[plugins] disable`` not applied."""
@@ -558,14 +562,14 @@ class PluginManager:
 
     def kind_matchers(self) -> list[KindMatcher]:
         """Dispatch questions in asking order."""
-        return sorted(self._registry("matcher"), key=lambda m: m.rank)
+        return self._registry("matcher", ranked=True)
 
     def emitter_factories(self, kind: str | None = None) -> list[EmitterFactory]:
         """Emitter factories in trying order, optionally only those of ``kind``."""
-        return sorted((f for f in self._registry("emitter") if kind is None or f.kind == kind), key=lambda f: f.rank)
+        return [f for f in self._registry("emitter", ranked=True) if kind is None or f.kind == kind]
 
     def execution_backends(self) -> list[ExecutionBackend]:
-        return sorted(self._registry("backend"), key=lambda b: b.rank)
+        return self._registry("backend", ranked=True)
 
     def passes(self) -> dict[str, HloPass]:
         return {p.name: p for p in self._registry("pass")}
@@ -577,11 +581,15 @@ class PluginManager:
 
     def declared_kinds(self) -> set[str]:
         """Kinds a matcher may answer: XLA's, every factory's ``kind``, every matcher's ``kinds``."""
-        out = set(kinds.EMITTER_FUSION_KINDS)
-        out |= {f.kind for f in self._entries["emitter"].values()}
-        for m in self._entries["matcher"].values():
-            out |= set(m.kinds)
-        return out
+        self._load()
+        hit = self._cache.get("declared kinds")
+        if hit is None or hit[0] != self._gen:
+            out = set(kinds.EMITTER_FUSION_KINDS)
+            out |= {f.kind for f in self._entries["emitter"].values()}
+            for m in self._entries["matcher"].values():
+                out |= set(m.kinds)
+            hit = self._cache["declared kinds"] = (self._gen, frozenset(out))
+        return set(hit[1])
 
     def call_plugin(self, plugin: str, what: str, fn: Callable, *args: Any, context: Any = None) -> Any:
         """Call a plugin-provided callable; wrap anything it raises in :class:`PluginError`.
