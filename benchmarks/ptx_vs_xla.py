@@ -171,10 +171,12 @@ def row_of(ln: Launch, xla: dict, ours: dict | None) -> dict:
         if grid_block and not row["launch_shared_equal"] and (why := shared_difference(row)) is not None:
             row["shared_difference"] = why
         if stated and not grid_block:
-            warps = -(-_prod(xl["threads"]) // 32)
-            if _prod(xl["threads"]) < 32 and launched == 32:  # a scalar fusion: XLA's block of 1 thread
-                row["launch_difference"] = (f"Triton launches whole warps: 32 threads (one warp) for XLA's "
-                                            f"{_prod(xl['threads'])}")
+            block = _prod(xl["threads"])
+            warps = -(-block // 32)
+            if block % 32 and launched == 32 * warps:  # XLA's block is no whole number of warps (a scalar
+                # fusion's 1 thread, a loop's 48): Triton launches the warps that hold it
+                whole = "one warp" if warps == 1 else f"{warps} warps"
+                row["launch_difference"] = f"Triton launches whole warps: {launched} threads ({whole}) for XLA's {block}"
             elif not _pow2(warps):  # else Triton could launch XLA's block: fusegen chose other warps, unexplained
                 row["launch_difference"] = (f"Triton launches a power-of-two number of warps: {launched} threads for "
                                             f"XLA's {_prod(xl['threads'])} ({warps} warps)")

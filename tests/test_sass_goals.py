@@ -7,6 +7,11 @@ XLA's kernel has none, at most 5% of kernels over 1.25x XLA's registers, XLA's g
 equal to XLA's or differing for a cause the row names. The kernels that miss a goal today are listed below with
 the reason; a fix that removes one must remove it here too (the lists are compared exactly), so the list is
 what fusegen does not yet do. Slow (every kernel compiled: minutes cold); CI runs it.
+
+Set ``r100000`` (issue 43) is a held-out sample: the 100 random programs of seeds 100000-100099 of
+``../shared/tools/random_programs`` (``tests/data/xla_kernels_r100000/README.md``), never tuned against. Its misses,
+register misses and spills included, are listed in its ``KNOWN.tsv`` (module, fusion, flag, reason); the 5% register
+goal is asserted on the six sets fusegen was built against.
 """
 
 from __future__ import annotations
@@ -22,13 +27,41 @@ from conftest import CORPUS
 HERE = Path(__file__).resolve().parent
 SETS = {"shared": CORPUS / "jax" / "launch", "x": HERE / "data" / "xla_kernels", "z": HERE / "data" / "xla_kernels_z",
         "w": HERE / "data" / "xla_kernels_w", "v": HERE / "data" / "xla_kernels_v",
-        "u": HERE / "data" / "xla_kernels_u"}
+        "u": HERE / "data" / "xla_kernels_u", "r100000": HERE / "data" / "xla_kernels_r100000"}
+#: the sets fusegen was built against: at most 5% of their kernels over 1.25x XLA's registers
+BUILT_AGAINST = ("shared", "x", "z", "w", "v", "u")
+
+
+def _known_tsv(name: str) -> dict[tuple[str, str, str], dict[str, str]]:
+    """A held-out set's ``KNOWN.tsv``: ``(set, module, fusion) -> {flag: reason}``."""
+    out: dict[tuple[str, str, str], dict[str, str]] = {}
+    path = SETS[name] / "KNOWN.tsv"
+    for line in path.read_text().splitlines()[1:] if path.exists() else []:
+        module, fusion, flag, reason = line.split("\t")
+        out.setdefault((name, module, fusion), {})[flag] = reason
+    return out
+
 
 #: (set, module without .h200_opt.hlo, fusion) -> {flag: reason} of the kernels that miss a goal today
-KNOWN: dict[tuple[str, str, str], dict[str, str]] = {}
+KNOWN: dict[tuple[str, str, str], dict[str, str]] = {**_known_tsv("r100000")}
 #: rows whose shared memory differs from XLA's for no cause ptx_vs_xla names
-UNEXPLAINED_SHARED: dict[tuple[str, str, str], str] = {}
-GOAL_FLAGS = ("narrower", "mem_insts_over_1_5", "loop_where_xla_has_none")
+UNEXPLAINED_SHARED: dict[tuple[str, str, str], str] = {
+    ("r100000", "rand_100005", "input_reduce_fusion"): "XLA's 32 x 33 transposing tile (4224 bytes) for a reduction "
+    "fusegen runs as a row reduction with Triton's scratch (512)",
+    ("r100000", "rand_100066", "input_reduce_fusion.2"): "as rand_100005's: XLA's 32 x 33 tile, fusegen's 512 bytes",
+    ("r100000", "rand_100051", "input_reduce_fusion"): "XLA's 16-byte cross-warp scratch, Triton's 512",
+    ("r100000", "rand_100080", "loop_select_transpose_fusion"): "XLA's padded tile (7392 bytes), Triton's "
+    "unpadded swizzled one (8192) of another shape",
+    **{("r100000", m, f): "a block-level kernel's reduction scratch: Triton's (64-256 bytes) over XLA's (8-128)"
+       for m, f in (("rand_100017", "fusion.3"), ("rand_100050", "fusion.5"), ("rand_100079", "fusion.7"),
+                    ("rand_100085", "fusion.13"), ("rand_100099", "fusion.7"))},
+}
+#: rows whose launch differs from XLA's for no cause ptx_vs_xla names
+UNEXPLAINED_LAUNCH: dict[tuple[str, str, str], str] = {
+    **{("r100000", m, f): "a one-tile sort of rows of 1-2 elements, batched rows (XLA packs several rows a block)"
+       for m, f in (("rand_100030", "fusion"), ("rand_100059", "fusion.4"), ("rand_100075", "fusion"))},
+}
+GOAL_FLAGS = ("narrower", "mem_insts_over_1_5", "loop_where_xla_has_none", "spills")
 
 _RESULTS: dict[str, dict] = {}
 
@@ -65,12 +98,12 @@ def test_kernels_meet_xlas_on_every_launch(name):
     rows, a = res["rows"], res["summary"]["all"]
     assert a["kernels"] == len(rows) > 0 and a["failed"] == 0, [r.get("failure") for r in rows if r.get("failure")]
     assert a["tensor_cores_fusegen"] == a["tensor_cores_xla"], "a GEMM off the tensor cores"
-    assert a["spills"] == 0
-    for flag in GOAL_FLAGS:
+    for flag in GOAL_FLAGS + (() if name in BUILT_AGAINST else ("registers_over_1_25",)):
         got = {_key(name, r) for r in rows if (r.get("flags") or {}).get(flag)}
         want = {k for k, v in KNOWN.items() if k[0] == name and flag in v}
         assert got == want, f"{flag}: new {sorted(got - want)}, fixed (remove from KNOWN) {sorted(want - got)}"
-    assert [_key(name, r) for r in rows if not r["launch_equal"] and "launch_difference" not in r] == []
+    launch = {_key(name, r) for r in rows if not r["launch_equal"] and "launch_difference" not in r}
+    assert launch == {k for k in UNEXPLAINED_LAUNCH if k[0] == name}
     unexplained = {_key(name, r) for r in rows if r["launch_equal"] and not r["launch_shared_equal"]
                    and "shared_difference" not in r}
     want = {k for k in UNEXPLAINED_SHARED if k[0] == name}
@@ -79,7 +112,7 @@ def test_kernels_meet_xlas_on_every_launch(name):
 
 @pytest.mark.slow
 def test_at_most_five_percent_of_kernels_over_a_quarter_more_registers():
-    results = {name: _compare(name) for name in SETS}
+    results = {name: _compare(name) for name in BUILT_AGAINST}
     over = [_key(n, r) for n, res in results.items() for r in res["rows"] if (r.get("flags") or {}).get(
         "registers_over_1_25")]
     total = sum(len(res["rows"]) for res in results.values())
