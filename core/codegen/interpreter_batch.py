@@ -19,7 +19,8 @@ another (each store is journalled with the bytes it overwrites). A batch is undo
   program that has it).
 
 The first program runs alone and measures the widest value a program holds; ``B`` is :data:`BATCH_LANES` over
-that (at most :data:`MAX_BATCH`), so programs whose tiles are already wide run one at a time as before. Batching
+that (at most :data:`MAX_BATCH`); below :data:`MIN_BATCH` programs whose tiles are already wide (numpy's work
+outweighs the per-op cost there) run one at a time as before. Batching
 stops for the rest of a launch after an order-dependent op, a conflict, an unexpected error or two divergences.
 """
 
@@ -36,7 +37,7 @@ import numpy as np
 from fusegen.codegen import atomic_asm
 from fusegen.codegen.interpreter_fast_ops import tensor_methods
 
-__all__ = ["BATCH_LANES", "MAX_BATCH", "run_grid", "batching", "batched_handle_class", "like"]
+__all__ = ["BATCH_LANES", "MAX_BATCH", "MIN_BATCH", "run_grid", "batching", "batched_handle_class", "like"]
 
 #: Elements a batch's widest value may hold (programs per batch x the widest value of one program): above it
 #: numpy's per-element work outweighs the per-op overhead a batch saves.
@@ -44,6 +45,8 @@ BATCH_LANES = 1 << 16
 
 #: Programs per batch at most (bounds the journal and the conflict check).
 MAX_BATCH = 256
+#: Fewer programs than this a batch (programs wider than BATCH_LANES / MIN_BATCH): one at a time.
+MIN_BATCH = 8
 
 #: Builder methods whose effect depends on the order of programs (or that print per program): never batched.
 _ORDERED = frozenset({
@@ -74,13 +77,11 @@ class _Batch:
     def record(self, ptrs: np.ndarray, mask: np.ndarray | None, nbytes: int, store: bool) -> None:
         self.accesses.append((ptrs, mask, nbytes, store))
 
-    def _lanes(self, store: bool, grain: int) -> tuple[np.ndarray, np.ndarray]:
-        """(byte address in units of ``grain``, program) of every active lane of the loads or the stores."""
+    def _lanes(self, accesses: list, grain: int) -> tuple[np.ndarray, np.ndarray]:
+        """(byte address in units of ``grain``, program) of every active lane of ``accesses``."""
         addrs, progs = [], []
         prog = np.arange(self.n)
-        for p, m, nbytes, is_store in self.accesses:
-            if is_store != store:
-                continue
+        for p, m, nbytes, _ in accesses:
             a = p.reshape(self.n, -1)
             pr = np.broadcast_to(prog[:, None], a.shape)
             if m is not None:
@@ -96,19 +97,36 @@ class _Batch:
             return np.zeros(0, np.uint64), np.zeros(0, np.int64)
         return np.concatenate(addrs), np.concatenate(progs)
 
+    @staticmethod
+    def _span(p: np.ndarray, m: np.ndarray | None, nbytes: int) -> tuple[int, int] | None:
+        """[first byte, last byte + 1) of an access's active lanes; None when none is active."""
+        a = p if m is None else p[np.broadcast_to(m, p.shape)]
+        return (int(a.min()), int(a.max()) + nbytes) if a.size else None
+
     def check(self) -> None:
         """Raise :class:`_Undo` if a program of the batch touches bytes another program of it stores."""
-        if self.n < 2 or not any(s for *_, s in self.accesses):
+        stores = [x for x in self.accesses if x[3]]
+        if self.n < 2 or not stores:
             return
-        grain = min(nbytes for _, _, nbytes, _ in self.accesses)
-        if any(int(np.bitwise_or.reduce(p, axis=None)) % grain for p, _, _, _ in self.accesses if p.size):
+        spans = [s for s in (self._span(p, m, nb) for p, m, nb, _ in stores) if s is not None]
+        if not spans:
+            return
+        lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
+        loads = []  # those that can reach the stored bytes: most read operands no program writes
+        for x in self.accesses:
+            if not x[3]:
+                sp = self._span(x[0], x[1], x[2])
+                if sp is not None and sp[0] < hi and lo < sp[1]:
+                    loads.append(x)
+        grain = min(nbytes for _, _, nbytes, _ in stores + loads)
+        if any(int(np.bitwise_or.reduce(p, axis=None)) % grain for p, _, _, _ in stores + loads if p.size):
             grain = 1  # an address off the smallest access's grain: compare byte by byte
-        sa, sp = self._lanes(True, grain)
+        sa, sp = self._lanes(stores, grain)
         order = np.argsort(sa, kind="stable")
         sa, sp = sa[order], sp[order]
         if bool(((sa[1:] == sa[:-1]) & (sp[1:] != sp[:-1])).any()):
             raise _Undo("two programs of a batch store to the same bytes")
-        la, lp = self._lanes(False, grain)
+        la, lp = self._lanes(loads, grain)
         if la.size and sa.size:
             pos = np.minimum(np.searchsorted(sa, la), sa.size - 1)
             if bool(((sa[pos] == la) & (sp[pos] != lp)).any()):
@@ -536,6 +554,8 @@ def _run_programs(fn: Callable[..., Any], args: dict[str, Any], grid: tuple[int,
     finally:
         b.__class__ = cls
     size, x, undone, batched = min(MAX_BATCH, BATCH_LANES // _WIDEST[0]), 1, 0, 0
+    if size < MIN_BATCH:  # programs this wide are numpy's work already: batching them saves little
+        size = 1
     while x < nx:
         # a power of two at most: a batch's values are Triton blocks over (programs, ...) inside a reduction
         end = nx if size < 2 else x + (1 << (min(size, nx - x).bit_length() - 1))

@@ -8,7 +8,7 @@ from typing import Any
 from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction
-from fusegen.codegen.elemental.common import Index, int_list, parse_constant
+from fusegen.codegen.elemental.common import ELEMENTWISE, Index, int_list, parse_constant
 from fusegen.codegen.elemental.reads import reads_only
 from fusegen.codegen.elemental.vector_reads import plain_vector_type
 
@@ -56,6 +56,7 @@ class ReduceDotMixin:
         loop = total > 1
         r = None
         if loop:
+            self._hoist_invariants(inputs, rdims, out_idx)
             r = self.ctx.names.fresh("r")
             self.ctx.body.line(f"for {r} in range(0, {total}):")
             self.ctx.body.indent()
@@ -88,6 +89,31 @@ class ReduceDotMixin:
                 self.ctx.body.dedent()
         accs = self._round_accumulators(accs, promoted, inputs[0].shape.element_type, inst)
         return accs if inst.shape.is_tuple else accs[0]
+
+    def _hoist_invariants(self, inputs: list[Instruction], rdims: list[int], out_idx: list[Any]) -> None:
+        """Compute, before a reduction's loop, what its body reads through a broadcast at an index free of the
+        reduced dimensions and that holds a loop itself (a reduce, dot or reduce-window): a variance's mean in
+        ``sum((x - broadcast(mean(x)))**2)``. The body then finds it (the generator's values are looked up
+        outward through the scopes) instead of running the inner loop once per step: per lane ``n`` steps, not
+        ``n**2``, as XLA's emitters compute it once. Only chains of elementwise ops and broadcasts are followed."""
+        rank = inputs[0].shape.rank
+        kept = iter(out_idx)
+        at = tuple(None if d in rdims else next(kept) for d in range(rank))  # None: a reduced (loop) component
+        todo, seen = [(x, at) for x in inputs], set()
+        while todo:
+            x, idx = todo.pop()
+            if (id(x), idx) in seen:
+                continue
+            seen.add((id(x), idx))
+            if x.opcode == "broadcast" and len(x.operands) == 1:
+                sub = tuple(idx[d] for d in int_list(x.attrs.get("dimensions")))
+                if None not in sub:
+                    if _holds_loop(x.operands[0]):
+                        self.value(x.operands[0], sub)
+                else:
+                    todo.append((x.operands[0], sub))
+            elif x.opcode in ELEMENTWISE and x.opcode != "map":
+                todo.extend((o, idx) for o in x.operands if tuple(o.shape.dimensions) == tuple(x.shape.dimensions))
 
     def _combine_into(self, accs: list[str], comp: Computation, xs: list[Any], inst: Instruction) -> None:
         """``accs = comp(accs, xs)``: one step of a reducer, assigned back to the accumulator variables."""
@@ -428,3 +454,19 @@ def _init_is_identity(inst: Instruction) -> bool:
         return bool(np.isinf(v) and (v > 0) == hi)
     info = np.iinfo(dtypes.numpy_dtype(et))
     return int(v) == (info.max if hi else info.min)
+
+
+_LOOPS = frozenset({"reduce", "dot", "reduce-window"})
+
+
+def _holds_loop(inst: Instruction) -> bool:
+    """Whether computing ``inst`` elementally runs a loop (a reduce, dot or reduce-window in its operands)."""
+    todo, seen = [inst], set()
+    while todo:
+        x = todo.pop()
+        if x.opcode in _LOOPS:
+            return True
+        if id(x) not in seen:
+            seen.add(id(x))
+            todo.extend(x.operands)
+    return False
