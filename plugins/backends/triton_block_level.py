@@ -119,6 +119,10 @@ class _TileGen(ElementalGenerator):
         if op not in _COMBINERS or not all(o.opcode == "parameter" for o in comp.root.operands):
             raise EmitterUnsupported("reduce", inst.name, f"reducer {op!r} is not add/maximum/minimum")
         aligned = bool(reshaped) or tuple(idx) == tuple(self.lane_idx[d] for d in kept)
+        if aligned and not reshaped and any(self.tile[d] < self.dims[d] for d in rdims):
+            row = self._row_tile_reduce(inst, rdims, op)
+            if row is not None:
+                return row
         if not aligned or any(self.tile[d] < self.dims[d] for d in rdims):
             # Read at other indices (a backward pass's bitcast/broadcast of a row statistic) or over a tile that
             # holds only part of the reduced dimension: reduce a [lanes, reduced] sub-tile, as XLA's tiling gives
@@ -173,9 +177,27 @@ class _TileGen(ElementalGenerator):
             lanes *= t
         if lanes > MAX_TENSOR_NUMEL:
             return None
+        r = self._tile_function(inst, op, rdims, (tuple(ext_tile), ext_sizes, ext_counts),
+                                _row_major_strides(ext_counts), None, self.block, "ext_tile")
+        et = inst.shape.element_type
+        init_v = self.up(self.value(init, ()), et)
+        return self.down(self._with_init(r, init_v, op), et, inst.name)
+
+    def _tile_function(self, inst: Instruction, op: str, rdims: list[int], ext: tuple, strides_t: list[int],
+                       outer_counts: list[int] | None, out_lanes: int, hint: str) -> str:
+        """The call of a device function computing reduce ``inst``'s operand on tile ``ext`` (``(tile, sizes,
+        counts)`` over the operand's dimensions; the program's tile index walks ``strides_t``, see
+        :func:`_tile_coordinates`) and reducing it over ``rdims``: ``out_lanes`` values in row-major order of
+        the kept dimensions (``outer_counts``: given, the reduced dimensions are kept as size 1 first)."""
+        src = inst.operands[0]
+        ext_tile, ext_sizes, ext_counts = ext
+        dims = tuple(src.shape.dimensions)
+        lanes = 1
+        for t in ext_tile:
+            lanes *= t
         ctx = self.ctx
-        fn = ctx.names.fresh("ext_tile")
-        for d in range(len(sd)):
+        fn = ctx.names.fresh(hint)
+        for d in range(len(dims)):
             ctx.names.reserve(f"g{d}")
             ctx.names.reserve(f"l{d}")
         outer_body = ctx.body
@@ -185,26 +207,55 @@ class _TileGen(ElementalGenerator):
         try:
             lines = [f"zero = tl.full([BLOCK], 0, {ctx.idx_t})", "mask = zero == 0",
                      f"lane = tl.arange(0, BLOCK).to({ctx.idx_t})"]
-            lines += _tile_coordinates(sd, ext_sizes, tuple(ext_tile), ext_counts, _row_major_strides(ext_counts),
-                                       _row_major_strides(ext_tile))
+            lines += _tile_coordinates(dims, ext_sizes, ext_tile, ext_counts, strides_t,
+                                       _row_major_strides(ext_tile), outer_counts=outer_counts)
             for ln in lines:
                 body.line(ln)
             sub = _TileGen(ctx, self.comp)
-            sub.tile, sub.dims, sub.block, sub.subfns = tuple(ext_tile), sd, lanes, self.subfns
+            sub.tile, sub.dims, sub.block, sub.subfns = ext_tile, dims, lanes, self.subfns
             sub.sizes, sub.counts = ext_sizes, ext_counts
-            sub.lane_idx = tuple(f"g{d}" for d in range(len(sd)))
+            sub.lane_idx = tuple(f"g{d}" for d in range(len(dims)))
             et = inst.shape.element_type
             x = sub.up(sub.value(src, sub.lane_idx), et)
             shape = "[" + ", ".join(str(t) for t in ext_tile) + "]"
             ident = _identity(op, sub.compute_type(et), shape)
             r = ctx.emit(f"tl.where(tl.reshape(valid, {shape}), tl.reshape({x}, {shape}), {ident})", "rin")
+            keep = ", keep_dims=True" if outer_counts is not None else ""
             for d in reversed(rdims):
-                r = ctx.emit(f"tl.reduce({r}, {d}, {_COMBINERS[op]})", "red")
-            ret = ctx.emit(f"tl.reshape({r}, [{self.block}])", "redo")
+                r = ctx.emit(f"tl.reduce({r}, {d}, {_COMBINERS[op]}{keep})", "red")
+            ret = ctx.emit(f"tl.reshape({r}, [{out_lanes}])", "redo")
         finally:
             ctx.body = outer_body
         self.subfns.append((fn, ["tile"], list(body.lines), ret))
-        r = ctx.emit(f"{fn}({PARAMS_TOKEN}tile, {lanes})", "red")
+        return ctx.emit(f"{fn}({PARAMS_TOKEN}tile, {lanes})", "red")
+
+    def _row_tile_reduce(self, inst: Instruction, rdims: list[int], op: str) -> str | None:
+        """A reduce over dimensions the output tile holds only part of (a softmax's row statistic broadcast back
+        along the row, the output tile a piece of the row), read at the lane's own kept indices: computed once
+        per kept index of the tile, on the output tile along the kept dimensions and the whole extent along the
+        reduced ones (XLA's symbolic tile propagation: the reduce's operand tile), in a device function where a
+        reduce nested in its operand over the same rows is an ordinary tile reduce, then broadcast back along
+        the reduced dimensions. ``None`` when that tile exceeds Triton's largest tensor (the caller reduces
+        ``[lanes, reduced]`` sub-tiles)."""
+        init = inst.operands[1]
+        rank = len(self.dims)
+        ext_tile, ext_sizes, ext_counts = list(self.tile), list(self.sizes), list(self.counts)
+        for d in rdims:
+            ext_tile[d], ext_sizes[d], ext_counts[d] = _pow2(self.dims[d]), self.dims[d], 1
+        lanes = 1
+        for t in ext_tile:
+            lanes *= t
+        if lanes > MAX_TENSOR_NUMEL:
+            return None
+        kshape = [1 if d in rdims else ext_tile[d] for d in range(rank)]
+        kept_lanes = 1
+        for t in kshape:
+            kept_lanes *= t
+        r = self._tile_function(inst, op, rdims, (tuple(ext_tile), ext_sizes, ext_counts),
+                                _row_major_strides(self.counts), self.counts, kept_lanes, "row_tile")
+        tshape = "[" + ", ".join(str(t) for t in self.tile) + "]"
+        r = self.ctx.emit(f"tl.reshape(tl.broadcast_to(tl.reshape({r}, {kshape}), {tshape}), [BLOCK])", "redb")
+        et = inst.shape.element_type
         init_v = self.up(self.value(init, ()), et)
         return self.down(self._with_init(r, init_v, op), et, inst.name)
 
@@ -302,7 +353,8 @@ def _row_major_strides(extents: list[int] | tuple[int, ...]) -> list[int]:
 
 
 def _tile_coordinates(dims: tuple[int, ...], sizes: list[int], tile: tuple[int, ...], counts: list[int],
-                      strides_t: list[int], strides_l: list[int]) -> list[str]:
+                      strides_t: list[int], strides_l: list[int],
+                      outer_counts: list[int] | None = None) -> list[str]:
     """Prologue lines defining ``g<d>`` (the lane's index along dimension ``d``: tile origin + lane offset, one
     ``[BLOCK]`` tensor per dimension) and ``valid`` (the lane lies in the tile and in the array).
 
@@ -311,7 +363,9 @@ def _tile_coordinates(dims: tuple[int, ...], sizes: list[int], tile: tuple[int, 
     array): the minor dimension's lanes are ``lane % T`` (contiguous, divisible), the others ``lane // S``
     (constant over the minor run); no clamp on an index (a clamp makes Triton's contiguity 1, so every access
     would be scalar). Lanes past the array keep unclamped indices and are masked with ``valid`` on every load
-    and store (the generator's ``ctx.mask``); a tile that fits the array has no mask terms at all."""
+    and store (the generator's ``ctx.mask``); a tile that fits the array has no mask terms at all.
+    ``outer_counts``: the tile grid ``strides_t`` walks, where ``counts`` leaves dimensions untiled (default
+    ``counts``)."""
     lines: list[str] = []
     valid: list[str] = []
     rank = len(dims)
@@ -322,7 +376,7 @@ def _tile_coordinates(dims: tuple[int, ...], sizes: list[int], tile: tuple[int, 
         else:
             q = "tile" if strides_t[d] == 1 else f"(tile // {strides_t[d]})"
             # the outermost tiled dimension needs no modulo (tile < N)
-            outer = all(counts[e] == 1 for e in range(d))
+            outer = all(c == 1 for c in (outer_counts or counts)[:d])
             o = f"{q}{'' if outer else f' % {counts[d]}'}"
             o = o if sizes[d] == 1 else f"({o}) * {sizes[d]}"
         if tile[d] == 1:
