@@ -121,6 +121,22 @@ def test_run_to_json_has_the_keys_of_run_json():
     assert [f["max_abs_error"] for f in mine["fusions"]] == [f["max_abs_error"] for f in cli["fusions"]]
 
 
+def test_run_result_attributes_read_one_document(monkeypatch):
+    """Issue 44: RunResult's attributes rebuilt the whole to_json() document on every read; now the first read
+    builds it and the rest read it, while to_json() still gives a fresh copy each call."""
+    import fusegen.runtime.run_json as run_json
+
+    res = fusegen.run(EXAMPLE, compile=False)
+    calls = []
+    real = run_json.report_json
+    monkeypatch.setattr(run_json, "report_json", lambda reports: calls.append(1) or real(reports))
+    doc = res.to_json()
+    assert (res.timings, res.seconds, res.outputs_match, res.other_instructions) == (
+        doc["timings"], doc["seconds"], doc["outputs_match"], doc["other_instructions"])
+    assert res.estimated_us == doc["estimated_us"] and len(calls) == 2  # to_json(), then the first attribute read
+    assert res.to_json() is not res.to_json() and len(calls) == 4
+
+
 def test_run_takes_text_a_sequence_of_inputs_and_judges_a_wrong_expected_answer():
     text = ("HloModule neg\nfused {\n  p = f32[6]{0} parameter(0)\n  ROOT n = f32[6]{0} negate(p)\n}\n"
             "ENTRY e {\n  p = f32[6]{0} parameter(0)\n  ROOT f = f32[6]{0} fusion(p), kind=kLoop, calls=fused\n}\n")

@@ -55,6 +55,9 @@ class RunResult:
     outputs: Any = attrs.field(repr=False, eq=False)
     fusions: tuple = attrs.field(repr=False)
     reports: tuple = attrs.field(repr=False, eq=False)
+    #: the ``to_json()`` document the attributes read, built on the first such read (a finished run's reports
+    #: do not change)
+    _document: dict | None = attrs.field(default=None, init=False, repr=False, eq=False)
 
     @property
     def errors(self) -> list[str]:
@@ -68,10 +71,11 @@ class RunResult:
 
     def __getattr__(self, name: str) -> Any:
         if name in _DOC_KEYS:
-            doc = self.to_json()
-            if name in doc:
-                return doc[name]
-            return None
+            doc = self._document
+            if doc is None:
+                doc = self.to_json()
+                object.__setattr__(self, "_document", doc)
+            return doc.get(name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def to_json(self) -> dict:
