@@ -185,10 +185,10 @@ def test_uncoalesced_writes_are_scaled_by_wasted_transactions():
 def test_number_of_warps_from_the_largest_padded_tile(padded_tile, warps):
     """GetLaunchDimensionsForTiledFusion_IsSupported (a 9x9x9 tile pads to 4096: 4 warps) and
     NumberOfWarpsDependsOnLargestLiveTileSize (1 x 4096: 4 warps); the thresholds of GetNumWarps."""
-    from fusegen.perf.tiled import pow2_ceil
+    from fusegen.pow2 import next_pow2
 
     if padded_tile == 9 * 9 * 9:
-        padded_tile = pow2_ceil(9) ** 3
+        padded_tile = next_pow2(9) ** 3
     assert num_warps_for_tile(padded_tile) == warps
 
 

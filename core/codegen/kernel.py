@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 import numpy as np
 
+from fusegen.pow2 import next_pow2
 from fusegen.hlo.ir import Shape
 
 
@@ -186,16 +187,13 @@ def interpret_tile_sizes(dims: tuple[int, ...] | list[int], sizes: list[int],
 
     Example: ``dims (4, 128, 768)``, ``sizes [1, 1, 768]`` -> ``[1, 128, 768]`` (131072 lanes).
     """
-    def pow2(n: int) -> int:
-        return 1 << max(0, int(n) - 1).bit_length()
-
     out = [max(1, s) for s in sizes]
     for d in reversed(range(len(dims))):
         while out[d] < dims[d]:
             cand = out[:d] + [min(dims[d], out[d] * 2)] + out[d + 1:]
             lanes = 1
             for c in cand:
-                lanes *= pow2(c)
+                lanes *= next_pow2(c)
             if lanes > max_lanes:
                 return out
             out = cand

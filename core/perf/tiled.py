@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import attrs
 
+from fusegen.pow2 import next_pow2
 from fusegen.hlo.dtypes import bit_width
 from fusegen.indexing.interval import Interval
 from fusegen.indexing.linear import expr_range
@@ -72,10 +73,6 @@ class TiledConfig:
     block_k: int | None = None
     split_k: int = 1
     is_tma_allowed: bool = False
-
-
-def pow2_ceil(n: int) -> int:
-    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
 def num_warps_for_tile(largest_padded_tile: int) -> int:
@@ -178,13 +175,13 @@ def _dot_block_k(dot: "Instruction", config: TiledConfig) -> int | None:
 
 
 def _padded(sizes: Sequence[int]) -> int:
-    return math.prod(pow2_ceil(s) for s in sizes) if sizes else 1
+    return math.prod(next_pow2(s) for s in sizes) if sizes else 1
 
 
 def _flops_per_element(instr: "Instruction", cc: tuple[int, int]) -> int:
     if instr.opcode == "reduce":  # the reduced size padded to a power of two, as the tiled kernel computes it
         reduced = [d for d in instr.attrs.get("dimensions", ())]
-        factor = math.prod(pow2_ceil(instr.operands[0].shape.dimensions[d]) for d in reduced)
+        factor = math.prod(next_pow2(instr.operands[0].shape.dimensions[d]) for d in reduced)
         return (factor - 1) * computation_flops(instr.called_computations[0], cc)
     return flops_per_element(instr, cc)
 

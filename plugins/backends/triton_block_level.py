@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fusegen.pow2 import next_pow2
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import (COMPLEX_PARTS, ElementalGenerator, KernelContext, choose_index_dtype,
                                       deep_recursion, int_list)
@@ -35,13 +36,6 @@ _COMBINE_FNS = ["", "@triton.jit", "def fg_combine_maximum(a, b):",
                 "    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)",
                 "", "@triton.jit", "def fg_combine_minimum(a, b):",
                 "    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)"]
-
-
-def _pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 class _TileGen(ElementalGenerator):
@@ -171,7 +165,7 @@ class _TileGen(ElementalGenerator):
         for d, t, s, c in zip(kept, self.tile, self.sizes, self.counts):
             ext_tile[d], ext_sizes[d], ext_counts[d] = t, s, c
         for d in rdims:
-            ext_tile[d], ext_sizes[d] = _pow2(sd[d]), sd[d]
+            ext_tile[d], ext_sizes[d] = next_pow2(sd[d]), sd[d]
         lanes = 1
         for t in ext_tile:
             lanes *= t
@@ -241,7 +235,7 @@ class _TileGen(ElementalGenerator):
         rank = len(self.dims)
         ext_tile, ext_sizes, ext_counts = list(self.tile), list(self.sizes), list(self.counts)
         for d in rdims:
-            ext_tile[d], ext_sizes[d], ext_counts[d] = _pow2(self.dims[d]), self.dims[d], 1
+            ext_tile[d], ext_sizes[d], ext_counts[d] = next_pow2(self.dims[d]), self.dims[d], 1
         lanes = 1
         for t in ext_tile:
             lanes *= t
@@ -274,7 +268,7 @@ class _TileGen(ElementalGenerator):
         total = 1
         for n in rsizes:
             total *= n
-        rp = _pow2(total)
+        rp = next_pow2(total)
         block = self.block * rp
         if block > MAX_TENSOR_NUMEL:
             return super()._emit(inst, idx)  # per-lane loop over the reduced elements
@@ -431,7 +425,7 @@ class TritonBlockLevelFusion(FusionEmitter):
             sizes = list(self.sizes_override)
         if len(sizes) != len(dims):
             raise EmitterUnsupported("fusion", fusion.name, f"output tile rank {len(sizes)} != root rank {len(dims)}")
-        tile = tuple(_pow2(max(1, s)) for s in sizes)
+        tile = tuple(next_pow2(max(1, s)) for s in sizes)
         counts = [-(-d // max(1, s)) for d, s in zip(dims, sizes)]
         ntiles = 1
         for c in counts:
@@ -486,7 +480,7 @@ class TritonBlockLevelFusion(FusionEmitter):
         if self.build_interpret_variant and len(sizes) == len(dims):
             # a reduce over dimensions the output lacks extends its tile by their extent (_extended_tile_reduce):
             # the variant's output tile shrinks by that factor so the extended tile stays a tensor Triton allows
-            factor = max([_pow2(max(1, i.operands[0].shape.numel // max(1, i.shape.numel))) for i in comp.instructions
+            factor = max([next_pow2(max(1, i.operands[0].shape.numel // max(1, i.shape.numel))) for i in comp.instructions
                           if i.opcode == "reduce" and not i.shape.is_tuple and i.shape.numel == root.shape.numel]
                          + [1])
             big = interpret_tile_sizes(dims, sizes, max(lanes, min(self.INTERPRET_LANES, MAX_TENSOR_NUMEL // factor)))

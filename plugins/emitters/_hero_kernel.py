@@ -52,10 +52,3 @@ def root_leaves(fusion: Instruction, roots: Sequence[Instruction]) -> list[Shape
 def row_major(rank: int) -> tuple[int, ...]:
     """Minor-to-major of the default (row-major) layout."""
     return tuple(range(rank - 1, -1, -1))
-
-
-def next_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p

@@ -44,6 +44,7 @@ from typing import Any
 
 import attrs
 
+from fusegen.pow2 import next_pow2, prev_pow2
 from fusegen.analysis.reduction import (ReductionDimensions, are_reductions_multi_output_fusion_compatible,
                                         choose_reduction_emitter, get_reduction_kind_and_contiguous_components,
                                         is_real_reduction_hero)
@@ -79,20 +80,6 @@ COLUMN_UNROLLED_STEPS = 64
 _FIXED = ("EXACT", "pid", "pid_a", "pid_b", "t", "ta", "tr", "tb", "A", "B", "R", "A_c", "A_q", "B_c", "R_c", "okab", "it",
           "o", "oA", "oB", "oA_c", "oB_c", "omask", "ozero", "OBLOCK", "OLANES", "TA", "TR", "TB", "NA", "NR", "NB",
           "NIT", "GB")
-
-
-def _floor_pow2(n: int) -> int:
-    p = 1
-    while p * 2 <= n:
-        p *= 2
-    return p
-
-
-def _ceil_pow2(n: int) -> int:
-    p = 1
-    while p < n:
-        p *= 2
-    return p
 
 
 def _leaves(shape: Shape) -> list[Shape]:
@@ -280,19 +267,19 @@ class ReductionFusion(FusionEmitter):
         if geo.emitter in ("RowReductionFusion", "MultiRowReductionFusion"):
             if len(geo.num_blocks) > 1 and geo.num_blocks[1] > 1:
                 return None
-            ta = geo.num_threads[0] if geo.num_blocks[0] > 1 else _ceil_pow2(na)
+            ta = geo.num_threads[0] if geo.num_blocks[0] > 1 else next_pow2(na)
             if ta & (ta - 1):
                 return None
             tb = 1
         else:
             ta = 1
             cols = REDUCTION_TILE_SIZE * geo.vector_size if geo.emitter == "ColumnReductionFusion" else nb
-            tb = min(_ceil_pow2(cols), _ceil_pow2(nb))
+            tb = min(next_pow2(cols), next_pow2(nb))
             if -(-nb // tb) != -(-nb // cols):
                 return None
         if ta * tb > TILE_ELEMENTS:
             return None
-        tr = min(_floor_pow2(nr), max(1, TILE_ELEMENTS // (ta * tb)))
+        tr = min(prev_pow2(nr), max(1, TILE_ELEMENTS // (ta * tb)))
         return ta, tr, tb
 
     def xla_row_step(self, geo: ReductionGeometry, ta: int, tr: int) -> int:
@@ -327,7 +314,7 @@ class ReductionFusion(FusionEmitter):
         if xla_tiles is not None:
             ta, tr, tb = xla_tiles
         else:
-            ta, tr, tb = self.tile(plan.dims, na, nr, nb) if nr > 0 else (min(_ceil_pow2(na), TILE_ELEMENTS), 1, 1)
+            ta, tr, tb = self.tile(plan.dims, na, nr, nb) if nr > 0 else (min(next_pow2(na), TILE_ELEMENTS), 1, 1)
         if xla_tiles is not None and tb == 1:
             tr = self.xla_row_step(geo, ta, tr)
         block, oblock = ta * tr * tb, ta * tb
@@ -602,8 +589,8 @@ class RowReductionFusion(ReductionFusion):
     name = "RowReductionFusion"
 
     def tile(self, dims: ReductionDimensions, na: int, nr: int, nb: int) -> tuple[int, int, int]:
-        tr = min(_floor_pow2(nr), TILE_ELEMENTS)
-        ta = min(_ceil_pow2(na), max(1, TILE_ELEMENTS // tr))
+        tr = min(prev_pow2(nr), TILE_ELEMENTS)
+        ta = min(next_pow2(na), max(1, TILE_ELEMENTS // tr))
         return ta, tr, 1
 
 
@@ -621,9 +608,9 @@ class ColumnReductionFusion(ReductionFusion):
     unrolled_steps = COLUMN_UNROLLED_STEPS
 
     def tile(self, dims: ReductionDimensions, na: int, nr: int, nb: int) -> tuple[int, int, int]:
-        tb = min(_ceil_pow2(nb), self.max_columns)
-        tr = min(_floor_pow2(nr), max(1, TILE_ELEMENTS // tb))
-        ta = min(_ceil_pow2(na), max(1, TILE_ELEMENTS // (tr * tb)))
+        tb = min(next_pow2(nb), self.max_columns)
+        tr = min(prev_pow2(nr), max(1, TILE_ELEMENTS // tb))
+        ta = min(next_pow2(na), max(1, TILE_ELEMENTS // (tr * tb)))
         return ta, tr, tb
 
 

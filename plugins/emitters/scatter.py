@@ -51,6 +51,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Sequence
 
+from fusegen.pow2 import next_pow2
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import (COMPLEX_PARTS, Cx, ElementalGenerator, KernelContext, choose_index_dtype,
                                        deep_recursion)
@@ -147,10 +148,6 @@ register_builder_mixin(Bf16AtomicAdd)  # used only inside fusegen's runs; Triton
 # --------------------------------------------------------------------------------------------------
 # the emitter
 # --------------------------------------------------------------------------------------------------
-def _next_pow2(x: int) -> int:
-    return 1 if x <= 1 else 1 << (x - 1).bit_length()
-
-
 class _Kernel:
     """A kernel being written with a custom prologue (the serial and distributed-indices kernels)."""
 
@@ -425,7 +422,7 @@ class ScatterFusion(FusionEmitter):
         d = self.desc
         leaves = self._leaves()
         W = max(1, d.slice_size)
-        block = min(_next_pow2(W), 1024)
+        block = min(next_pow2(W), 1024)
         nch = -(-W // block)
         kb = _Kernel(self, block)
         ctx, gen = kb.ctx, kb.gen
@@ -487,7 +484,7 @@ class ScatterFusion(FusionEmitter):
         (ls,) = self._leaves()
         et = ls.element_type
         W = max(1, d.slice_size)
-        block = min(_next_pow2(W), 1024)
+        block = min(next_pow2(W), 1024)
         nch = -(-W // block)
         geo = self.geometry
         if geo.emitter == "ScatterWithDistributedIndices":  # XLA's blocks: 4 warps of indices_per_warp slices

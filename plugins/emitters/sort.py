@@ -27,6 +27,7 @@ from typing import Any
 
 import attrs
 
+from fusegen.pow2 import next_pow2
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, fusion_roots, store_line
@@ -46,10 +47,6 @@ MAX_SORT_SIZE = 32
 #: Elements per program the row batching aims for.
 TARGET_BLOCK = 1024
 
-
-
-def _next_pow2(x: int) -> int:
-    return 1 if x <= 1 else 1 << (x - 1).bit_length()
 
 
 def _partner(ctx: KernelContext, x: str, j: int) -> str:
@@ -123,7 +120,7 @@ class SortFusion(FusionEmitter):
         dims = int_list(sort.attrs.get("dimensions")) or (shape0.rank - 1,)
         self.dim = dims[0]
         self.n = shape0.dimensions[self.dim] if shape0.rank else 1
-        self.npad = _next_pow2(self.n)
+        self.npad = next_pow2(self.n)
         self.rows = shape0.numel // max(1, self.n)
         self.is_stable = str(sort.attrs.get("is_stable", "false")).lower() == "true"
 
@@ -142,7 +139,7 @@ class SortFusion(FusionEmitter):
     def launch_plan(self) -> tuple[int, int, int]:
         """``(rows_per_program, BLOCK, programs)`` of the interpreter's variant (rows batched per program)."""
         r = 1
-        while r * 2 * self.npad <= TARGET_BLOCK and r * 2 <= _next_pow2(self.rows):
+        while r * 2 * self.npad <= TARGET_BLOCK and r * 2 <= next_pow2(self.rows):
             r *= 2
         block = max(r * self.npad, 2)
         return r, block, max(1, -(-self.rows // r))

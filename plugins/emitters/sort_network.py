@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 import attrs
 
+from fusegen.pow2 import prev_pow2
 from fusegen.codegen.elemental import KernelContext
 from fusegen.codegen.kernel import KernelSource, LaunchDimensions
 from fusegen.codegen.launch import SORT_UNROLL_FACTOR, sort_launches
@@ -47,10 +48,6 @@ NAMES = ("lane", "q", "row", "qr", "qc", "live", "row_c", "valid", "mask", "zero
 
 TILE_CONSTEXPRS = ("TILE", "BLOCK", "RT", "NSORT", "ROWS", "S0", "S1", "MTOP", "MBOT")
 GLOBAL_CONSTEXPRS = ("BLOCK", "U", "PR", "NSORT", "ROWS", "M")
-
-
-def pow2_floor(x: int) -> int:
-    return 1 << (max(1, x).bit_length() - 1)
 
 
 def offset(base: str, pos: str, stride: int) -> str:
@@ -317,14 +314,14 @@ def launches(em: Any, sources: Sources, stages: int, tile: int, bits: list[int],
             cx = {"TILE": tile, "BLOCK": tile, "RT": rounded, **common, "S0": s0, "S1": s1, "MTOP": mtop, "MBOT": mbot}
             ks = KernelSource(name=label, source=src, entry=sources.entry, params=params, constexprs=cx,
                               launch=tiled, num_stages=1, max_registers=tile_registers)
-            ve = max(tile, min(INTERPRET_LANES, pow2_floor(rows * rounded)))
+            ve = max(tile, min(INTERPRET_LANES, prev_pow2(rows * rounded)))
             vsrc, _ = source((kind_, True), lambda: make(True))
             variant = attrs.evolve(ks, source=vsrc, constexprs={**cx, "BLOCK": ve},
                                    launch=LaunchDimensions(grid=(-(-rows * rounded // ve),), num_warps=4))
         else:
             dims = xla[k] if k < len(xla) else None
             threads = dims.threads3[0] if dims is not None else 128
-            blk = min(threads * SORT_UNROLL_FACTOR, pow2_floor(pairs))
+            blk = min(threads * SORT_UNROLL_FACTOR, prev_pow2(pairs))
             launch = LaunchDimensions(grid=(-(-pairs // blk),), num_warps=max(1, threads // 32))
             if dims is not None and dims.grid3 == launch.grid3 and dims.threads3 == launch.threads3:
                 launch = attrs.evolve(dims, num_warps=launch.num_warps)
@@ -355,13 +352,13 @@ def _global_variant(ks: KernelSource, sources: Sources, source: Callable, schedu
             last += 1
         src, params = source("rows", sources.rows)
         assert params == ks.params
-        ve = max(npad, min(INTERPRET_LANES, pow2_floor(rows * npad)))
+        ve = max(npad, min(INTERPRET_LANES, prev_pow2(rows * npad)))
         cx = {"TILE": npad, "BLOCK": ve, "RT": npad, "NSORT": ks.constexprs["NSORT"], "ROWS": rows,
               "S0": s, "S1": s, "MTOP": schedule[k][1][2], "MBOT": schedule[last][1][3]}
         return attrs.evolve(ks, source=src, constexprs=cx,
                             launch=LaunchDimensions(grid=(-(-rows * npad // ve),), num_warps=4))
     flip = schedule[k][1][2] == s
-    vb = max(ks.constexprs["BLOCK"] * ks.constexprs["U"], min(INTERPRET_LANES // 2, pow2_floor(pairs)))
+    vb = max(ks.constexprs["BLOCK"] * ks.constexprs["U"], min(INTERPRET_LANES // 2, prev_pow2(pairs)))
     vsrc, _ = source(("global", False, flip), lambda: sources.global_step(False, flip))
     return attrs.evolve(ks, source=vsrc, constexprs={**ks.constexprs, "BLOCK": vb, "U": 1},
                         launch=LaunchDimensions(grid=(-(-pairs // vb),), num_warps=4))

@@ -51,7 +51,8 @@ from fusegen.device import DEFAULT_DEVICE
 from fusegen.hlo.ir import Instruction
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
-from fusegen_plugins.emitters._hero_kernel import flatten, next_pow2, root_leaves, seed_value
+from fusegen.pow2 import next_pow2
+from fusegen_plugins.emitters._hero_kernel import flatten, root_leaves, seed_value
 
 #: XLA ``TransposeFusion`` constants (``emitters/transpose.cc``): 32-wide tiles, 4 rows of threads.
 TILE_SIZE = 32
