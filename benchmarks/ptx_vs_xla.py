@@ -40,6 +40,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fusegen.pow2 import is_pow2  # noqa: E402
 from launch_rows import SHARED_LAUNCH, Launch, plan_launches, read_rows, xla_kind, xla_launch  # noqa: E402
 
 #: ``--launch-dir`` default (kept as ``LAUNCH`` for callers of the earlier PTX version)
@@ -177,15 +178,11 @@ def row_of(ln: Launch, xla: dict, ours: dict | None) -> dict:
                 # fusion's 1 thread, a loop's 48): Triton launches the warps that hold it
                 whole = "one warp" if warps == 1 else f"{warps} warps"
                 row["launch_difference"] = f"Triton launches whole warps: {launched} threads ({whole}) for XLA's {block}"
-            elif not _pow2(warps):  # else Triton could launch XLA's block: fusegen chose other warps, unexplained
+            elif not is_pow2(warps):  # else Triton could launch XLA's block: fusegen chose other warps, unexplained
                 row["launch_difference"] = (f"Triton launches a power-of-two number of warps: {launched} threads for "
                                             f"XLA's {_prod(xl['threads'])} ({warps} warps)")
         row["flags"] = flags(row)
     return row
-
-
-def _pow2(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
 
 
 def shared_difference(row: dict) -> str | None:
@@ -227,7 +224,7 @@ def shared_difference(row: dict) -> str | None:
     pad = xb - fb
     tiled = row["kind"] == "kTranspose" or row.get("emitter") in ("ColumnReductionFusion", "SmallColumnReductionFusion")
     # 32 rows of 1-8 byte elements, one more a row
-    if tiled and pad in (32, 64, 128, 256) and pad < fb and fb % pad == 0 and _pow2(fb // pad) and fb // pad >= 16:
+    if tiled and pad in (32, 64, 128, 256) and pad < fb and fb % pad == 0 and is_pow2(fb // pad) and fb // pad >= 16:
         return (f"XLA pads its {fb // pad}-column shared tile by one element a row against bank conflicts "
                 f"(+{pad} B); Triton swizzles the unpadded tile (its one padded layout, Gluon's, ends at the last element, "
                 f"{pad // 32} B short of XLA's array)")
@@ -235,7 +232,7 @@ def shared_difference(row: dict) -> str | None:
     # padded tile each, Triton's allocator gives their convert_layouts one unpadded tile in turn
     for k in range(2, 9):
         per, padk = xb // k, xb // k - fb
-        if tiled and xb % k == 0 and padk in (32, 64, 128, 256) and fb % padk == 0 and _pow2(fb // padk) \
+        if tiled and xb % k == 0 and padk in (32, 64, 128, 256) and fb % padk == 0 and is_pow2(fb // padk) \
                 and fb // padk >= 16:
             return (f"XLA keeps one {fb // padk}-column shared tile padded by one element a row for each of its {k} "
                     f"reductions ({k} x {per} B); Triton reuses one unpadded, swizzled tile ({fb} B) for them in "
@@ -243,7 +240,7 @@ def shared_difference(row: dict) -> str | None:
     # XLA's small-column reduction writes its partial sums to a 32 x (C + 1) tile and reads it transposed; fusegen's
     # reduces the rows of the [A, R, C] block with tl.reduce, whose cross-warp scratch is all it keeps
     if row.get("emitter") == "SmallColumnReductionFusion" and xb > fb and xb % 128 == 0 \
-            and _pow2(xb // 128 - 1):
+            and is_pow2(xb // 128 - 1):
         return (f"XLA's small-column reduction transposes its partial results through a padded 32 x "
                 f"{xb // 128} tile of 4 B ({xb} B); fusegen's reduces the block's rows with tl.reduce, whose "
                 f"cross-warp scratch ({fb} B) is all it keeps")
