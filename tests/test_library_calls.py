@@ -229,7 +229,7 @@ def test_cudnn_convolution_gradients_through_cupy_match_the_host(name):
         a = r.standard_normal(inst.operands[0].shape.dimensions).astype(np.float32)
         b = r.standard_normal(inst.operands[1].shape.dimensions).astype(np.float32)
         host = conv_calls._conv(inst, [a, b])[0]
-        from fusegen.evaluator.reduce import parse_window
+        from fusegen.hlo.window import parse_window
 
         win = parse_window(inst, 2)
         pad, stride = tuple(p[0] for p in win["pad"]), tuple(win["stride"])

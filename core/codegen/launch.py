@@ -94,7 +94,7 @@ def may_prevent_vectorization(comp: Computation) -> bool:
     reduce-window whose window holds more than 8 elements (one thread walks a whole window), a sort, a dot,
     a variadic reduce or a concatenate of more than 10 operands anywhere in the fused computation (nested
     fusions included)."""
-    from fusegen.evaluator.reduce import parse_window
+    from fusegen.hlo.window import parse_window
 
     for inst in comp.instructions:
         op = inst.opcode

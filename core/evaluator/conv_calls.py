@@ -170,7 +170,7 @@ def conv_backward_filter(x: np.ndarray, dy: np.ndarray, window: dict, labels: st
 
 
 def _conv(inst: Instruction, ops: list):
-    from fusegen.evaluator.reduce import parse_window
+    from fusegen.hlo.window import parse_window
     from fusegen.evaluator.solver_calls import pack, result_shapes
 
     cfg = backend_config(inst).get("cudnn_conv_backend_config") or {}

@@ -176,7 +176,7 @@ def conv_general(lhs: np.ndarray, rhs: np.ndarray, window: dict, dim_labels: str
                  batch_group_count: int = 1, out_dtype: np.dtype | None = None) -> np.ndarray:
     """XLA convolution in the accumulation dtype; result dims follow the output part of ``dim_labels``.
 
-    ``window`` is :func:`fusegen.evaluator.reduce.parse_window`'s dict over the spatial dims.
+    ``window`` is :func:`fusegen.hlo.window.parse_window`'s dict over the spatial dims.
     """
     from fusegen.evaluator.shape_ops import pad_array
 
@@ -227,7 +227,7 @@ def conv_general(lhs: np.ndarray, rhs: np.ndarray, window: dict, dim_labels: str
 
 
 def _convolution(inst: Instruction, ops: list) -> np.ndarray:
-    from fusegen.evaluator.reduce import parse_window
+    from fusegen.hlo.window import parse_window
 
     out = shape_dtype(inst.shape)
     labels = inst.attrs.get("dim_labels")

@@ -18,13 +18,11 @@ Semantics: XLA operation semantics; the combiner's parameters are ``(accumulator
 
 from __future__ import annotations
 
-import re
 from typing import Callable
 
 import numpy as np
 
 from fusegen.evaluator.common import (
-    EvaluationError,
     as_array,
     attr_ints,
     call,
@@ -35,6 +33,7 @@ from fusegen.evaluator.common import (
     up,
 )
 from fusegen.hlo.ir import Computation, Instruction
+from fusegen.hlo.window import parse_window
 
 
 def is_liftable_opcode(inst: Instruction) -> bool:
@@ -209,36 +208,6 @@ def _reduce(inst: Instruction, ops: list):
             results = sequential_fold(comp, accs, moved, k)
         results = [as_array(r, dt).reshape(out_dims) for r, dt in zip(results, out_dts)]
     return tuple(results) if inst.shape.is_tuple else results[0]
-
-
-def parse_window(inst: Instruction, rank: int) -> dict[str, list]:
-    """The ``window`` attribute as lists per dim: size, stride, pad (lo, hi), lhs_dilate, rhs_dilate, rhs_reversal."""
-    w = inst.attrs.get("window")
-    out: dict[str, list] = {
-        "size": [1] * rank, "stride": [1] * rank, "pad": [(0, 0)] * rank,
-        "lhs_dilate": [1] * rank, "rhs_dilate": [1] * rank, "rhs_reversal": [0] * rank,
-    }
-    if w is None:
-        return out
-    if isinstance(w, str):
-        items = dict(m.groups() for m in re.finditer(r"(\w+)=([-\d_x]+)", w))
-        parsed: dict = {}
-        for key, val in items.items():
-            parts = val.split("x")
-            if key == "pad":
-                parsed[key] = [tuple(int(v) for v in p.split("_")) for p in parts]
-            else:
-                parsed[key] = [int(p) for p in parts]
-        w = parsed
-    for key, val in w.items():
-        key = {"base_dilation": "lhs_dilate", "window_dilation": "rhs_dilate"}.get(key, key)
-        if key == "pad":
-            out["pad"] = [tuple(int(v) for v in p) for p in val]
-        elif key in out:
-            out[key] = [int(v) for v in val]
-    if len(out["size"]) != rank:
-        raise EvaluationError(f"%{inst.name}: window has {len(out['size'])} dims, operand rank is {rank}")
-    return out
 
 
 def _reduce_window(inst: Instruction, ops: list):

@@ -67,7 +67,7 @@ def ordered_combine(comp: Computation, targets: list[np.ndarray], lin: np.ndarra
 
 
 def _window(inst: Instruction, rank: int) -> dict[str, list]:
-    from fusegen.evaluator.reduce import parse_window
+    from fusegen.hlo.window import parse_window
 
     return parse_window(inst, rank)
 

@@ -68,7 +68,7 @@ def instruction_flops(instr: "Instruction", cc: tuple[int, int]) -> int:
         per_output = max(kernel.numel // max(_output_features(instr), 1), 1)
         return 2 * _first_leaf_elements(instr) * per_output
     if op == "reduce-window":
-        from fusegen.evaluator.reduce import parse_window
+        from fusegen.hlo.window import parse_window
 
         size = math.prod(parse_window(instr, instr.operands[0].shape.rank)["size"])
         reducer = instr.called_computations[0] if instr.called_computations else None

@@ -227,7 +227,7 @@ class ReduceDotMixin:
         ``HloEvaluator::HandleReduceWindow``) folding ``to_apply`` into accumulators started at the init
         values. Window element ``w`` of output ``o`` reads padded position ``o*stride + w*window_dilation``;
         positions in the (low/high or base-dilation) padding read the init value."""
-        from fusegen.evaluator.reduce import parse_window
+        from fusegen.hlo.window import parse_window
 
         comp = inst.attrs.get("to_apply")
         if not isinstance(comp, Computation):
