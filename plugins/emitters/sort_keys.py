@@ -1,8 +1,9 @@
 """Multi-launch sorts whose comparator is a key order: XLA's launches comparing one packed key per element.
 
-Where :func:`fusegen.evaluator.vectorized_sort.lexicographic_plan` reads a sort's comparator as a lexicographic
-order over per-operand keys (JAX's total order after ``ComparisonExpander``, the ``(key, iota)`` tie-break of
-``StableSortExpander``, descending sorts, ``num_keys > 1``) and the keys fit 62 bits together with the
+Where :func:`fusegen_plugins.emitters.sort_comparator.read_key_order` reads a sort's comparator as a
+lexicographic order over per-operand keys (JAX's total order after ``ComparisonExpander``, the ``(key, iota)``
+tie-break of ``StableSortExpander``, descending sorts, ``num_keys > 1``; the emitter's own reading, sharing no
+code with the reference evaluator's) and the keys fit 62 bits together with the
 position (:func:`key_packing`), :func:`emit_keyed` builds XLA's launches (schedule, grids, tiles and the
 buffers they move: every operand, in its output leaf or a scratch buffer) with one compare per pair:
 
@@ -32,6 +33,7 @@ from fusegen.codegen.launch import sort_tile_size
 from fusegen.hlo import dtypes
 from fusegen.hlo.layout_util import physical_strides
 from fusegen_plugins.emitters import sort_network as net
+from fusegen_plugins.emitters.sort_comparator import read_key_order
 
 #: Key element types a packed key takes: bits, and whether their compare is signed.
 _INT_KEYS = {"pred": (1, False), "s8": (8, True), "s16": (16, True), "s32": (32, True), "u8": (8, False),
@@ -60,7 +62,7 @@ class KeyPacking:
     """How a lexicographic comparator's keys pack into one ``s64`` per element.
 
     Attributes:
-        levels: ``(KeyLevel, bits, kind)`` most significant first; ``kind`` is ``int``, ``uint`` or ``float``.
+        levels: ``(SortKey, bits, kind)`` most significant first; ``kind`` is ``int``, ``uint`` or ``float``.
         idx_bits: bits of the original position (the least significant part).
     """
 
@@ -73,13 +75,11 @@ def key_packing(comparator: Any, operands: list, n: int, pos: "int | tuple[int, 
     are integer ``iota`` s along the sorted dimension, or one of them, or ``None``).
 
     Returns ``None`` where the comparator is no key order
-    (:func:`~fusegen.evaluator.vectorized_sort.lexicographic_plan`), a key is an IEEE (partial-order) float
+    (:func:`~fusegen_plugins.emitters.sort_comparator.read_key_order`), a key is an IEEE (partial-order) float
     compare, a 64-bit, complex or narrow float type, or the keys need more than :data:`KEY_BITS` bits. An
     ascending last key that is an ``iota`` operand itself is the position and takes no bits.
     """
-    from fusegen.evaluator.vectorized_sort import lexicographic_plan
-
-    plan = lexicographic_plan(comparator, len(operands))
+    plan = read_key_order(comparator, len(operands))
     if plan is None:
         return None
     plan = list(plan)
