@@ -58,8 +58,9 @@ FAST = {
     "argmin_f32_300x37_ax0": ("ColumnReductionFusion", 3, False, False),  # 37 columns on a 32-column tile
     "argmin_bf16_128x64_ax0": ("ColumnReductionFusion", 2, False, False),  # bf16 converted in the fusion
     "argmin_s32_33x40_ax0": ("ColumnReductionFusion", 2, False, False),
-    "argmax_f32_512x16_ax0": ("SmallColumnReductionFusion", 2, False, False),
-    "argmin_f32_512x16_ax0_x64": ("SmallColumnReductionFusion", 2, False, False),  # iota a fusion of its own
+    # XLA's 128 threads x 2-element vectors a row step: 16 rows of the 16 columns, 32 steps
+    "argmax_f32_512x16_ax0": ("SmallColumnReductionFusion", 32, False, False),
+    "argmin_f32_512x16_ax0_x64": ("SmallColumnReductionFusion", 32, False, False),  # iota a fusion of its own
 }
 #: the same at XLA's block for larger launches (seconds each in the interpreter)
 SLOW = {

@@ -44,7 +44,7 @@ from typing import Any
 
 import attrs
 
-from fusegen.pow2 import next_pow2, prev_pow2
+from fusegen.pow2 import is_pow2, next_pow2, prev_pow2
 from fusegen.analysis.reduction import (ReductionDimensions, are_reductions_multi_output_fusion_compatible,
                                         choose_reduction_emitter, get_reduction_kind_and_contiguous_components,
                                         is_real_reduction_hero)
@@ -297,6 +297,20 @@ class ReductionFusion(FusionEmitter):
             return tr
         return c
 
+    def xla_column_step(self, geo: ReductionGeometry, tb: int, tr: int) -> int:
+        """``TR`` of a small column reduction as XLA's threads read it: one vector of ``vector_size`` columns a
+        thread a step (``threads x vector / TB`` rows of the ``TB`` columns), as XLA's
+        ``SmallColumnReductionFusion`` walks the rows; the default ``tr`` (the program's whole tile of
+        :data:`TILE_ELEMENTS` a step) held up to ``TILE_ELEMENTS / threads`` values a thread at once (a bf16
+        ``[516, 32]`` max: 32 a thread, 72 registers and a spill where XLA's kernel has 32 registers, one
+        8-byte load a row step). Column reductions keep their tile."""
+        if geo.emitter != "SmallColumnReductionFusion":
+            return tr
+        lanes = geo.threads * geo.vector_size
+        if lanes % tb or not is_pow2(lanes // tb):
+            return tr
+        return min(tr, lanes // tb)
+
     # ------------------------------------------------------------------------------------------
     def emit(self) -> EmittedFusion:
         fusion = self.fusion
@@ -317,6 +331,8 @@ class ReductionFusion(FusionEmitter):
             ta, tr, tb = self.tile(plan.dims, na, nr, nb) if nr > 0 else (min(next_pow2(na), TILE_ELEMENTS), 1, 1)
         if xla_tiles is not None and tb == 1:
             tr = self.xla_row_step(geo, ta, tr)
+        elif xla_tiles is not None:
+            tr = self.xla_column_step(geo, tb, tr)
         block, oblock = ta * tr * tb, ta * tb
         ga, gb = -(-na // ta), -(-nb // tb)
         nit = -(-nr // tr) if nr > 0 else 0
