@@ -708,6 +708,46 @@ ENTRY e {{
     assert sum(v for (op, _), v in global_accesses(ptx).items() if op == "ld") == 1
 
 
+def test_concatenate_reads_reversed_and_sliced_parameters_through_one_pointer():
+    """Operands that read a parameter through index transforms (reverse, slice, transpose) share that one
+    load, and a computed operand (a negated, scaled reverse) is computed and selected where it lies, as fresh
+    random program 100102's loop concatenate (XLA's kernel: one load a thread whichever operand); numpy's
+    concatenate of the same pieces, and the compiled kernel reads twice, not once per operand."""
+    from test_kernel_vector_width import global_accesses
+
+    text = """HloModule m
+fused {
+  a = f32[6,16] parameter(0)
+  b = f32[16,6] parameter(1)
+  ra = f32[6,16] reverse(a), dimensions={0,1}
+  half = f32[] constant(0.5)
+  hb = f32[6,16] broadcast(half), dimensions={}
+  na = f32[6,16] negate(ra)
+  computed = f32[6,16] multiply(na, hb)
+  s = f32[6,3] slice(a), slice={[0:6], [9:12]}
+  rs = f32[6,3] reverse(s), dimensions={1}
+  bt = f32[6,16] transpose(b), dimensions={1,0}
+  s2 = f32[6,2] slice(bt), slice={[0:6], [4:6]}
+  ROOT c = f32[6,53] concatenate(ra, computed, rs, bt, s2), dimensions={1}
+}
+ENTRY e {
+  a = f32[6,16] parameter(0)
+  b = f32[16,6] parameter(1)
+  ROOT f = f32[6,53] fusion(a, b), kind=kLoop, calls=fused
+}"""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((6, 16)).astype(np.float32), rng.standard_normal((16, 6)).astype(np.float32)
+    outs, ref, _, emitted = _run_loop(text, [a, b])
+    ra = a[::-1, ::-1]
+    want = np.concatenate([ra, -ra * np.float32(0.5), a[:, 9:12][:, ::-1], b.T, b.T[:, 4:6]], axis=1)
+    np.testing.assert_array_equal(outs[0], want)
+    np.testing.assert_array_equal(outs[0], ref)
+    src = emitted.kernels[0].source
+    assert src.count("tl.load(") == 2 and "cmask" in src  # the four reads through one pointer, the computed one
+    ptx = triton_runtime.compile_for_target(emitted.kernels[0], pointer_alignment=16).ptx
+    assert sum(v for (op, _), v in global_accesses(ptx).items() if op == "ld") == 2
+
+
 @pytest.mark.parametrize("module", ["v_cummax_bf16", "v_cumsum_bf16", "v_cumprod"])
 def test_cumulative_windows_over_converted_parameters_read_vectors(module):
     """XLA's cumulative max / sum / product levels (tests/data/xla_kernels_v, jax's associative scan): windows

@@ -18,6 +18,11 @@ from fusegen.codegen.elemental.common import (COMPLEX_PARTS, Cx, Index, _LOW_FLO
                                               is_float, parse_constant)
 
 
+#: Ops whose value is their operand's at another index (one pure indexing map): a concatenate reads a parameter
+#: through them with one load (ShapeOpsMixin._concatenate_pointers).
+_INDEX_ONLY = frozenset({"slice", "reverse", "transpose", "broadcast", "copy"})
+
+
 class ShapeOpsMixin:
     """Data-movement ops of :class:`ElementalGenerator` (a mixin; see the module docstring)."""
 
@@ -227,30 +232,61 @@ class ShapeOpsMixin:
             raise EmitterUnsupported(inst.opcode, inst.name, "empty concatenate")
         return result
 
-    def _concatenate_pointers(self, inst: Instruction, idx: Index, k: int, offsets: list[int]) -> str | None:
-        """A concatenate of fusion parameters as one load through the selected operand's pointer, as XLA's
-        elemental emitter branches to the operand and loads once (``EmitElementalConcatenate``: one
-        ``ld.global`` a thread whatever the operand count); ``None`` (select loaded values) when an operand is
-        computed, or of a type loaded other than plainly."""
+    def _concatenate_pointers(self, inst: Instruction, idx: Index, k: int, offsets: list[int]) -> Any | None:
+        """A concatenate's operands that read a fusion parameter through index transforms only (slice, reverse,
+        transpose, broadcast, copy; the parameter itself) as one load through the selected operand's pointer,
+        as XLA's elemental emitter branches to the operand and loads once (``EmitElementalConcatenate``: one
+        ``ld.global`` a thread whatever the operand count); an operand computed otherwise is computed and
+        selected where it lies. ``None`` (select every loaded value) when fewer than two operands are such
+        reads, or the type is loaded other than plainly."""
         if self.bindings is not None or self.ctx.runs is not None or self.ctx.steps is not None:
             return None
         et = inst.shape.element_type
         if et in COMPLEX_PARTS or et in ts.BIT_FLOAT_TYPES or et == "pred" or dtypes.bit_width(et) < 8:
             return None
         ops = [(o, start) for o, start in zip(inst.operands, offsets) if o.shape.dimensions[k]]
-        if len(ops) < 2 or any(o.opcode != "parameter" or o.shape.is_tuple for o, _ in ops):
+        reads = [(o, start) for o, start in ops if self._parameter_read(o) is not None]
+        if len(reads) < 2:
             return None
         ck, sel = idx[k], None
-        for o, start in reversed(ops):
-            ptr, shape = self.parameter_buffer(o)
-            # the local index is not clamped: only the selected operand's address is read
-            off = self.itensor(self.linearize(idx[:k] + (self.isub(ck, start),) + idx[k + 1:], shape.dimensions,
-                                              shape.minor_to_major()))
+        for o, start in reversed(reads):
+            local = idx[:k] + (self.isub(ck, start),) + idx[k + 1:]  # not clamped: only the selected address is read
+            par = o
+            while par.opcode != "parameter":
+                local = self.apply_map(self.operand_map(par, 0), local, par)
+                par = par.operands[0]
+            ptr, shape = self.parameter_buffer(par)
+            off = self.itensor(self.linearize(local, shape.dimensions, shape.minor_to_major()))
             p = self.ctx.emit(f"{ptr} + {off}", "ptr")
-            sel = p if sel is None else self.ctx.emit(f"tl.where({ck} < {start + o.shape.dimensions[k]}, {p}, {sel})",
-                                                      "ptr")
+            end = start + o.shape.dimensions[k]
+            sel = p if sel is None else self.ctx.emit(f"tl.where({ck} < {end}, {p}, {sel})", "ptr")
         other = "" if et.startswith("f8") else ", other=0"
-        return self.ctx.emit(f"tl.load({sel}, mask={self.ctx.mask}{other})", inst.name)
+        computed = [(o, start) for o, start in ops if (o, start) not in reads]
+        mask = self.ctx.mask
+        if computed:  # lanes of a computed operand read nothing here
+            outside = " & ".join(f"(({ck} < {start}) | ({ck} >= {start + o.shape.dimensions[k]}))"
+                                 for o, start in computed)
+            mask = self.ctx.emit(f"{mask} & {outside}", "cmask")
+        result = self.ctx.emit(f"tl.load({sel}, mask={mask}{other})", inst.name)
+        for o, start in reversed(computed):
+            size = o.shape.dimensions[k]
+            v = self.value(o, idx[:k] + (self.iclamp(self.isub(ck, start), 0, size - 1),) + idx[k + 1:])
+            result = self.where(f"({ck} >= {start}) & ({ck} < {start + size})", v, result, inst.name)
+        return result
+
+    def _parameter_read(self, o: Instruction) -> Instruction | None:
+        """The fusion parameter ``o`` reads through index transforms only (each one pure output-to-operand
+        map, the element type kept), else ``None``."""
+        while o.opcode != "parameter":
+            if (o.opcode not in _INDEX_ONLY or len(o.operands) != 1 or o.shape.is_tuple
+                    or o.operands[0].shape.element_type != o.shape.element_type):
+                return None
+            try:
+                self.operand_map(o, 0)
+            except EmitterUnsupported:
+                return None
+            o = o.operands[0]
+        return None if o.shape.is_tuple else o
 
     def _dynamic_slice(self, inst: Instruction, idx: Index) -> Any:
         src = inst.operands[0]
