@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable
 
-from fusegen.analysis.shape_util import is_elementwise, reshape_is_bitcast, transpose_is_bitcast
+from fusegen.hlo.shape_util import is_elementwise, reshape_is_bitcast, transpose_is_bitcast
 from fusegen.analysis.transpose import get_description_for_tiled_transpose_emitter
 from fusegen.hlo.ir import Instruction
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from fusegen import kinds
 from fusegen.analysis.reduction import are_reductions_multi_output_fusion_compatible, is_real_reduction_hero
-from fusegen.analysis.shape_util import elements_in
+from fusegen.hlo.shape_util import elements_in
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import KindMatcher
 

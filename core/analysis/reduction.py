@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import attrs
 
-from fusegen.analysis.shape_util import are_dimensions_consecutive
+from fusegen.hlo.shape_util import are_dimensions_consecutive
 from fusegen.hlo.ir import Instruction, Shape
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import attrs
 
-from fusegen.analysis.shape_util import (
+from fusegen.hlo.shape_util import (
     inverse_permutation,
     is_default_layout,
     is_reshape_or_transpose_bitcast,

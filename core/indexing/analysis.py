@@ -23,7 +23,7 @@ from typing import Callable, Iterable
 
 import attrs
 
-from fusegen.analysis.shape_util import is_elementwise
+from fusegen.hlo.shape_util import is_elementwise
 from fusegen.hlo.ir import Computation, Instruction, Shape
 from fusegen.indexing import analysis_ops as ops
 from fusegen.indexing.analysis_shapes import (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from fusegen.analysis.shape_util import inverse_permutation
+from fusegen.hlo.shape_util import inverse_permutation
 from fusegen.hlo.ir import Instruction, Shape
 from fusegen.indexing.analysis_shapes import (
     bitcast_map, pad_map, reshape_exprs, transpose_exprs, window_map,

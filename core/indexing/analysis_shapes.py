@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fusegen.analysis.shape_util import deduce_transpose_dimensions_for_bitcast, inverse_permutation, reshape_is_bitcast
+from fusegen.hlo.shape_util import deduce_transpose_dimensions_for_bitcast, inverse_permutation, reshape_is_bitcast
 from fusegen.hlo.dtypes import bit_width
 from fusegen.hlo.ir import Shape
 from fusegen.indexing.expr import AffineExpr, const, dim, sym

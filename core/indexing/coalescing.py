@@ -24,7 +24,7 @@ import attrs
 
 from fusegen.analysis.hero import find_non_trivial_hero
 from fusegen.analysis.reduction import is_real_reduction_hero, is_reduction_from_or_to_contiguous_dimensions
-from fusegen.analysis.shape_util import inverse_permutation, is_elementwise
+from fusegen.hlo.shape_util import inverse_permutation, is_elementwise
 from fusegen.hlo.dtypes import bit_width
 from fusegen.hlo.ir import Instruction, Shape
 from fusegen.indexing.analysis import FusionAdaptor, compute_grouped_output_to_input_indexing

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from fusegen.analysis.shape_util import is_elementwise
+from fusegen.hlo.shape_util import is_elementwise
 from fusegen.perf.op_profiles import flops_per_element as profile_flops
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -24,6 +24,7 @@ from typing import Any
 
 from fusegen.codegen_backend import CodegenBackend, CompilationFailed, Config, Executable
 from fusegen.hlo.ir import Computation, Instruction
+from fusegen.hlo.shape_util import physical_strides
 from fusegen.plugin_manager import hookimpl
 
 log = logging.getLogger("fusegen.cudnn")
@@ -86,16 +87,6 @@ def _dt(et: str):
     return getattr(cudnn.data_type, name)
 
 
-def _dense_strides(shape) -> list[int]:
-    """Element strides of each logical dim of ``shape`` in its own (dense) layout."""
-    strides = [0] * shape.rank
-    s = 1
-    for d in shape.minor_to_major():
-        strides[d] = s
-        s *= shape.dimensions[d]
-    return strides
-
-
 def _row_major_strides(dims) -> list[int]:
     st = [0] * len(dims)
     s = 1
@@ -126,7 +117,7 @@ class _Builder:
         data-movement-free view of a parameter."""
         op = inst.opcode
         if op == "parameter":
-            return inst, _dense_strides(inst.shape)
+            return inst, physical_strides(inst.shape)
         if op in ("bitcast", "copy", "transpose", "reshape") and inst.operands:
             base = self.view(inst.operands[0])
             if base is None:
@@ -139,9 +130,9 @@ class _Builder:
                 perm = [int(x) for x in inst.attrs.get("dimensions") or ()]
                 return p, [st[q] for q in perm]
             if op == "bitcast":
-                if st != _dense_strides(src.shape):
+                if st != physical_strides(src.shape):
                     return None
-                return p, _dense_strides(inst.shape)
+                return p, physical_strides(inst.shape)
             if st != _row_major_strides(src.shape.dimensions):
                 return None
             return p, _row_major_strides(inst.shape.dimensions)
@@ -329,7 +320,7 @@ class _Builder:
                 out_inst.operands[0].shape.dimensions == out_inst.shape.dimensions and out_inst.opcode == "copy":
             out_inst = out_inst.operands[0]
         t = self.value(out_inst, perm)
-        st = _dense_strides(strides_src.shape)
+        st = physical_strides(strides_src.shape)
         dims = [strides_src.shape.dimensions[d] for d in perm]
         strides = [st[d] for d in perm]
         dims, strides = self._pad(dims, strides)

@@ -48,7 +48,7 @@ from fusegen.pow2 import is_pow2, next_pow2, prev_pow2
 from fusegen.analysis.reduction import (ReductionDimensions, are_reductions_multi_output_fusion_compatible,
                                         choose_reduction_emitter, get_reduction_kind_and_contiguous_components,
                                         is_real_reduction_hero)
-from fusegen.analysis.shape_util import are_dimensions_consecutive
+from fusegen.hlo.shape_util import are_dimensions_consecutive
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import (COMPLEX_PARTS, Cx, ElementalGenerator, KernelContext, choose_index_dtype,
                                       deep_recursion, int_list)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 from typing import Any, ClassVar, Sequence
 
-from fusegen.analysis.shape_util import inverse_permutation
+from fusegen.hlo.shape_util import inverse_permutation
 from fusegen.analysis.transpose import (
     PackedTransposeDescription,
     TransposeDescription,

@@ -71,7 +71,8 @@ def equal_ignoring_element_type(a: Shape, b: Shape) -> bool:
     return tuple(a.dimensions) == tuple(b.dimensions) and tuple(a.minor_to_major()) == tuple(b.minor_to_major())
 
 
-def _physical_strides(shape: Shape) -> list[int]:
+def physical_strides(shape: Shape) -> list[int]:
+    """Element strides of each logical dimension of ``shape`` in its own dense layout (minor-to-major)."""
     strides = [0] * shape.rank
     s = 1
     for d in shape.minor_to_major():
@@ -114,8 +115,8 @@ def reshape_is_bitcast(a: Shape, b: Shape, ignore_element_type: bool = False) ->
 
     def check(src: Shape, dst: Shape) -> bool:
         src_log = _logical_strides(src.dimensions)
-        src_phys = _physical_strides(src)
-        dst_phys = _physical_strides(dst)
+        src_phys = physical_strides(src)
+        dst_phys = physical_strides(dst)
         for d in range(src.rank):
             if src.dimensions[d] <= 1:
                 continue
