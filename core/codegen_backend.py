@@ -256,9 +256,9 @@ class CodegenBackend(abc.ABC):
 
     def compile_from_text(self, hlo_text: str, config: Config) -> Executable:
         """Compile the root of the entry computation of ``hlo_text`` (used by compile workers)."""
-        from fusegen.autotuning.compile_pool import instruction_from_text
+        from fusegen.hlo.parser import entry_root_from_text
 
-        return self.compile(instruction_from_text(hlo_text), config)
+        return self.compile(entry_root_from_text(hlo_text), config)
 
     def __repr__(self) -> str:
         return f"<CodegenBackend {self.name} v{self.version}>"

@@ -11,7 +11,7 @@ import os
 import traceback
 from typing import Any
 
-from fusegen.registry import normalize_name
+from fusegen.config.names import normalize_name
 
 __all__ = ["why_not_loaded", "import_error_location", "import_failure", "quarantine_note"]
 

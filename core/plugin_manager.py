@@ -31,7 +31,7 @@ Configuration: ``PluginManager(config=cfg)`` (a :class:`fusegen.config.loader.Re
 is no plugin's drops one registry entry: ``matcher:NAME``, ``emitter:NAME``, ``backend:NAME``,
 ``pass:NAME``, ``codegen:NAME``, or a bare name for the first registry holding it in that order, so
 ``disable = ["loop"]`` removes the plugin ``loop`` and nothing else. Names are compared normalized as
-pip compares distributions (:func:`fusegen.registry.normalize_name`: ``input-slices`` is ``input_slices``).
+pip compares distributions (:func:`fusegen.config.names.normalize_name`: ``input-slices`` is ``input_slices``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ import pluggy
 
 from fusegen import hookspecs, kinds
 from fusegen.codegen_backend import CodegenBackend
-from fusegen.registry import EmitterFactory, ExecutionBackend, HloPass, KindMatcher, normalize_name
+from fusegen.config.names import normalize_name
+from fusegen.registry import EmitterFactory, ExecutionBackend, HloPass, KindMatcher
 
 hookimpl = pluggy.HookimplMarker("fusegen")
 

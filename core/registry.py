@@ -6,7 +6,6 @@ rank, and dispatch, the executor and the pipeline only ever see these descriptor
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any, Callable
 
 import attrs
@@ -14,14 +13,6 @@ import attrs
 if TYPE_CHECKING:  # pragma: no cover
     from fusegen.analysis.fusion_analysis import FusionAnalysis
     from fusegen.hlo.ir import Instruction, Module
-
-
-def normalize_name(name: str) -> str:
-    """A plugin, matcher, emitter or backend name as names are compared everywhere (``--fusegen-plugin``,
-    ``[plugins] enable/disable``, ``[plugins.<name>]``, ``FUSEGEN_LOAD_PLUGINS``): the rule pip applies to
-    distribution names (PEP 503), runs of ``-``, ``_`` and ``.`` are one ``-`` and letters are lower case,
-    so ``input_slices``, ``input-slices`` and ``Input.Slices`` are one name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 @attrs.frozen

@@ -115,7 +115,7 @@ def test_plugin_names_compare_as_pip_compares_distributions(spelling, monkeypatc
     """``-``/``_``/``.`` runs and case do not matter (PEP 503), in every place a plugin is named."""
     from fusegen.conformance.target import Target
     from fusegen.config.options import PluginsOptions
-    from fusegen.registry import normalize_name
+    from fusegen.config.names import normalize_name
 
     assert normalize_name(spelling) == "in-place-dus"
     # FUSEGEN_LOAD_PLUGINS with autoload off

@@ -23,7 +23,6 @@ a supervised worker by default (:mod:`fusegen.autotuning.supervised`).
 from __future__ import annotations
 
 import collections
-import functools
 import hashlib
 import os
 import pickle
@@ -88,17 +87,6 @@ def instruction_to_text(instr: "Instruction") -> str:
     except ImportError as e:
         raise CompilePoolUnavailable(f"compiling in worker processes needs fusegen.hlo.printer ({e})") from None
     return print_module(instruction_module(instr))
-
-
-@functools.lru_cache(maxsize=8)
-def instruction_from_text(hlo_text: str) -> "Instruction":
-    """Root of the entry computation of ``hlo_text`` (parsed once per distinct text in a worker)."""
-    try:
-        from fusegen.hlo.parser import parse_module
-    except ImportError as e:
-        raise CompilePoolUnavailable(f"compiling in worker processes needs fusegen.hlo.parser ({e})") from None
-    module = parse_module(hlo_text, "<autotune candidate>")
-    return module.entry.root
 
 
 # --------------------------------------------------------------------------------------------

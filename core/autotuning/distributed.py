@@ -129,7 +129,7 @@ def compile_candidate(backends: dict, config_json: dict, hlo_text: str, kill_mar
         ``{"config": config_json, "error": str | None, "seconds": float, "executable": bytes | None}``;
         ``executable`` is the pickled executable when it pickles (else ``None`` and the profiler recompiles).
     """
-    from fusegen.autotuning.compile_pool import instruction_from_text
+    from fusegen.hlo.parser import entry_root_from_text
     from fusegen.codegen_backend import CompilationFailed, Config
 
     _maybe_die(kill_marker)
@@ -137,7 +137,7 @@ def compile_candidate(backends: dict, config_json: dict, hlo_text: str, kill_mar
     exe, error = None, None
     try:
         config = Config.from_json(config_json)
-        exe = backends[config.backend].compile(instruction_from_text(hlo_text), config)
+        exe = backends[config.backend].compile(entry_root_from_text(hlo_text), config)
         if exe is None:
             error = "backend returned no executable"
     except CompilationFailed as e:
@@ -167,13 +167,13 @@ def profile_instruction(meta: dict, *compiled: dict) -> dict:
         ``{"single": config name}`` when exactly one candidate compiled (used without profiling), else the
         record of every candidate (compile failures included).
     """
-    from fusegen.autotuning.compile_pool import instruction_from_text
+    from fusegen.hlo.parser import entry_root_from_text
     from fusegen.autotuning.config_runner import Candidate, ConfigRunner
     from fusegen.autotuning.profiler import default_profiler
     from fusegen.autotuning.replay import record_json
     from fusegen.codegen_backend import CompilationFailed, Config
 
-    instr = instruction_from_text(meta["hlo_text"])
+    instr = entry_root_from_text(meta["hlo_text"])
     configs = [Config.from_json(c["config"]) for c in compiled]
     backends = meta["backends"]
     failed: list[ProfileResult] = []

@@ -40,7 +40,7 @@ from fusegen.config.options import (
 )
 from fusegen.config.toml import ConfigError, TomlDocument, has_table, read_toml
 from fusegen.config.xla_flags import did_you_mean, parse_cli_flags, parse_xla_flags
-from fusegen.registry import normalize_name
+from fusegen.config.names import normalize_name
 from fusegen.verify.options import VerifyOptions, parse_verify_table
 
 if TYPE_CHECKING:

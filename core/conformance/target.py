@@ -130,7 +130,7 @@ def _distributions_for(name: str) -> Any:
     import os
 
     from fusegen.plugin_manager import ENTRY_POINT_GROUPS
-    from fusegen.registry import normalize_name
+    from fusegen.config.names import normalize_name
 
     if os.environ.get("FUSEGEN_AUTOLOAD_DISTRIBUTIONS", "").strip():
         return None
@@ -158,7 +158,7 @@ class Target:
         self.pm = pm if pm is not None else PluginManager(config=PluginsOptions(enable=[name]),
                                                           distributions=_distributions_for(name))
         name = self.pm.lookup(name) or name  # input-slices == input_slices, as pip compares names
-        from fusegen.registry import normalize_name
+        from fusegen.config.names import normalize_name
 
         broken = next((b for b in self.pm.broken if normalize_name(b) == normalize_name(name)), None)
         if broken is not None and name not in self.pm.infos:  # quarantined while loading: say why

@@ -21,6 +21,8 @@ computation (``fusion_to_mlir`` lit tests, ``xla/codegen/tools/test_lib.cc`` ``L
 
 from __future__ import annotations
 
+import functools
+
 import re
 from pathlib import Path
 from typing import Any
@@ -583,3 +585,14 @@ def parse_file(path: str | Path) -> Module:
     except (OSError, UnicodeDecodeError) as e:
         raise HloParseError(f"cannot read HLO file: {e}", str(path)) from e
     return parse_module(text, str(path))
+
+
+@functools.lru_cache(maxsize=8)
+def entry_root_from_text(hlo_text: str) -> Instruction:
+    """The root of the entry computation of module text ``hlo_text`` (an autotune candidate sent to a compile
+    worker as text), parsed once per distinct text (the last 8 kept).
+
+    Raises:
+        HloParseError: as :func:`parse_module`.
+    """
+    return parse_module(hlo_text, "<autotune candidate>").entry.root

@@ -107,13 +107,13 @@ class PipelineResult:
 def resolve_pass_names(names: Sequence[str], registry: dict[str, Any], pm: "PluginManager | None" = None,
                        where: str = "") -> list[str]:
     """The registered pass each of ``names`` means: names compare as plugin names do
-    (:func:`fusegen.registry.normalize_name`: ``dot_bf16`` is ``dot-bf16``).
+    (:func:`fusegen.config.names.normalize_name`: ``dot_bf16`` is ``dot-bf16``).
 
     Raises:
         PassError: a name no pass has, with a did-you-mean, the known passes and, when plugins are quarantined,
             their reasons (a quarantined plugin's passes are not registered).
     """
-    from fusegen.registry import normalize_name
+    from fusegen.config.names import normalize_name
 
     by_key = {normalize_name(n): n for n in registry}
     out = []
@@ -174,7 +174,7 @@ def run_pipeline(module: "Module", passes: Sequence[str] | None = None, *, pm: "
     from fusegen.hlo.module_verifier import entry_signature
     from fusegen.passes import pass_checks
     from fusegen.plugin_manager import default_plugin_manager
-    from fusegen.registry import normalize_name
+    from fusegen.config.names import normalize_name
 
     pm = pm or default_plugin_manager()
     registry = pm.passes()

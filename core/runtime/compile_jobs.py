@@ -26,7 +26,7 @@ from fusegen.hlo.ir import Instruction
 def fusion_fingerprint(inst: Instruction, kernels: Sequence[Any]) -> tuple:
     """What makes two fusions' kernels compile alike: canonical HLO, fusion backend config, shapes with
     layouts, and each kernel's constexprs, launch and stages."""
-    from fusegen.cache.key import canonical_hlo
+    from fusegen.hlo.canonical import canonical_hlo
     from fusegen.hlo.printer import print_shape
 
     fbc = inst.backend_config.get("fusion_backend_config") if isinstance(inst.backend_config, dict) else None

@@ -104,7 +104,7 @@ def shipped_with_fusegen(plugin: str) -> bool:
     emitters and backends of ``plugins/`` and core's matchers. A third-party plugin, one that replaced a
     built-in under its name included, and the name of no loaded plugin, are not."""
     from fusegen.plugin_manager import default_plugin_manager
-    from fusegen.registry import normalize_name
+    from fusegen.config.names import normalize_name
 
     info = default_plugin_manager().infos.get(plugin)
     return info is not None and normalize_name(info.distribution) == "fusegen"
