@@ -32,19 +32,15 @@ def load_module(path: str):
 
 
 def load_modules(path: str) -> list:
-    """Parse every module of an HLO file (exits 2 on a parse error, in one line)."""
+    """Every module of an HLO file, through the library (:func:`fusegen.api.load_all`); an unreadable file or a
+    parse error exits 2 in one line (``FILE:LINE:COL: error: ...``)."""
+    from fusegen.api import LoadError, load_all
     from fusegen.hlo.errors import HloParseError
-    from fusegen.hlo.parser import parse_modules
 
-    p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as e:
-        fail(f"{path}: {e.strerror or e}")
-    except UnicodeDecodeError as e:
-        fail(f"{path}: not a text file ({e.reason})")
-    try:
-        return parse_modules(text, filename=str(path))
+        return load_all(Path(path))
+    except LoadError as e:
+        fail(str(e))
     except HloParseError as e:
         click.echo(str(e).splitlines()[0], err=True)
         sys.exit(EXIT_BAD_INPUT)
