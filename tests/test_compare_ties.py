@@ -262,21 +262,22 @@ def test_captured_where_one_ulp_from_its_threshold_is_drift_when_expected_took_t
 def test_a_full_run_gives_up_exact_ties_for_one_with_a_gap():
     """Per run at most COMPARES_PER_RUN elements: once full, an exact tie (a causal mask's diagonal) makes
     room for a later element with a gap; a list of gaps only takes no more."""
-    from types import SimpleNamespace
-
     from fusegen.verify import compare_ties as ct
+    from fusegen.verify.recorder import RunRecorder
 
     m = parse_module(GATE)
     f = next(i for i in m.entry.instructions if i.name == "f")
     exact = CompareTie("mask", 0, "ge", "GE", (0,), 2.0, 2.0, True, 1e-4)
-    ex = SimpleNamespace(compare_ties=[exact] * ct.COMPARES_PER_RUN, verify=VerifyOptions())
+    ex = RunRecorder(m, VerifyOptions())
+    ex.compare_ties.extend([exact] * ct.COMPARES_PER_RUN)
     out = ct.reference_recording(ex, f, [_x(ONE_ULP_UP), A, B], evaluate_instruction)
     np.testing.assert_array_equal(out, _answer(_x(ONE_ULP_UP)))
     assert len(ex.compare_ties) == ct.COMPARES_PER_RUN
     assert [(t.compare, t.index) for t in ex.compare_ties if t.lhs != t.rhs] == [("gt", (0,))]
-    gaps = SimpleNamespace(compare_ties=[attrs.evolve(exact, rhs=2.0001)] * ct.COMPARES_PER_RUN, verify=VerifyOptions())
+    gaps = RunRecorder(m, VerifyOptions())
+    gaps.compare_ties.extend([attrs.evolve(exact, rhs=2.0001)] * ct.COMPARES_PER_RUN)
     ct.reference_recording(gaps, f, [_x(ONE_ULP_UP), A, B], evaluate_instruction)
-    assert all(t.compare == "ge" for t in gaps.compare_ties) and gaps._cmp_counts == {"f": 1}
+    assert all(t.compare == "ge" for t in gaps.compare_ties) and gaps.compare_counts == {"f": 1}
 
 
 #: The gate's compare and select at the top level (no fusion): recorded on the compare's own operands.

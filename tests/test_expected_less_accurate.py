@@ -126,7 +126,7 @@ def test_an_expected_answer_off_by_more_than_any_summation_order_rounds_is_a_mis
     e = _expected().copy()
     beyond = _beyond_allowance(m, np.asarray(evaluate_module(m, [x])), _exact(x), e)
     e[2] += np.float32(0.05)
-    v = judge_module(m, [x], k, evaluate_module(m, [x]), out.events, out.verify, expected=[e])
+    v = judge_module(m, [x], k, evaluate_module(m, [x]), out.observer.events, out.verify, expected=[e])
     o = v.outputs[0]
     assert v.status == "mismatch" and o.index == (2,) and "kernel vs expected" in o.reason
     # the other rows XLA:CPU rounds beyond the allowance are still told apart
@@ -154,7 +154,7 @@ def test_a_planted_wrong_accumulator_still_fails_with_the_expected_answer():
     k = np.asarray(ex.run([x]))
     exact, e = _exact(x), _expected()
     assert (np.abs(k - exact) > np.abs(e - exact)).any()  # the planted kernel is the farther one
-    v = judge_module(m, [x], k, evaluate_module(m, [x]), ex.events, ex.verify, expected=[e])
+    v = judge_module(m, [x], k, evaluate_module(m, [x]), ex.observer.events, ex.verify, expected=[e])
     o = v.outputs[0]
     assert v.status == "mismatch" and o.status == "mismatch"
     assert o.expected_error > o.expected_allowed

@@ -24,6 +24,7 @@ from fusegen.cli.main import cli
 from fusegen.hlo.parser import parse_module, parse_modules
 from fusegen.runtime.executor import Executor, run_module
 from fusegen.runtime.inputs import leaves, load_inputs, make_inputs
+from fusegen.verify.recorder import RunRecorder
 from fusegen.verify.budget import judge, output_budgets
 from fusegen.verify.options import VerifyOptions
 from fusegen.verify.promote import OracleUnavailable, evaluate_promoted
@@ -236,7 +237,7 @@ def test_record_fusion_reports_the_budget_pass_figures_for_every_float_type(et, 
 
     monkeypatch.setattr(verdict, "compare", no_second_pass)
     rep = FusionReport(name="f")
-    verdict.record_fusion(Executor(m, compile_kernels=False), rep, f, out, ref, [x.astype(dt)])
+    verdict.record_fusion(RunRecorder(m), rep, f, out, ref, [x.astype(dt)])
     assert (rep.max_abs_error, rep.max_rel_error) == (want.max_abs_error, want.max_rel_error)
 
 
@@ -355,7 +356,7 @@ def test_pointer_names_the_first_fusion_out_of_budget_and_its_while_iteration():
     out = ex.run(args)
     from fusegen.evaluator.evaluator import evaluate_module
 
-    v = judge_module(m, args, out, evaluate_module(m, args), ex.events, ex.verify)
+    v = judge_module(m, args, out, evaluate_module(m, args), ex.observer.events, ex.verify)
     ev = v.first_out_of_budget
     assert ev is not None and ev.fusion == target.name
     assert (ev.loop, ev.iteration) == (whiles[0].name, 0)

@@ -35,10 +35,10 @@ from fusegen.evaluator.evaluator import UnsupportedOpError, evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.perf.report import fusion_estimate_json, library_estimates_json
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
+from fusegen.runtime.observer import FusionObserver
 from fusegen.verify.options import VerifyOptions
-from fusegen.verify.compare_ties import reference_recording
-from fusegen.verify.ties import record_ties
-from fusegen.verify.verdict import judge_module, record_fusion
+from fusegen.verify.recorder import RunRecorder
+from fusegen.verify.verdict import judge_module
 from fusegen.runtime.compile_jobs import CompileJobs, apply_compiled_shared
 from fusegen.runtime.compiled_program import CompiledTrace
 from fusegen.runtime.kernel_reuse import KernelReuse
@@ -316,11 +316,15 @@ class Executor:
         jobs: worker processes for the sm_90 compiles (:class:`~fusegen.runtime.compile_jobs.CompileJobs`):
             ``1`` compiles each fusion as it first runs; more compile in the background, and
             :meth:`finish_compiles` fills in ``compiled`` (and a failed compile's status).
+        observer: who hears of each execution (:class:`~fusegen.runtime.observer.FusionObserver`: the reference
+            on the kernel path's operands, the kernel's outputs, each compared fusion); default the verdict's
+            :class:`~fusegen.verify.recorder.RunRecorder` with ``verify``.
     """
 
     def __init__(self, module: Module, device: DeviceDescription | None = None, pm: PluginManager | None = None,
                  compile_kernels: bool = True, on_fusion: Callable[[FusionReport], None] | None = None,
-                 limits: RunLimits | None = None, verify: VerifyOptions | None = None, jobs: int = 1):
+                 limits: RunLimits | None = None, verify: VerifyOptions | None = None, jobs: int = 1,
+                 observer: FusionObserver | None = None):
         self.module = module
         self.budget = Budget(limits)
         self.device = device or get_device("h200")
@@ -332,9 +336,7 @@ class Executor:
         self.other_instructions: dict[str, tuple[str, str, str]] = {}  # name -> (name, opcode, backend)
         self._emitted: dict[int, tuple[Any, FusionReport]] = {}
         self.verify = verify or VerifyOptions()
-        self.events: list = []  # fusegen.verify.verdict.FusionEvent per compared execution, in order
-        self.ties: list = []  # fusegen.verify.ties.Tie: near-ties of the sorts on the kernel path, in order
-        self.compare_ties: list = []  # fusegen.verify.compare_ties.CompareTie: near-ties of float compares
+        self.observer = observer if observer is not None else RunRecorder(module, self.verify)
         self.timings = Timings()  # module-level phases outside fusions (fusegen.runtime.timings)
         self.compiles = CompileJobs(jobs)
         self.kernel_reuse = KernelReuse()  # identical fusions run the first one's kernels
@@ -481,9 +483,9 @@ class Executor:
             out = self.pm.call_plugin(backend.plugin, f"{backend.name}.execute", backend.execute, inst, ops,
                                       self._context(backend.plugin))
         if op in ("sort", "reduce"):
-            record_ties(self, inst, out, ops)
+            self.observer.kernel_output(inst, out, ops)
         elif op == "compare":
-            reference_recording(self, inst, ops, evaluate_instruction)  # its near-ties, the reference's outcome
+            self.observer.reference(inst, ops, evaluate_instruction)  # its near-ties, the reference's outcome
         return out
 
     def _run_fusion(self, inst: Instruction, ops: list[Any]) -> Any:
@@ -495,7 +497,7 @@ class Executor:
             self.reports[inst.name] = rep
         tm = rep.timings
         with tm.phase("reference"):
-            ref = reference_recording(self, inst, ops, evaluate_instruction)  # and its compares' near-ties
+            ref = self.observer.reference(inst, ops, evaluate_instruction)  # and its compares' near-ties
         if self.keep_references:
             self.fusion_references[id(inst)] = (ops, ref)
         if emitted is None:
@@ -537,7 +539,7 @@ class Executor:
                     self._pending.append((rep, handle, fresh))
         with tm.phase("compare"):
             self._record(rep, inst, out, ref, ops)
-            record_ties(self, inst, out, ops)
+            self.observer.kernel_output(inst, out, ops)
         if first and self.on_fusion is not None:
             self.on_fusion(rep)
         return out
@@ -580,7 +582,7 @@ class Executor:
             # so no error is reported (``null`` in JSON, ``-`` in the table).
             rep.status = "ok"
             return
-        record_fusion(self, rep, inst, out, ref, ops)  # error budgets, the execution-order event list
+        self.observer.fusion_executed(rep, inst, out, ref, ops)  # the verdict's: error budgets, the event list
         if rep.compiled.startswith("failed"):
             rep.status = "error"
             rep.reason = compile_failure(rep)
@@ -639,8 +641,9 @@ def run_module(module: Module, args: list[Any], device: DeviceDescription | None
         with ex.timings.phase("reference"):  # the module's reference run and the verdict's f64 oracle
             ref = oracles.reference(ex.fusion_references)
             ex.fusion_references.clear()
-            verdict = judge_module(module, args, out, ref, ex.events, ex.verify, expected, f64=oracles.f64(),
-                                   ties=ex.ties + ex.compare_ties, budget=ex.budget)
+            rec = ex.observer
+            verdict = judge_module(module, args, out, ref, rec.events, ex.verify, expected, f64=oracles.f64(),
+                                   ties=rec.ties + rec.compare_ties, budget=ex.budget)
     finally:
         oracles.close()
     ok = verdict.status != "mismatch"

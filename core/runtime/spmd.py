@@ -429,11 +429,12 @@ class _Sides:
         g_ref = assemble_leaves(shardings, plan, [leaves(r) for r in self.refs], dims)
         bad = next((f for f in self.f64s if isinstance(f, OracleUnavailable)), None)
         g_f64 = bad if bad is not None else assemble_leaves(shardings, plan, self.f64s, dims)
-        events = [e for ex in self.executors for e in ex.events]
+        events = [e for ex in self.executors for e in ex.observer.events]
         verdict = judge_module(module, [], tuple(glob), tuple(g_ref), events, self.verify, expected, f64=g_f64)
         parts = split_leaves(shardings, plan, expected) if expected is not None else None
         for d in range(plan.devices):  # each device judged on its own: a replicated output wrong on one partition
-            vd = judge_module(module, [], self.outs[d], self.refs[d], self.executors[d].events, self.verify,
+            vd = judge_module(module, [], self.outs[d], self.refs[d], self.executors[d].observer.events,
+                              self.verify,
                               parts[d] if parts is not None else None, f64=self.f64s[d])
             for i, o in enumerate(vd.outputs):
                 g = verdict.outputs[i]

@@ -164,29 +164,30 @@ def find_compare_ties(inst: Instruction, cmp: Instruction, a: Any, b: Any, value
                        float(b.reshape(-1)[f]), bool(out[f]), float(budget.reshape(-1)[f])) for f in flat]
 
 
-def reference_recording(executor: Any, inst: Instruction, ops: list[Any],
+def reference_recording(recorder: Any, inst: Instruction, ops: list[Any],
                         evaluate_instruction: Callable[[Instruction, list[Any]], Any]) -> Any:
     """The reference value of ``inst`` (a fusion, or a top-level compare) on the kernel path's operands ``ops``,
-    counting the execution and appending its compares' near-ties to ``executor.compare_ties``;
+    counting the execution and appending its compares' near-ties to ``recorder.compare_ties`` (the run's
+    :class:`~fusegen.verify.recorder.RunRecorder`);
     ``evaluate_instruction`` (the executor's) gives it where nothing is recorded.
 
     Raises:
         what :func:`fusegen.evaluator.evaluator.evaluate_instruction` raises.
     """
-    known = executor.__dict__.setdefault("_cmp_insts", {})
+    known = recorder.has_compares
     if id(inst) not in known:
-        known[id(inst)] = bool(compares(inst))
-    if not known[id(inst)]:
+        known[id(inst)] = (inst, bool(compares(inst)))  # the instruction held: its id stays unique
+    if not known[id(inst)][1]:
         return evaluate_instruction(inst, ops)
-    counts = executor.__dict__.setdefault("_cmp_counts", {})
+    counts = recorder.compare_counts
     n = counts.get(inst.name, 0)
     counts[inst.name] = n + 1
-    found: list[CompareTie] = executor.compare_ties
+    found: list[CompareTie] = recorder.compare_ties
     if len(found) >= COMPARES_PER_RUN and all(t.lhs != t.rhs for t in found):
         return evaluate_instruction(inst, ops)
 
     def hook(cmp: Instruction, got: list[Any], v: Any) -> Any:
-        for t in find_compare_ties(inst, cmp, got[0], got[1], v, executor.verify, n):
+        for t in find_compare_ties(inst, cmp, got[0], got[1], v, recorder.verify, n):
             if len(found) < COMPARES_PER_RUN:
                 found.append(t)
             elif t.lhs != t.rhs:  # a full run's list gives up an exact tie for one with a gap

@@ -259,22 +259,23 @@ def is_choice(inst: Instruction) -> bool:
     return choice_sort(inst) is not None or choice_reduce(inst) is not None
 
 
-def record_ties(executor: Any, inst: Instruction, out: Any, ops: list[Any]) -> None:
-    """Count the execution of ``inst`` on the kernel path and append its near-ties to ``executor.ties``."""
-    sorts = executor.__dict__.setdefault("_tie_sorts", {})
+def record_ties(recorder: Any, inst: Instruction, out: Any, ops: list[Any]) -> None:
+    """Count the execution of ``inst`` on the kernel path and append its near-ties to ``recorder.ties`` (the
+    run's :class:`~fusegen.verify.recorder.RunRecorder`)."""
+    sorts = recorder.is_choice
     if id(inst) not in sorts:
-        sorts[id(inst)] = is_choice(inst)
-    if not sorts[id(inst)]:
+        sorts[id(inst)] = (inst, is_choice(inst))  # the instruction held: its id stays unique
+    if not sorts[id(inst)][1]:
         return
-    counts = executor.__dict__.setdefault("_tie_counts", {})
+    counts = recorder.tie_counts
     n = counts.get(inst.name, 0)
     counts[inst.name] = n + 1
-    if len(executor.ties) < TIES_PER_RUN:
+    if len(recorder.ties) < TIES_PER_RUN:
         try:
-            found = find_ties(inst, out, executor.verify, n, ops)
+            found = find_ties(inst, out, recorder.verify, n, ops)
         except Exception:  # an argmax's keys the evaluator cannot recompute: no ties to offer, nothing else
             found = []
-        executor.ties.extend(found[:TIES_PER_RUN - len(executor.ties)])
+        recorder.ties.extend(found[:TIES_PER_RUN - len(recorder.ties)])
 
 
 def _force(inst: Instruction, value: Any, tie: Tie, first_first: bool, ops: list[Any]) -> tuple[Any, bool]:

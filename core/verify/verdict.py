@@ -106,8 +106,9 @@ def _enclosing_whiles(module: Module) -> dict[int, list[str]]:
     return {id(c): loops(c) for c in module.computations}
 
 
-def record_fusion(executor: Any, rep: Any, inst: Instruction, out: Any, ref: Any, ops: list | None = None) -> None:
-    """Judge one fusion execution against its budgets; update ``rep`` and append to ``executor.events``.
+def record_fusion(recorder: Any, rep: Any, inst: Instruction, out: Any, ref: Any, ops: list | None = None) -> None:
+    """Judge one fusion execution against its budgets; update ``rep`` and append to ``recorder.events``
+    (``recorder``: the run's :class:`~fusegen.verify.recorder.RunRecorder`).
 
     Sets ``rep.max_abs_error``, ``rep.max_rel_error`` (worst over executions), ``rep.error_budget_ratio``,
     ``rep.budget`` and ``rep.status`` (``ok`` / ``mismatch``); ``ops`` (the fusion's operands) allow the
@@ -118,7 +119,7 @@ def record_fusion(executor: Any, rep: Any, inst: Instruction, out: Any, ref: Any
     ok = rep.status in ("pending", "ok")
     outs, refs = leaves(out), leaves(ref)
     judged: list = []
-    worst = judge_fusion(inst, ops, outs, ref, executor.verify, judged)
+    worst = judge_fusion(inst, ops, outs, ref, recorder.verify, judged)
     types = [s.element_type for s in inst.shape.leaves()]
     for k, (a, r) in enumerate(zip(outs, refs)):
         a, r = np.asarray(a), np.asarray(r)
@@ -138,13 +139,13 @@ def record_fusion(executor: Any, rep: Any, inst: Instruction, out: Any, ref: Any
     rep.error_budget_ratio = max(rep.error_budget_ratio or 0.0, j.ratio)
     rep.budget = b.describe()
     rep.status = "ok" if ok and rep.error_budget_ratio <= 1.0 else "mismatch"
-    counts = executor.__dict__.setdefault("_verify_counts", {})
+    counts = recorder.fusion_counts
     n = counts.get(inst.name, 0)
     counts[inst.name] = n + 1
-    if "_verify_loops" not in executor.__dict__:
-        executor._verify_loops = _enclosing_whiles(executor.module)
-    loops = executor._verify_loops.get(id(inst.parent), [])
-    executor.events.append(FusionEvent(len(executor.events), inst.name, n, j.ratio, j.worst_index, j.value,
+    if recorder.loops is None:
+        recorder.loops = _enclosing_whiles(recorder.module)
+    loops = recorder.loops.get(id(inst.parent), [])
+    recorder.events.append(FusionEvent(len(recorder.events), inst.name, n, j.ratio, j.worst_index, j.value,
                                        j.reference, loops[-1] if loops else None, n if len(loops) == 1 else None))
 
 
