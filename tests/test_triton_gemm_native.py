@@ -138,6 +138,23 @@ def test_fp8_gemm_with_per_tensor_scales(types, block_k, k):
     assert ("tl.range(" in src, "loop_unroll_factor=2" in src) == (k // block_k > 8, k // block_k > 8 and block_k >= 32)
 
 
+@pytest.mark.parametrize("k,loop", [(64, False), (128, True), (256, True)])
+def test_a_prologue_k_loop_of_more_than_four_steps_stays_a_loop(k, loop):
+    """f16 operands converted to bf16 in the fusion (a prologue in the K loop's body), block_k 16: 4 steps
+    unroll, 8 and 16 stay a loop as in XLA's kernel (fresh random program 100112: K 128, one load of each
+    operand a step, a backward branch); plain operands unroll up to 8 steps (the bf16 family above)."""
+    body = """  c0 = bf16[16,{k}] convert(p0)
+  c1 = bf16[{k},16] convert(p1)
+  d = bf16[16,16] dot(c0, c1), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}
+  ROOT r = f32[16,16] convert(d)""".format(k=k)
+    f = _fusion([f"f16[16,{k}]", f"f16[{k},16]"], body, "f32[16,16]")
+    (a, b), out, ks = _run(f, TritonGemmConfig(16, 8, 16, 1, 2))
+    src = _kernel_fn_source(ks)
+    assert ("tl.range(" in src and "nounroll" in src) == loop and ("for k0 in range(" in src) == (not loop)
+    want = (a.astype(ml_dtypes.bfloat16).astype(np.float64) @ b.astype(ml_dtypes.bfloat16).astype(np.float64))
+    np.testing.assert_allclose(out, want.astype(ml_dtypes.bfloat16).astype(np.float32), rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("block_k", [16, 32])
 def test_int8_gemm_accumulates_in_s32(block_k):
     f = _fusion(["s8[32,96]", "s8[96,16]"],

@@ -421,6 +421,10 @@ def _full_true(shape: list[int]) -> str:
 #: one ``ld.global.b32`` + one ``ld.global.b16`` + one ``mma`` a step in XLA's PTX). Up to this many steps
 #: ptxas unrolls the loop fully, in XLA's kernels too.
 FULL_UNROLL_STEPS = 8
+#: The same where the body also computes its tiles (a prologue: converts, arithmetic): a larger body, unrolled
+#: by LLVM for fewer steps (a bf16 GEMM of f16 operands converted in the fusion, 8 steps of 16: XLA's kernel keeps
+#: the loop, one load of each operand a step; fresh random program 100112).
+PROLOGUE_UNROLL_STEPS = 4
 _LOAD_OPS = ("parameter", "bitcast", "reshape", "transpose", "copy", "broadcast", "slice")
 
 
@@ -445,7 +449,7 @@ def _k_loop(I: str, pb: _Problem) -> list[str]:
         # a tile padded to Triton's smallest dot K (int8 block_k 16, bf16 block_k 8): the zeroing makes the
         # body too big for ptxas to unroll it, where XLA's steps are unrolled (u_i8_scaled: 8 IMMA, no loop)
         return [f"{I}for k0 in tl.static_range(0, {pb.K}, {pb.bk}):"]
-    if steps <= FULL_UNROLL_STEPS:
+    if steps <= (FULL_UNROLL_STEPS if pb.plain_operands else PROLOGUE_UNROLL_STEPS):
         return [f"{I}for k0 in range(0, {pb.K}, {pb.bk}):"]
     unroll = ", loop_unroll_factor=2" if steps % 2 == 0 and pb.plain_operands else ""
     return [f"{I}for k0 in tl.range(0, {pb.K}, {pb.bk}{unroll}):",
