@@ -226,3 +226,35 @@ def test_variance_reduces_the_rows_the_output_tile_lacks_on_one_extended_tile(R,
     np.testing.assert_allclose(out, evaluate_instruction(f, [x]), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(out, x.astype(np.float64).var(axis=1), rtol=1e-5, atol=1e-6)
     triton_runtime.compile_for_target(k, capability=90)
+
+
+_UNIT_BITCAST = """HloModule m
+c {
+  p = f32[1,{R},{C}] parameter(0)
+  b2 = f32[{R},{C}] bitcast(p)
+  ninf = f32[] constant(-inf)
+  m = f32[{R}] reduce(b2, ninf), dimensions={{1}}, to_apply=mx
+  mb = f32[1,{R},{C}] broadcast(m), dimensions={{1}}
+  ROOT d = f32[1,{R},{C}] subtract(p, mb)
+}
+ENTRY e {
+  x = f32[1,{R},{C}] parameter(0)
+  ROOT f = f32[1,{R},{C}] fusion(x), kind=kCustom, calls=c, backend_config={{"fusion_backend_config":{{"kind":"__triton","block_level_fusion_config":{{"num_warps":"1","output_tiles":[{{"sizes":["1","{TR}","{C}"]}}],"num_ctas":1,"num_stages":1}}}}}}
+}
+mx { ROOT hi = f32[] maximum(f32[] parameter(0), f32[] parameter(1)) }"""
+
+
+@pytest.mark.parametrize("R,C,TR", [(41, 21, 1), (6, 64, 2), (5, 100, 1)])
+def test_a_row_statistic_of_a_unit_dim_bitcast_is_a_tile_reduce(R, C, TR):
+    """``reduce(bitcast([1,R,C] -> [R,C]))`` read back at the lane's row (fresh random program 100149's
+    ``x - max(x)``): the bitcast only drops a unit dimension, so the reduce is the tile's own, one load a lane
+    (XLA's kernel: one load), not a loop over the row per lane."""
+    text = _UNIT_BITCAST.replace("{R}", str(R)).replace("{C}", str(C)).replace("{TR}", str(TR))
+    f = _fusion(text.replace("{{", "{").replace("}}", "}"))
+    em = TritonBlockLevelFusion(_Analysis(f), interpret_variant=False).emit()
+    src = em.kernels[0].source
+    assert "tl.reduce(" in src and "for r in range" not in src
+    x = np.random.default_rng(3).standard_normal((1, R, C)).astype(np.float32)
+    out = triton_runtime.run_fusion(em, [x], f)[0]
+    np.testing.assert_array_equal(out, evaluate_instruction(f, [x]))
+    np.testing.assert_array_equal(out, x - x.max(axis=2, keepdims=True))

@@ -93,10 +93,22 @@ class _TileGen(ElementalGenerator):
                 return self._sub_tile_reduce(inst, idx, op)
             return super()._emit(inst, idx)
         src_idx: tuple = self.lane_idx
+        kept_idx: tuple | None = None  # the reduce's output index at the lane, where not the tile's own dims
+        units = None if reshaped else _unit_map(tuple(src.shape.dimensions), self.dims)
         if reshaped:  # the source is a row-major reshape of the tile's array: reduce the tile's trailing dims
             rdims = list(range(len(self.dims) - reshaped, len(self.dims)))
             lin = self.linearize(self.lane_idx, self.dims, tuple(reversed(range(len(self.dims)))))
             src_idx = tuple(self.delinearize(lin, src.shape.dimensions, src.shape.minor_to_major()))
+        elif units is not None and tuple(src.shape.dimensions) != self.dims:
+            # the operand is the tile's array with unit dimensions dropped or added (a bitcast of [1, R, C] to
+            # [R, C]): its element at the lane is the tile's, so the reduce is a tile reduce over the mapped dims
+            src_rdims = set(int_list(inst.attrs.get("dimensions")))
+            rdims = sorted(units[d] for d in src_rdims if units[d] is not None)
+            src_idx = tuple(0 if t is None else self.lane_idx[t] for t in units)
+            kept_idx = tuple(0 if units[d] is None else self.lane_idx[units[d]]
+                             for d in range(len(units)) if d not in src_rdims)
+            if not rdims or tuple(idx) != kept_idx or any(self.tile[d] < self.dims[d] for d in rdims):
+                return super()._emit(inst, idx)  # read elsewhere, or a row the tile holds part of: per lane
         elif tuple(src.shape.dimensions) != self.dims:
             if tuple(inst.shape.dimensions) == self.dims and tuple(idx) == tuple(self.lane_idx):
                 ext = self._extended_tile_reduce(inst)
@@ -112,7 +124,7 @@ class _TileGen(ElementalGenerator):
         op = comp.root.opcode if isinstance(comp, Computation) and comp.root is not None else ""
         if op not in _COMBINERS or not all(o.opcode == "parameter" for o in comp.root.operands):
             raise EmitterUnsupported("reduce", inst.name, f"reducer {op!r} is not add/maximum/minimum")
-        aligned = bool(reshaped) or tuple(idx) == tuple(self.lane_idx[d] for d in kept)
+        aligned = bool(reshaped) or kept_idx is not None or tuple(idx) == tuple(self.lane_idx[d] for d in kept)
         if aligned and not reshaped and any(self.tile[d] < self.dims[d] for d in rdims):
             row = self._row_tile_reduce(inst, rdims, op)
             if row is not None:
@@ -335,6 +347,19 @@ def _identity(op: str, ct: str, shape: str) -> str:
 
 #: Triton's largest tensor (``TRITON_MAX_TENSOR_NUMEL``), the bound XLA checks block-level tiles against.
 MAX_TENSOR_NUMEL = 1048576
+
+
+def _unit_map(src_dims: tuple[int, ...], dims: tuple[int, ...]) -> list[int | None] | None:
+    """For each dimension of ``src_dims``, the dimension of ``dims`` it is once dimensions of size 1 are
+    dropped from both (``None`` for a unit dimension of ``src_dims``); ``None`` when the two differ otherwise."""
+    big = [d for d, n in enumerate(dims) if n != 1]
+    src_big = [d for d, n in enumerate(src_dims) if n != 1]
+    if [dims[d] for d in big] != [src_dims[d] for d in src_big]:
+        return None
+    out: list[int | None] = [None] * len(src_dims)
+    for s_d, d in zip(src_big, big):
+        out[s_d] = d
+    return out
 
 
 def _row_major_strides(extents: list[int] | tuple[int, ...]) -> list[int]:
