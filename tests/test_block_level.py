@@ -258,3 +258,39 @@ def test_a_row_statistic_of_a_unit_dim_bitcast_is_a_tile_reduce(R, C, TR):
     out = triton_runtime.run_fusion(em, [x], f)[0]
     np.testing.assert_array_equal(out, evaluate_instruction(f, [x]))
     np.testing.assert_array_equal(out, x - x.max(axis=2, keepdims=True))
+
+
+_SCALAR_NORM = """HloModule m
+c {
+  p = f32[{N}] parameter(0)
+  z = f32[] constant(0)
+  s = f32[] reduce(p, z), dimensions={{0}}, to_apply=ad
+  sb = f32[{N}] broadcast(s), dimensions={{}}
+  d = f32[{N}] divide(p, sb)
+  ROOT o = f32[{N},{C}] broadcast(d), dimensions={{0}}
+}
+ENTRY e {
+  x = f32[{N}] parameter(0)
+  ROOT f = f32[{N},{C}] fusion(x), kind=kCustom, calls=c, backend_config={{"fusion_backend_config":{{"kind":"__triton","block_level_fusion_config":{{"num_warps":"4","output_tiles":[{{"sizes":["{TN}","{TC}"]}}],"num_ctas":1,"num_stages":1}}}}}}
+}
+ad { ROOT sum = f32[] add(f32[] parameter(0), f32[] parameter(1)) }"""
+
+
+@pytest.mark.parametrize("N,C,TN,TC", [(1025, 17, 16, 17), (300, 4, 8, 4), (7, 3, 1, 4)])
+def test_a_scalar_statistic_is_reduced_once_per_program(N, C, TN, TC):
+    """A sum over the whole operand broadcast over the tile (fresh random program 100138's normaliser): one
+    tile reduce of the whole array per program (XLA's tile propagation: no loop, 13 loads a thread for 1025
+    bf16), not a loop over the array per lane."""
+    text = _SCALAR_NORM
+    for k, v in (("{N}", N), ("{C}", C), ("{TN}", TN), ("{TC}", TC)):
+        text = text.replace(k, str(v))
+    f = _fusion(text.replace("{{", "{").replace("}}", "}"))
+    em = TritonBlockLevelFusion(_Analysis(f), interpret_variant=False).emit()
+    src = em.kernels[0].source
+    assert "def whole_tile(" in src and "for r in range" not in src
+    x = (np.random.default_rng(4).random(N) + 0.5).astype(np.float32)
+    out = triton_runtime.run_fusion(em, [x], f)[0]
+    np.testing.assert_allclose(out, evaluate_instruction(f, [x]), rtol=2e-6)
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(out, np.broadcast_to((x64 / x64.sum())[:, None], (N, C)), rtol=2e-6)
+    triton_runtime.compile_for_target(em.kernels[0], capability=90)

@@ -114,6 +114,9 @@ class _TileGen(ElementalGenerator):
                 ext = self._extended_tile_reduce(inst)
                 if ext is not None:
                     return ext
+            whole = self._whole_reduce(inst)
+            if whole is not None:
+                return whole
             # Not a reduction over the tile (e.g. a split-K partial sum feeding a layer norm): compute it
             # per lane with the elemental generator's loop over the reduced elements.
             return super()._emit(inst, idx)
@@ -234,6 +237,33 @@ class _TileGen(ElementalGenerator):
             ctx.body = outer_body
         self.subfns.append((fn, ["tile"], list(body.lines), ret))
         return ctx.emit(f"{fn}({PARAMS_TOKEN}tile, {lanes})", "red")
+
+    def _whole_reduce(self, inst: Instruction) -> str | None:
+        """A reduce of every dimension of its operand (a scalar statistic broadcast over the tile: a sum that
+        normalises the fusion's output): once per program on the operand's whole array as one tile, as XLA's
+        symbolic tile propagation gives the reduce operand its full extent, then broadcast to the lanes; it was
+        a loop over the whole array per lane. ``None`` when the reduce is not plain (not add/max/min) or the
+        array exceeds Triton's largest tensor (the caller loops per lane)."""
+        src, init = inst.operands
+        sd = tuple(src.shape.dimensions)
+        rdims = sorted(int_list(inst.attrs.get("dimensions")))
+        comp = inst.attrs.get("to_apply")
+        op = comp.root.opcode if isinstance(comp, Computation) and comp.root is not None else ""
+        if (inst.shape.rank != 0 or not sd or rdims != list(range(len(sd))) or op not in _COMBINERS
+                or not all(o.opcode == "parameter" for o in comp.root.operands)):
+            return None
+        ext_tile = tuple(next_pow2(n) for n in sd)
+        lanes = 1
+        for t in ext_tile:
+            lanes *= t
+        if lanes > MAX_TENSOR_NUMEL:
+            return None
+        ones = [1] * len(sd)
+        r = self._tile_function(inst, op, rdims, (ext_tile, list(sd), ones), ones, ones, 1, "whole_tile")
+        r = self.ctx.emit(f"tl.broadcast_to(tl.reshape({r}, [1]), [BLOCK])", "redb")
+        et = inst.shape.element_type
+        init_v = self.up(self.value(init, ()), et)
+        return self.down(self._with_init(r, init_v, op), et, inst.name)
 
     def _row_tile_reduce(self, inst: Instruction, rdims: list[int], op: str) -> str | None:
         """A reduce over dimensions the output tile holds only part of (a softmax's row statistic broadcast back
