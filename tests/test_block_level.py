@@ -294,3 +294,40 @@ def test_a_scalar_statistic_is_reduced_once_per_program(N, C, TN, TC):
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(out, np.broadcast_to((x64 / x64.sum())[:, None], (N, C)), rtol=2e-6)
     triton_runtime.compile_for_target(em.kernels[0], capability=90)
+
+
+@pytest.mark.parametrize("shape,tile,axis", [((32, 257, 1), (1, 128, 1), 1), ((1, 2), (1, 1), 1),
+                                             ((4, 1, 40), (1, 1, 16), 2)])
+def test_a_unit_dim_bitcast_row_statistic_over_a_partial_tile(shape, tile, axis):
+    """The same bitcast, the output tile a piece of the row (fresh random programs 100106: [32,257,1] at
+    [1,128,1], a softmax's max and sum; 100119: [1,2] at [1,1], a max to a scalar): the row statistic is
+    reduced once per program on the row's tile (the operand read at the tile's index without its unit
+    dimensions), as for the tile's own array, not per lane."""
+    dims = ",".join(map(str, shape))
+    kept = [n for d, n in enumerate(shape) if n != 1]
+    red = [d for d, n in enumerate(shape) if n != 1].index(axis)
+    out = [n for i, n in enumerate(kept) if i != red]
+    bdims = [d for d in range(len(shape)) if shape[d] != 1 and d != axis]
+    text = f"""HloModule m
+c {{
+  p = f32[{dims}] parameter(0)
+  b2 = f32[{",".join(map(str, kept))}] bitcast(p)
+  ninf = f32[] constant(-inf)
+  m = f32[{",".join(map(str, out))}] reduce(b2, ninf), dimensions={{{red}}}, to_apply=mx
+  mb = f32[{dims}] broadcast(m), dimensions={{{",".join(map(str, bdims))}}}
+  ROOT d = f32[{dims}] subtract(p, mb)
+}}
+ENTRY e {{
+  x = f32[{dims}] parameter(0)
+  ROOT f = f32[{dims}] fusion(x), kind=kCustom, calls=c, backend_config={{"fusion_backend_config":{{"kind":"__triton","block_level_fusion_config":{{"num_warps":"1","output_tiles":[{{"sizes":[{",".join(f'"{t}"' for t in tile)}]}}],"num_ctas":1,"num_stages":1}}}}}}
+}}
+mx {{ ROOT hi = f32[] maximum(f32[] parameter(0), f32[] parameter(1)) }}"""
+    f = _fusion(text)
+    em = TritonBlockLevelFusion(_Analysis(f), interpret_variant=False).emit()
+    src = em.kernels[0].source
+    assert "def row_tile(" in src and "for r in range" not in src
+    x = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+    got = triton_runtime.run_fusion(em, [x], f)[0]
+    np.testing.assert_array_equal(got, evaluate_instruction(f, [x]))
+    np.testing.assert_array_equal(got, x - x.max(axis=axis, keepdims=True))
+    triton_runtime.compile_for_target(em.kernels[0], capability=90)

@@ -107,8 +107,15 @@ class _TileGen(ElementalGenerator):
             src_idx = tuple(0 if t is None else self.lane_idx[t] for t in units)
             kept_idx = tuple(0 if units[d] is None else self.lane_idx[units[d]]
                              for d in range(len(units)) if d not in src_rdims)
-            if not rdims or tuple(idx) != kept_idx or any(self.tile[d] < self.dims[d] for d in rdims):
-                return super()._emit(inst, idx)  # read elsewhere, or a row the tile holds part of: per lane
+            if not rdims or tuple(idx) != kept_idx:
+                return super()._emit(inst, idx)  # read elsewhere: per lane
+            if any(self.tile[d] < self.dims[d] for d in rdims):  # a row the tile holds part of
+                comp = inst.attrs.get("to_apply")
+                op = comp.root.opcode if isinstance(comp, Computation) and comp.root is not None else ""
+                row = None
+                if op in _COMBINERS and all(o.opcode == "parameter" for o in comp.root.operands):
+                    row = self._row_tile_reduce(inst, rdims, op, units)
+                return row if row is not None else super()._emit(inst, idx)
         elif tuple(src.shape.dimensions) != self.dims:
             if tuple(inst.shape.dimensions) == self.dims and tuple(idx) == tuple(self.lane_idx):
                 ext = self._extended_tile_reduce(inst)
@@ -193,14 +200,17 @@ class _TileGen(ElementalGenerator):
         return self.down(self._with_init(r, init_v, op), et, inst.name)
 
     def _tile_function(self, inst: Instruction, op: str, rdims: list[int], ext: tuple, strides_t: list[int],
-                       outer_counts: list[int] | None, out_lanes: int, hint: str) -> str:
+                       outer_counts: list[int] | None, out_lanes: int, hint: str,
+                       units: list[int | None] | None = None) -> str:
         """The call of a device function computing reduce ``inst``'s operand on tile ``ext`` (``(tile, sizes,
         counts)`` over the operand's dimensions; the program's tile index walks ``strides_t``, see
         :func:`_tile_coordinates`) and reducing it over ``rdims``: ``out_lanes`` values in row-major order of
-        the kept dimensions (``outer_counts``: given, the reduced dimensions are kept as size 1 first)."""
+        the kept dimensions (``outer_counts``: given, the reduced dimensions are kept as size 1 first).
+        ``units``: the operand is the tile's array with unit dimensions dropped or added (:func:`_unit_map`);
+        ``ext`` is then over the tile's dimensions, and the operand is read at the mapped index."""
         src = inst.operands[0]
         ext_tile, ext_sizes, ext_counts = ext
-        dims = tuple(src.shape.dimensions)
+        dims = tuple(src.shape.dimensions) if units is None else self.dims
         lanes = 1
         for t in ext_tile:
             lanes *= t
@@ -225,7 +235,8 @@ class _TileGen(ElementalGenerator):
             sub.sizes, sub.counts = ext_sizes, ext_counts
             sub.lane_idx = tuple(f"g{d}" for d in range(len(dims)))
             et = inst.shape.element_type
-            x = sub.up(sub.value(src, sub.lane_idx), et)
+            at = sub.lane_idx if units is None else tuple(0 if t is None else sub.lane_idx[t] for t in units)
+            x = sub.up(sub.value(src, at), et)
             shape = "[" + ", ".join(str(t) for t in ext_tile) + "]"
             ident = _identity(op, sub.compute_type(et), shape)
             r = ctx.emit(f"tl.where(tl.reshape(valid, {shape}), tl.reshape({x}, {shape}), {ident})", "rin")
@@ -265,7 +276,8 @@ class _TileGen(ElementalGenerator):
         init_v = self.up(self.value(init, ()), et)
         return self.down(self._with_init(r, init_v, op), et, inst.name)
 
-    def _row_tile_reduce(self, inst: Instruction, rdims: list[int], op: str) -> str | None:
+    def _row_tile_reduce(self, inst: Instruction, rdims: list[int], op: str,
+                         units: list[int | None] | None = None) -> str | None:
         """A reduce over dimensions the output tile holds only part of (a softmax's row statistic broadcast back
         along the row, the output tile a piece of the row), read at the lane's own kept indices: computed once
         per kept index of the tile, on the output tile along the kept dimensions and the whole extent along the
@@ -288,7 +300,7 @@ class _TileGen(ElementalGenerator):
         for t in kshape:
             kept_lanes *= t
         r = self._tile_function(inst, op, rdims, (tuple(ext_tile), ext_sizes, ext_counts),
-                                _row_major_strides(self.counts), self.counts, kept_lanes, "row_tile")
+                                _row_major_strides(self.counts), self.counts, kept_lanes, "row_tile", units)
         tshape = "[" + ", ".join(str(t) for t in self.tile) + "]"
         r = self.ctx.emit(f"tl.reshape(tl.broadcast_to(tl.reshape({r}, {kshape}), {tshape}), [BLOCK])", "redb")
         et = inst.shape.element_type
