@@ -6,9 +6,20 @@ Mirrors XLA's generic Triton fusion emitter (``xla/backends/gpu/codegen/triton/f
 are generated with :class:`fusegen.codegen.elemental.ElementalGenerator` over the tile's lanes; a ``reduce``
 whose reduced dimensions the tile covers entirely is computed on the tile (``tl.sum``/``tl.max``/``tl.min`` after
 masking the lanes outside the array, combined with the init value) and broadcast back to the lanes, as the tiled
-reduction of XLA's emitter does. Reductions the tile does not cover, or read at indices other than the tile's own,
-are reduced on a ``[lanes, reduced]`` sub-tile in a device function (one reduction per output lane at the
-indices it reads), as XLA's symbolic tiling gives a reduce operand the full reduced extent.
+reduction of XLA's emitter does. As XLA's symbolic tile propagation gives a reduce operand the full reduced
+extent, the other reductions run in a device function on the operand's tile, in this order:
+
+* an operand that is the tile's array with unit dimensions dropped or added (a bitcast of ``[1, R, C]`` to
+  ``[R, C]``) is read at the tile's index without them, and reduced as the tile's own array;
+* a row statistic over a row the tile holds part of, read back at the lane's own kept index: once per program on
+  the tile along the kept dimensions by the whole row (``row_tile``), a statistic nested in it an ordinary
+  tile reduce there;
+* a reduce whose result has the tile's shape over an operand with more dimensions: on the extended tile
+  (``ext_tile``);
+* a reduce of its operand's every dimension (a scalar normaliser): on the whole array once per program
+  (``whole_tile``);
+* anything else read at other indices: a ``[lanes, reduced]`` sub-tile per output lane at the indices it reads,
+  or, where even that does not fit, the elemental generator's loop per lane.
 
 Launch: a 1-D grid over tiles; the kernel handles ``BLOCK`` consecutive tiles per program out of ``N`` (``BLOCK=1``
 as emitted), the linear-index convention the interpreter may widen.
