@@ -13,7 +13,7 @@ import pytest
 from fusegen.hlo.parser import parse_module
 from fusegen.verify.budget import judge_fusion
 from fusegen.verify.conditioning import rounding_bounds, unit_roundoff
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 
 ADD = """add {
   a = f32[] parameter(0)

@@ -23,7 +23,7 @@ from fusegen.evaluator.evaluator import evaluate_module
 from fusegen.hlo.parser import parse_module
 from fusegen.runtime.executor import Executor
 from fusegen.verify.expected import OutputPath, failing, judge_expected, output_paths, rounding_bound
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 from fusegen.verify.promote import evaluate_promoted
 from fusegen.verify.verdict import judge_module
 

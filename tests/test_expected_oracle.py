@@ -162,7 +162,7 @@ def test_a_sum_the_sequential_reference_overflows_is_within_budget_where_the_ker
     (the f64 answer): a kernel giving 0 is within its budget (the order is XLA's to choose), one giving 5 is not."""
     from fusegen.evaluator.evaluator import evaluate_instruction
     from fusegen.verify.budget import judge_fusion
-    from fusegen.verify.options import VerifyOptions
+    from fusegen.config.verify_options import VerifyOptions
 
     m = parse_module(REDUCE_SUM)
     f = m.entry.root

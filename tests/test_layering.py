@@ -38,7 +38,6 @@ _LEVEL["fusegen"] = len(LAYERS)  # core/__init__.py: the public face over everyt
 KNOWN_UPWARD: dict[tuple[str, str], int] = {
     ('api/reporting.py', 'report'): 3,
     ('config/loader.py', 'plugin_diagnostics'): 2,
-    ('config/loader.py', 'verify'): 1,
     ('indexing/analysis_conformance.py', 'analysis'): 1,
     ('indexing/analysis_conformance.py', 'dispatch'): 1,
     ('indexing/coalescing.py', 'analysis'): 3,
@@ -51,7 +50,7 @@ KNOWN_UPWARD: dict[tuple[str, str], int] = {
     ('plugin_manager.py', 'analysis'): 1,
     ('plugin_manager.py', 'passes'): 1,
     ('runtime/executor.py', 'autotuning'): 1,
-    ('runtime/executor.py', 'verify'): 3,
+    ('runtime/executor.py', 'verify'): 2,
     ('runtime/oracles.py', 'verify'): 1,
     ('runtime/spmd.py', 'verify'): 2,
     ('runtime/spmd_io.py', 'verify'): 1,

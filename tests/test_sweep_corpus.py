@@ -30,7 +30,7 @@ from fusegen.hlo.parser import parse_module
 from fusegen.runtime.executor import run_module
 from fusegen.runtime.inputs import leaves, load_inputs
 from fusegen.verify.expected import OutputPath, judge_expected, load_expected
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 
 SWEEP = CORPUS / "sweep"
 PROGRAMS = sorted(p.name.removesuffix(".h200_opt.hlo") for p in SWEEP.glob("*.h200_opt.hlo")) if SWEEP.exists() else []

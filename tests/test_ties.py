@@ -21,7 +21,7 @@ from fusegen.hlo.parser import parse_module
 from fusegen.runtime.executor import run_module
 from fusegen.runtime.inputs import load_inputs
 from fusegen.verify.expected import load_expected
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 from fusegen.verify.ties import find_ties
 
 REAL = Path(__file__).parent / "data" / "real_models"

@@ -18,7 +18,7 @@ from fusegen.runtime.compare import compare
 from fusegen.runtime.executor import run_module
 from fusegen.runtime.inputs import make_inputs
 from fusegen.verify.budget import judge, output_budgets
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 from fusegen_plugins.backends.triton import TritonBackend, _Analysis
 from fusegen_plugins.backends.triton_configs import TritonGemmConfig, default_configs
 from fusegen_plugins.backends.triton_gemm_emitter import TritonGemmFusion

@@ -26,7 +26,7 @@ from fusegen.hlo import dtypes
 from fusegen.hlo.parser import parse_file, parse_module
 from fusegen.runtime.compare import compare
 from fusegen.verify.budget import judge, output_budgets
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 from fusegen_plugins.backends.triton import _Analysis
 from fusegen_plugins.backends.triton_configs import TritonGemmConfig
 from fusegen_plugins.backends.triton_gemm_emitter import TritonGemmFusion

@@ -24,7 +24,7 @@ from fusegen.hlo.dot_numerics import tf32_round
 from fusegen.hlo.parser import parse_module
 from fusegen.runtime.executor import run_module
 from fusegen.verify.budget import judge, output_budgets
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 from fusegen_plugins.backends.triton import _Analysis
 from fusegen_plugins.backends.triton_gemm_emitter import TritonGemmFusion
 

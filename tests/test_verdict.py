@@ -26,7 +26,7 @@ from fusegen.runtime.executor import Executor, run_module
 from fusegen.runtime.inputs import leaves, load_inputs, make_inputs
 from fusegen.verify.recorder import RunRecorder
 from fusegen.verify.budget import judge, output_budgets
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 from fusegen.verify.promote import OracleUnavailable, evaluate_promoted
 from fusegen.verify.verdict import judge_module, load_expected
 

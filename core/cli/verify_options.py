@@ -1,7 +1,7 @@
 """The verdict's part of ``fusegen run``: ``--rtol``, ``--atol``, ``--expected`` and the lines under the table.
 
 See :mod:`fusegen.verify.verdict` for what ``ok``, ``drift`` and ``mismatch`` mean and
-:mod:`fusegen.verify.options` for the ``[verify]`` table these options override.
+:mod:`fusegen.config.verify_options` for the ``[verify]`` table these options override.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ from fusegen.config.options import (
 from fusegen.config.toml import ConfigError, TomlDocument, has_table, read_toml
 from fusegen.config.xla_flags import did_you_mean, parse_cli_flags, parse_xla_flags
 from fusegen.config.names import normalize_name
-from fusegen.verify.options import VerifyOptions, parse_verify_table
+from fusegen.config.verify_options import VerifyOptions, parse_verify_table
 
 if TYPE_CHECKING:
     from fusegen.plugin_manager import PluginManager
@@ -80,7 +80,7 @@ class ResolvedConfig:
     help: dict[str, str]
     config_file: Path | None = None
     warnings: tuple[str, ...] = ()
-    verify: VerifyOptions = attrs.field(factory=VerifyOptions)  # [verify] (fusegen.verify.options)
+    verify: VerifyOptions = attrs.field(factory=VerifyOptions)  # [verify] (fusegen.config.verify_options)
 
     def source_of(self, name: str) -> str:
         """Source of a dotted option name, or of a bare XLA flag name (``xla_gpu_autotune_level``).

@@ -36,7 +36,7 @@ from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 from fusegen.perf.report import fusion_estimate_json, library_estimates_json
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
 from fusegen.runtime.observer import FusionObserver
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 from fusegen.verify.recorder import RunRecorder
 from fusegen.verify.verdict import judge_module
 from fusegen.runtime.compile_jobs import CompileJobs, apply_compiled_shared
@@ -312,7 +312,7 @@ class Executor:
         on_fusion: progress callback, called after each fusion with its report.
         limits: deadline and while iteration budget (:class:`~fusegen.runtime.limits.RunLimits`); default
             no deadline and :data:`~fusegen.runtime.limits.DEFAULT_MAX_WHILE_ITERATIONS`.
-        verify: error budgets and floors (:class:`fusegen.verify.options.VerifyOptions`; default ones).
+        verify: error budgets and floors (:class:`fusegen.config.verify_options.VerifyOptions`; default ones).
         jobs: worker processes for the sm_90 compiles (:class:`~fusegen.runtime.compile_jobs.CompileJobs`):
             ``1`` compiles each fusion as it first runs; more compile in the background, and
             :meth:`finish_compiles` fills in ``compiled`` (and a failed compile's status).

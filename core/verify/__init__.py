@@ -1,3 +1,4 @@
 """The verdict of ``fusegen run`` (issue 9): an f64 oracle (:mod:`.promote`), per-fusion error budgets
 (:mod:`.budget`), ``ok`` / ``drift`` / ``mismatch`` per module output with a pointer to the first fusion out of
-budget (:mod:`.verdict`), the ``[verify]`` options (:mod:`.options`) and the mutation check (:mod:`.mutate`)."""
+budget (:mod:`.verdict`) and the mutation check (:mod:`.mutate`); the ``[verify]`` options are config's
+(:mod:`fusegen.config.verify_options`)."""

@@ -12,7 +12,7 @@ the same operand values; a ``dot`` counts the type XLA:GPU forms its products in
 so itself: bf16 x3 passes, not tf32, whose ``cvt.rna`` of an f32 dot at default precision or of a tf32
 algorithm the reference makes as the kernel does; an operand computed in the fusion that two evaluations
 round a tf32 step apart is the conditioning's second look, :mod:`fusegen.verify.conditioning`), ``rtol(t)`` the per-type relative tolerance of
-:mod:`fusegen.runtime.compare`, ``floor(t)`` the ``[verify]`` floor (:class:`~fusegen.verify.options.VerifyOptions`)
+:mod:`fusegen.runtime.compare`, ``floor(t)`` the ``[verify]`` floor (:class:`~fusegen.config.verify_options.VerifyOptions`)
 and ``K`` the largest number of terms one output element sums on that path (a ``reduce``'s reduced size, a
 ``dot``'s contracting size, a convolution's window times input features). Summation error grows like
 ``sqrt(K)`` for random rounding, so ``growth(K) = max(1, sqrt(K / 256))``: sums up to 256 terms keep the
@@ -33,7 +33,7 @@ import numpy as np
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction
 from fusegen.runtime.compare import abs_error, tolerance
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 
 #: Mantissa bits per floating type (lower = less precise).
 MANTISSA = {"f64": 52, "c128": 52, "f32": 23, "c64": 23, "tf32": 10, "f16": 10, "bf16": 7}

@@ -37,7 +37,7 @@ import numpy as np
 
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 
 #: Compare elements kept per execution and per run (with a gap before exact ties, closest by gap / budget).
 COMPARES_PER_EXECUTION = 16

@@ -51,7 +51,7 @@ from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction, Module
 from fusegen.runtime.compare import abs_error
 from fusegen.verify.budget import GROWTH_FREE_TERMS, _reduced_terms, mantissa_bits
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 
 #: Opcodes whose floating results are exact functions of their operands (no rounding of a sum or product).
 EXACT_OPS = frozenset({

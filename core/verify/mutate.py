@@ -31,7 +31,7 @@ import numpy as np
 
 from fusegen.hlo.ir import Instruction, Module
 from fusegen.verify.budget import judge_fusion
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 
 KINDS = ("off_by_one", "dropped_mask", "wrong_accumulator", "swapped_operand", "missed_clamp", "lost_nan")
 

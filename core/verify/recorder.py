@@ -12,7 +12,7 @@ from typing import Any, Callable
 from fusegen.hlo.ir import Instruction, Module
 from fusegen.runtime.observer import FusionObserver
 from fusegen.verify.compare_ties import reference_recording
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 from fusegen.verify.ties import record_ties
 from fusegen.verify.verdict import record_fusion
 

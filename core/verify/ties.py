@@ -43,7 +43,7 @@ import numpy as np
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction, Module
 from fusegen.runtime.compare import tolerance
-from fusegen.verify.options import VerifyOptions
+from fusegen.config.verify_options import VerifyOptions
 
 #: Near-ties kept per sort execution and per run (the closest by gap / budget), and re-runs tried per verdict.
 TIES_PER_EXECUTION = 16
