@@ -4,8 +4,9 @@ emitter the loop arm would pick, run it in the Triton interpreter and compare wi
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -88,3 +89,31 @@ def run_loop_text(text: str, args: list) -> list:
     emitted, outs = run_and_compare(f, ops, ref)
     assert emitted.emitter == "LoopFusion"
     return outs
+
+
+def launch_set_fusions(where: Path) -> Iterator[tuple[str, Module, Instruction, Any, Any]]:
+    """``(module file, module, fusion, emitter or None, factory or None)`` for every fusion of the entry
+    computation of each module a launch set's ``LAUNCH.tsv`` names (sorted by file), its kind decided and its
+    emitter built as dispatch does for an H200. Skips the calling test when the set is absent."""
+    import pytest
+
+    from fusegen.device import get_device
+    from fusegen.dispatch import get_emitter_fusion_kind, get_fusion_emitter
+
+    if not (where / "LAUNCH.tsv").exists():
+        pytest.skip(f"{where} is absent (the shared corpus is not checked out beside the project)")
+    with open(where / "LAUNCH.tsv", newline="") as fh:
+        modules = sorted({r["module_file"] for r in csv.DictReader(fh, delimiter="\t")})
+    device = get_device("h200")
+    for mf in modules:
+        m = load((where / mf).read_text(), mf)
+        for f in (i for i in m.entry.instructions if i.opcode == "fusion"):
+            a = FusionAnalysis.create(f, device)
+            get_emitter_fusion_kind(a)
+            em, factory = get_fusion_emitter(a)
+            yield mf, m, f, em, factory
+
+
+def grid_programs(kernels: Any) -> int:
+    """Programs of every kernel's launch together (grid x times grid y)."""
+    return sum(k.launch.grid[0] * (k.launch.grid[1] if len(k.launch.grid) > 1 else 1) for k in kernels)

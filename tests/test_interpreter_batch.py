@@ -12,7 +12,6 @@ reference evaluator. The slow sweep runs every kernel of the six launch sets at 
 from __future__ import annotations
 
 import contextlib
-import csv
 from pathlib import Path
 
 import attrs
@@ -20,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import CORPUS
-from fusion_harness import load, operands_and_reference
+from fusion_harness import grid_programs, launch_set_fusions, load, operands_and_reference
 
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
@@ -291,33 +290,23 @@ MAX_PROGRAMS, MAX_ELEMENTS = 2048, 1 << 18
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SETS))
 def test_every_small_kernel_at_xlas_launch_batched_equals_one_by_one(name):
-    where = SETS[name]
-    if not (where / "LAUNCH.tsv").exists():
-        pytest.skip(f"{where} is absent (the shared corpus is not checked out beside the project)")
-    with open(where / "LAUNCH.tsv", newline="") as fh:
-        modules = sorted({r["module_file"] for r in csv.DictReader(fh, delimiter="\t")})
-    device, ran, differ = get_device("h200"), 0, []
-    for mf in modules:
-        m = load((where / mf).read_text(), mf)
-        for f in (i for i in m.entry.instructions if i.opcode == "fusion"):
-            a = FusionAnalysis.create(f, device)
-            get_emitter_fusion_kind(a)
-            em, _ = get_fusion_emitter(a)
-            emitted = em.emit() if em is not None else None
-            if emitted is None or not emitted.kernels:
-                continue
-            ks = emitted.kernels
-            programs = sum(k.launch.grid[0] * (k.launch.grid[1] if len(k.launch.grid) > 1 else 1) for k in ks)
-            if programs > MAX_PROGRAMS or f.shape.leaves()[0].numel > MAX_ELEMENTS:
-                continue
-            ops, _ = operands_and_reference(m, f, seed=0)
-            at_xla = attrs.evolve(emitted, kernels=tuple(attrs.evolve(k, interpret_variant=None) for k in ks))
-            with batching(False):
-                one = triton_runtime.run_fusion(at_xla, ops, f, interpret_max_programs=None)
-            got = triton_runtime.run_fusion(at_xla, ops, f, interpret_max_programs=None)
-            ran += 1
-            for k, (x, y) in enumerate(zip(one, got)):
-                if not np.array_equal(_bits(x), _bits(y)):
-                    differ.append(f"{mf} {f.name} leaf {k}")
+    ran, differ = 0, []
+    for mf, m, f, em, _ in launch_set_fusions(SETS[name]):
+        emitted = em.emit() if em is not None else None
+        if emitted is None or not emitted.kernels:
+            continue
+        ks = emitted.kernels
+        programs = grid_programs(ks)
+        if programs > MAX_PROGRAMS or f.shape.leaves()[0].numel > MAX_ELEMENTS:
+            continue
+        ops, _ = operands_and_reference(m, f, seed=0)
+        at_xla = attrs.evolve(emitted, kernels=tuple(attrs.evolve(k, interpret_variant=None) for k in ks))
+        with batching(False):
+            one = triton_runtime.run_fusion(at_xla, ops, f, interpret_max_programs=None)
+        got = triton_runtime.run_fusion(at_xla, ops, f, interpret_max_programs=None)
+        ran += 1
+        for k, (x, y) in enumerate(zip(one, got)):
+            if not np.array_equal(_bits(x), _bits(y)):
+                differ.append(f"{mf} {f.name} leaf {k}")
     assert ran > 0
     assert differ == []

@@ -11,19 +11,15 @@ against the reference evaluator. Slow (about 8 minutes on 2 cores); CI runs it.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import attrs
 import pytest
 
 from conftest import CORPUS
-from fusion_harness import load, operands_and_reference
+from fusion_harness import grid_programs, launch_set_fusions, operands_and_reference
 
-from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
-from fusegen.device import get_device
-from fusegen.dispatch import get_emitter_fusion_kind, get_fusion_emitter
 from fusegen.runtime.compare import compare
 from fusegen.runtime.inputs import leaves
 
@@ -42,33 +38,23 @@ def _exact_branch(ks) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SETS))
 def test_gpu_branch_of_every_small_kernel_matches_the_reference(name):
-    where = SETS[name]
-    if not (where / "LAUNCH.tsv").exists():
-        pytest.skip(f"{where} is absent (the shared corpus is not checked out beside the project)")
-    with open(where / "LAUNCH.tsv", newline="") as fh:
-        modules = sorted({r["module_file"] for r in csv.DictReader(fh, delimiter="\t")})
-    device, ran, wrong = get_device("h200"), 0, []
-    for mf in modules:
-        m = load((where / mf).read_text(), mf)
-        for f in (i for i in m.entry.instructions if i.opcode == "fusion"):
-            a = FusionAnalysis.create(f, device)
-            get_emitter_fusion_kind(a)
-            em, factory = get_fusion_emitter(a)
-            if em is None or factory is None or factory.name not in EMITTERS:
-                continue
-            emitted = em.emit()
-            ks = emitted.kernels
-            programs = sum(k.launch.grid[0] * (k.launch.grid[1] if len(k.launch.grid) > 1 else 1) for k in ks)
-            if not ks or programs > MAX_PROGRAMS or f.shape.leaves()[0].numel > MAX_ELEMENTS \
-                    or not any(_exact_branch(k) for k in ks):
-                continue
-            ops, ref = operands_and_reference(m, f, seed=0)
-            at_xla = attrs.evolve(emitted, kernels=tuple(attrs.evolve(k, interpret_variant=None) for k in ks))
-            outs = triton_runtime.run_fusion(at_xla, ops, f, interpret_max_programs=None)
-            ran += 1
-            for k, (o, r, s) in enumerate(zip(outs, leaves(ref), f.shape.leaves())):
-                c = compare(o, r, s.element_type)
-                if not c.ok:
-                    wrong.append(f"{mf} {f.name} leaf {k}: max abs {c.max_abs_error}, rel {c.max_rel_error}")
+    ran, wrong = 0, []
+    for mf, m, f, em, factory in launch_set_fusions(SETS[name]):
+        if em is None or factory is None or factory.name not in EMITTERS:
+            continue
+        emitted = em.emit()
+        ks = emitted.kernels
+        programs = grid_programs(ks)
+        if not ks or programs > MAX_PROGRAMS or f.shape.leaves()[0].numel > MAX_ELEMENTS \
+                or not any(_exact_branch(k) for k in ks):
+            continue
+        ops, ref = operands_and_reference(m, f, seed=0)
+        at_xla = attrs.evolve(emitted, kernels=tuple(attrs.evolve(k, interpret_variant=None) for k in ks))
+        outs = triton_runtime.run_fusion(at_xla, ops, f, interpret_max_programs=None)
+        ran += 1
+        for k, (o, r, s) in enumerate(zip(outs, leaves(ref), f.shape.leaves())):
+            c = compare(o, r, s.element_type)
+            if not c.ok:
+                wrong.append(f"{mf} {f.name} leaf {k}: max abs {c.max_abs_error}, rel {c.max_rel_error}")
     assert ran > 0, f"no kernel of {name} has a GPU branch small enough to run"
     assert wrong == [], wrong
