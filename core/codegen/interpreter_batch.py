@@ -386,14 +386,15 @@ def _batched_builder_class(base: type) -> type:
 
 @functools.cache
 def _measuring_builder_class(base: type) -> type:
-    """``base`` noting the widest value it makes (in ``_WIDEST``), for the first program of a launch."""
+    """``base`` noting the widest value it makes (in the builder's ``fusegen_widest``, set and removed by
+    :func:`_run_programs` around the first program of a launch)."""
     from triton.runtime import interpreter as interp
 
     def measuring(fn: Callable[..., Any]) -> Callable[..., Any]:
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
             out = fn(self, *args, **kwargs)
-            if isinstance(out, interp.TensorHandle) and out.data.size > _WIDEST[0]:
-                _WIDEST[0] = out.data.size
+            if isinstance(out, interp.TensorHandle) and out.data.size > self.fusegen_widest:
+                self.fusegen_widest = out.data.size
             return out
         return method
 
@@ -401,8 +402,6 @@ def _measuring_builder_class(base: type) -> type:
           if name.startswith("create_") or name in _OPS}
     return type(base.__name__ + "Measuring", (base,), {"__module__": __name__, **ns})
 
-
-_WIDEST = [0]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -547,13 +546,15 @@ def _run_programs(fn: Callable[..., Any], args: dict[str, Any], grid: tuple[int,
                     fn(**args)
         return 0
     cls = type(b)
-    b.__class__, _WIDEST[0] = _measuring_builder_class(cls), 1
+    b.__class__, b.fusegen_widest = _measuring_builder_class(cls), 1
     try:
         b.set_grid_idx(0, 0, 0)
         fn(**args)
+        widest = b.fusegen_widest
     finally:
         b.__class__ = cls
-    size, x, undone, batched = min(MAX_BATCH, BATCH_LANES // _WIDEST[0]), 1, 0, 0
+        del b.fusegen_widest
+    size, x, undone, batched = min(MAX_BATCH, BATCH_LANES // widest), 1, 0, 0
     if size < MIN_BATCH:  # programs this wide are numpy's work already: batching them saves little
         size = 1
     while x < nx:
