@@ -24,7 +24,7 @@ from fusegen.hlo.parser import parse_module
 from fusegen.runtime.executor import Executor
 from fusegen.verify.expected import OutputPath, failing, judge_expected, output_paths, rounding_bound
 from fusegen.config.verify_options import VerifyOptions
-from fusegen.verify.promote import evaluate_promoted
+from fusegen.evaluator.promote import evaluate_promoted
 from fusegen.verify.verdict import judge_module
 
 EXPECTED = Path(__file__).parent / "data" / "expected_less_accurate" / "cancelling_sum.expected.npz"

@@ -120,7 +120,7 @@ def test_background_oracles_give_the_verdict_in_sequence(name, forked):
 
 
 def test_background_oracle_unavailable_reads_as_in_sequence(forked, monkeypatch):
-    import fusegen.verify.promote as promote
+    import fusegen.evaluator.promote as promote
 
     def refuse(module):  # (float bitcast-converts have an oracle now: refuse every module instead)
         raise promote.OracleUnavailable("%r bitcast-converts a floating type (planted)")

@@ -27,7 +27,7 @@ from fusegen.runtime.inputs import leaves, load_inputs, make_inputs
 from fusegen.verify.recorder import RunRecorder
 from fusegen.verify.budget import judge, output_budgets
 from fusegen.config.verify_options import VerifyOptions
-from fusegen.verify.promote import OracleUnavailable, evaluate_promoted
+from fusegen.evaluator.promote import OracleUnavailable, evaluate_promoted
 from fusegen.verify.verdict import judge_module, load_expected
 
 REAL = Path(__file__).parent / "data" / "real_models"
@@ -162,7 +162,7 @@ def test_topk_comparator_bitcasting_its_keys_has_an_f64_oracle_and_a_wrong_compa
     """A top-k comparator (Mixtral's router) bitcasts f32 keys to s32 total-order keys: the f64 oracle keeps those
     bitcasts at 32 bits (it used to fail: "cannot reshape array of size 2 into shape ()"), and a comparator
     planted the wrong way round is a mismatch against the right answer."""
-    from fusegen.verify.promote import evaluate_fusion_promoted
+    from fusegen.evaluator.promote import evaluate_fusion_promoted
 
     m = parse_module(TOPK_BITS.replace("DIRECTION", "GT"))
     x = np.random.default_rng(3).standard_normal((4, 16)).astype(np.float32)

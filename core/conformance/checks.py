@@ -93,7 +93,7 @@ AUTOTUNER_RTOL = DEFAULT_RTOL
 
 
 class F64Oracle:
-    """The f64 oracle of one instruction on its operands (:func:`fusegen.verify.promote.evaluate_fusion_promoted`),
+    """The f64 oracle of one instruction on its operands (:func:`fusegen.evaluator.promote.evaluate_fusion_promoted`),
     evaluated once, when first asked; ``None`` leaves when the f64 evaluation cannot run."""
 
     def __init__(self, inst: Any, ops: Sequence[Any]):
@@ -102,7 +102,7 @@ class F64Oracle:
     def leaf(self, k: int) -> np.ndarray | None:
         if self._leaves is None:
             from fusegen.runtime.inputs import leaves
-            from fusegen.verify.promote import OracleUnavailable, evaluate_fusion_promoted
+            from fusegen.evaluator.promote import OracleUnavailable, evaluate_fusion_promoted
 
             try:
                 self._leaves = [np.asarray(x) for x in leaves(evaluate_fusion_promoted(self.inst, list(self.ops)))]
@@ -122,7 +122,7 @@ def result_problem(out: np.ndarray, ref: np.ndarray, element_type: str, tol: dic
     reference (:data:`AUTOTUNER_RTOL`). A wrong result is farther from f64 than the reference's rounding.
     """
     from fusegen.runtime.compare import abs_error
-    from fusegen.verify.promote import is_float_type
+    from fusegen.evaluator.promote import is_float_type
 
     ok, err = within(out, ref, element_type, tol)
     if ok:

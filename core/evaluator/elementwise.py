@@ -372,7 +372,7 @@ def _reinterpret(x: np.ndarray, dt: np.dtype, dims: tuple[int, ...]) -> np.ndarr
     return x.view(dt).reshape(dims)  # widening: the minor dim folds into one element
 
 
-#: Attribute the f64 oracle (:func:`fusegen.verify.promote.keep_bit_width`) sets on a promoted float
+#: Attribute the f64 oracle (:func:`fusegen.evaluator.promote.keep_bit_width`) sets on a promoted float
 #: ``bitcast-convert`` / element-type-changing ``bitcast``: its (operand, result) types before promotion.
 BIT_WIDTH_ATTR = "_fusegen_bit_width_types"
 
@@ -383,7 +383,7 @@ def bitcast_convert(inst: Instruction, ops: list) -> np.ndarray:
     x = contiguous(ops[0])
     dt = shape_dtype(inst.shape)
     dims = tuple(inst.shape.dimensions)
-    widths = inst.attrs.get(BIT_WIDTH_ATTR)  # set by the f64 oracle (fusegen.verify.promote)
+    widths = inst.attrs.get(BIT_WIDTH_ATTR)  # set by the f64 oracle (fusegen.evaluator.promote)
     if widths is not None:
         # promoted: reinterpret the bits at the program's widths, then widen the result
         src, dst = numpy_dtype(widths[0]), numpy_dtype(widths[1])

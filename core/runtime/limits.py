@@ -133,7 +133,7 @@ def estimate_peak_bytes(module: Module, promoted: bool = False) -> int:
 
     Values are counted as ``array`` bytes in their element type (sub-byte types as a byte). A value the
     executor produces is not an alias, so a tuple counts its elements again. ``promoted``: every floating
-    value at 8 bytes and complex at 16, as the f64 oracle (:mod:`fusegen.verify.promote`) holds them.
+    value at 8 bytes and complex at 16, as the f64 oracle (:mod:`fusegen.evaluator.promote`) holds them.
     """
     entry = module.entry
     if entry is None:

@@ -2,7 +2,7 @@
 
 ``run_module`` judges each module output against two values that do not depend on any kernel: the
 reference evaluator's run of the whole module at the program's precision (``R``) and the f64 oracle
-(``O``, :mod:`fusegen.verify.promote`). :class:`ModuleOracles` evaluates both:
+(``O``, :mod:`fusegen.evaluator.promote`). :class:`ModuleOracles` evaluates both:
 
 * **in the background** (``run_module(jobs > 1)``, the CLI's default on a machine of two or more cores): in
   a process forked before the first kernel runs, ``R`` then ``O``, each on its own
@@ -41,10 +41,10 @@ import numpy as np
 
 from fusegen.evaluator.common import EvaluationError
 from fusegen.evaluator.evaluator import _coerce_arg, evaluate_instruction
+from fusegen.evaluator.promote import OracleUnavailable, evaluate_promoted
 from fusegen.hlo.ir import Instruction, Module
 from fusegen.runtime.instruction_profile import InstructionTimes
 from fusegen.runtime.limits import Budget, DeadlineError, RunLimits, estimate_peak_bytes
-from fusegen.verify.promote import OracleUnavailable, evaluate_promoted
 
 __all__ = ["ModuleOracles", "reusing_reference", "same_bits"]
 

@@ -44,7 +44,7 @@ from fusegen.runtime.lockstep import Lockstep
 from fusegen.runtime.oracles import reusing_reference
 from fusegen.runtime.spmd_plan import SpmdPlan, is_triton_collective, plan_spmd
 from fusegen.runtime.timings import Timings, module_timings
-from fusegen.verify.promote import OracleUnavailable, promote_module, promote_value
+from fusegen.evaluator.promote import OracleUnavailable, promote_module, promote_value
 from fusegen.verify.verdict import judge_module
 
 __all__ = ["DeviceContext", "PartitionExecutor", "SpmdRunReport", "PartitionFusionReport", "run_spmd_module",

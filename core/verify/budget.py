@@ -272,7 +272,7 @@ def judge_fusion(inst: Instruction, ops: list[Any] | None, out: list, ref: Any,
     """
     from fusegen.runtime.inputs import leaves
     from fusegen.verify.expected import edge_values, order_dependent_fusion, order_free
-    from fusegen.verify.promote import OracleUnavailable, evaluate_fusion_promoted, is_float_type
+    from fusegen.evaluator.promote import OracleUnavailable, evaluate_fusion_promoted, is_float_type
 
     worst, exact, ordered, bounds = None, None, None, None
     for i, (b, a, r) in enumerate(zip(output_budgets(inst), out, leaves(ref))):
@@ -328,7 +328,7 @@ def judge_fusion(inst: Instruction, ops: list[Any] | None, out: list, ref: Any,
 def _bounds(inst: Instruction, ops: list[Any]) -> list:
     """:func:`fusegen.verify.conditioning.rounding_bounds`, or ``[]`` where the analysis cannot run."""
     from fusegen.verify.conditioning import rounding_bounds
-    from fusegen.verify.promote import OracleUnavailable
+    from fusegen.evaluator.promote import OracleUnavailable
 
     try:
         return rounding_bounds(inst, ops)

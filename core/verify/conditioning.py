@@ -247,9 +247,9 @@ def rounding_bounds(fusion: Instruction, operands: Sequence[Any]) -> list[np.nda
     a rule on the path; see the module docstring). Non-finite bounds read 0 (no allowance).
 
     Raises:
-        fusegen.verify.promote.OracleUnavailable: the f64 evaluation of the computation fails.
+        fusegen.evaluator.promote.OracleUnavailable: the f64 evaluation of the computation fails.
     """
-    from fusegen.verify.promote import OracleUnavailable, promote_value, promoted_fusion
+    from fusegen.evaluator.promote import OracleUnavailable, promote_value, promoted_fusion
 
     clone = promoted_fusion(fusion)
     values = [promote_value(v) for v in operands]

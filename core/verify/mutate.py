@@ -187,7 +187,7 @@ def _as_accurate(inst: Instruction, ops: list[Any], out: list, base: list, ref: 
     f64 evaluation, on every leaf (the conditioning test of the module verdict, applied to one fusion)."""
     from fusegen.runtime.compare import abs_error
     from fusegen.runtime.inputs import leaves
-    from fusegen.verify.promote import OracleUnavailable, evaluate_fusion_promoted
+    from fusegen.evaluator.promote import OracleUnavailable, evaluate_fusion_promoted
 
     try:
         exact = leaves(evaluate_fusion_promoted(inst, ops))

@@ -4,7 +4,7 @@ Three oracles judge each module output (a kernel-path value ``K``):
 
 1. the reference evaluator ``R`` (XLA's semantics at the program's precision): ``K`` within the per-dtype
    tolerance of :func:`fusegen.runtime.compare.compare` is ``ok``;
-2. the f64 oracle ``O`` (:mod:`fusegen.verify.promote`): otherwise ``K`` is ``drift`` when
+2. the f64 oracle ``O`` (:mod:`fusegen.evaluator.promote`): otherwise ``K`` is ``drift`` when
    ``max|K - O| <= rtol * max|R - O| + floor(t) * max(1, max|O|)`` (as accurate as the reference itself, up
    to the conditioning factor ``rtol`` and the per-dtype floor of :class:`VerifyOptions`) *and every fusion
    stayed within its error budget* (:mod:`fusegen.verify.budget`); else ``mismatch``;
@@ -33,7 +33,7 @@ from fusegen.verify.budget import judge_fusion, output_tolerance_types
 from fusegen.verify.expected import (OutputPath, edge_values, judge_expected, load_expected,  # noqa: F401
                                      output_paths, typed)
 from fusegen.config.verify_options import VerifyOptions
-from fusegen.verify.promote import OracleUnavailable, evaluate_promoted, is_float_type
+from fusegen.evaluator.promote import OracleUnavailable, evaluate_promoted, is_float_type
 
 
 VACUOUS = "every element is NaN or inf in kernel and reference alike: comparison vacuous (try other inputs)"
