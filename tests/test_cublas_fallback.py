@@ -22,7 +22,7 @@ from fusegen import perf
 from fusegen.autotuning import cost_model
 from fusegen.autotuning.autotuner import AutotuneOptions, Autotuner, discover_backends
 from fusegen.autotuning.instructions import needs_config
-from fusegen.autotuning.tuned_backend import (EXECUTION_BACKEND_FIELD, LIBRARY_CALL_FIELD, library_call,
+from fusegen.codegen.tuned_backend import (EXECUTION_BACKEND_FIELD, LIBRARY_CALL_FIELD, library_call,
                                               tuned_execution_backend)
 from fusegen.codegen_backend import Config
 from fusegen.device import H100, get_device

@@ -23,7 +23,7 @@ import pytest
 
 from fusegen.autotuning.autotuner import CPU_DEFAULT_TOP_K, AutotuneOptions, Autotuner, default_top_k
 from fusegen.autotuning.profiler import CpuWallTimeProfiler, CudaEventsProfiler
-from fusegen.autotuning.tuned_backend import EXECUTION_BACKEND_FIELD, tuned_execution_backend
+from fusegen.codegen.tuned_backend import EXECUTION_BACKEND_FIELD, tuned_execution_backend
 from fusegen.codegen_backend import CompilationFailed, Config
 from fusegen.device import get_device
 
@@ -248,7 +248,7 @@ def test_host_codegen_backend_runs_the_reference_and_names_itself_in_the_backend
 
 @needs_mlp
 def test_triton_apply_config_replaces_the_nested_block_level_config():
-    from fusegen.autotuning.tuned_backend import set_execution_backend
+    from fusegen.codegen.tuned_backend import set_execution_backend
     from fusegen_plugins.backends.triton import TritonBackend
     from fusegen_plugins.backends.triton_configs import from_values
     from fusegen_plugins.backends.triton_gemm_emitter import resolve_config

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 import attrs
 
 from fusegen.autotuning.selection import ProfileResult
-from fusegen.autotuning.tuned_backend import LIBRARY_CALL_FIELD as _LIBRARY_CALL_FIELD
+from fusegen.codegen.tuned_backend import LIBRARY_CALL_FIELD as _LIBRARY_CALL_FIELD
 
 if TYPE_CHECKING:  # pragma: no cover
     from fusegen.hlo.ir import Instruction, Module

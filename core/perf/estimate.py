@@ -263,7 +263,7 @@ def estimate_fission(module: "Module", device: Any, name: str = "", note: str = 
 
 
 def _tuned_library_call(fusion: "Instruction", device: Any, call: dict) -> FusionEstimate | None:
-    """A GEMM fusion a tuning gave to a library call (:data:`fusegen.autotuning.tuned_backend.LIBRARY_CALL_FIELD`):
+    """A GEMM fusion a tuning gave to a library call (:data:`fusegen.codegen.tuned_backend.LIBRARY_CALL_FIELD`):
     :func:`estimate_fission` of what the named backend runs in its place; ``None`` when that backend is not
     registered or builds nothing (the caller falls back)."""
     from fusegen.codegen_backend import Config
@@ -346,7 +346,7 @@ def estimate_fusion(fusion: "Instruction", device: Any = None, *, emitted: Any =
     Raises:
         ValueError: the device lacks bandwidth, cores or clock.
     """
-    from fusegen.autotuning.tuned_backend import library_call, tuned_execution_backend
+    from fusegen.codegen.tuned_backend import library_call, tuned_execution_backend
     from fusegen.device import DEFAULT_DEVICE
     from fusegen.perf import machine_code
 

@@ -7,7 +7,7 @@ evaluator on the same operands. ``while``, ``conditional`` and ``call`` bodies a
 executor too, so their fusions get kernels like any other. Every other instruction, and every
 fusion whose kind has no emitter, runs on the first execution backend that accepts it (the host
 backend in the end) and is reported as such. A fusion whose autotuned winner names an execution
-backend (:mod:`fusegen.autotuning.tuned_backend`, e.g. the host backend beating every Triton config)
+backend (:mod:`fusegen.codegen.tuned_backend`, e.g. the host backend beating every Triton config)
 runs on that backend, decided by ``autotuner``.
 
 Mirrors the role of XLA's ``ThunkEmitter`` + ``GpuExecutable`` (``xla/service/gpu/thunk_emitter.cc``):
@@ -23,13 +23,13 @@ import attrs
 import numpy as np
 
 from fusegen import dispatch
-from fusegen.autotuning.tuned_backend import tuned_execution_backend
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
 from fusegen.codegen.emitter import EmitterUnsupported
 from fusegen.codegen.interpreter_patches import TritonInternalsError
 from fusegen.codegen.kernel import EmittedFusion
 from fusegen.codegen.kernel_dir import KernelDirError
+from fusegen.codegen.tuned_backend import tuned_execution_backend
 from fusegen.device import DeviceDescription, get_device
 from fusegen.evaluator.evaluator import UnsupportedOpError, evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape

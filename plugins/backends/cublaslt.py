@@ -513,7 +513,7 @@ class CublasLtFissionBackend(CodegenBackend):
     call and the fusions of the rest (:meth:`fissioned`), so the library call competes with the Triton configs as
     XLA's autotuner times it beside them. ``xla_gpu_cublas_fallback=false`` leaves the backend out
     (:attr:`library_fallback`). XLA inlines the winning call in place of the fusion; fusegen keeps the fusion and
-    writes the call into its backend config (:data:`fusegen.autotuning.tuned_backend.LIBRARY_CALL_FIELD`): the
+    writes the call into its backend config (:data:`fusegen.codegen.tuned_backend.LIBRARY_CALL_FIELD`): the
     ``cublaslt`` execution backend runs it (cuBLASLt on a GPU, the reference evaluator on the CPU, as a cuBLAS call
     runs there) and ``fusegen.perf`` estimates it as the call. Trusted (``CanProduceWrongResults() == false``)."""
 
@@ -584,12 +584,12 @@ class CublasLtFissionBackend(CodegenBackend):
 
     def apply_config(self, instr: Instruction, config: Config) -> None:
         """Name the ``cublaslt`` execution backend and the call's config in the fusion's ``fusion_backend_config``
-        (:data:`~fusegen.autotuning.tuned_backend.LIBRARY_CALL_FIELD`); the Triton config stays, unused.
+        (:data:`~fusegen.codegen.tuned_backend.LIBRARY_CALL_FIELD`); the Triton config stays, unused.
 
         Raises:
             ValueError: ``instr`` is not a fusion.
         """
-        from fusegen.autotuning.tuned_backend import set_execution_backend
+        from fusegen.codegen.tuned_backend import set_execution_backend
 
         if instr.opcode != "fusion":
             raise ValueError(f"{self.name} applies to GEMM fusions, not {instr.opcode} %{instr.name}")
@@ -605,7 +605,7 @@ def execute_fission(fusion: Instruction, operands: list[Any]) -> Any:
     fusion itself on the reference evaluator without one."""
     import numpy as np
 
-    from fusegen.autotuning.tuned_backend import library_call
+    from fusegen.codegen.tuned_backend import library_call
     from fusegen.evaluator.evaluator import evaluate_instruction
 
     call = library_call(fusion) or {}

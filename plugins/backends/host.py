@@ -10,7 +10,7 @@ Two roles:
   autotuner never makes it a candidate for a GPU device key (every fusegen device is one): a tuned module is
   tuned for the GPU. It remains what the CPU runs a fusion with (the execution backend above); a config named
   by hand (``apply_config``, a cache file of an older fusegen) names it in the fusion's backend config
-  (:data:`fusegen.autotuning.tuned_backend.EXECUTION_BACKEND_FIELD`) and the executor runs that fusion here.
+  (:data:`fusegen.codegen.tuned_backend.EXECUTION_BACKEND_FIELD`) and the executor runs that fusion here.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class HostCodegenBackend(CodegenBackend):
 
     def apply_config(self, instr: Instruction, config: Config) -> None:
         """Name the host execution backend in the fusion's ``fusion_backend_config``; other fields are kept."""
-        from fusegen.autotuning.tuned_backend import set_execution_backend
+        from fusegen.codegen.tuned_backend import set_execution_backend
 
         set_execution_backend(instr, self.name)
 

@@ -160,7 +160,7 @@ class TritonBackend(CodegenBackend):
         Raises:
             fusegen_plugins.backends.triton_configs.ConfigError: a malformed config (``split_k > 1``...).
         """
-        from fusegen.autotuning.tuned_backend import EXECUTION_BACKEND_FIELD, LIBRARY_CALL_FIELD
+        from fusegen.codegen.tuned_backend import EXECUTION_BACKEND_FIELD, LIBRARY_CALL_FIELD
         from fusegen_plugins.backends.triton_configs import from_values
 
         cfg = from_values(dict(config.values))

@@ -9,7 +9,7 @@ reads the config back. The planted-bug variant (tests/plugin_packages/gemm_drop_
 
 import numpy as np
 
-from fusegen.autotuning.tuned_backend import set_execution_backend
+from fusegen.codegen.tuned_backend import set_execution_backend
 from fusegen.codegen_backend import CodegenBackend, CompilationFailed, Config, Executable
 from fusegen.evaluator.dot_conv import dot_operands as xla_operands
 from fusegen.hlo.dtypes import numpy_dtype

@@ -7,7 +7,8 @@ backend's name into the fusion's ``fusion_backend_config`` under :data:`EXECUTIO
 and the executor (:mod:`fusegen.runtime.executor`) runs that fusion on the execution backend of that
 name instead of generating a kernel. A kernel backend's ``apply_config`` clears the field, so the
 last applied winner always decides. The field is not part of the autotune cache key (fusion backend
-configs are dropped from the canonical HLO).
+configs are dropped from the canonical HLO). Codegen backends write it, the executor and the performance model
+read it: it stands in codegen, below both (docs/layers.md).
 """
 
 from __future__ import annotations
