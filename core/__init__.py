@@ -11,6 +11,15 @@ The library (:mod:`fusegen.api`): ``fusegen.load(path_or_text)``, ``fusegen.capt
 
 __version__ = "0.1.0"
 
+from fusegen.plugin_manager import declare_core_plugin as _declare_core_plugin
+
+# core's own plugins, as an installed plugin's entry points are declared: every plugin manager registers them
+# before any entry point, in this order (the dispatch questions, then the `fusion` and `dot-decomposer` passes);
+# each module is imported when a manager first loads, not by ``import fusegen``
+_declare_core_plugin("fusegen.matchers", "fusegen.analysis.matchers")
+_declare_core_plugin("fusegen.passes", "fusegen.passes.builtin")
+del _declare_core_plugin
+
 _API = ("load", "load_all", "explain", "run", "tune", "session", "UnsupportedInstructionError")
 _CAPTURE = ("capture", "Captured", "CaptureError")
 

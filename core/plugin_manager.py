@@ -2,7 +2,9 @@
 
 Built-in emitters and backends are found through the same entry-point groups a third-party plugin
 uses (:data:`ENTRY_POINT_GROUPS`); the only plugins registered directly are core's own dispatch
-questions (:mod:`fusegen.analysis.matchers`) and passes (:mod:`fusegen.passes.builtin`).
+questions (:mod:`fusegen.analysis.matchers`) and passes (:mod:`fusegen.passes.builtin`), which the package
+declares at its top (``fusegen/__init__``, :func:`declare_core_plugin`) as an installed plugin declares its entry
+point: the manager stands below both and names neither.
 
 Each plugin is checked when it loads: every registration hook is called once and its answer typed.
 **Names are owned**: plugin, kind matcher, emitter factory, execution backend, codegen backend and pass
@@ -37,6 +39,7 @@ pip compares distributions (:func:`fusegen.config.names.normalize_name`: ``input
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.metadata as md
 import inspect
 import os
@@ -49,6 +52,7 @@ import pluggy
 from fusegen import hookspecs, kinds
 from fusegen.codegen_backend import CodegenBackend
 from fusegen.config.names import normalize_name
+from fusegen.plugin_diagnostics import import_failure, quarantine_note, why_not_loaded
 from fusegen.registry import EmitterFactory, ExecutionBackend, HloPass, KindMatcher
 
 hookimpl = pluggy.HookimplMarker("fusegen")
@@ -63,6 +67,19 @@ REGISTRIES: dict[str, tuple[str, type, str]] = {
     "pass": ("fusegen_passes", HloPass, "pass"),
     "codegen": ("fusegen_codegen_backends", CodegenBackend, "codegen backend"),
 }
+
+
+#: core's own plugins, ``(plugin name, module)`` in registration order: every manager registers them first, before
+#: any entry point (group ``builtin``, distribution ``fusegen``), each module imported when a manager first loads.
+#: ``fusegen/__init__`` declares them (:func:`declare_core_plugin`): the dispatch questions, then the passes.
+_CORE_PLUGINS: list[tuple[str, str]] = []
+
+
+def declare_core_plugin(name: str, module: str) -> None:
+    """Declare one of core's own plugins: every manager imports ``module`` when it first loads and registers it as
+    plugin ``name`` ahead of the entry points, in declaration order (a pair declared twice counts once)."""
+    if (name, module) not in _CORE_PLUGINS:
+        _CORE_PLUGINS.append((name, module))
 
 
 class PluginError(Exception):
@@ -283,11 +300,8 @@ class PluginManager:
         if self._loaded:
             return
         self._loaded = True
-        from fusegen.analysis import matchers  # core's own questions
-        from fusegen.passes import builtin as builtin_passes  # core's own `fusion` and `dot-decomposer` passes
-
-        self._add(matchers, "fusegen.matchers", "builtin", "fusegen", "fusegen.analysis.matchers")
-        self._add(builtin_passes, "fusegen.passes", "builtin", "fusegen", "fusegen.passes.builtin")
+        for name, module in _CORE_PLUGINS:  # core's own questions and passes (fusegen/__init__ declares them)
+            self._add(importlib.import_module(module), name, "builtin", "fusegen", module)
         autoload = self._autoload
         if autoload is None:
             autoload = os.environ.get("FUSEGEN_DISABLE_PLUGIN_AUTOLOAD", "") in ("", "0")
@@ -334,8 +348,6 @@ class PluginManager:
             try:
                 obj = ep.load()
             except Exception as e:  # a broken plugin is left out, by name
-                from fusegen.plugin_diagnostics import import_failure
-
                 self._quarantine(ep.name, group, dist, ep.value, import_failure(e))  # with FILE:LINE
                 continue
             self._add(obj, ep.name, group, dist, ep.value)
@@ -515,6 +527,17 @@ class PluginManager:
             ep = f"entry point {i.group}: {i.name} = {i.entry_point}" if i.group != "explicit" else "registered in-process"
             out.append(f"plugin {i.name!r} ({ep}; distribution {i.distribution} {i.version}) quarantined: {i.reason}")
         return out
+
+    def quarantine_note(self) -> str:
+        """:func:`fusegen.plugin_diagnostics.quarantine_note` of this manager: what its quarantined plugins would
+        have registered is missing (``""`` when none is); the config loader appends it to an unknown pass."""
+        return quarantine_note(self)
+
+    def why_not_loaded(self, name: str) -> str | None:
+        """:func:`fusegen.plugin_diagnostics.why_not_loaded` of this manager: why plugin ``name`` is not loaded
+        (quarantined, disabled, installed but not loaded), ``None`` when it is loaded or not installed; the config
+        loader says it of a ``[plugins.<name>]`` table."""
+        return why_not_loaded(self, name)
 
     # -- registries -----------------------------------------------------------------------------
     def _disabled_in(self, reg: str) -> set[str]:

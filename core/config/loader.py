@@ -229,7 +229,8 @@ def load_config(
         config_path: ``--config FILE``; None searches from ``cwd`` upward (see the module docstring).
         cli_flags: ``--xla-flag`` overrides, as ``["NAME=VALUE", ...]`` or ``{NAME: value}``.
         pm: a loaded plugin manager; when given, ``plugin_options``, ``installed_plugins``, ``known_passes``
-            and ``known_components`` default to what its plugins register.
+            and ``known_components`` default to what its plugins register, and the warnings say why a plugin is
+            missing as the manager does (``pm.quarantine_note()``, ``pm.why_not_loaded(name)``).
         env: environment (default ``os.environ``); only ``XLA_FLAGS`` is read.
         cwd: where the search starts (default: the current directory).
         plugin_options: plugin name -> the keys it declares for ``[plugins.<name>]``.
@@ -264,9 +265,7 @@ def load_config(
             known_components = _known_components(pm)
     quarantined = ""  # why passes may be missing: quarantined plugins never registered theirs
     if pm is not None and pm.broken:
-        from fusegen.plugin_diagnostics import quarantine_note
-
-        quarantined = quarantine_note(pm)
+        quarantined = pm.quarantine_note()
     plugin_options = dict(plugin_options or {})
     installed = set(installed_plugins) if installed_plugins is not None else set(plugin_options)
     b = _Builder()
@@ -425,9 +424,7 @@ def load_config(
                            if normalize_name(k) == normalize_name(key)), key)
             declared = {o.name: o for o in plugin_options.get(plugin, [])}
             if plugin not in installed and plugin not in plugin_options:
-                from fusegen.plugin_diagnostics import why_not_loaded
-
-                why = why_not_loaded(pm, key) if pm is not None else None
+                why = pm.why_not_loaded(key) if pm is not None else None
                 said = f"which {why}; ignored" if why else f"which is not installed; ignored{did_you_mean(key, installed)}"
                 b.warnings.append(f"{doc.location('plugins', key)}: {doc.table_name('plugins', key)} configures "
                                   f"plugin {key!r}, {said}")
