@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from fusegen.analysis.fusion_analysis import FusionAnalysis
+from fusegen.codegen.coalescing import analyze_coalescing, is_read_coalesced_heuristic
 from fusegen.device import get_device
 from fusegen.dispatch import get_emitter_fusion_kind
 from fusegen.hlo.parser import parse_module
 from fusegen.indexing import IndexingMap, parse_indexing_map
 from fusegen.indexing.analysis_conformance import corpus_cases
-from fusegen.indexing.coalescing import analyze_coalescing, is_indexing_coalesced, is_read_coalesced_heuristic
+from fusegen.indexing.coalescing import is_indexing_coalesced
 
 CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "xla" / "indexing"
 needs_corpus = pytest.mark.skipif(not (CORPUS / "INDEX.tsv").exists(), reason=f"corpus absent: {CORPUS}")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from fusegen.codegen.coalescing import analyze_coalescing
 from fusegen.device import get_device
 from fusegen.hlo.parser import parse_module
-from fusegen.indexing.coalescing import analyze_coalescing
 
 ADD = "add {\n p0 = f32[] parameter(0)\n p1 = f32[] parameter(1)\n ROOT add = f32[] add(p0, p1)\n}\n"
 

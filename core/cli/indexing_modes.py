@@ -158,7 +158,7 @@ def run_module_mode(module_path: str, *, instruction: str | None = None, fusion:
 
 
 def _run_coalescing(module_path: str, instr: Instruction, as_json: bool, device_name: str | None) -> int:
-    from fusegen.indexing.coalescing import CoalescingError, coalescing_for_fusion
+    from fusegen.codegen.coalescing import CoalescingError, coalescing_for_fusion
 
     if instr.opcode != "fusion":
         fail(f"{module_path}: %{instr.name} is a {instr.opcode}, not a fusion (--coalescing needs --fusion NAME)")

@@ -4,6 +4,7 @@ Each case is a ``NAME.json`` (with ``NAME.hlo``) taken from XLA's ``indexing_ana
 corpus README. :func:`run_case` computes fusegen's answer for one case and compares it with XLA's twice:
 *semantically* (the same relation on the same domain, per :func:`fusegen.indexing.semantically_equal`; the
 runtime-variable origins and replica-id maps too) and *textually* (the printed form, whitespace-insensitive).
+The coalescing cases need the fusion's analysis and emitter: :mod:`fusegen.codegen.coalescing_conformance`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 import attrs
 
@@ -253,40 +254,21 @@ def corpus_cases(corpus: Path, kinds: tuple[str, ...] = ANALYSIS_KINDS) -> list[
     return out
 
 
-# ------------------------------------------------------------------------------------------- coalescing
-def run_coalescing_case(path: Path) -> CaseResult:
-    """A ``coalescing`` (map-based, RTXA6000) or ``coalescing_heuristic`` case; ``text`` is the same as
-    ``semantic`` (booleans have one spelling)."""
-    from fusegen.analysis.fusion_analysis import FusionAnalysis
-    from fusegen.device import get_device
-    from fusegen.dispatch import get_emitter_fusion_kind
-    from fusegen.indexing.coalescing import analyze_coalescing, is_read_coalesced_heuristic
+# ------------------------------------------------------------------------------------------- the table
+def agreement_table(corpus: Path, runners: Mapping[str, Callable[[Path], CaseResult]] | None = None) -> str:
+    """The markdown agreement table of each case kind, then the misses.
 
-    case = json.loads(path.read_text())
-    device = get_device("rtxa6000")
-    try:
-        root = parse_module(path.with_suffix(".hlo").read_text()).entry.root
-        if case["kind"] == "coalescing":
-            res = analyze_coalescing(root, device)
-            got, detail = list(res.coalesced), f"{res.kind} via {res.method}: {list(res.coalesced)}"
-        else:
-            analysis = FusionAnalysis.create(root, device)
-            get_emitter_fusion_kind(analysis)
-            got = [is_read_coalesced_heuristic(analysis.kind, device, root.operands[0], root)]
-            detail = f"{analysis.kind} heuristic: {got}"
-    except Exception as e:  # a crash is a miss, reported with its reason
-        return CaseResult(path.stem, case["kind"], False, False, f"{type(e).__name__}: {e}")
-    ok = got == case["expected"]
-    return CaseResult(path.stem, case["kind"], ok, ok, detail)
-
-
-def agreement_table(corpus: Path) -> str:
-    """The markdown agreement table of every analysis and coalescing kind, then the misses."""
-    kinds = ANALYSIS_KINDS + ("coalescing", "coalescing_heuristic")
+    Args:
+        corpus: the case directory (``INDEX.tsv``).
+        runners: case kind -> what runs one case of it, in table order; default every analysis kind
+            (:data:`ANALYSIS_KINDS`) by :func:`run_case` (the coalescing kinds' runner stands above dispatch:
+            :mod:`fusegen.codegen.coalescing_conformance`, whose table has them all).
+    """
+    if runners is None:
+        runners = {kind: run_case for kind in ANALYSIS_KINDS}
     rows = ["| kind | cases | semantically equal | exact text |", "|---|---|---|---|"]
     misses, text_misses = [], []
-    for kind in kinds:
-        runner = run_coalescing_case if kind.startswith("coalescing") else run_case
+    for kind, runner in runners.items():
         results = [runner(p) for p in corpus_cases(corpus, (kind,))]
         n = len(results)
         sem = sum(r.semantic for r in results)
@@ -298,8 +280,10 @@ def agreement_table(corpus: Path) -> str:
     return out + "\n\nText-only misses:\n" + ("\n".join(text_misses) or "none") + "\n"
 
 
-if __name__ == "__main__":  # python -m fusegen.indexing.analysis_conformance [CORPUS]
+#: the shared corpus of XLA's indexing cases, beside the repository
+DEFAULT_CORPUS = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "xla" / "indexing"
+
+if __name__ == "__main__":  # python -m fusegen.indexing.analysis_conformance [CORPUS]: the analysis kinds
     import sys
 
-    print(agreement_table(Path(sys.argv[1]) if len(sys.argv) > 1 else
-                          Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "xla" / "indexing"))
+    print(agreement_table(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_CORPUS))

@@ -1,4 +1,4 @@
-"""XLA's read-coalescing analysis: does a fusion read each operand with coalesced memory transactions?
+"""XLA's read-coalescing analysis, its indexing-map part: are a fusion's reads of each operand coalesced?
 
 Mirrors ``xla/service/gpu/model/coalescing_analysis.cc``:
 
@@ -8,112 +8,28 @@ Mirrors ``xla/service/gpu/model/coalescing_analysis.cc``:
   contiguous intervals the warp touches and compare the 128-byte transactions they need with the ideal
   count (coalesced when ideal > 0.9 x needed).
 * :func:`compute_coalescing_for_all_operands` (``ComputeCoalescingForAllOperands``): for every hero, the
-  emitter's thread-id -> hero-operand maps (:mod:`fusegen.codegen.thread_indexing`), composed with the
-  grouped output-to-input maps from each hero operand to the fusion operands and with each operand's
-  logical -> linear physical map.
-* :func:`is_read_coalesced_heuristic` (``IsReadCoalescedHeuristic``): the fallback when no emitter map is
-  known: a transpose of the minor dimension (not of a broadcast/iota) or two fused row reductions break
-  coalescing.
+  emitter's thread-id -> hero-operand maps (handed in by the caller, as XLA hands it the fusion's
+  ``KernelFusionInterface``), composed with the grouped output-to-input maps from each hero operand to the
+  fusion operands and with each operand's logical -> linear physical map.
+
+The fusion-level analysis (the fusion's kind and heroes, the emitter dispatch picks, and the fallback
+``IsReadCoalescedHeuristic``) stands above dispatch: :mod:`fusegen.codegen.coalescing`.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
-import attrs
-
-from fusegen.analysis.hero import find_non_trivial_hero
-from fusegen.analysis.reduction import is_real_reduction_hero, is_reduction_from_or_to_contiguous_dimensions
-from fusegen.hlo.shape_util import inverse_permutation, is_elementwise
 from fusegen.hlo.dtypes import bit_width
 from fusegen.hlo.ir import Instruction, Shape
 from fusegen.indexing.analysis import FusionAdaptor, compute_grouped_output_to_input_indexing
 from fusegen.indexing.expr import ADD, DIM, MUL, SYM, AffineExpr, const, dim, rt, sym
 from fusegen.indexing.interval import Interval
 from fusegen.indexing.map import IndexingMap
-from fusegen import kinds
 
 WARP = 32
 BYTES_PER_TRANSACTION = 128
 IS_COALESCED_THRESHOLD = 0.9
-
-
-class CoalescingError(ValueError):
-    """The fusion cannot be analysed (malformed, or no kind matcher answered)."""
-
-
-# ------------------------------------------------------------------------------------------- heuristic
-def _first_non_trivial_position(shape: Shape) -> int:
-    m2m = list(shape.minor_to_major())
-    for pos, d in enumerate(m2m):
-        if shape.dimensions[d] > 1:
-            return pos
-    return 0
-
-
-def transposes_minor_dimension(instr: Instruction) -> bool:
-    """``TransposesMinorDimension``: a transpose or copy that changes which dimension is physically minor
-    (size-1 dimensions ignored); a fusion when any fused instruction does."""
-    if instr.opcode == "fusion":
-        return any(transposes_minor_dimension(i) for i in instr.fused_computation.instructions)
-    if instr.opcode == "copy":
-        a, b = instr.operands[0].shape, instr.shape
-        if not a.is_array or not b.is_array or not a.dimensions:
-            return False
-        pa, pb = _first_non_trivial_position(a), _first_non_trivial_position(b)
-        return a.minor_to_major()[pa] != b.minor_to_major()[pb]
-    if instr.opcode == "transpose":
-        operand = instr.operands[0].shape
-        pos_in_m2m = inverse_permutation(operand.minor_to_major())
-        first = _first_non_trivial_position(operand)
-        perm = list(instr.attrs.get("dimensions", ()))
-        for out_d in instr.shape.minor_to_major():
-            if instr.shape.dimensions[out_d] == 1:
-                continue
-            return pos_in_m2m[perm[out_d]] > first
-        return False
-    return False
-
-
-def _is_broadcast_chain(instr: Instruction) -> bool:
-    while True:
-        if instr.opcode in ("broadcast", "iota"):
-            return True
-        if len(instr.operands) != 1:
-            return False
-        if instr.opcode != "bitcast" and not is_elementwise(instr):
-            return False
-        instr = instr.operands[0]
-
-
-def _is_bad_transpose(instr: Instruction) -> bool:
-    if instr.opcode == "fusion":
-        return any(transposes_minor_dimension(i) and not _is_broadcast_chain(i.operands[0])
-                   for i in instr.fused_computation.instructions)
-    return transposes_minor_dimension(instr) and not _is_broadcast_chain(instr.operands[0])
-
-
-def is_input_fusible_reduction(instr: Instruction, device) -> bool:
-    """``IsInputFusibleReduction``: a fusion with a real reduction hero root, or a reduce from/to
-    contiguous dimensions."""
-    if instr.opcode == "fusion":
-        root = instr.fused_computation.root
-        roots = list(root.operands) if root.opcode == "tuple" else [root]
-        return any(is_real_reduction_hero(r, find_non_trivial_hero(r), device) for r in roots)
-    return instr.opcode == "reduce" and is_reduction_from_or_to_contiguous_dimensions(instr, device)
-
-
-def is_read_coalesced_heuristic(fusion_kind: str, device, producer: Instruction,
-                                consumer: Instruction | None = None) -> bool:
-    """``IsReadCoalescedHeuristic``: ``False`` when a non-transpose fusion transposes the minor dimension
-    (unless of a broadcast or iota), or a reduction fusion fuses two input-fusible reductions."""
-    if fusion_kind != kinds.TRANSPOSE:
-        if _is_bad_transpose(producer) or (consumer is not None and _is_bad_transpose(consumer)):
-            return False
-    if (fusion_kind == kinds.REDUCTION and consumer is not None and is_input_fusible_reduction(producer, device)
-            and is_input_fusible_reduction(consumer, device)):
-        return False
-    return True
 
 
 # ------------------------------------------------------------------------------------------- one map
@@ -271,54 +187,35 @@ def logical_to_linear_physical_map(shape: Shape) -> IndexingMap:
     return IndexingMap.from_tensor_sizes([linear], shape.dimensions)
 
 
-def _hero_operand_maps(analysis, root_index: int) -> list[IndexingMap | None] | None:
-    """The emitter's ``ComputeThreadIdToInputIndexing(root_index, k)`` for every operand ``k`` of the hero
-    (``None`` entries for scalar operands, which are not analysed); ``None`` when no native emitter takes the
-    fusion or it has no map for a non-scalar operand (XLA's ``std::nullopt``)."""
-    from fusegen import dispatch
-    from fusegen.codegen.emitter import EmitterUnsupported
-    from fusegen.plugin_manager import PluginError
-
-    try:
-        emitter, _ = dispatch.get_fusion_emitter(analysis, analysis.kind)
-    except EmitterUnsupported:
-        return None
-    except PluginError as e:
-        raise CoalescingError(str(e)) from e
-    fn = getattr(emitter, "thread_id_to_input_indexing", None)
-    if fn is None:
-        return None
-    out: list[IndexingMap | None] = []
-    for k, operand in enumerate(analysis.heroes[root_index].operands):
-        if not operand.shape.dimensions:
-            out.append(None)
-            continue
-        try:
-            m = fn(root_index, k)
-        except (EmitterUnsupported, NotImplementedError):
-            return None
-        if m is None:
-            return None
-        out.append(m)
-    return out
-
-
-def compute_coalescing_for_all_operands(analysis, fusion: Instruction,
-                                        operands: Sequence[Instruction]) -> list[bool] | None:
+def compute_coalescing_for_all_operands(
+        fusion: Instruction, operands: Sequence[Instruction], heroes: Sequence[Instruction],
+        thread_id_to_input_indexing: Callable[[int, int], IndexingMap | None]) -> list[bool] | None:
     """``ComputeCoalescingForAllOperands``: per operand of ``fusion``, whether all its reads are coalesced;
     ``None`` when the emitter gives no thread-id maps (the caller then uses the heuristic).
 
-    The thread-id -> hero-operand maps are the emitter's own (``thread_id_to_input_indexing`` of the native
-    emitter dispatch picks, :mod:`fusegen.codegen.thread_indexing`)."""
+    Args:
+        fusion: the ``fusion`` instruction.
+        operands: the operands asked about (the fusion's).
+        heroes: the fusion analysis' hero of each root, in root order.
+        thread_id_to_input_indexing: the emitter's ``ComputeThreadIdToInputIndexing(root_index,
+            hero_operand_index)``, asked for each non-scalar operand of each hero; ``None`` from it (XLA's
+            ``std::nullopt``) leaves the whole answer ``None``, as does a map that cannot be composed with.
+    """
     adaptor = FusionAdaptor.for_instruction(fusion)
     linear = {id(o): logical_to_linear_physical_map(o.shape) for o in operands}
     per_operand: dict[int, list[IndexingMap]] = {}
     op_cache: dict = {}
     try:
-        for root_index, hero in enumerate(analysis.heroes):
-            hero_maps = _hero_operand_maps(analysis, root_index)
-            if hero_maps is None:
-                return None
+        for root_index, hero in enumerate(heroes):
+            hero_maps: list[IndexingMap | None] = []
+            for k, operand in enumerate(hero.operands):
+                if not operand.shape.dimensions:  # scalar operands are not analysed
+                    hero_maps.append(None)
+                    continue
+                m = thread_id_to_input_indexing(root_index, k)
+                if m is None:
+                    return None
+                hero_maps.append(m)
             for k, thread_map in enumerate(hero_maps):
                 if thread_map is None:
                     continue
@@ -340,64 +237,3 @@ def compute_coalescing_for_all_operands(analysis, fusion: Instruction,
             continue
         out.append(all(is_indexing_coalesced(m, o.shape.element_type) for m in per_operand[id(o)]))
     return out
-
-
-@attrs.frozen
-class CoalescingResult:
-    """Per-operand coalescing of one fusion, and how it was decided.
-
-    Attributes:
-        coalesced: one bool per fusion operand.
-        method: ``"maps"`` (the emitter's thread-id maps) or ``"heuristic"`` (``IsReadCoalescedHeuristic``).
-        kind: the fusion's emitter kind (``kLoop``, ``kReduction``, ...).
-    """
-
-    coalesced: tuple[bool, ...]
-    method: str
-    kind: str
-
-
-def analyze_coalescing(fusion: Instruction, device=None, use_heuristic: bool = False) -> CoalescingResult:
-    """``CoalescingAnalysis::Create(fusion, fusion->operands(), HloFusionAnalysis(fusion, device))`` and
-    ``IsReadCoalesced(operand)`` for every operand.
-
-    Args:
-        fusion: a ``fusion`` instruction of a parsed module.
-        device: a :class:`~fusegen.device.DeviceDescription` (default H200).
-        use_heuristic: skip the map-based analysis (XLA's ``use_heuristic``).
-
-    Raises:
-        CoalescingError: the fusion cannot be analysed or dispatched.
-    """
-    from fusegen.analysis.fusion_analysis import FusionAnalysis, FusionAnalysisError
-    from fusegen.device import DEFAULT_DEVICE
-    from fusegen.dispatch import DispatchError, get_emitter_fusion_kind
-
-    device = device or DEFAULT_DEVICE
-    try:
-        analysis = FusionAnalysis.create(fusion, device)
-        get_emitter_fusion_kind(analysis)
-    except (FusionAnalysisError, DispatchError) as e:
-        raise CoalescingError(str(e)) from e
-    operands = list(fusion.operands)
-    if not use_heuristic:
-        flags = compute_coalescing_for_all_operands(analysis, fusion, operands)
-        if flags is not None:
-            return CoalescingResult(tuple(flags), "maps", analysis.kind)
-    ok = is_read_coalesced_heuristic(analysis.kind, device, fusion)
-    return CoalescingResult(tuple([ok] * len(operands)), "heuristic", analysis.kind)
-
-
-def coalescing_for_fusion(fusion: Instruction, device_name: str | None = None, use_heuristic: bool = False) -> list[bool]:
-    """:func:`analyze_coalescing` on the named device preset (default H200); the per-operand bools.
-
-    Raises:
-        CoalescingError: unknown device, or the fusion cannot be analysed.
-    """
-    from fusegen.device import get_device
-
-    try:
-        device = get_device(device_name or "h200")
-    except (KeyError, ValueError) as e:
-        raise CoalescingError(f"unknown device {device_name!r}") from e
-    return list(analyze_coalescing(fusion, device, use_heuristic).coalesced)

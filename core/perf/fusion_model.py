@@ -12,7 +12,7 @@ Mirrors ``GpuPerformanceModelWithIndexingAnalysis::EstimateRunTimeForFusion``
 2. An operand's ``n_bytes_total`` is its element size x the iteration spaces of its maps, ``n_bytes_net``
    that capped at its size; its read time is :func:`fusegen.perf.base.read_time` with the coalescing
    verdict (XLA's performance model asks ``IsReadCoalescedHeuristic``: a fusion that transposes a minor
-   dimension, or fuses two row reductions, reads uncoalesced; :mod:`fusegen.indexing.coalescing`).
+   dimension, or fuses two row reductions, reads uncoalesced; :mod:`fusegen.codegen.coalescing`).
 3. An instruction inside the fusion costs :func:`fusegen.perf.flops.flops_per_element` x its iteration
    spaces; compute time is over the FP32 units the launch occupies.
 4. Output bytes are written once. A fusion whose root is a dynamic-update-slice of a fused parameter
@@ -134,7 +134,7 @@ def _coalescing(fusion: "Instruction", device, mode: str) -> list[bool]:
     n = len(fusion.operands)
     if mode == "none" or fusion.opcode != "fusion":
         return [True] * n
-    from fusegen.indexing.coalescing import CoalescingError, analyze_coalescing
+    from fusegen.codegen.coalescing import CoalescingError, analyze_coalescing
 
     try:
         return list(analyze_coalescing(fusion, device, use_heuristic=(mode == "heuristic")).coalesced)
@@ -154,8 +154,8 @@ def estimate_kernel_fusion(fusion: "Instruction", device, launch=None, *, coales
             (128 threads per block, one thread per element of the first output).
         coalesced: per-operand coalescing, overriding the analysis.
         coalescing: ``"heuristic"`` (XLA's performance model: ``CoalescingAnalysis::Create`` defaults to
-            ``use_heuristic=true``, :func:`fusegen.indexing.coalescing.is_read_coalesced_heuristic`), ``"maps"``
-            (the emitter's thread-id maps, :func:`fusegen.indexing.coalescing.analyze_coalescing`) or ``"none"``.
+            ``use_heuristic=true``, :func:`fusegen.codegen.coalescing.is_read_coalesced_heuristic`), ``"maps"``
+            (the emitter's thread-id maps, :func:`fusegen.codegen.coalescing.analyze_coalescing`) or ``"none"``.
 
     Returns:
         :class:`KernelTimes` (seconds, bytes, flops).
