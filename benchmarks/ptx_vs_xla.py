@@ -181,8 +181,20 @@ def row_of(ln: Launch, xla: dict, ours: dict | None) -> dict:
             elif not is_pow2(warps):  # else Triton could launch XLA's block: fusegen chose other warps, unexplained
                 row["launch_difference"] = (f"Triton launches a power-of-two number of warps: {launched} threads for "
                                             f"XLA's {_prod(xl['threads'])} ({warps} warps)")
+        elif not stated and (packed := _packed_blocks(xl, _prod(lj["grid"]), launched)) is not None:
+            row["launch_difference"] = packed
         row["flags"] = flags(row)
     return row
+
+
+def _packed_blocks(xl: dict, programs: int, launched: int) -> str | None:
+    """Why a launch of ``programs`` programs of ``launched`` threads stands for XLA's blocks of under a warp, when
+    it runs XLA's threads exactly (rounded up to whole programs); else ``None``."""
+    block, blocks = _prod(xl["threads"]), _prod(xl["grid"])
+    if block >= 32 or programs != -(-blocks * block // launched):
+        return None
+    return (f"Triton launches whole warps: XLA's {blocks} blocks of {block} thread{'s' * (block > 1)} "
+            f"({blocks * block} threads) run as {programs} programs of {launched}")
 
 
 def shared_difference(row: dict) -> str | None:

@@ -260,6 +260,54 @@ def test_many_short_rows_are_batched_per_program():
     np.testing.assert_array_equal(outs[0], np.sort(x, axis=1))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # NaN keys inside compare()
+@pytest.mark.parametrize("shape,packed", [
+    ("f32[300,4]", (32, 1, 10)),     # XLA: 300 blocks of 1 thread -> 10 programs of a warp, a row a lane
+    ("bf16[64,4]", (32, 1, 2)),
+    ("f32[777,2]", (128, 4, 7)),     # XLA's standard launch, 7 blocks of 128 threads: the same launch
+    ("f32[219,3]", None),            # a 3-element row is not contiguous in its 4-lane tile: a row a program
+    ("f32[40,4]{0,1}", None),        # rows strided in memory: a row a program
+])
+def test_rows_of_up_to_four_elements_run_a_row_a_lane(shape, packed):
+    """XLA gives a row of at most 4 (padded) elements one thread; the compiled kernel packs 32 rows a warp so
+    that each lane holds its row (vector loads, the network in registers), and that program itself, not the
+    interpreter's variant, sorts NaN keys and ties as the evaluator does."""
+    import attrs
+
+    from fusegen.codegen.kernel import EmittedFusion
+
+    et = shape.split("[")[0]
+    text = _sort_module([shape, shape.replace(et, "s32", 1)], 1, _cmp(
+        [et, "s32"], "  ROOT c = pred[] compare(l0, r0), direction=GT, type=TOTALORDER"))
+    m = parse_module(text, "t")
+    inst = m.entry.root
+    rows, n = inst.operands[0].shape.dimensions
+    rng = np.random.default_rng(rows)
+    keys = rng.integers(-2, 3, (rows, n)).astype(np.float32)
+    keys[rng.random((rows, n)) < 0.2] = np.nan  # ties of equal values and of NaNs
+    keys = keys.astype(dtypes.numpy_dtype(et))
+    ops = [keys, np.broadcast_to(np.arange(n, dtype=np.int32), (rows, n)).copy()]
+    em, emitted, _ = run_sort(inst, ops)
+    ks = emitted.kernels[0]
+    xla = em.launch_dimensions()
+    if packed is None:
+        assert ks.constexprs["R"] == 1 and ks.launch.grid == (rows,)
+        return
+    r, warps, grid = packed
+    assert (ks.constexprs["R"], ks.launch.num_warps, ks.launch.grid) == (r, warps, (grid,))
+    assert ks.constexprs["BLOCK"] == r * ks.constexprs["NPAD"] == 32 * warps * ks.constexprs["NPAD"]
+    # XLA's threads, in whole warps: its grid where its block is whole warps
+    xla_threads = xla.num_programs * xla.threads3[0]
+    assert grid == -(-xla_threads // (32 * warps))
+    if xla.threads3[0] >= 32:
+        assert xla.grid3 == (grid, 1, 1) and xla.threads3[0] == 32 * warps
+    compiled = EmittedFusion(emitter=emitted.emitter, kernels=(attrs.evolve(ks, interpret_variant=None),))
+    outs = triton_runtime.run_fusion(compiled, ops, inst)
+    ref = evaluate_instruction(inst, ops)
+    for o, want in zip(outs, leaves(ref)):
+        np.testing.assert_array_equal(np.asarray(o).view(np.uint8), np.asarray(want).view(np.uint8))
+
+
 def test_iota_operand_fused_sort_and_compiles():
     text = """
 HloModule t

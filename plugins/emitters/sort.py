@@ -5,8 +5,10 @@ Mirrors XLA's ``SortFusion`` (``xla/backends/gpu/codegen/sort.h``; the network f
 is padded to the next power of two ``NPAD`` and sorted by a bitonic network of ``log2(NPAD) * (log2(NPAD)+1) / 2``
 compare-exchange steps.
 
-* Every lane of a program holds one element of one row (``BLOCK = rows_per_program * NPAD``, rows never mix:
-  partners ``i ^ j`` with ``j < NPAD`` stay in the row, and the last merge is forced ascending per row).
+* A program holds ``rows_per_program`` whole rows (``BLOCK = rows_per_program * NPAD``, rows never mix:
+  partners ``i ^ j`` with ``j < NPAD`` stay in the row, and the last merge is forced ascending per row). Rows of
+  at most 4 elements, which XLA gives one thread each, are packed 32 a warp so that a lane holds its row
+  (:meth:`SortFusion.row_per_thread`); longer rows run one a program on XLA's launch.
 * Key-value sorts: all operands travel together; the comparator computation (``to_apply``, parameters
   ``lhs0, rhs0, lhs1, rhs1, ...``) is emitted elementally on whole tensors, called on ``(L, R)`` and ``(R, L)``.
 * Ties (neither element before the other) are broken by the original position, so the result is the stable
@@ -44,6 +46,9 @@ from fusegen_plugins.emitters.sort_scale import compare_both, emit_at_scale
 #: ~45 s at 1024), so longer rows take XLA's multi-launch sort (:mod:`fusegen_plugins.emitters.sort_scale`),
 #: whose kernels compare packed keys where the comparator is a key order (one gather per step).
 MAX_SORT_SIZE = 32
+#: Longest padded row XLA's sort gives one thread (its tile's threads, ``NPAD / 4``, round up to one): such
+#: rows are packed a row a lane (:meth:`SortFusion.row_per_thread`).
+ROW_PER_THREAD_MAX = 4
 #: Elements per program the row batching aims for.
 TARGET_BLOCK = 1024
 
@@ -136,6 +141,28 @@ class SortFusion(FusionEmitter):
         launches = self.xla_launches()
         return launches[0] if launches else None
 
+    def row_per_thread(self, xla: LaunchDimensions | None) -> tuple[int, int] | None:
+        """``(rows_per_program, num_warps)`` when XLA gives each row one thread (a padded row of at most
+        :data:`ROW_PER_THREAD_MAX` elements: its tiled kernel's ``NPAD / 4`` threads round up to one, and a
+        two-element row takes the standard launch, a thread a row) and every row is contiguous in memory, else
+        ``None``.
+
+        Triton gives a thread several elements only when the program holds that many per thread
+        (``CoalesceUtils.cpp`` ``buildCoalescedEncoding`` caps a thread's elements at the block over its threads),
+        so a one-row program of 1 warp spreads a 4-element row over 4 lanes: scalar loads, and the exchange
+        through shuffles. Packing ``32 * num_warps`` rows into a program gives each lane its row, as XLA's thread
+        has it: one vector load per operand, the network in registers. ``num_warps`` is XLA's block in warps
+        (1 where the block is one thread), so the threads launched are XLA's, in whole warps.
+        """
+        if xla is None or self.npad > ROW_PER_THREAD_MAX or self.n != self.npad or self.rows < 2:
+            return None
+        layouts = [o.shape for o in self.sort.operands] + list(self.fusion.shape.leaves())
+        if any(s.rank == 0 or s.minor_to_major()[0] != self.dim for s in layouts):
+            return None  # a row strided in memory: no vector to read
+        block = xla.threads3[0] * xla.threads3[1] * xla.threads3[2]
+        warps = max(1, min(8, block // 32))
+        return 32 * warps, warps
+
     def launch_plan(self) -> tuple[int, int, int]:
         """``(rows_per_program, BLOCK, programs)`` of the interpreter's variant (rows batched per program)."""
         r = 1
@@ -222,7 +249,15 @@ class SortFusion(FusionEmitter):
                                num_stages=1)
         # XLA's tiled sort kernel: one block per row (the padded row is one tile), NPAD / 4 threads
         xla = self.launch_dimensions()
-        if xla is not None and xla.grid3 == (self.rows, 1, 1):
+        packed = self.row_per_thread(xla)
+        if packed is not None:
+            rows_per_program, warps = packed
+            grid = -(-self.rows // rows_per_program)
+            ks = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
+                              constexprs={"BLOCK": rows_per_program * self.npad, "R": rows_per_program, **constexprs},
+                              launch=LaunchDimensions(grid=(grid,), num_warps=warps), num_stages=1,
+                              interpret_variant=variant if programs < grid else None)
+        elif xla is not None and xla.grid3 == (self.rows, 1, 1):
             launch = attrs.evolve(xla, shared_memory_bytes=self.npad * carrier_bytes)
             ks = KernelSource(name=entry, source=source, entry=entry, params=tuple(ctx.params),
                               constexprs={"BLOCK": max(self.npad, 2), "R": 1, **constexprs}, launch=launch,
