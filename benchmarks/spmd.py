@@ -4,9 +4,9 @@ For each 8-partition program of ``tests/data/spmd/`` whose per-partition module 
 all-reduce over a group of one is the identity there, a permute without a pair to itself gives zeros; no
 all-gather or all-to-all, whose shapes need the other partitions), it times:
 
-* ``N``: :func:`fusegen.runtime.spmd.run_spmd_module` on the global inputs split 8 ways (all 8 copies in
+* ``N``: :func:`fusegen.verify.judged_run.run_spmd_module` on the global inputs split 8 ways (all 8 copies in
   lockstep, kernels generated once and reused by every partition, the 8-way reference and f64 oracle);
-* ``one``: :func:`fusegen.runtime.executor.run_module` on the same module with ``num_partitions=1`` and partition
+* ``one``: :func:`fusegen.verify.judged_run.run_module` on the same module with ``num_partitions=1`` and partition
   0's shards, in the same process after a warm-up (so both see Triton's warm caches);
 
 both with ``--no-compile`` and ``jobs=1`` (everything in this process). Prints ``N / (8 x one)`` per program and
@@ -42,8 +42,7 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     from fusegen.api import load_all
-    from fusegen.runtime.executor import run_module
-    from fusegen.runtime.spmd import run_spmd_module
+    from fusegen.verify.judged_run import run_module, run_spmd_module
     from fusegen.runtime.spmd_io import load_spmd_inputs
     from fusegen.runtime.spmd_plan import plan_spmd
 

@@ -10,8 +10,8 @@ from conftest import corpus_path
 from fusegen.codegen import triton_runtime
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.parser import parse_file, parse_module
-from fusegen.runtime.executor import run_module
 from fusegen.runtime.inputs import make_inputs
+from fusegen.verify.judged_run import run_module
 from fusegen_plugins.backends.triton import _Analysis
 from fusegen_plugins.backends.triton_block_level import TritonBlockLevelFusion
 
@@ -155,11 +155,12 @@ def test_split_k_partial_sum_inside_a_layer_norm_runs_on_the_block_level_kernel(
     from fusegen.hlo.parser import parse_modules
     from fusegen.runtime.executor import Executor
     from fusegen.runtime.inputs import random_value
+    from fusegen.verify.recorder import RunRecorder
 
     path = corpus_path("jax", "gpt12.h200_opt.hlo")
     m = parse_modules(path.read_text(), str(path))[0]
     inst = m.entry.instruction("triton_softmax.142")
-    ex = Executor(m, compile_kernels=True)
+    ex = Executor(m, compile_kernels=True, observer=RunRecorder(m))  # the verdict's errors and budget
     rng = np.random.default_rng(0)
     ex._run_fusion(inst, [random_value(o.shape, rng) for o in inst.operands])
     rep = ex.reports["triton_softmax.142"]

@@ -127,12 +127,12 @@ def test_npy_inputs_say_they_are_one_array(tmp_path):
 
 
 def test_keyboard_interrupt_is_one_line_and_exit_130(monkeypatch):
-    import fusegen.runtime.executor as executor
+    import fusegen.verify.judged_run as judged_run
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(executor, "run_module", interrupted)
+    monkeypatch.setattr(judged_run, "run_module", interrupted)
     r = CliRunner().invoke(cli, ["run", str(EXAMPLE), "--no-compile"])
     assert r.exit_code == 130, r.output
     assert r.output == "fusegen: interrupted\n"  # not click's "Aborted!" (exit 1 means a mismatch)

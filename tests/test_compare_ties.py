@@ -21,9 +21,9 @@ from fusegen.cli.main import cli
 from fusegen.codegen import triton_runtime
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime.executor import run_module
 from fusegen.verify.compare_ties import CompareTie, find_compare_ties
 from fusegen.config.verify_options import VerifyOptions
+from fusegen.verify.judged_run import run_module
 
 #: ``where(x > 1, a, b)`` per row, ``x`` through a kernel fusion upstream (``%k``, the compare's operand on
 #: the kernel path) and the compare inside the select's fusion (``%f``).

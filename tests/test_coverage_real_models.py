@@ -14,8 +14,9 @@ from _backend_helpers import device, plugin_manager
 from conftest import REPO, SHARED
 from fusegen.hlo.parser import parse_modules
 from fusegen.passes.pipeline import optimize_if_needed
-from fusegen.runtime.executor import Executor, run_module
+from fusegen.runtime.executor import Executor
 from fusegen.runtime.inputs import load_inputs
+from fusegen.verify.judged_run import run_module
 
 REAL_MODELS = sorted((REPO / "tests" / "data" / "real_models").glob("*.hlo"))
 CORPUS_JAX = sorted((SHARED / "corpus" / "jax").glob("*.hlo"))

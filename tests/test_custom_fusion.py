@@ -10,8 +10,8 @@ from conftest import corpus_path
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.dot_numerics import tf32_round
 from fusegen.hlo.parser import parse_modules, parse_module
-from fusegen.runtime.executor import run_module
 from fusegen.runtime.inputs import make_inputs
+from fusegen.verify.judged_run import run_module
 from fusegen_plugins.backends import custom_fusion as cf
 
 

@@ -132,7 +132,7 @@ def test_negate_factory_declines_other_fusions(doc_modules):
 @pytest.mark.skipif(not CORPUS.exists(), reason=f"shared corpus not found at {CORPUS}")
 def test_hook_fusegen_execution_backends_of_the_guide_plugin_runs_the_dot(doc_modules):
     from fusegen.hlo.parser import parse_file
-    from fusegen.runtime.executor import run_module
+    from fusegen.verify.judged_run import run_module
     from fusegen.runtime.inputs import make_inputs
 
     mod = importlib.import_module("fusegen_numpy_dot")

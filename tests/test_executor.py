@@ -7,7 +7,7 @@ import pytest
 
 from fusegen.hlo.dot_numerics import tf32_round
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime.executor import run_module
+from fusegen.verify.judged_run import run_module
 
 WHILE = """HloModule w
 

@@ -25,6 +25,7 @@ from fusegen.runtime.executor import Executor
 from fusegen.verify.expected import OutputPath, failing, judge_expected, output_paths, rounding_bound
 from fusegen.config.verify_options import VerifyOptions
 from fusegen.evaluator.promote import evaluate_promoted
+from fusegen.verify.recorder import RunRecorder
 from fusegen.verify.verdict import judge_module
 
 EXPECTED = Path(__file__).parent / "data" / "expected_less_accurate" / "cancelling_sum.expected.npz"
@@ -121,7 +122,7 @@ def test_an_expected_answer_off_by_more_than_any_summation_order_rounds_is_a_mis
     (bound 4 * 2^-24 * 16 * sum|x| = 0.0075)."""
     x = _inputs()
     m = parse_module(FUSED)
-    out = Executor(m, compile_kernels=False)
+    out = Executor(m, compile_kernels=False, observer=RunRecorder(m))
     k = out.run([x])
     e = _expected().copy()
     beyond = _beyond_allowance(m, np.asarray(evaluate_module(m, [x])), _exact(x), e)
@@ -150,7 +151,7 @@ def test_a_planted_wrong_accumulator_still_fails_with_the_expected_answer():
                 return bad, rep
             return emitted, rep
 
-    ex = Planted(m, compile_kernels=False)
+    ex = Planted(m, compile_kernels=False, observer=RunRecorder(m))
     k = np.asarray(ex.run([x]))
     exact, e = _exact(x), _expected()
     assert (np.abs(k - exact) > np.abs(e - exact)).any()  # the planted kernel is the farther one

@@ -13,9 +13,9 @@ from conftest import CORPUS
 
 from fusegen.cli.main import cli
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime.executor import run_module
-from fusegen.runtime.inputs import load_inputs
-from fusegen.verify.expected import load_expected, output_paths
+from fusegen.runtime.inputs import load_expected, load_inputs
+from fusegen.verify.expected import output_paths
+from fusegen.verify.judged_run import run_module
 
 SWEEP = CORPUS / "sweep"
 pytestmark = pytest.mark.skipif(not SWEEP.exists(), reason=f"sweep corpus not found at {SWEEP}")

@@ -12,8 +12,8 @@ from test_gpu_only import _no_gpu
 from fusegen.evaluator.common import EvaluationError
 from fusegen.evaluator.fft import fft_array
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime.executor import run_module
 from fusegen.runtime.inputs import make_inputs
+from fusegen.verify.judged_run import run_module
 
 jax = pytest.importorskip("jax", reason="XLA:CPU's FFT comes through jaxlib (the test extra)")
 jax.config.update("jax_enable_x64", True)

@@ -17,9 +17,8 @@ import pytest
 from conftest import REPO
 
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime.executor import run_module
-from fusegen.runtime.inputs import load_inputs
-from fusegen.verify.verdict import load_expected
+from fusegen.runtime.inputs import load_expected, load_inputs
+from fusegen.verify.judged_run import run_module
 
 DATA = REPO / "tests" / "data" / "library_calls"
 

@@ -123,7 +123,7 @@ def test_cublaslt_backend_without_gpu_says_why_once(caplog):
 
 
 def test_pipeline_with_triton_off_runs_on_host():
-    from fusegen.runtime.executor import run_module
+    from fusegen.verify.judged_run import run_module
 
     m = parse_file(corpus_path("jax", "gelu_matmul.pre.hlo"))
     res = run_pipeline(m, None, pm=plugin_manager(), debug_options=debug(xla_gpu_enable_triton_gemm=False),

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 
 from fusegen.evaluator import vectorized_sort
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime.executor import run_module
+from fusegen.verify.judged_run import run_module
 from fusegen_plugins.emitters.sort_comparator import read_key_order
 from fusegen_plugins.emitters.sort_keys import key_packing
 from test_sort_at_scale import _argsort_module, _keys

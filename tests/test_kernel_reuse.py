@@ -16,6 +16,7 @@ from fusegen.passes.pipeline import optimize_if_needed
 from fusegen.runtime.compile_jobs import fusion_fingerprint
 from fusegen.runtime.executor import Executor
 from fusegen.runtime.kernel_reuse import reuse_key
+from fusegen.verify.recorder import RunRecorder
 
 C1 = ", ".join(str(0.25 * k) for k in range(16))
 C2 = ", ".join(str(0.25 * k) for k in range(15)) + ", 9.5"  # one element differs: elided the same way
@@ -50,7 +51,7 @@ ENTRY %main (x: f32[16]) -> f32[16] {
 
 def test_identical_fusions_share_kernels_and_an_elided_constant_keeps_them_apart(monkeypatch):
     m = parse_module(THREE, "three.hlo")
-    ex = Executor(m, compile_kernels=False)
+    ex = Executor(m, compile_kernels=False, observer=RunRecorder(m))
     f1, f2, f3 = (next(i for i in m.entry.instructions if i.name == n) for n in ("f1", "f2", "f3"))
     e1, e2, e3 = (ex.plan_fusion(f)[0] for f in (f1, f2, f3))
     assert e1.kernels[0].source != e2.kernels[0].source  # the names differ

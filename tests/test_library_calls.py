@@ -22,9 +22,8 @@ from fusegen.evaluator import conv_calls, prng_calls, solver_calls, solver_spect
 from fusegen.evaluator.common import EvaluationError, ffi_attrs
 from fusegen.evaluator.custom_calls import library_targets
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime.executor import run_module
-from fusegen.runtime.inputs import leaves, load_inputs
-from fusegen.verify.verdict import load_expected
+from fusegen.runtime.inputs import leaves, load_expected, load_inputs
+from fusegen.verify.judged_run import run_module
 
 DATA = REPO / "tests" / "data" / "library_calls"
 PROGRAMS = sorted(p.name[: -len(".h200_opt.hlo")] for p in DATA.glob("*.h200_opt.hlo"))

@@ -12,10 +12,10 @@ import pytest
 
 from fusegen.hlo.ir import Shape
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime.executor import run_module
 from fusegen.runtime.inputs import InputError, check_npz_headers, load_inputs, make_inputs, random_array
 from fusegen.runtime.limits import (ResourceLimitError, RunLimits, check_module, estimate_peak_bytes, parse_size,
                                     static_trip_count)
+from fusegen.verify.judged_run import run_module
 
 WHILE = """HloModule w
 %body (s: (s32[], f32[4])) -> (s32[], f32[4]) {

@@ -25,8 +25,8 @@ from fusegen.evaluator.evaluator import evaluate_module
 from fusegen.hlo.ir import Shape
 from fusegen.hlo.literal import parse_literal
 from fusegen.hlo.parser import parse_modules
-from fusegen.runtime.executor import run_module
 from fusegen.runtime.inputs import make_inputs
+from fusegen.verify.judged_run import run_module
 
 MODULES = CORPUS / "xla" / "modules"
 

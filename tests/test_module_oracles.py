@@ -18,10 +18,9 @@ from conftest import corpus_path
 from fusegen.evaluator.common import EvaluationError
 from fusegen.hlo.parser import parse_module
 from fusegen.runtime import executor, oracles
-from fusegen.runtime.executor import run_module
-from fusegen.runtime.inputs import load_inputs
+from fusegen.runtime.inputs import load_expected, load_inputs
 from fusegen.runtime.limits import ResourceLimitError, RunLimits, estimate_peak_bytes
-from fusegen.verify.verdict import load_expected
+from fusegen.verify.judged_run import run_module
 
 REAL = Path(__file__).parent / "data" / "real_models"
 

@@ -113,7 +113,7 @@ def test_bitcast_convert_between_widths_runs_on_triton_little_endian():
     """f32 -> u8[..., 4], u8[..., 4] -> f32 and s64 -> s16[..., 4] (bit patterns of NaN, -0, inf, denormals and
     negative integers): kernels on Triton, equal to numpy's little-endian views."""
     from fusegen.hlo.parser import parse_module
-    from fusegen.runtime.executor import run_module
+    from fusegen.verify.judged_run import run_module
 
     path = Path(__file__).with_name("data") / "bitcast_widths.hlo"
     m = parse_module(path.read_text(), str(path))

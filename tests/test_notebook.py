@@ -100,10 +100,10 @@ def test_static_arguments_may_be_given_equal_and_one_argument_bare(captured, arr
 
 
 def test_a_wrong_expected_is_refused_before_the_run(captured, arrays, jax_out, monkeypatch):
-    from fusegen.runtime import executor
+    from fusegen.verify import judged_run
 
     params, batch = arrays
-    monkeypatch.setattr(executor, "run_module", lambda *a, **k: pytest.fail("the run started"))
+    monkeypatch.setattr(judged_run, "run_module", lambda *a, **k: pytest.fail("the run started"))
     short = jax.tree_util.tree_leaves(jax_out)[:2]
     with pytest.raises(InputError, match=r"expected has 2 leaves: f32\[4,8\], f32\[16,8\].*output has 3 leaves: "
                                          r"f32\[4,8\], f32\[16,8\], f32\[\]"):
@@ -119,11 +119,11 @@ def test_a_wrong_expected_is_refused_before_the_run(captured, arrays, jax_out, m
 
 
 def test_a_plain_module_refuses_a_wrong_expected_naming_leaves_and_shapes(monkeypatch):
-    from fusegen.runtime import executor
+    from fusegen.verify import judged_run
 
     m = "examples/gpu_multi_output.h100_opt.hlo"
     monkeypatch.chdir(str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-    monkeypatch.setattr(executor, "run_module", lambda *a, **k: pytest.fail("the run started"))
+    monkeypatch.setattr(judged_run, "run_module", lambda *a, **k: pytest.fail("the run started"))
     with pytest.raises(InputError, match=r"expected has 1 leaf: f32\[128\]; the module has 2 output leaves "
                                          r"\(f32\[128\], f32\[128,512\]\)"):
         fusegen.run(m, expected=[np.zeros(128, np.float32)], compile=False)
@@ -132,11 +132,11 @@ def test_a_plain_module_refuses_a_wrong_expected_naming_leaves_and_shapes(monkey
 
 
 def test_one_dtype_rule_for_jax_and_numpy_inputs(monkeypatch):
-    from fusegen.runtime import executor
+    from fusegen.verify import judged_run
 
     m = "examples/gpu_multi_output.h100_opt.hlo"
     monkeypatch.chdir(str(__import__("pathlib").Path(__file__).resolve().parents[1]))
-    monkeypatch.setattr(executor, "run_module", lambda *a, **k: pytest.fail("the run started"))
+    monkeypatch.setattr(judged_run, "run_module", lambda *a, **k: pytest.fail("the run started"))
     for x in (np.zeros((128, 512), np.float16), jnp.zeros((128, 512), jnp.float16)):
         with pytest.raises(InputError, match=r"parameter 0 \(%x.1\) has dtype float16, expected float32"):
             fusegen.run(m, inputs=[x], compile=False)

@@ -8,8 +8,8 @@ from fusegen.codegen import triton_runtime
 from fusegen.evaluator.evaluator import evaluate_module
 from fusegen.hlo.parser import parse_module
 from fusegen.runtime import executor, oracles
-from fusegen.runtime.executor import run_module
 from fusegen.runtime.oracles import same_bits as _same_bits
+from fusegen.verify.judged_run import run_module
 
 CHAIN = """HloModule chain
 

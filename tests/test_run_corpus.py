@@ -12,8 +12,8 @@ from conftest import CORPUS
 
 from fusegen.device import get_device
 from fusegen.hlo.parser import parse_modules
-from fusegen.runtime.executor import run_module
 from fusegen.runtime.inputs import make_inputs
+from fusegen.verify.judged_run import run_module
 
 JAX_MODULES = sorted(p.name for p in (CORPUS / "jax").glob("gpu_*.hlo")) if CORPUS.exists() else []
 XLA_MODULES = sorted(p.name for p in (CORPUS / "xla" / "modules").glob("*.hlo")) if CORPUS.exists() else []

@@ -1,13 +1,16 @@
 """The executor publishes each execution to its observer (``fusegen.runtime.observer.FusionObserver``) and the
-verdict subscribes (``fusegen.verify.recorder.RunRecorder``): issue 44, "verify reaches into the executor"."""
+verdict subscribes (``fusegen.verify.recorder.RunRecorder``): issue 44, "verify reaches into the executor". The
+executor's own default observer judges nothing; a judged run (``fusegen.verify.judged_run.run_module``) passes
+the recorder in."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime.executor import Executor, run_module
+from fusegen.runtime.executor import Executor
 from fusegen.runtime.observer import FusionObserver
+from fusegen.verify.judged_run import run_module
 from fusegen.verify.recorder import RunRecorder
 
 _TWO_FUSIONS = """HloModule two
@@ -55,12 +58,22 @@ def test_a_subscriber_hears_every_execution_in_order():
 def test_the_verdict_records_on_its_own_recorder():
     m = parse_module(_TWO_FUSIONS)
     x = np.arange(8, dtype=np.float32)
-    ex = Executor(m, compile_kernels=False)
-    assert isinstance(ex.observer, RunRecorder)
+    ex = Executor(m, compile_kernels=False, observer=RunRecorder(m))
     ex.run([x])
     rec = ex.observer
     assert [(e.fusion, e.execution) for e in rec.events] == [("f1", 0), ("f2", 0)]
     assert rec.fusion_counts == {"f1": 1, "f2": 1} and not vars(ex).keys() & {"_verify_counts", "_cmp_counts",
                                                                               "_tie_counts", "events", "ties"}
-    _, rep = run_module(m, [x], compile_kernels=False)
+    _, rep = run_module(m, [x], compile_kernels=False)  # the judged run passes its recorder in
     assert rep.ok and rep.verdict.outputs[0].status == "ok"
+    assert [(f.name, f.max_abs_error) for f in rep.fusions] == [("f1", 0.0), ("f2", 0.0)]
+
+
+def test_the_executor_alone_judges_nothing():
+    # runtime stands below verify (docs/layers.md): without an observer the executor publishes to a plain one
+    m = parse_module(_TWO_FUSIONS)
+    x = np.arange(8, dtype=np.float32)
+    ex = Executor(m, compile_kernels=False)
+    assert type(ex.observer) is FusionObserver
+    np.testing.assert_array_equal(ex.run([x]), -2 * x)
+    assert [(r.status, r.max_abs_error, r.error_budget_ratio) for r in ex.reports.values()] == [("ok", None, None)] * 2

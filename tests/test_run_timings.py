@@ -95,12 +95,13 @@ _TWO_SOFTMAXES = _SOFTMAX_T.replace("ENTRY e {{", "c2 {{\n" + _SOFTMAX_T.split("
 def test_identical_fusions_compile_once_in_process_or_on_the_pool(jobs, pool_after):
     from fusegen.runtime.compile_jobs import CompileJobs
     from fusegen.runtime.executor import Executor
+    from fusegen.verify.recorder import RunRecorder
 
     text = _TWO_SOFTMAXES.format(R=8, C=64, TR=1, TC=64, W=4)
     # f1 runs on its own config (none: the host), so give it the same tiling as f
     bc = text.split("ROOT f = ")[1].split("backend_config=")[1].split("\n")[0]
     m = parse_module(text.replace("backend_config={}", f"backend_config={bc}"))
-    ex = Executor(m, compile_kernels=True, jobs=jobs)
+    ex = Executor(m, compile_kernels=True, jobs=jobs, observer=RunRecorder(m))
     ex.compiles = CompileJobs(jobs, pool_after=pool_after)
     x = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
     try:

@@ -2,7 +2,7 @@
 
 Each case is a hand-written per-partition module; XLA:CPU runs it on 4 or 8 host devices
 (:mod:`xla_spmd_oracle`, one subprocess for all cases) and fusegen runs it with
-:func:`fusegen.runtime.spmd.run_spmd_module` (the kernel path's collectives) and
+:func:`fusegen.verify.judged_run.run_spmd_module` (the kernel path's collectives) and
 :func:`~fusegen.runtime.spmd.run_spmd_reference` (the reference's, written apart). Both must give XLA's
 answer on every device. Then: a planted wrong collective is a mismatch, and what fusegen cannot run as N
 copies is refused with exit 4.
@@ -22,8 +22,9 @@ from fusegen.evaluator.collectives import MultiDeviceUnsupported
 from fusegen.hlo.parser import parse_module
 from fusegen.runtime.inputs import leaves
 from fusegen.runtime.limits import Budget
-from fusegen.runtime.spmd import run_spmd_module, run_spmd_reference
+from fusegen.runtime.spmd import run_spmd_reference
 from fusegen.runtime.spmd_plan import plan_spmd
+from fusegen.verify.judged_run import run_spmd_module
 
 pytestmark = pytest.mark.skipif(JAX_ERROR is not None, reason=JAX_ERROR or "")
 
@@ -259,7 +260,7 @@ def test_what_cannot_run_as_n_copies_is_refused_with_exit_4(tmp_path, text, word
 
 def test_one_device_entry_points_refuse_a_multi_device_module():
     from fusegen.evaluator.evaluator import evaluate_module
-    from fusegen.runtime.executor import run_module
+    from fusegen.verify.judged_run import run_module
 
     m = parse_module(CASES["all_reduce_explicit_groups"][0])
     x = np.zeros((4, 8), np.float32)

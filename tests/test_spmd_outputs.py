@@ -27,10 +27,10 @@ from fusegen.hlo.parser import parse_module
 from fusegen.hlo.sharding import parse_sharding
 from fusegen.runtime.inputs import InputError
 from fusegen.runtime.sharding_sidecar import read_sidecar, sidecar_path, stated_shardings, write_sidecar
-from fusegen.runtime.spmd import run_spmd_module
 from fusegen.runtime.spmd_io import split_inputs
 from fusegen.runtime.spmd_outputs import resolve_output_shardings, row_major_guess
 from fusegen.runtime.spmd_plan import plan_spmd
+from fusegen.verify.judged_run import run_spmd_module
 
 DATA = Path(__file__).parent / "data" / "spmd"
 STEP = DATA / "dp_tp_mlp_train.h200x8"

@@ -27,10 +27,10 @@ from conftest import CORPUS
 
 from fusegen.evaluator.evaluator import evaluate_module
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime.executor import run_module
-from fusegen.runtime.inputs import leaves, load_inputs
-from fusegen.verify.expected import OutputPath, judge_expected, load_expected
+from fusegen.runtime.inputs import leaves, load_expected, load_inputs
+from fusegen.verify.expected import OutputPath, judge_expected
 from fusegen.config.verify_options import VerifyOptions
+from fusegen.verify.judged_run import run_module
 
 SWEEP = CORPUS / "sweep"
 PROGRAMS = sorted(p.name.removesuffix(".h200_opt.hlo") for p in SWEEP.glob("*.h200_opt.hlo")) if SWEEP.exists() else []

@@ -18,10 +18,9 @@ from click.testing import CliRunner
 from fusegen.cli.main import cli
 from fusegen.codegen import triton_runtime
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime.executor import run_module
-from fusegen.runtime.inputs import load_inputs
-from fusegen.verify.expected import load_expected
+from fusegen.runtime.inputs import load_expected, load_inputs
 from fusegen.config.verify_options import VerifyOptions
+from fusegen.verify.judged_run import run_module
 from fusegen.verify.ties import find_ties
 
 REAL = Path(__file__).parent / "data" / "real_models"

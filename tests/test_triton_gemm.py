@@ -15,10 +15,10 @@ from fusegen.hlo import dtypes
 from fusegen.hlo.parser import parse_file, parse_module
 from fusegen.passes.pipeline import optimize_if_needed
 from fusegen.runtime.compare import compare
-from fusegen.runtime.executor import run_module
 from fusegen.runtime.inputs import make_inputs
 from fusegen.verify.budget import judge, output_budgets
 from fusegen.config.verify_options import VerifyOptions
+from fusegen.verify.judged_run import run_module
 from fusegen_plugins.backends.triton import TritonBackend, _Analysis
 from fusegen_plugins.backends.triton_configs import TritonGemmConfig, default_configs
 from fusegen_plugins.backends.triton_gemm_emitter import TritonGemmFusion

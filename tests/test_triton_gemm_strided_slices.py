@@ -22,9 +22,9 @@ from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo import dtypes
 from fusegen.hlo.dot_numerics import tf32_round
 from fusegen.hlo.parser import parse_module
-from fusegen.runtime.executor import run_module
 from fusegen.verify.budget import judge, output_budgets
 from fusegen.config.verify_options import VerifyOptions
+from fusegen.verify.judged_run import run_module
 from fusegen_plugins.backends.triton import _Analysis
 from fusegen_plugins.backends.triton_gemm_emitter import TritonGemmFusion
 

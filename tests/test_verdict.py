@@ -22,13 +22,14 @@ from conftest import CORPUS
 
 from fusegen.cli.main import cli
 from fusegen.hlo.parser import parse_module, parse_modules
-from fusegen.runtime.executor import Executor, run_module
-from fusegen.runtime.inputs import leaves, load_inputs, make_inputs
+from fusegen.runtime.executor import Executor
+from fusegen.runtime.inputs import leaves, load_expected, load_inputs, make_inputs
+from fusegen.verify.judged_run import run_module
 from fusegen.verify.recorder import RunRecorder
 from fusegen.verify.budget import judge, output_budgets
 from fusegen.config.verify_options import VerifyOptions
 from fusegen.evaluator.promote import OracleUnavailable, evaluate_promoted
-from fusegen.verify.verdict import judge_module, load_expected
+from fusegen.verify.verdict import judge_module
 
 REAL = Path(__file__).parent / "data" / "real_models"
 REAL_PROGRAMS = sorted(p.name.removesuffix(".h200_opt.hlo") for p in REAL.glob("*.h200_opt.hlo"))
@@ -352,7 +353,7 @@ def test_pointer_names_the_first_fusion_out_of_budget_and_its_while_iteration():
                 return bad, rep
             return emitted, rep
 
-    ex = Planted(m, compile_kernels=False)
+    ex = Planted(m, compile_kernels=False, observer=RunRecorder(m))
     out = ex.run(args)
     from fusegen.evaluator.evaluator import evaluate_module
 

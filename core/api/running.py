@@ -206,7 +206,7 @@ def expected_for(module: Any, expected: Any, plan: Any = None) -> tuple[list | N
             from fusegen.runtime.spmd_io import load_expected_parts
 
             return None, load_expected_parts(module, plan, expected)
-        from fusegen.verify.verdict import load_expected
+        from fusegen.runtime.inputs import load_expected
 
         return load_expected(str(expected), len(types), types=types), None
     got = [np.asarray(x) for x in (_by_output_name(module, expected, len(outs)) or tree_leaves(expected))]
@@ -285,7 +285,7 @@ def run_modules(modules: list, s: Any, *, inputs: Any = None, seed: int = 0, exp
                 output_shardings: Any = None) -> RunResult:
     """Run prepared (fused) ``modules`` with session ``s``: the loop of :func:`run` and ``fusegen run``.
 
-    A module of N > 1 devices runs as all of them (:func:`fusegen.runtime.spmd.run_spmd_module`): ``inputs``
+    A module of N > 1 devices runs as all of them (:func:`fusegen.verify.judged_run.run_spmd_module`): ``inputs``
     and ``expected`` are then global (:func:`spmd_inputs`, :func:`expected_for`). Inputs, expected and limits of
     every module are checked before the first one runs. ``parse_seconds`` / ``pass_seconds`` (per module) go
     into each report's timings. ``output_shardings``: the output shardings of an N-device module as its capture
@@ -298,11 +298,11 @@ def run_modules(modules: list, s: Any, *, inputs: Any = None, seed: int = 0, exp
         copies), fusegen.runtime.limits.ResourceLimitError, and what running raises (UnsupportedOpError,
         PluginError, DispatchError, EvaluationError, KernelDirError, TritonInternalsError, MemoryError).
     """
-    from fusegen.runtime.executor import combined_status, run_module
+    from fusegen.runtime.executor import combined_status
     from fusegen.runtime.sharding_sidecar import stated_shardings
     from fusegen.runtime.inputs import InputError
     from fusegen.runtime.limits import RunLimits, check_module, default_max_memory
-    from fusegen.runtime.spmd import run_spmd_module
+    from fusegen.verify.judged_run import run_module, run_spmd_module
     from fusegen.runtime.spmd_plan import plan_spmd
 
     if (inputs is not None or expected is not None) and len(modules) > 1:

@@ -33,18 +33,16 @@ from fusegen.codegen.tuned_backend import tuned_execution_backend
 from fusegen.device import DeviceDescription, get_device
 from fusegen.evaluator.evaluator import UnsupportedOpError, evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
-from fusegen.perf.report import fusion_estimate_json, library_estimates_json
+from fusegen.perf.report import fusion_estimate_json
 from fusegen.plugin_manager import PluginError, PluginManager, default_plugin_manager
 from fusegen.runtime.observer import FusionObserver
 from fusegen.config.verify_options import VerifyOptions
-from fusegen.verify.recorder import RunRecorder
-from fusegen.verify.verdict import judge_module
 from fusegen.runtime.compile_jobs import CompileJobs, apply_compiled_shared
 from fusegen.runtime.compiled_program import CompiledTrace
 from fusegen.runtime.kernel_reuse import KernelReuse
 from fusegen.runtime.limits import Budget, RunLimits
 from fusegen.runtime.plugin_failures import check_compiled, compile_failure, kernel_failure, refuse_over_limits
-from fusegen.runtime.timings import MODULE_PHASES, Timings, module_timings
+from fusegen.runtime.timings import MODULE_PHASES, Timings
 
 _CONTROL_FLOW = frozenset(["call", "while", "conditional"])
 
@@ -317,8 +315,10 @@ class Executor:
             ``1`` compiles each fusion as it first runs; more compile in the background, and
             :meth:`finish_compiles` fills in ``compiled`` (and a failed compile's status).
         observer: who hears of each execution (:class:`~fusegen.runtime.observer.FusionObserver`: the reference
-            on the kernel path's operands, the kernel's outputs, each compared fusion); default the verdict's
-            :class:`~fusegen.verify.recorder.RunRecorder` with ``verify``.
+            on the kernel path's operands, the kernel's outputs, each compared fusion). Default a plain
+            :class:`~fusegen.runtime.observer.FusionObserver`, which judges nothing: a compared fusion is ``ok``
+            with no errors or budget. Pass the verdict's :class:`~fusegen.verify.recorder.RunRecorder` (as
+            :func:`fusegen.verify.judged_run.run_module` does) for error budgets, events and near-ties.
     """
 
     def __init__(self, module: Module, device: DeviceDescription | None = None, pm: PluginManager | None = None,
@@ -336,7 +336,7 @@ class Executor:
         self.other_instructions: dict[str, tuple[str, str, str]] = {}  # name -> (name, opcode, backend)
         self._emitted: dict[int, tuple[Any, FusionReport]] = {}
         self.verify = verify or VerifyOptions()
-        self.observer = observer if observer is not None else RunRecorder(module, self.verify)
+        self.observer = observer if observer is not None else FusionObserver()
         self.timings = Timings()  # module-level phases outside fusions (fusegen.runtime.timings)
         self.compiles = CompileJobs(jobs)
         self.kernel_reuse = KernelReuse()  # identical fusions run the first one's kernels
@@ -586,72 +586,3 @@ class Executor:
         if rep.compiled.startswith("failed"):
             rep.status = "error"
             rep.reason = compile_failure(rep)
-
-
-def run_module(module: Module, args: list[Any], device: DeviceDescription | None = None,
-               pm: PluginManager | None = None, compile_kernels: bool = True,
-               on_fusion: Callable[[FusionReport], None] | None = None,
-               limits: RunLimits | None = None, verify: VerifyOptions | None = None,
-               expected: list[np.ndarray] | None = None, jobs: int = 1) -> tuple[Any, RunReport]:
-    """Run ``module`` end to end and judge its outputs (:mod:`fusegen.verify.verdict`).
-
-    Args:
-        limits: deadline and while iteration budget, applied to both runs.
-        verify: budgets, conditioning factor and floors (default :class:`VerifyOptions`).
-        expected: a known answer per output leaf (``--expected``), the third oracle.
-        jobs: worker processes for the sm_90 compiles (see :class:`Executor`); with ``jobs > 1`` the
-            module's reference run and the f64 oracle also run in a forked process while the kernels run
-            (:class:`~fusegen.runtime.oracles.ModuleOracles`; same values, less wall time on two cores).
-
-    The reference runs on the same explicit-stack interpreter (:func:`interpret`) with
-    :func:`~fusegen.evaluator.evaluator.evaluate_instruction` for every instruction, so deep ``call`` chains
-    need no recursion there either; ``limits`` apply to each run (the same deadline; each its own while
-    iterations).
-
-    Returns:
-        ``(outputs, RunReport)``; fusions in the report are in entry post order (first execution);
-        ``report.verdict`` holds the per-output ``ok`` / ``drift`` / ``mismatch`` and the f64 figures.
-
-    Raises:
-        ResourceLimitError: a limit of ``limits`` was passed (deadline, while iterations).
-        MultiDeviceUnsupported: a module of more than one device (``num_partitions * replica_count > 1``).
-        fusegen.runtime.support.UnsupportedInstructionError: an instruction nothing can run (before any run).
-    """
-    from fusegen.evaluator.collectives import refuse_multi_device
-    from fusegen.evaluator.evaluator import evaluate_module
-    from fusegen.runtime.instruction_profile import per_element_notes
-    from fusegen.runtime.oracles import ModuleOracles, fits_beside
-    from fusegen.runtime.support import check_supported
-
-    refuse_multi_device(module, "run_module")  # N devices: fusegen.runtime.spmd.run_spmd_module
-    t0 = time.perf_counter()
-    ex = Executor(module, device, pm, compile_kernels, on_fusion, limits, verify, jobs)
-    check_supported(module, ex.pm)  # before anything runs (fusegen.runtime.support)
-    background = jobs > 1 and module.entry is not None and len(args) == len(module.entry.parameters) \
-        and fits_beside(module, limits)
-    ex.keep_references = not background
-    oracles = ModuleOracles(module, args, ex.budget, background).start()
-    try:
-        try:
-            out = ex.run(args)
-        finally:
-            ex.finish_compiles()
-        if len(args) != len(module.entry.parameters):
-            evaluate_module(module, args)  # raises the evaluator's one-line error
-        with ex.timings.phase("reference"):  # the module's reference run and the verdict's f64 oracle
-            ref = oracles.reference(ex.fusion_references)
-            ex.fusion_references.clear()
-            rec = ex.observer
-            verdict = judge_module(module, args, out, ref, rec.events, ex.verify, expected, f64=oracles.f64(),
-                                   ties=rec.ties + rec.compare_ties, budget=ex.budget)
-    finally:
-        oracles.close()
-    ok = verdict.status != "mismatch"
-    worst = max((o.max_abs_error for o in verdict.outputs), default=0.0)
-    fusions = list(ex.reports.values())
-    report = RunReport(module.name, fusions, dict(ex.other), ok, worst, time.perf_counter() - t0, verdict,
-                       other_instructions=list(ex.other_instructions.values()),
-                       timings=module_timings([f.timings for f in fusions], ex.timings),
-                       reference_profile=oracles.profile(), per_element=per_element_notes(module),
-                       library_estimates=library_estimates_json(module, ex.device))
-    return out, report

@@ -342,6 +342,49 @@ def load_inputs(module: Module, path: str | Path) -> list[Any]:
     return out
 
 
+def load_expected(path: str | Path, n: int, names: list[str] | None = None,
+                  types: list[str] | None = None) -> list[np.ndarray]:
+    """The arrays of ``--expected OUT.npz``: ``o0``, ``o1``, ... (or ``names``), ``n`` of them.
+
+    ``types`` (the output leaves' HLO element types) retype arrays ``np.savez`` stored as raw bytes (``|V2``
+    for bf16, ``|V1``, or ``'<f1'``, which numpy cannot read back, for float8_e5m2) as the output's type,
+    the way :func:`load_inputs` reads parameters.
+
+    Raises:
+        ValueError: unreadable file, a missing array, or an array whose item size does not fit its output's
+            type (the message names the file and the key).
+    """
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise ValueError(f"--expected {path}: cannot read ({e})") from None
+    out = []
+    with z:
+        files = set(z.files)
+        for i in range(n):
+            keys = [f"o{i}"] + ([names[i]] if names and i < len(names) else [])
+            hit = next((k for k in keys if k in files), None)
+            if hit is None:
+                raise ValueError(f"--expected {path}: no array {keys[0]!r} for output {i} (has: "
+                                 f"{', '.join(sorted(files)) or 'none'})")
+            try:
+                arr = _read_npz_member(z, hit)
+            except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile, zlib.error) as e:
+                raise ValueError(f"--expected {path}: array {hit!r} cannot be read ({e})") from None
+            if types is not None and i < len(types):
+                try:
+                    want = dtypes.numpy_dtype(types[i])
+                except dtypes.UnsupportedTypeError:
+                    want = None
+                if want is not None:
+                    arr = from_npz_dtype(arr, want)
+                    if arr.dtype.type is np.void and arr.dtype != want:
+                        raise ValueError(f"--expected {path}: array {hit!r} holds {arr.dtype.itemsize}-byte raw "
+                                         f"items; output {i} is {types[i]} ({want.itemsize} bytes)")
+            out.append(arr)
+    return out
+
+
 def leaves(value: Any) -> list[np.ndarray]:
     """Array leaves of a value (a tuple is flattened in order)."""
     if isinstance(value, tuple):

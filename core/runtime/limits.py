@@ -5,7 +5,7 @@ A module or input file can ask for anything (``f32[100000,100000]``, two billion
 checks turn such a request into a one-line :class:`ResourceLimitError` before the machine runs out of memory
 or time.
 
-* :func:`estimate_peak_bytes` bounds what :func:`fusegen.runtime.executor.run_module` keeps alive: the
+* :func:`estimate_peak_bytes` bounds what :func:`fusegen.verify.judged_run.run_module` keeps alive: the
   inputs, every value of the entry computation twice (kernels and the reference evaluator each keep theirs),
   the largest called computation's values, and the largest fusion's intermediates.
 * :func:`static_trip_count` mirrors ``xla/service/while_loop_analysis.cc`` ``ComputeWhileLoopTripCount``

@@ -8,9 +8,10 @@ The executor calls, for every instruction it runs on the kernel path:
 * :meth:`FusionObserver.kernel_output` for a fusion, sort or reduce: the value the kernel path produced;
 * :meth:`FusionObserver.fusion_executed` for a fusion compared with its reference: the report to update.
 
-This base class evaluates the reference plainly, records nothing and calls every compared fusion ``ok``;
-:class:`fusegen.verify.recorder.RunRecorder` (the verdict's subscriber) judges error budgets and records the
-events and near-ties the module verdict reads.
+This base class (the executor's default) evaluates the reference plainly, records nothing and calls every
+compared fusion ``ok``; :class:`fusegen.verify.recorder.RunRecorder` (the verdict's subscriber, which
+:mod:`fusegen.verify.judged_run` hands the executor) judges error budgets and records the events and near-ties
+the module verdict reads.
 """
 
 from __future__ import annotations

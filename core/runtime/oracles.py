@@ -1,8 +1,8 @@
 """The module-level answers a run is judged against, evaluated beside the kernels.
 
-``run_module`` judges each module output against two values that do not depend on any kernel: the
-reference evaluator's run of the whole module at the program's precision (``R``) and the f64 oracle
-(``O``, :mod:`fusegen.evaluator.promote`). :class:`ModuleOracles` evaluates both:
+:func:`fusegen.verify.judged_run.run_module` judges each module output against two values that do not depend
+on any kernel: the reference evaluator's run of the whole module at the program's precision (``R``) and the f64
+oracle (``O``, :mod:`fusegen.evaluator.promote`). :class:`ModuleOracles` evaluates both:
 
 * **in the background** (``run_module(jobs > 1)``, the CLI's default on a machine of two or more cores): in
   a process forked before the first kernel runs, ``R`` then ``O``, each on its own

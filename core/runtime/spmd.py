@@ -2,7 +2,7 @@
 
 A module with ``num_partitions * replica_count = N > 1`` is XLA's per-partition program: each device runs it
 on its own shards, with its own ``partition-id`` / ``replica-id``, and the collectives exchange data between
-the copies. :func:`run_spmd_module` runs it the same way:
+the copies. :func:`fusegen.verify.judged_run.run_spmd_module` runs it the same way, on this module's parts:
 
 * **the kernel path**: one :class:`PartitionExecutor` per device, in lockstep (:mod:`fusegen.runtime.lockstep`);
   every fusion runs its generated kernels on that device's operands. The fusions are planned and their
@@ -15,9 +15,10 @@ the copies. :func:`run_spmd_module` runs it the same way:
   lockstep, each device's collectives met in the program's precision (``R``) or promoted to f64 (``O``). Both
   run after the kernels, in sequence, reusing each device's fusion references as ``run_module`` does with
   ``--jobs 1``.
-* **the verdict**: on the global outputs (each output leaf reassembled from the devices by its sharding,
-  :mod:`fusegen.runtime.spmd_io`), against the global ``expected`` too; then each device's outputs are judged
-  on their own, so a replicated output that one partition got wrong is not hidden behind partition 0's.
+* **the verdict** (:mod:`fusegen.verify.judged_run`, above the verdict it composes): on the global outputs
+  (each output leaf reassembled from the devices by its sharding, :mod:`fusegen.runtime.spmd_io`), against the
+  global ``expected`` too; then each device's outputs are judged on their own, so a replicated output that one
+  partition got wrong is not hidden behind partition 0's.
 
 No XLA counterpart as a whole: XLA's ``HloRunner::ExecuteReplicated`` (``xla/service/hlo_runner.cc``) runs the
 copies on devices, with one thread per device.
@@ -25,7 +26,6 @@ copies on devices, with one thread per device.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 import attrs
@@ -39,16 +39,15 @@ from fusegen.evaluator.common import computation_attr, shape_dtype
 from fusegen.evaluator.evaluator import _coerce_arg, evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module
 from fusegen.runtime.executor import Executor, FusionReport, RunReport, interpret
-from fusegen.runtime.limits import Budget, ResourceLimitError, check_module, estimate_peak_bytes
+from fusegen.runtime.limits import Budget, ResourceLimitError
 from fusegen.runtime.lockstep import Lockstep
 from fusegen.runtime.oracles import reusing_reference
-from fusegen.runtime.spmd_plan import SpmdPlan, is_triton_collective, plan_spmd
-from fusegen.runtime.timings import Timings, module_timings
+from fusegen.runtime.spmd_plan import SpmdPlan, is_triton_collective
+from fusegen.runtime.timings import Timings
 from fusegen.evaluator.promote import OracleUnavailable, promote_module, promote_value
-from fusegen.verify.verdict import judge_module
 
-__all__ = ["DeviceContext", "PartitionExecutor", "SpmdRunReport", "PartitionFusionReport", "run_spmd_module",
-           "run_spmd_reference"]
+__all__ = ["DeviceContext", "KernelCollectives", "PartitionExecutor", "SpmdRunReport", "PartitionFusionReport",
+           "merge_rows", "run_spmd_reference"]
 
 
 def _wraps_collective(comp: Computation) -> bool:
@@ -234,7 +233,9 @@ class SpmdRunReport(RunReport):
 _RANK = {"error": 3, "mismatch": 2, "pending": 1, "ok": 0}
 
 
-def _merge_rows(executors: list[PartitionExecutor]) -> list[PartitionFusionReport]:
+def merge_rows(executors: list[PartitionExecutor]) -> list[PartitionFusionReport]:
+    """One row per fusion of every device's executor: the worst device's (``partition`` names it where the
+    devices differ), timings and kernel seconds summed over the devices."""
     names = list(executors[0].reports)
     for ex in executors[1:]:
         names += [n for n in ex.reports if n not in names]
@@ -291,155 +292,3 @@ def run_spmd_reference(module: Module, plan: SpmdPlan, args: list[list[Any]], bu
         return [np.asarray(x) for x in leaves(value)]
 
     return lock.run(one)
-
-
-def run_spmd_module(module: Module, args: list[list[Any]], device: Any = None, pm: Any = None,
-                    compile_kernels: bool = True, on_fusion: Callable | None = None, limits: Any = None,
-                    verify: Any = None, expected: list[np.ndarray] | None = None,
-                    expected_parts: list[list[np.ndarray]] | None = None, jobs: int = 1,
-                    plan: SpmdPlan | None = None, stated: Any = None) -> tuple[list[Any], Any, SpmdRunReport]:
-    """Run every device of ``module`` and judge the global outputs (see the module docstring).
-
-    Args:
-        args: per device (global id ``replica * P + partition``), its entry arguments (its shards).
-        expected: the global known answer per output leaf (``--expected OUT.npz``), or
-        expected_parts: per partition, its shard of every output leaf (a folder of ``part{K}.expected.npz``).
-        jobs: worker processes for the first device's sm_90 compiles.
-        stated: the output shardings a capture stated
-            (:class:`~fusegen.runtime.sharding_sidecar.StatedShardings`); default: ``NAME.shardings.json``
-            beside ``module.filename`` if there is one. Each output leaf's sharding and its source:
-            :mod:`fusegen.runtime.spmd_outputs` (an inferred one that makes a mismatch is re-judged with the
-            other shardings that fit; ``undetermined`` when none does and no oracle but ``expected`` objects).
-
-    Returns:
-        ``(per-device outputs, global outputs as a tuple of leaves or one array, SpmdRunReport)``.
-
-    Raises:
-        MultiDeviceUnsupported: an instruction fusegen cannot run as N copies (see :func:`plan_spmd`), or
-            copies that diverged at a collective.
-        ResourceLimitError: a limit was passed (each copy's own deadline is the run's).
-        ShardingError, InputError: an output sharding that does not fit ``expected`` or a sidecar that does not
-            fit the module (named).
-        fusegen.runtime.support.UnsupportedInstructionError: an instruction nothing can run (before any run).
-    """
-    from fusegen.runtime.inputs import leaves
-    from fusegen.runtime.sharding_sidecar import stated_shardings
-    from fusegen.runtime.spmd_io import assemble_leaves
-    from fusegen.runtime.spmd_outputs import resolve_output_shardings, settle, sharding_notes
-
-    from fusegen.runtime.support import check_supported
-
-    t0 = time.perf_counter()
-    plan = plan or plan_spmd(module)
-    check_supported(module, pm)  # an instruction nothing runs: refused before any copy runs
-    n = plan.devices
-    if len(args) != n:
-        raise MultiDeviceUnsupported(f"module {module.name}: {len(args)} argument lists for {n} devices")
-    if limits is not None:
-        check_module(module, limits)  # static while trip counts, one copy's memory
-        need = estimate_peak_bytes(module) * n
-        if need > limits.max_memory:
-            raise ResourceLimitError(f"module {module.name} needs an estimated {need / 2**20:.1f} MiB for its {n} "
-                                     f"devices, more than the limit of {limits.max_memory / 2**20:.1f} MiB (raise it "
-                                     "with --max-memory)")
-    lock = Lockstep(n)
-    kernels = KernelCollectives(compile_kernels)
-    executors: list[PartitionExecutor] = []
-    for d in range(n):
-        ctx = DeviceContext(plan, d, lock, kernels)
-        executors.append(PartitionExecutor(module, ctx, executors[0] if executors else None, device=device, pm=pm,
-                                           compile_kernels=compile_kernels, on_fusion=on_fusion if d == 0 else None,
-                                           limits=limits, verify=verify, jobs=jobs if d == 0 else 1))
-    try:
-        outs = lock.run(lambda d: executors[d].run(args[d]))
-    finally:
-        executors[0].finish_compiles()
-    lead = executors[0]
-    with lead.timings.phase("reference"):
-        refs = run_spmd_reference(module, plan, args, lead.budget, reuse=[ex.fusion_references for ex in executors])
-        f64s = run_spmd_reference(module, plan, args, lead.budget, promoted=True)
-        k_leaves = [leaves(o) for o in outs]
-        if stated is None:
-            stated = stated_shardings(module)
-        given = expected is not None  # a global expected: the sharding splits it per device
-        chosen = resolve_output_shardings(module, plan, k_leaves, expected, stated)
-        dims = [tuple(np.asarray(e).shape) for e in expected] if given else \
-            list(stated.global_shapes) if stated is not None else None
-        if not given and expected_parts is not None:  # the parts as the devices hold them: any sharding fits
-            expected = assemble_leaves([c.sharding for c in chosen], plan,
-                                       [expected_parts[plan.partition(d)] for d in range(n)], dims)
-        sides = _Sides(module, plan, outs, refs, f64s, executors, lead.verify)
-        verdict = sides.judge([c.sharding for c in chosen], expected, dims)
-        if given:
-            chosen = settle(chosen, verdict, lambda sh, with_e: sides.judge(sh, expected if with_e else None, dims))
-        shardings = [c.sharding for c in chosen]
-        verdict.notes = sharding_notes(chosen)
-        glob = assemble_leaves(shardings, plan, k_leaves, dims)
-    ok = verdict.status != "mismatch"
-    worst = max((o.max_abs_error for o in verdict.outputs), default=0.0)
-    rows = _merge_rows(executors)
-    other: dict[str, int] = {}
-    other_inst: dict[str, tuple] = {}
-    for ex in executors:
-        for b, c in ex.other.items():
-            other[b] = other.get(b, 0) + c
-        for k, v in ex.other_instructions.items():
-            other_inst.setdefault(k, v)
-    module_level = Timings()
-    for ex in executors:
-        for ph, s in ex.timings.phases.items():
-            module_level.add(ph, s)
-    report = SpmdRunReport(module.name, list(rows), other, ok, worst, time.perf_counter() - t0, verdict,
-                           other_instructions=list(other_inst.values()),
-                           timings=module_timings([f.timings for f in rows], module_level),
-                           num_partitions=plan.num_partitions, replica_count=plan.replica_count,
-                           collectives=list(plan.collectives.values()), collective_backends=dict(kernels.info),
-                           output_shardings=[s.text for s in shardings],
-                           output_sharding_sources=[c.to_json(i) for i, c in enumerate(chosen)])
-    from fusegen.perf.report import collective_estimates_json
-
-    report.collective_estimates, report.collective_totals = collective_estimates_json(
-        module, getattr(executors[0], "device", device), [(f.name, f.estimate) for f in rows])
-    g_out = tuple(glob) if module.entry.root.shape.is_tuple else glob[0]
-    return outs, g_out, report
-
-
-_RANK_OUT = {"ok": 0, "drift": 1, "vacuous": 2, "undetermined": 3, "mismatch": 4}
-
-
-@attrs.define
-class _Sides:
-    """Every device's kernel outputs, references and f64 oracles, judged (:meth:`judge`) with given output
-    shardings: the verdict on the global outputs, then each device's own against its shard of ``expected``."""
-
-    module: Module
-    plan: SpmdPlan
-    outs: list
-    refs: list
-    f64s: list
-    executors: list
-    verify: Any
-
-    def judge(self, shardings: list, expected: list | None, dims: list | None) -> Any:
-        from fusegen.runtime.inputs import leaves
-        from fusegen.runtime.spmd_io import assemble_leaves, split_leaves
-
-        plan, module = self.plan, self.module
-        glob = assemble_leaves(shardings, plan, [leaves(o) for o in self.outs], dims)
-        g_ref = assemble_leaves(shardings, plan, [leaves(r) for r in self.refs], dims)
-        bad = next((f for f in self.f64s if isinstance(f, OracleUnavailable)), None)
-        g_f64 = bad if bad is not None else assemble_leaves(shardings, plan, self.f64s, dims)
-        events = [e for ex in self.executors for e in ex.observer.events]
-        verdict = judge_module(module, [], tuple(glob), tuple(g_ref), events, self.verify, expected, f64=g_f64)
-        parts = split_leaves(shardings, plan, expected) if expected is not None else None
-        for d in range(plan.devices):  # each device judged on its own: a replicated output wrong on one partition
-            vd = judge_module(module, [], self.outs[d], self.refs[d], self.executors[d].observer.events,
-                              self.verify,
-                              parts[d] if parts is not None else None, f64=self.f64s[d])
-            for i, o in enumerate(vd.outputs):
-                g = verdict.outputs[i]
-                if _RANK_OUT[o.status] > _RANK_OUT[g.status]:
-                    o.reason = (o.reason + "; " if o.reason else "") + f"partition {plan.partition(d)}" + (
-                        f" replica {plan.replica(d)}" if plan.replica_count > 1 else "")
-                    verdict.outputs[i] = o
-        return verdict

@@ -23,7 +23,7 @@ from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Module
 from fusegen.hlo.sharding import Sharding, ShardingError, parse_sharding
 from fusegen.runtime.inputs import (InputError, _read_npz_member, check_array, check_npz_headers, from_npz_dtype,
-                                    load_inputs)
+                                    load_expected, load_inputs)
 from fusegen.runtime.spmd_plan import SpmdPlan
 
 __all__ = ["param_shardings", "split_inputs", "load_spmd_inputs", "load_expected_parts", "assemble_leaves",
@@ -139,8 +139,6 @@ def load_expected_parts(module: Module, plan: SpmdPlan, path: str | Path) -> lis
     Raises:
         ValueError: a missing or unreadable file or array.
     """
-    from fusegen.verify.verdict import load_expected
-
     n = len(module.entry.root.shape.leaves())
     out = []
     for k in range(plan.num_partitions):

@@ -31,6 +31,8 @@ Per module output leaf ``k`` (kernel path ``K``, reference ``R``, f64 oracle ``O
   and ``T`` the f64 evaluation on the inputs' magnitudes (``sum |x|`` for a sum); :func:`less_accurate`.
   XLA:CPU folds a long row in its own order, which on a cancelling sum can round far more than the kernel's.
 
+The archive itself is read by :func:`fusegen.runtime.inputs.load_expected`.
+
 Mirrors no XLA file: XLA's tests compare with ``ErrorSpec`` per element (``xla/literal_comparison.cc``,
 ``NearComparator``), which this follows in spirit (per-element bounds, NaN/inf positions compared).
 """
@@ -38,9 +40,6 @@ Mirrors no XLA file: XLA's tests compare with ``ErrorSpec`` per element (``xla/l
 from __future__ import annotations
 
 import math
-import zipfile
-import zlib
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -431,51 +430,6 @@ def _judge_exact_ints(k: np.ndarray, r: np.ndarray, e: np.ndarray, path: OutputP
     return ExpectedJudgement("mismatch", err, 0.0, idx,
                              f"kernel vs expected {float(diff[idx]):.3g} at {list(idx)} (integer outputs compare "
                              "exactly)")
-
-
-def load_expected(path: str | Path, n: int, names: list[str] | None = None,
-                  types: list[str] | None = None) -> list[np.ndarray]:
-    """The arrays of ``--expected OUT.npz``: ``o0``, ``o1``, ... (or ``names``), ``n`` of them.
-
-    ``types`` (the output leaves' HLO element types) retype arrays ``np.savez`` stored as raw bytes (``|V2``
-    for bf16, ``|V1``, or ``'<f1'``, which numpy cannot read back, for float8_e5m2) as the output's type,
-    the way :func:`fusegen.runtime.inputs.load_inputs` reads parameters.
-
-    Raises:
-        ValueError: unreadable file, a missing array, or an array whose item size does not fit its output's
-            type (the message names the file and the key).
-    """
-    from fusegen.runtime.inputs import _read_npz_member, from_npz_dtype
-
-    try:
-        z = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise ValueError(f"--expected {path}: cannot read ({e})") from None
-    out = []
-    with z:
-        files = set(z.files)
-        for i in range(n):
-            keys = [f"o{i}"] + ([names[i]] if names and i < len(names) else [])
-            hit = next((k for k in keys if k in files), None)
-            if hit is None:
-                raise ValueError(f"--expected {path}: no array {keys[0]!r} for output {i} (has: "
-                                 f"{', '.join(sorted(files)) or 'none'})")
-            try:
-                arr = _read_npz_member(z, hit)
-            except (ValueError, OSError, EOFError, SyntaxError, zipfile.BadZipFile, zlib.error) as e:
-                raise ValueError(f"--expected {path}: array {hit!r} cannot be read ({e})") from None
-            if types is not None and i < len(types):
-                try:
-                    want = dtypes.numpy_dtype(types[i])
-                except dtypes.UnsupportedTypeError:
-                    want = None
-                if want is not None:
-                    arr = from_npz_dtype(arr, want)
-                    if arr.dtype.type is np.void and arr.dtype != want:
-                        raise ValueError(f"--expected {path}: array {hit!r} holds {arr.dtype.itemsize}-byte raw "
-                                         f"items; output {i} is {types[i]} ({want.itemsize} bytes)")
-            out.append(arr)
-    return out
 
 
 def typed(e: Any, k: np.ndarray) -> np.ndarray:

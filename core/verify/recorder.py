@@ -2,7 +2,8 @@
 and records what the module verdict reads (:func:`fusegen.verify.verdict.judge_module`): the fusion events in
 execution order, the near-ties of sorts and argmax (:mod:`fusegen.verify.ties`) and of float compares
 (:mod:`fusegen.verify.compare_ties`). An :class:`~fusegen.runtime.executor.Executor` publishes to it
-(:class:`~fusegen.runtime.observer.FusionObserver`); nothing here reads or writes the executor.
+(:class:`~fusegen.runtime.observer.FusionObserver`) when handed one, as :mod:`fusegen.verify.judged_run` does;
+nothing here reads or writes the executor.
 """
 
 from __future__ import annotations

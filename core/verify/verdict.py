@@ -30,8 +30,7 @@ import numpy as np
 from fusegen.hlo.ir import Computation, Instruction, Module
 from fusegen.runtime.compare import abs_error, all_nonfinite, compare
 from fusegen.verify.budget import judge_fusion, output_tolerance_types
-from fusegen.verify.expected import (OutputPath, edge_values, judge_expected, load_expected,  # noqa: F401
-                                     output_paths, typed)
+from fusegen.verify.expected import OutputPath, edge_values, judge_expected, output_paths, typed
 from fusegen.config.verify_options import VerifyOptions
 from fusegen.evaluator.promote import OracleUnavailable, evaluate_promoted, is_float_type
 
