@@ -379,12 +379,15 @@ class TransposeFusion(FusionEmitter):
             c_in, mask_in = coords(in_order)
             ctx.mask = mask_in
             lin_in = linear([c_in[k] for k in inverse_permutation(p)], in_stride)
+            # each real dimension from its own normalized coordinate: per-lane constants stay per lane, and one
+            # division by a dimension's extent replaces the chain over the whole linear index
+            parts_in = [(c_in[k], in_stride[j], din[j]) for j, k in enumerate(inverse_permutation(p))]
             in_shape = [tiles[k] for k in in_order]
             axes = [in_order.index(k) for k in out_order]
             transposed: list[Any] = []
             for h in hero_list:
                 src = h.operands[0]
-                idx = gen.delinearize(lin_in, src.shape.dimensions, src.shape.minor_to_major())
+                idx = gen.delinearize_by_parts(parts_in, lin_in, src.shape.dimensions, src.shape.minor_to_major())
                 x = gen.value(src, idx)
                 if isinstance(x, list):
                     raise EmitterUnsupported(h.opcode, h.name, "transpose of a tuple")
@@ -395,7 +398,7 @@ class TransposeFusion(FusionEmitter):
                 if tr:
                     continue
                 ls = leaves[k]
-                ridx = gen.delinearize(lin_in, ls.dimensions, ls.minor_to_major())
+                ridx = gen.delinearize_by_parts(parts_in, lin_in, ls.dimensions, ls.minor_to_major())
                 (v,) = flatten(gen.value(root, ridx))
                 ptr = ctx.param("output", k, ls, f"out{k}")
                 store_line(gen, ptr, gen.linearize(ridx, ls.dimensions, ls.minor_to_major()), v,
@@ -406,14 +409,15 @@ class TransposeFusion(FusionEmitter):
             c_out, mask_out = coords(out_order)
             ctx.mask = mask_out
             lin_out = linear(c_out, out_stride)
+            parts_out = [(c_out[k], out_stride[k], d[k]) for k in range(r)]
             for h, xt in zip(hero_list, transposed):
-                oidx = gen.delinearize(lin_out, h.shape.dimensions, h.shape.minor_to_major())
+                oidx = gen.delinearize_by_parts(parts_out, lin_out, h.shape.dimensions, h.shape.minor_to_major())
                 seed_value(gen, h, oidx, xt)
             for k, (root, tr) in enumerate(zip(roots, is_tr)):
                 if not tr:
                     continue
                 ls = leaves[k]
-                ridx = gen.delinearize(lin_out, ls.dimensions, ls.minor_to_major())
+                ridx = gen.delinearize_by_parts(parts_out, lin_out, ls.dimensions, ls.minor_to_major())
                 (v,) = flatten(gen.value(root, ridx))
                 ptr = ctx.param("output", k, ls, f"out{k}")
                 store_line(gen, ptr, gen.linearize(ridx, ls.dimensions, ls.minor_to_major()), v,

@@ -169,6 +169,40 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         self._lin_of[-1][(out, dims, m2m)] = lin
         return out
 
+    def delinearize_by_parts(self, parts: Sequence[tuple[int | str, int, int]], lin: int | str, dims: Sequence[int],
+                             m2m: Sequence[int]) -> Index:
+        """:meth:`delinearize` of ``lin = sum(coord * stride)`` over ``parts`` (``(coord, stride, extent)``, each
+        coordinate below its extent, the strides row-major over the extents), each dimension read from the one
+        coordinate whose stride range holds it: ``(coord // (dim stride / stride)) % size``, no division of the
+        whole linear index. XLA's indexing maps index a tiled transpose's operands from its normalized
+        dimensions the same way (``emitters/transpose.cc``, the thread-to-input maps composed with the
+        normalized shape's bitcast). Falls back to :meth:`delinearize` of ``lin`` when a dimension straddles two
+        parts (the shape is not a refinement of the parts)."""
+        dims = tuple(dims)
+        m2m = tuple(m2m)
+        key = (lin, dims, m2m)
+        hit = self._lookup(self._delin, key)
+        if hit is not None:
+            return hit
+        idx: list[int | str] = [0] * len(dims)
+        stride = 1
+        nontrivial = [d for d in m2m if dims[d] != 1]
+        for d in m2m:
+            size = dims[d]
+            if size == 1:
+                continue
+            part = next(((c, s) for c, s, e in parts if stride % s == 0 and stride * size <= s * e), None)
+            if part is None:
+                return self.delinearize(lin, dims, m2m)
+            c, s = part
+            q = self.idiv(c, stride // s)
+            idx[d] = q if d == nontrivial[-1] else self.imod(q, size)
+            stride *= size
+        out = tuple(idx)
+        self._delin[-1][key] = out
+        self._lin_of[-1][(out, dims, m2m)] = lin
+        return out
+
     def linearize(self, idx: Index, dims: Sequence[int], m2m: Sequence[int]) -> int | str:
         """Linear position of ``idx`` in a shape laid out minor-to-major ``m2m``."""
         dims = tuple(dims)
