@@ -147,27 +147,10 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
 
     def delinearize(self, lin: int | str, dims: Sequence[int], m2m: Sequence[int]) -> Index:
         """Index of linear position ``lin`` in a shape whose elements are laid out minor-to-major ``m2m``."""
-        dims = tuple(dims)
-        m2m = tuple(m2m)
-        key = (lin, dims, m2m)
-        hit = self._lookup(self._delin, key)
-        if hit is not None:
-            return hit
-        idx: list[int | str] = [0] * len(dims)
-        stride = 1
-        nontrivial = [d for d in m2m if dims[d] != 1]
-        for k, d in enumerate(m2m):
-            size = dims[d]
-            if size == 1:
-                continue
-            q = self.idiv(lin, stride)
-            is_most_major = d == nontrivial[-1]
-            idx[d] = q if is_most_major else self.imod(q, size)
-            stride *= size
-        out = tuple(idx)
-        self._delin[-1][key] = out
-        self._lin_of[-1][(out, dims, m2m)] = lin
-        return out
+        numel = 1
+        for n in dims:
+            numel *= n
+        return self.delinearize_by_parts(((lin, 1, max(numel, 1)),), lin, dims, m2m)
 
     def delinearize_by_parts(self, parts: Sequence[tuple[int | str, int, int]], lin: int | str, dims: Sequence[int],
                              m2m: Sequence[int]) -> Index:
