@@ -46,6 +46,7 @@ def real_inputs(path, module):
 
 
 def main(argv=None) -> int:
+    import fusegen
     from fusegen.verify.mutate import KINDS, run_check, score
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -63,7 +64,8 @@ def main(argv=None) -> int:
         print("no modules found (../shared/corpus absent and no tests/data/real_models)")
         return 0
     t0 = time.perf_counter()
-    controls, mutants = run_check(paths, KINDS, a.sites, a.max_fusions, inputs_for=real_inputs)
+    modules = ((p, m) for p in paths for m in fusegen.load_all(str(p)))  # fusegen's default preparation
+    controls, mutants = run_check(modules, KINDS, a.sites, a.max_fusions, inputs_for=real_inputs)
     by = {k: Counter(m.outcome for m in mutants if m.kind == k) for k in KINDS}
     print(f"{'kind':18s} {'planted':>7s} {'caught':>6s} {'missed':>6s} {'not a bug':>9s}")
     for k in KINDS:

@@ -40,7 +40,6 @@ KNOWN_UPWARD: dict[tuple[str, str], int] = {
     ('perf/collectives.py', 'runtime'): 1,
     ('perf/estimate.py', 'api'): 1,
     ('perf/estimate.py', 'autotuning'): 1,
-    ('verify/mutate.py', 'api'): 1,
 }
 _MAYBE = re.compile(r"fusegen\.cli|from\s+fusegen\s+import[\s\S]{0,300}?\bcli\b|import_module")
 

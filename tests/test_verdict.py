@@ -420,6 +420,7 @@ def test_jax_corpus_program_has_no_false_mismatch(name):
 # -- part 5: mutation check -------------------------------------------------------------------------------
 
 def test_mutation_check_catches_planted_bugs_and_never_the_unmutated_kernels():
+    import fusegen
     from fusegen.verify.mutate import KINDS, run_check, score
 
     paths = [CORPUS / "jax" / n for n in ("gpu_softmax.default.h100_opt.hlo", "gpu_mlp_bf16.default.h100_opt.hlo",
@@ -430,7 +431,8 @@ def test_mutation_check_catches_planted_bugs_and_never_the_unmutated_kernels():
         npz = REAL / (Path(p).name.removesuffix(".h200_opt.hlo") + ".inputs.npz")
         return load_inputs(m, str(npz)) if npz.exists() and Path(p).parent == REAL else None
 
-    controls, mutants = run_check(paths, KINDS, max_sites=1, max_fusions=4, inputs_for=inputs_for)
+    modules = ((p, m) for p in paths for m in fusegen.load_all(str(p)))
+    controls, mutants = run_check(modules, KINDS, max_sites=1, max_fusions=4, inputs_for=inputs_for)
     assert controls and all(r <= 1.0 for _, _, r in controls), [c for c in controls if c[2] > 1]
     caught, exercised, s = score(mutants)
     assert exercised >= 15

@@ -274,21 +274,21 @@ def score(mutants: list[Mutant]) -> tuple[int, int, float]:
     return caught, exercised, caught / exercised if exercised else 1.0
 
 
-def run_check(paths, kinds=KINDS, max_sites: int = 2, max_fusions: int | None = None, seed: int = 0,
+def run_check(modules, kinds=KINDS, max_sites: int = 2, max_fusions: int | None = None, seed: int = 0,
               options: VerifyOptions | None = None, inputs_for=None) -> tuple[list[tuple[str, str, float]], list[Mutant]]:
-    """:func:`check_module` over every module of ``paths`` (after fusegen's default preparation).
+    """:func:`check_module` over ``modules``: ``(source, module)`` pairs, each module prepared as a run prepares it
+    (``((p, m) for p in paths for m in fusegen.load_all(str(p)))``: fusegen's default preparation; a generator
+    keeps one file's modules in memory at a time).
 
-    ``inputs_for(path, module)`` may return the arguments (e.g. a real model's weights); default seeded random.
+    ``inputs_for(source, module)`` may return the arguments (e.g. a real model's weights); default seeded random.
     Returns ``([(module, fusion, error/budget) of each unmutated kernel], mutants)``.
     """
-    from fusegen.api import load_all
     from fusegen.runtime.inputs import make_inputs
 
     controls, mutants = [], []
-    for p in paths:
-        for m in load_all(str(p)):
-            args = (inputs_for(p, m) if inputs_for else None) or make_inputs(m, seed)
-            c, ms = check_module(m, args, kinds, max_sites, options, max_fusions)
-            controls.extend((m.name, f, r) for f, r in c)
-            mutants.extend(ms)
+    for p, m in modules:
+        args = (inputs_for(p, m) if inputs_for else None) or make_inputs(m, seed)
+        c, ms = check_module(m, args, kinds, max_sites, options, max_fusions)
+        controls.extend((m.name, f, r) for f, r in c)
+        mutants.extend(ms)
     return controls, mutants
