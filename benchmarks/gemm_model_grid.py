@@ -66,7 +66,7 @@ def estimate(b: int, m: int, n: int, k: int, dt: str, xla: bool = False) -> dict
     from fusegen.autotuning import cost_model
     from fusegen.autotuning.selection import ProfileResult, pick_best_config
     from fusegen.device import H100
-    from fusegen.perf.dot_model import DotProblem
+    from fusegen.perf.dot_model import DotProblem, find_dot
     from fusegen.perf.gemm_model import library_gemm
     from fusegen.plugin_manager import default_plugin_manager
 
@@ -75,7 +75,7 @@ def estimate(b: int, m: int, n: int, k: int, dt: str, xla: bool = False) -> dict
     triton = backends["triton"]
     mod = fusegen.load(hlo(b, m, n, k, dt))
     fusegen.api.prepare([mod], fusegen.api.session(device=H100))
-    f = next(x for x in mod.fusion_instructions() if cost_model.find_dot(x) is not None)
+    f = next(x for x in mod.fusion_instructions() if find_dot(x) is not None)
     configs = triton.get_supported_configs(f)
     order, est = cost_model.rank_configs(f, configs, {triton.name: triton}, H100, top_k=0)
     every = configs + backends["cublaslt_fission"].get_supported_configs(f)

@@ -44,7 +44,7 @@ def main() -> int:
     from fusegen.api import load_all
     from fusegen.verify.judged_run import run_module, run_spmd_module
     from fusegen.runtime.spmd_io import load_spmd_inputs
-    from fusegen.runtime.spmd_plan import plan_spmd
+    from fusegen.evaluator.spmd_plan import plan_spmd
 
     rows = []
     for name in PROGRAMS:

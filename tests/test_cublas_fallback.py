@@ -27,7 +27,7 @@ from fusegen.codegen.tuned_backend import (EXECUTION_BACKEND_FIELD, LIBRARY_CALL
 from fusegen.codegen_backend import Config
 from fusegen.device import H100, get_device
 from fusegen.perf import gemm_model
-from fusegen.perf.dot_model import DotProblem
+from fusegen.perf.dot_model import DotProblem, find_dot
 from fusegen.plugin_manager import default_plugin_manager
 
 DATA = Path(__file__).parent / "data"
@@ -56,7 +56,7 @@ def _gemm_module(m: int, n: int, k: int, dt: str, epilogue: str = ""):
             + "\n".join(lines) + f"\n}}\n\nENTRY e {{\n  a = {dt}[{m},{k}] parameter(0)\n  b = {dt}[{k},{n}] "
             f"parameter(1)\n  ROOT g = {out} fusion(a, b), kind=kCustom, calls=f, "
             'backend_config={"fusion_backend_config":{"kind":"__triton_gemm"}}\n}\n')
-    (f,) = [x for x in mod.fusion_instructions() if cost_model.find_dot(x) is not None]
+    (f,) = [x for x in mod.fusion_instructions() if find_dot(x) is not None]
     assert f.fusion_backend_kind == "__triton_gemm", f.fusion_backend_kind
     return mod, f
 

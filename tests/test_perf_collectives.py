@@ -139,9 +139,7 @@ def test_an_async_pair_hides_behind_the_fusions_scheduled_between_start_and_done
     doc = fusegen.run(path, compile=False).to_json()
     assert doc["collectives"][0]["estimate"]["exposed_us"] == pytest.approx(e["exposed_us"])
     assert doc["estimated_us"]["collectives_us"] == pytest.approx(res.estimated_us["collectives_us"])
-    from fusegen import perf
-
-    m = perf.estimate_module(fusegen.load(path))
+    m = fusegen.api.estimate_module(fusegen.load(path))
     assert m.us == pytest.approx(res.estimated_us["us"], abs=1e-5)
 
 

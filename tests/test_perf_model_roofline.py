@@ -88,7 +88,7 @@ def _cases():
     out = []
     for path in MODULES:
         m = fusegen.load(path)
-        est = perf.estimate_module(m, H200)
+        est = fusegen.api.estimate_module(m, H200)
         fusions = {f.name: f for f in m.fusion_instructions()}
         for e in est.fusions:
             if e.name in fusions:

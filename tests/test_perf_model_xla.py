@@ -33,7 +33,7 @@ def _module(name: str):
 
 def _estimates(name: str, device=RTXA6000) -> dict:
     """Every fusion of the module, planned (dispatch + emitter launch) and estimated."""
-    return perf.estimate_module(_module(name), device).by_name()
+    return fusegen.api.estimate_module(_module(name), device).by_name()
 
 
 def _int_us(seconds: float) -> int:

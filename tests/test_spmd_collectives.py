@@ -23,7 +23,7 @@ from fusegen.hlo.parser import parse_module
 from fusegen.runtime.inputs import leaves
 from fusegen.runtime.limits import Budget
 from fusegen.runtime.spmd import run_spmd_reference
-from fusegen.runtime.spmd_plan import plan_spmd
+from fusegen.evaluator.spmd_plan import plan_spmd
 from fusegen.verify.judged_run import run_spmd_module
 
 pytestmark = pytest.mark.skipif(JAX_ERROR is not None, reason=JAX_ERROR or "")

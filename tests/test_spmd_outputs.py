@@ -29,7 +29,7 @@ from fusegen.runtime.inputs import InputError
 from fusegen.runtime.sharding_sidecar import read_sidecar, sidecar_path, stated_shardings, write_sidecar
 from fusegen.runtime.spmd_io import split_inputs
 from fusegen.runtime.spmd_outputs import resolve_output_shardings, row_major_guess
-from fusegen.runtime.spmd_plan import plan_spmd
+from fusegen.evaluator.spmd_plan import plan_spmd
 from fusegen.verify.judged_run import run_spmd_module
 
 DATA = Path(__file__).parent / "data" / "spmd"

@@ -29,8 +29,8 @@ before any run; a subclass of :class:`UnsupportedOpError`, which the evaluator r
 
 from __future__ import annotations
 
-from fusegen.api.explaining import ExplainResult, FusionPlan, device_summary, explain, explain_document, \
-    plan_fusions, shared_memory_reasons
+from fusegen.api.explaining import ExplainResult, FusionPlan, device_summary, estimate_module, explain, \
+    explain_document, plan_fusions, shared_memory_reasons
 from fusegen.api.loading import LoadError, ModuleLike, Session, as_modules, load, load_all, prepare, session
 from fusegen.api.progress import Progress, ProgressEvent
 from fusegen.api.reporting import ReportResult, report
@@ -41,6 +41,6 @@ from fusegen.runtime.support import UnsupportedInstructionError
 
 __all__ = ["AutotuneRun", "ExplainResult", "FusionPlan", "LoadError", "ModuleLike", "Progress", "ProgressEvent",
            "ReportResult", "RunResult", "Session", "TuneResult", "UnsupportedInstructionError", "UnsupportedOpError",
-           "as_modules", "autotune_modules", "device_summary", "expected_for", "explain", "explain_document",
-           "inputs_for", "load", "load_all", "plan_fusions", "prepare", "report", "run", "run_modules", "session",
-           "shared_memory_reasons", "spmd_inputs", "tune"]
+           "as_modules", "autotune_modules", "device_summary", "estimate_module", "expected_for", "explain",
+           "explain_document", "inputs_for", "load", "load_all", "plan_fusions", "prepare", "report", "run",
+           "run_modules", "session", "shared_memory_reasons", "spmd_inputs", "tune"]

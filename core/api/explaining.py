@@ -164,6 +164,23 @@ def plan_fusions(modules: list, device: Any, pm: Any = None) -> tuple[list, list
     return rows, calls
 
 
+def estimate_module(module: Any, device: Any = None, pm: Any = None) -> Any:
+    """Plan every fusion of ``module`` (dispatch and emit, nothing runs) and estimate each, plus its cuBLAS/cuDNN
+    calls and, for an SPMD module, its collectives: a :class:`fusegen.perf.ModuleEstimate`
+    (:func:`fusegen.perf.estimate_planned` of :func:`plan_fusions`' rows; a module that is not fused yet should go
+    through :func:`fusegen.api.prepare` first).
+
+    Raises:
+        fusegen.plugin_manager.PluginError, fusegen.dispatch.DispatchError: planning failed.
+    """
+    from fusegen.device import DEFAULT_DEVICE
+    from fusegen.perf.estimate import estimate_planned
+
+    device = device if device is not None else DEFAULT_DEVICE
+    rows, _ = plan_fusions([module], device, pm)
+    return estimate_planned(module, rows, device)
+
+
 def device_summary(module: Any) -> tuple[dict, list[str]]:
     """``explain``'s part for a module's devices: ``({"num_partitions", "replica_count", "collectives": [...],
     "multi_device_refusal"?}, lines)``; the lines are empty for a module of one device without collectives.
@@ -173,7 +190,7 @@ def device_summary(module: Any) -> tuple[dict, list[str]]:
     """
     from fusegen.evaluator.collectives import MultiDeviceUnsupported
     from fusegen.hlo.sharding import device_counts
-    from fusegen.runtime.spmd_plan import plan_spmd
+    from fusegen.evaluator.spmd_plan import plan_spmd
 
     p, r = device_counts(module)
     doc: dict = {"num_partitions": p, "replica_count": r, "collectives": []}

@@ -303,7 +303,7 @@ def run_modules(modules: list, s: Any, *, inputs: Any = None, seed: int = 0, exp
     from fusegen.runtime.inputs import InputError
     from fusegen.runtime.limits import RunLimits, check_module, default_max_memory
     from fusegen.verify.judged_run import run_module, run_spmd_module
-    from fusegen.runtime.spmd_plan import plan_spmd
+    from fusegen.evaluator.spmd_plan import plan_spmd
 
     if (inputs is not None or expected is not None) and len(modules) > 1:
         raise InputError(f"{len(modules)} modules: inputs and expected need a single module")

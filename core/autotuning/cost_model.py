@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import attrs
 
+from fusegen.perf.dot_model import find_dot
 
 if TYPE_CHECKING:  # pragma: no cover
     from fusegen.codegen_backend import CodegenBackend, Config
@@ -41,18 +42,6 @@ class ConfigEstimate:
 
     seconds: float | None
     model: str = ""
-
-
-def find_dot(instr: "Instruction") -> "Instruction | None":
-    """The instruction itself if it is a dot, else the first dot in its called computations."""
-    if instr.opcode == "dot":
-        return instr
-    for comp in instr.called_computations:
-        for i in comp.instructions:
-            d = find_dot(i)
-            if d is not None:
-                return d
-    return None
 
 
 def _with_config(instr: "Instruction", config: "Config", backend: "CodegenBackend") -> "Instruction":

@@ -6,7 +6,7 @@
     from fusegen import perf
 
     m = fusegen.load("model.hlo")
-    est = perf.estimate_module(m)                    # ModuleEstimate on the H200 (default device)
+    est = fusegen.api.estimate_module(m)             # ModuleEstimate on the H200 (default device), planned by api
     est.us, [(f.name, f.us, f.model) for f in est.ranked()]
     perf.estimate_fusion(m.fusion_instructions()[0], emitted=..., sass=...)   # one fusion
 
@@ -19,8 +19,8 @@ Its terms are listed in :mod:`fusegen.perf.estimate` and ``docs/perf-model.md``.
 from fusegen.perf.base import KERNEL_LAUNCH_OVERHEAD_S, RunTimeData
 from fusegen.perf.device_rates import PerfDevice
 from fusegen.perf.estimate import (LABEL, MODEL_VERSION, FusionEstimate, ModuleEstimate, estimate_fusion,
-                                   estimate_module, estimate_rows, library_calls, roofline_instruction)
+                                   estimate_planned, estimate_rows, library_calls, roofline_instruction)
 
 __all__ = ["KERNEL_LAUNCH_OVERHEAD_S", "LABEL", "MODEL_VERSION", "FusionEstimate", "ModuleEstimate", "PerfDevice",
-           "RunTimeData", "estimate_fusion", "estimate_module", "estimate_rows", "library_calls",
+           "RunTimeData", "estimate_fusion", "estimate_planned", "estimate_rows", "library_calls",
            "roofline_instruction"]

@@ -279,7 +279,7 @@ def schedule_overlap(module: Any, collectives: Iterable[tuple[Any, float]],
 
     Args:
         module: the module (its computations in schedule order).
-        collectives: ``(Collective of fusegen.runtime.spmd_plan, estimated µs)`` in schedule order.
+        collectives: ``(Collective of fusegen.evaluator.spmd_plan, estimated µs)`` in schedule order.
         compute_us: estimated µs of each fusion and library call by instruction name.
 
     Returns:
@@ -318,7 +318,7 @@ def spans_domains(groups: Iterable[Iterable[int]], device: Any) -> bool:
 
 
 def estimate_plan_collective(c: Any, module: Any, device: Any) -> CollectiveEstimate:
-    """:func:`estimate_collective` of a :class:`fusegen.runtime.spmd_plan.Collective` of ``module`` (its largest
+    """:func:`estimate_collective` of a :class:`fusegen.evaluator.spmd_plan.Collective` of ``module`` (its largest
     group, its instruction's bytes and kernel strategy; a permute's group is its source-target pairs' hop).
 
     Raises:
@@ -343,7 +343,7 @@ def module_collectives_json(module: Any, device: Any, compute_us: Mapping[str, f
     "collectives_exposed_us"})``. A module fusegen cannot plan across devices, or without collectives, gives
     ``({}, zeros)``; a collective the model cannot price gets ``{"us": None, "error": ...}`` and counts 0."""
     from fusegen.evaluator.collectives import MultiDeviceUnsupported
-    from fusegen.runtime.spmd_plan import plan_spmd
+    from fusegen.evaluator.spmd_plan import plan_spmd
 
     totals = {"collectives_us": 0.0, "collectives_overlapped_us": 0.0, "collectives_exposed_us": 0.0}
     try:

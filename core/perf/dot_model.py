@@ -90,6 +90,19 @@ class DotProblem:
                    out.element_type)
 
 
+def find_dot(instr: "Instruction") -> "Instruction | None":
+    """The instruction itself if it is a dot, else the first dot in its called computations (a GEMM fusion's
+    dot, which the tuner's cost model and the estimate's library candidate price)."""
+    if instr.opcode == "dot":
+        return instr
+    for comp in instr.called_computations:
+        for i in comp.instructions:
+            d = find_dot(i)
+            if d is not None:
+                return d
+    return None
+
+
 @attrs.frozen
 class DotTile:
     """``DotTileSize``: the output tile (``b x m x n``) and the K step of one block."""

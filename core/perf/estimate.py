@@ -203,8 +203,7 @@ def _with_library_candidate(est: FusionEstimate, fusion: "Instruction", device: 
     """``est`` (a Triton GEMM fusion's config) or cuBLASLt's time for its dot, whichever is faster: what XLA's
     autotuner picks between the two. The fusion's other work (prologue and epilogue ops) is taken to ride along
     with the library call, as cuBLASLt's epilogues do (an approximation for a heavy prologue)."""
-    from fusegen.autotuning.cost_model import find_dot
-    from fusegen.perf.dot_model import DotProblem, DotUnsupported
+    from fusegen.perf.dot_model import DotProblem, DotUnsupported, find_dot
     from fusegen.perf.gemm_model import library_gemm
 
     dot = find_dot(fusion)
@@ -492,21 +491,14 @@ def library_calls(module: "Module") -> list["Instruction"]:
                 ("__cublas", "__cudnn"))]
 
 
-def estimate_module(module: "Module", device: Any = None, pm: Any = None) -> ModuleEstimate:
-    """Plan every fusion of ``module`` (dispatch and emit, nothing runs) and estimate each, plus its cuBLAS/cuDNN
-    calls and, for an SPMD module, its collectives (a module that is not fused yet should go through
-    ``fusegen.api.prepare`` first).
-
-    Raises:
-        fusegen.plugin_manager.PluginError, fusegen.dispatch.DispatchError: planning failed.
-    """
-    from fusegen.api import plan_fusions
+def estimate_planned(module: "Module", rows: Sequence, device: Any = None) -> ModuleEstimate:
+    """Estimates of ``module``'s planned fusions (``rows``: its ``fusegen.api.plan_fusions`` rows, planned for
+    ``device``), plus its cuBLAS/cuDNN calls and, for an SPMD module, its collectives. The planning is the
+    caller's: :func:`fusegen.api.estimate_module` plans a module and calls this."""
     from fusegen.device import DEFAULT_DEVICE
-
-    device = device if device is not None else DEFAULT_DEVICE
-    rows, _ = plan_fusions([module], device, pm)
-    est = estimate_rows(rows, device, library_calls(module), module.name)
     from fusegen.perf.report import collective_estimates_json
 
+    device = device if device is not None else DEFAULT_DEVICE
+    est = estimate_rows(rows, device, library_calls(module), module.name)
     coll, totals = collective_estimates_json(module, device, [(f.name, f.to_json()) for f in est.fusions])
     return attrs.evolve(est, collectives=coll, collective_totals=totals) if coll else est

@@ -194,11 +194,11 @@ def module_entry(module: Module, device: Any, pm: Any, run_report: Any = None, c
     from fusegen.report.graph import graph_data
     from fusegen.runtime.executor import Executor
     from fusegen.hlo.sharding import ShardingError, device_counts
-    from fusegen.runtime.spmd_plan import collectives_by_name
+    from fusegen.evaluator.spmd_plan import collectives_by_name
     from fusegen.perf.report import collective_estimates_json, fusion_estimate_json, module_estimate_json
 
     ex = Executor(module, device, pm, compile_kernels=False)
-    collectives = collectives_by_name(module)  # fusegen.runtime.spmd_plan: groups and bytes of each
+    collectives = collectives_by_name(module)  # fusegen.evaluator.spmd_plan: groups and bytes of each
     try:
         devices = device_counts(module)
     except ShardingError:  # the run refuses the header with the reason

@@ -42,7 +42,7 @@ from fusegen.runtime.executor import Executor, FusionReport, RunReport, interpre
 from fusegen.runtime.limits import Budget, ResourceLimitError
 from fusegen.runtime.lockstep import Lockstep
 from fusegen.runtime.oracles import reusing_reference
-from fusegen.runtime.spmd_plan import SpmdPlan, is_triton_collective
+from fusegen.evaluator.spmd_plan import SpmdPlan, is_triton_collective
 from fusegen.runtime.timings import Timings
 from fusegen.evaluator.promote import OracleUnavailable, promote_module, promote_value
 

@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from fusegen.evaluator.spmd_plan import SpmdPlan
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Module
 from fusegen.hlo.sharding import Sharding, ShardingError, parse_sharding
 from fusegen.runtime.inputs import (InputError, _read_npz_member, check_array, check_npz_headers, from_npz_dtype,
                                     load_expected, load_inputs)
-from fusegen.runtime.spmd_plan import SpmdPlan
 
 __all__ = ["param_shardings", "split_inputs", "load_spmd_inputs", "load_expected_parts", "assemble_leaves",
            "split_leaves", "seeded_inputs"]

@@ -38,9 +38,9 @@ from typing import Any, Callable
 import attrs
 import numpy as np
 
+from fusegen.evaluator.spmd_plan import SpmdPlan
 from fusegen.hlo.ir import Module, Shape
 from fusegen.hlo.sharding import Sharding, ShardingError, iota_devices, parse_sharding
-from fusegen.runtime.spmd_plan import SpmdPlan
 
 __all__ = ["STATED", "LeafSharding", "resolve_output_shardings", "settle", "sharding_notes", "aliases",
            "row_major_guess"]

@@ -22,6 +22,7 @@ from fusegen.device import DeviceDescription
 from fusegen.evaluator.collectives import MultiDeviceUnsupported, refuse_multi_device
 from fusegen.evaluator.evaluator import evaluate_module
 from fusegen.evaluator.promote import OracleUnavailable
+from fusegen.evaluator.spmd_plan import SpmdPlan, plan_spmd
 from fusegen.hlo.ir import Module
 from fusegen.perf.report import collective_estimates_json, library_estimates_json
 from fusegen.plugin_manager import PluginManager
@@ -36,7 +37,6 @@ from fusegen.runtime.spmd import (DeviceContext, KernelCollectives, PartitionExe
                                   run_spmd_reference)
 from fusegen.runtime.spmd_io import assemble_leaves, split_leaves
 from fusegen.runtime.spmd_outputs import resolve_output_shardings, settle, sharding_notes
-from fusegen.runtime.spmd_plan import SpmdPlan, plan_spmd
 from fusegen.runtime.support import check_supported
 from fusegen.runtime.timings import Timings, module_timings
 from fusegen.verify.recorder import RunRecorder

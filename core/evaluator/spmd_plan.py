@@ -4,6 +4,10 @@ from one partition).
 
 The groups follow XLA's ``GetParticipatingDevices`` (``xla/service/collective_ops_utils.cc``) in global device
 ids ``replica * num_partitions + partition`` (:func:`fusegen.hlo.sharding.collective_groups`).
+
+The plan is read from the module alone, beside the collectives' semantics (:mod:`fusegen.evaluator.collectives`):
+the SPMD runner and the performance model's collective estimates (:mod:`fusegen.perf.collectives`) both stand
+above it (docs/layers.md).
 """
 
 from __future__ import annotations
