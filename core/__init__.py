@@ -6,7 +6,7 @@ The library (:mod:`fusegen.api`): ``fusegen.load(path_or_text)``, ``fusegen.capt
 ``--json`` prints. They are imported on first use, so ``import fusegen`` stays cheap.
 
 ``fusegen.report`` is also the package of the HTML report (:mod:`fusegen.report.data`, ...): calling it is
-:func:`fusegen.api.report`.
+:func:`fusegen.report.reporting.report`.
 """
 
 __version__ = "0.1.0"

@@ -59,7 +59,7 @@ def result(captured, arrays, jax_out):
 
 def test_capture_is_a_function_of_the_package_whatever_was_imported():
     import fusegen.jax_capture  # the package of the capture is another name: it cannot shadow the function
-    import fusegen.report.data  # the report package is callable as fusegen.api.report
+    import fusegen.report.data  # the report package is callable as fusegen.report.reporting.report
 
     assert fusegen.capture is fusegen.jax_capture.capture and callable(fusegen.report)
     assert fusegen.report.data.SCHEMA

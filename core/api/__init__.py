@@ -16,7 +16,9 @@ The library owns every loop and result type; the ``fusegen`` command (:mod:`fuse
 calls these functions, prints, and maps exceptions to exit codes, so each result's ``to_json()`` is what the
 command's ``--json`` prints. Loops report progress through ``progress=`` (:mod:`fusegen.api.progress`: None,
 ``"tqdm"`` or a callable). A module that is not fused yet (no ``fusion`` instruction) goes through the pipeline
-first, in place, as every command does.
+first, in place, as every command does. ``fusegen.report`` is the report package's command
+(:func:`fusegen.report.reporting.report`, :class:`~fusegen.report.reporting.ReportResult`), a layer above this
+one: it builds its page from these functions' results.
 
 Errors are exceptions, never ``SystemExit``, raised before any work where the arguments are at fault:
 :class:`fusegen.hlo.errors.HloParseError` (file:line:col), :class:`LoadError` (unreadable file),
@@ -33,14 +35,13 @@ from fusegen.api.explaining import ExplainResult, FusionPlan, device_summary, es
     explain_document, plan_fusions, shared_memory_reasons
 from fusegen.api.loading import LoadError, ModuleLike, Session, as_modules, load, load_all, prepare, session
 from fusegen.api.progress import Progress, ProgressEvent
-from fusegen.api.reporting import ReportResult, report
 from fusegen.api.running import RunResult, expected_for, inputs_for, run, run_modules, spmd_inputs
 from fusegen.api.tuning import AutotuneRun, TuneResult, autotune_modules, tune
 from fusegen.evaluator.evaluator import UnsupportedOpError
 from fusegen.runtime.support import UnsupportedInstructionError
 
 __all__ = ["AutotuneRun", "ExplainResult", "FusionPlan", "LoadError", "ModuleLike", "Progress", "ProgressEvent",
-           "ReportResult", "RunResult", "Session", "TuneResult", "UnsupportedInstructionError", "UnsupportedOpError",
+           "RunResult", "Session", "TuneResult", "UnsupportedInstructionError", "UnsupportedOpError",
            "as_modules", "autotune_modules", "device_summary", "estimate_module", "expected_for", "explain",
-           "explain_document", "inputs_for", "load", "load_all", "plan_fusions", "prepare", "report", "run",
+           "explain_document", "inputs_for", "load", "load_all", "plan_fusions", "prepare", "run",
            "run_modules", "session", "shared_memory_reasons", "spmd_inputs", "tune"]

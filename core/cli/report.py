@@ -5,7 +5,7 @@ out, plotly.js and styles embedded: it opens without network access and needs no
 measured candidate; ``--record DIR`` writes replay records there (with ``--autotune``) or, without it,
 charts the records a previous ``fusegen run --autotune --record DIR`` wrote. ``--run`` also runs every
 fusion and compares it with the reference evaluator (on ``--inputs``, with ``--expected`` as a third oracle, as
-``fusegen run`` takes them). The page is built by the library (:func:`fusegen.api.report`). ``--json-data FILE`` writes the page's data.
+``fusegen run`` takes them). The page is built by the library (:func:`fusegen.report.reporting.report`). ``--json-data FILE`` writes the page's data.
 
 Exit codes: 0 written, 1 written but ``--run`` found a mismatch (or a tuning failed), 2 bad input,
 3 internal error.
@@ -62,7 +62,7 @@ def report(module_path, output_path, json_path, autotune, record_dir, top_k, aut
            inputs_path, expected_path, no_compile, rtol, atol, max_memory, timeout, max_while_iterations, device_name,
            config_path, xla_flags):
     """Write an HTML report of MODULE.hlo: graph, a card per fusion, tuning charts, summary."""
-    from fusegen.api import report as make_report
+    from fusegen.report.reporting import report as make_report
     from fusegen.plugin_manager import default_plugin_manager
 
     if not autotune and (top_k is not None or autotune_cache_dir is not None):

@@ -6,7 +6,9 @@ with the vendored Graphviz compiled to WebAssembly, package data ``vendor/``), :
 figures, :mod:`.render` fills the jinja2 template (package data ``templates/``).
 
 The package is callable: ``fusegen.report(module, run=True, output="m.html", ...)`` is
-:func:`fusegen.api.report` (the name is both the package and the library's function, so neither shadows the other).
+:func:`fusegen.report.reporting.report`, the library's report command, which returns a
+:class:`~fusegen.report.reporting.ReportResult` (the name is both the package and the library's function, so
+neither shadows the other). The report stands above :mod:`fusegen.api` and reads its results (docs/layers.md).
 """
 
 import sys as _sys
@@ -19,10 +21,10 @@ __all__ = ["SCHEMA", "build_report", "module_entry", "render_html"]
 
 
 class _CallableReport(_types.ModuleType):
-    """This package, callable as :func:`fusegen.api.report`."""
+    """This package, callable as :func:`fusegen.report.reporting.report`."""
 
     def __call__(self, *args, **kwargs):
-        from fusegen.api.reporting import report
+        from fusegen.report.reporting import report  # loads the library (fusegen.api) on the first call only
 
         return report(*args, **kwargs)
 

@@ -3,7 +3,9 @@
 :func:`report` is the library's ``fusegen report``: it collects the page's document
 (:func:`fusegen.report.data.build_report`), optionally after tuning (``autotune=True``, as ``run --autotune``)
 and running (``run=True``, with the caller's ``inputs`` and ``expected`` as :func:`fusegen.run` takes them),
-and renders it (:func:`fusegen.report.render.render_html`).
+and renders it (:func:`fusegen.report.render.render_html`). The report stands above the library
+(:mod:`fusegen.api`, docs/layers.md): it reads api's sessions, runs and tunings; calling the package
+``fusegen.report(...)`` calls :func:`report`.
 """
 
 from __future__ import annotations
