@@ -477,3 +477,48 @@ def test_emitted_kernel_evaluator_cross_check_on_bf16_gelu_is_exact():
     _, outs = run_and_compare(f, ops, ref)
     np.testing.assert_array_equal(outs[0].astype(np.float32), np.asarray(ref).astype(np.float32))
     assert evaluate_instruction(f, ops).dtype == ml_dtypes.bfloat16
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_one_program_is_lane_indexed_without_the_program_id(n):
+    """A loop kernel of one program (N <= BLOCK) indexes its lanes by ``tl.arange`` alone (the program id's
+    term cost a one-element kernel 14 registers at sm_90 where XLA's one-thread kernel has 10: ``rand_100172``'s
+    s32 xor of the fresh sample, seeds 100150-100249); a constexpr test, so the same source run with more,
+    narrower programs takes the program-id branch and gives the same values."""
+    import attrs
+
+    from fusegen.codegen.kernel import EmittedFusion, LaunchDimensions
+
+    shape = "s32[]" if n == 1 else f"s32[{n}]"
+    text = f"""
+HloModule t
+fused {{
+  a = {shape} parameter(0)
+  b = {shape} parameter(1)
+  ROOT x = {shape} xor(a, b)
+}}
+ENTRY e {{
+  a = {shape} parameter(0)
+  b = {shape} parameter(1)
+  ROOT f = {shape} fusion(a, b), kind=kLoop, calls=fused
+}}
+"""
+    m = load(text)
+    (f,) = loop_fusions(m)
+    rng = np.random.default_rng(n)
+    args = [rng.integers(-2**31, 2**31 - 1, size=(() if n == 1 else (n,)), dtype=np.int32) for _ in range(2)]
+    ops, ref = operands_and_reference(m, f, args=args)
+    emitted, outs = run_and_compare(f, ops, ref)
+    (ks,) = emitted.kernels
+    assert ks.launch.grid == (1,) and ks.constexprs["N"] == n <= ks.constexprs["BLOCK"]
+    assert "if N <= BLOCK:" in ks.source and "lin = tl.arange(0, BLOCK)" in ks.source
+    np.testing.assert_array_equal(np.asarray(outs[0]), np.bitwise_xor(*args))
+    if n > 1:  # one lane a program: the program-id branch
+        narrow = attrs.evolve(ks, constexprs={**ks.constexprs, "BLOCK": 1}, interpret_variant=None,
+                              launch=LaunchDimensions(grid=(n,), num_warps=1))
+        (o,) = triton_runtime.run_fusion(EmittedFusion(emitter=emitted.emitter, kernels=(narrow,)), ops, f)
+        np.testing.assert_array_equal(np.asarray(o), np.bitwise_xor(*args))
+    from fusegen.codegen import sass
+
+    if n == 1 and sass.tools_unavailable_reason() is None:
+        assert sass.kernel_sass_stats(ks, use_cache=False).registers <= 10

@@ -150,7 +150,10 @@ def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
         body(gen, "lin_c")
     # lin_c keeps lin's contiguity and alignment for Triton's axis analysis (the clamp only changes masked
     # tail lanes), so reads at the element's own position vectorise like XLA's unrolled loads
-    prologue = [f"lin = {pid} * BLOCK + tl.arange(0, BLOCK)", "mask = lin < N",
+    # one program (N <= BLOCK) is lane-indexed alone: the program id's term costs a single-element kernel 5 of
+    # its 14 registers at sm_90 (XLA's one-thread kernel: 10); the test is a constexpr, so wider variants agree
+    prologue = [*ts.constexpr_branches("N <= BLOCK", ["lin = tl.arange(0, BLOCK)"],
+                                       [f"lin = {pid} * BLOCK + tl.arange(0, BLOCK)"]), "mask = lin < N",
                 f"zero = tl.full([BLOCK], 0, {idx_t})",
                 "lin_c = tl.max_contiguous(tl.multiple_of(tl.minimum(lin, N - 1), BLOCK), BLOCK)"]
     if n_total % block == 0 and gx * gy == n_total // block and block > 32 * launch.num_warps:
@@ -160,11 +163,11 @@ def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
         # where its last program overhangs. One lane a thread keeps the clamp (ptxas schedules it tighter).
         # The per-run index (lin_q) drops its clamp on the same test
         exact = ["lin_c = tl.max_contiguous(tl.multiple_of(lin, BLOCK), BLOCK)"]
-        tail = [prologue[3]]
+        tail = [prologue[6]]
         if ctx.runs is not None:
             exact.append(ctx.runs.prologue(pid, clamp=False))
             tail.append(ctx.runs.prologue(pid))
-        prologue[3:] = ts.constexpr_branches("N % BLOCK == 0", exact, tail)
+        prologue[6:] = ts.constexpr_branches("N % BLOCK == 0", exact, tail)
     elif ctx.runs is not None:
         prologue.append(ctx.runs.prologue(pid))
     entry = ts.sanitize_identifier(kernel_name, "k")
