@@ -209,6 +209,358 @@ def _read_config_file(config_path: Any, cwd: Any) -> tuple[TomlDocument | None, 
     return read_toml(path, prefix), list(warns)
 
 
+@attrs.frozen
+class _Registered:
+    """What the tables are checked against: the names and keys the loaded plugins register (None: not checked)."""
+
+    plugin_options: dict[str, list[ConfigOption]]  # plugin -> the keys of its [plugins.<name>] table
+    installed: set[str]  # installed plugins; a [plugins.<name>] table of any other is a warning
+    passes: set[str] | None  # pass names [pipeline] may use
+    pass_declarations: Mapping[str, list[ConfigOption]] | None  # pass -> the keys of [pipeline.options.<pass>]
+    components: set[str] | None  # names [plugins] enable/disable may use
+    quarantined: str  # why passes may be missing (pm.quarantine_note()); "" when no plugin is quarantined
+    pm: "PluginManager | None"  # says why a plugin is missing
+
+
+def _registered(pm: "PluginManager | None", plugin_options: Mapping[str, list[ConfigOption]] | None,
+                installed_plugins: set[str] | None, known_passes: set[str] | None,
+                pass_declarations: Mapping[str, list[ConfigOption]] | None,
+                known_components: set[str] | None) -> _Registered:
+    """:func:`load_config`'s arguments of the same names, each that is None filled in from ``pm`` when given."""
+    if pm is not None:
+        if plugin_options is None:
+            plugin_options = collect_plugin_options(pm)
+        if installed_plugins is None:
+            installed_plugins = set(pm.infos)
+        if known_passes is None:
+            known_passes = set(pm.passes())
+        if pass_declarations is None:
+            pass_declarations = {n: list(p.options) for n, p in pm.passes().items()}
+        if known_components is None:
+            known_components = _known_components(pm)
+    # why passes may be missing: quarantined plugins never registered theirs
+    quarantined = pm.quarantine_note() if pm is not None and pm.broken else ""
+    options = dict(plugin_options or {})
+    installed = set(installed_plugins) if installed_plugins is not None else set(options)
+    return _Registered(plugin_options=options, installed=installed, passes=known_passes,
+                       pass_declarations=pass_declarations, components=known_components,
+                       quarantined=quarantined, pm=pm)
+
+
+def _check_top_level(doc: TomlDocument | None) -> None:
+    """Every top-level key of the file names one of :data:`TABLES` and holds a table.
+
+    Raises:
+        ConfigError: an unknown top-level key, or one that is not a table.
+    """
+    if doc is None:
+        return
+    for key, value in doc.data.items():
+        if key not in TABLES:
+            raise _unknown_key(doc, key, (), TABLES)
+        _table(doc, value, (key,))
+
+
+def _file_table(doc: TomlDocument | None, name: str) -> dict[str, Any]:
+    """Top-level table ``name`` of the file (checked by :func:`_check_top_level`); empty when absent or no file."""
+    return doc.data.get(name, {}) if doc is not None else {}
+
+
+def _bool_value(doc: TomlDocument, key_path: tuple[str, ...], value: Any) -> bool:
+    """``value`` of the key at ``key_path``. Raises ConfigError: not a bool."""
+    if not isinstance(value, bool):
+        raise _wrong_type(doc, key_path, "bool", value)
+    return value
+
+
+def _str_list_value(doc: TomlDocument, key_path: tuple[str, ...], value: Any) -> list[str]:
+    """``value`` of the key at ``key_path``. Raises ConfigError: not a list of strings."""
+    ok, conv = check_value(value, list[str])
+    if not ok:
+        raise _wrong_type(doc, key_path, "list[str]", value)
+    return conv
+
+
+def _declared_value(doc: TomlDocument, where: tuple[str, ...], owner: str, key: str, value: Any,
+                    declared: Mapping[str, ConfigOption]) -> Any:
+    """``value`` of ``key`` in table ``where``, typed as the ConfigOption its ``owner`` (``"pass 'p'"``,
+    ``"plugin 'p'"``) declares.
+
+    Raises:
+        ConfigError: an undeclared key (did-you-mean, or that the owner declares none), wrong type, or a value
+            outside the declared choices.
+    """
+    if key not in declared:
+        if not declared:
+            raise doc.error(f"unknown key {key!r} in {doc.table_name(*where)}: {owner} declares no options",
+                            *where, key)
+        raise _unknown_key(doc, key, where, tuple(declared))
+    o = declared[key]
+    ok, conv = check_value(value, o.type)
+    if not ok:
+        raise _wrong_type(doc, (*where, key), type_name(o.type), value)
+    if o.choices is not None and conv not in o.choices:
+        raise doc.error(f"{key!r} in {doc.table_name(*where)}: expected one of "
+                        f"{', '.join(map(str, o.choices))}, got {value!r}", *where, key)
+    return conv
+
+
+def _debug_option_value(doc: TomlDocument, key: str, value: Any) -> Any:
+    """``value`` of ``[debug_options] key``, typed as the XLA flag of that name (a choice normalized).
+
+    Raises:
+        ConfigError: not an XLA flag fusegen knows (did-you-mean), wrong type, or not one of the flag's choices.
+    """
+    if key not in DEBUG_OPTION_FIELDS:
+        raise _unknown_key(doc, key, ("debug_options",), tuple(DEBUG_OPTION_FIELDS))
+    meta = DEBUG_OPTION_FIELDS[key].metadata
+    ok, conv = check_value(value, meta["type"])
+    if not ok:
+        raise _wrong_type(doc, ("debug_options", key), type_name(meta["type"]), value)
+    if meta.get("choices"):
+        conv = normalize_choice(key, conv)
+        if conv not in meta["choices"]:
+            raise doc.error(f"{key!r} in {doc.table_name('debug_options')}: expected one of "
+                            f"{', '.join(meta['choices'])}, got {value!r}", "debug_options", key)
+    return conv
+
+
+def _debug_options_table(doc: TomlDocument | None, b: _Builder) -> dict[str, Any]:
+    """The defaults, then ``[debug_options]`` (keys named as the XLA flags they mirror): flag name -> value."""
+    dbg: dict[str, Any] = {}
+    for name, f in DEBUG_OPTION_FIELDS.items():
+        b.set(f"debug_options.{name}", f.default, SOURCE_DEFAULT, f.metadata["help"])
+        dbg[name] = f.default
+    for key, value in _file_table(doc, "debug_options").items():
+        dbg[key] = _debug_option_value(doc, key, value)
+        b.set(f"debug_options.{key}", dbg[key], _file_source(doc, "debug_options", key))
+    return dbg
+
+
+def _xla_flags_env(env: Mapping[str, str], warnings: list[str]) -> dict[str, Any]:
+    """The XLA flags ``env["XLA_FLAGS"]`` sets (flag name -> value); the flags it ignores go to ``warnings``.
+
+    Raises:
+        ConfigError: a bad value of a flag fusegen reads.
+    """
+    xla_env = env.get("XLA_FLAGS", "")
+    if not xla_env.strip():
+        return {}
+    parsed = parse_xla_flags(xla_env)
+    warnings.extend(parsed.warnings)
+    return parsed.values
+
+
+def _layer_flags(dbg: dict[str, Any], b: _Builder, flags: Mapping[str, Any], source: str) -> None:
+    """``flags`` (XLA flag name -> value) over ``dbg``, each recorded as coming from ``source``."""
+    for key, value in flags.items():
+        dbg[key] = value
+        b.set(f"debug_options.{key}", value, source)
+
+
+def _device_table(doc: TomlDocument | None, b: _Builder) -> DeviceOptions:
+    """``[device] name``, the device description preset (default :class:`DeviceOptions`'s).
+
+    Raises:
+        ConfigError: a key other than ``name``, a name that is not a string, or an unknown preset.
+    """
+    device_name = DeviceOptions().name
+    b.set("device.name", device_name, SOURCE_DEFAULT, "Device description preset.")
+    for key, value in _file_table(doc, "device").items():
+        if key != "name":
+            raise _unknown_key(doc, key, ("device",), ("name",))
+        if not isinstance(value, str):
+            raise _wrong_type(doc, ("device", "name"), "str", value)
+        problem = _check_device(value)
+        if problem:
+            raise doc.error(f"{doc.table_name('device')} name: {problem}", "device", "name")
+        device_name = value
+        b.set("device.name", value, _file_source(doc, "device", "name"))
+    return DeviceOptions(name=device_name)
+
+
+def _verify_table(doc: TomlDocument | None, b: _Builder) -> VerifyOptions:
+    """``[verify]``, read by :func:`fusegen.config.verify_options.parse_verify_table` (its errors name the file
+    and line)."""
+    verify = VerifyOptions()
+    b.set("verify.rtol", verify.rtol, SOURCE_DEFAULT, "Conditioning factor: a kernel output may be this many "
+          "times further from the f64 oracle than the reference is (drift, not mismatch).")
+    b.set("verify.atol", dict(verify.floors), SOURCE_DEFAULT, "Per-dtype floor, a fraction of max(1, max|value|).")
+    if doc is not None and "verify" in doc.data:
+        verify, seen = parse_verify_table(_table(doc, doc.data["verify"], ("verify",)), doc.error)
+        for key, value in seen.items():
+            b.set(key, value, _file_source(doc, *key.split(".")))
+    return verify
+
+
+def _matmul_precision_value(doc: TomlDocument, value: Any) -> str:
+    """``[pipeline] default_matmul_precision`` (JAX's ``jax_default_matmul_precision``), lower-cased.
+
+    Raises:
+        ConfigError: not one of :data:`fusegen.hlo.dot_numerics.MATMUL_PRECISIONS`.
+    """
+    from fusegen.hlo.dot_numerics import MATMUL_PRECISIONS
+
+    if not isinstance(value, str) or value.strip().lower() not in MATMUL_PRECISIONS:
+        raise doc.error(f"'default_matmul_precision' in [pipeline]: expected one of "
+                        f"{', '.join(MATMUL_PRECISIONS)}, got {value!r}", "pipeline", "default_matmul_precision")
+    return value.strip().lower()
+
+
+def _pipeline_value(doc: TomlDocument, key: str, value: Any, reg: _Registered, warnings: list[str]) -> Any:
+    """``value`` of ``[pipeline] key`` for ``passes`` (registered pass names), ``verify`` or
+    ``default_matmul_precision``.
+
+    Raises:
+        ConfigError: any other key (``options`` is a table of its own), wrong type, unknown pass or precision.
+    """
+    if key == "default_matmul_precision":
+        return _matmul_precision_value(doc, value)
+    if key == "verify":
+        return _bool_value(doc, ("pipeline", "verify"), value)
+    if key == "passes":
+        names = _str_list_value(doc, ("pipeline", "passes"), value)
+        return _check_passes(doc, names, reg.passes, quarantined=reg.quarantined, warnings=warnings)
+    raise _unknown_key(doc, key, ("pipeline",), ("passes", "options", "verify", "default_matmul_precision"))
+
+
+def _pipeline_options_table(doc: TomlDocument, value: Any, reg: _Registered, b: _Builder) -> dict[str, dict[str, Any]]:
+    """``[pipeline.options]``: registered pass name -> its ``[pipeline.options.<pass>]`` values.
+
+    Raises:
+        ConfigError: not a table of tables, an unknown pass, or a key the pass does not declare (:func:`_pass_table`).
+    """
+    pass_options: dict[str, dict[str, Any]] = {}
+    for pname, popts in _table(doc, value, ("pipeline", "options")).items():
+        pname = _check_passes(doc, [pname], reg.passes, ("pipeline", "options", pname),
+                              quarantined=reg.quarantined, warnings=b.warnings)[0]
+        popts = _table(doc, popts, ("pipeline", "options", pname))
+        pass_options[pname] = _pass_table(doc, pname, popts, reg.pass_declarations)
+        for okey, oval in pass_options[pname].items():
+            b.set(f"pipeline.options.{pname}.{okey}", oval,
+                  _file_source(doc, "pipeline", "options", pname, okey), f"Option of pass {pname!r}.")
+    return pass_options
+
+
+def _pipeline_table(doc: TomlDocument | None, b: _Builder, reg: _Registered) -> PipelineOptions:
+    """``[pipeline]`` over the defaults (the default pipeline, no pass options, no verify, ``"default"``
+    precision)."""
+    b.set("pipeline.passes", None, SOURCE_DEFAULT, "Ordered pass names; unset means the default pipeline.")
+    b.set("pipeline.verify", False, SOURCE_DEFAULT, PipelineOptions.__attrs_attrs__.verify.metadata["help"])
+    b.set("pipeline.default_matmul_precision", "default", SOURCE_DEFAULT,
+          PipelineOptions.__attrs_attrs__.default_matmul_precision.metadata["help"])
+    fields: dict[str, Any] = {"passes": None, "options": {}, "verify": False, "default_matmul_precision": "default"}
+    for key, value in _file_table(doc, "pipeline").items():
+        if key == "options":
+            fields["options"] = _pipeline_options_table(doc, value, reg, b)
+            continue
+        fields[key] = _pipeline_value(doc, key, value, reg, b.warnings)
+        b.set(f"pipeline.{key}", fields[key], _file_source(doc, "pipeline", key))
+    return PipelineOptions(**fields)
+
+
+def _plugins_defaults(plugin_options: Mapping[str, list[ConfigOption]], b: _Builder) -> dict[str, dict[str, Any]]:
+    """Records the defaults of ``[plugins]``: every plugin's declared keys, then enable, disable and strict;
+    returns plugin -> {key: default}."""
+    settings: dict[str, dict[str, Any]] = {}
+    for plugin, opts in sorted(plugin_options.items()):
+        settings[plugin] = {}
+        for o in opts:
+            settings[plugin][o.name] = o.default
+            b.set(f"plugins.{plugin}.{o.name}", o.default, SOURCE_DEFAULT, o.help)
+    b.set("plugins.enable", [], SOURCE_DEFAULT, "Plugins, matchers, emitters or backends to enable.")
+    b.set("plugins.disable", [], SOURCE_DEFAULT, "Plugins, matchers, emitters or backends to disable.")
+    b.set("plugins.strict", False, SOURCE_DEFAULT, "A quarantined plugin fails the command (exit 2).")
+    return settings
+
+
+def _component_list(doc: TomlDocument, key: str, value: Any, components: set[str] | None,
+                    warnings: list[str]) -> list[str]:
+    """``[plugins] enable`` or ``disable`` (``key``): plugin, matcher, emitter or backend names; a name no loaded
+    plugin registers (compared normalized) is a warning.
+
+    Raises:
+        ConfigError: not a list of strings.
+    """
+    conv = _str_list_value(doc, ("plugins", key), value)
+    if components is not None:
+        known = {normalize_name(k) for k in components}
+        for n in conv:
+            if normalize_name(n) not in known:
+                warnings.append(f"{doc.location('plugins', key)}: {key} names {n!r}, which no loaded "
+                                f"plugin registers{did_you_mean(n, components)}")
+    return conv
+
+
+def _absent_plugin_warning(doc: TomlDocument, key: str, reg: _Registered) -> str:
+    """The warning for a ``[plugins.<key>]`` table of a plugin that is not loaded (why, as ``reg.pm`` says)."""
+    why = reg.pm.why_not_loaded(key) if reg.pm is not None else None
+    said = f"which {why}; ignored" if why else f"which is not installed; ignored{did_you_mean(key, reg.installed)}"
+    return f"{doc.location('plugins', key)}: {doc.table_name('plugins', key)} configures plugin {key!r}, {said}"
+
+
+def _plugin_settings_table(doc: TomlDocument, key: str, value: dict[str, Any], reg: _Registered,
+                           settings: dict[str, dict[str, Any]], b: _Builder) -> None:
+    """``[plugins.<key>]`` into ``settings[plugin]``, typed by the keys the plugin declares; the table of a plugin
+    that is not installed is ignored with a warning.
+
+    Raises:
+        ConfigError: a key the plugin does not declare, wrong type, or a value outside the declared choices.
+    """
+    # [plugins.input-slices] configures plugin input_slices: `key` locates the table in the file,
+    # `plugin` is the name the plugin registered
+    plugin = next((k for k in (*reg.plugin_options, *sorted(reg.installed))
+                   if normalize_name(k) == normalize_name(key)), key)
+    if plugin not in reg.installed and plugin not in reg.plugin_options:
+        b.warnings.append(_absent_plugin_warning(doc, key, reg))
+        return
+    declared = {o.name: o for o in reg.plugin_options.get(plugin, [])}
+    for okey, oval in value.items():
+        conv = _declared_value(doc, ("plugins", key), f"plugin {key!r}", okey, oval, declared)
+        settings.setdefault(plugin, {})[okey] = conv
+        b.set(f"plugins.{plugin}.{okey}", conv, _file_source(doc, "plugins", key, okey))
+
+
+def _check_enable_disable(doc: TomlDocument | None, enable: list[str], disable: list[str]) -> None:
+    """Raises ConfigError: a name both in ``[plugins] enable`` and ``disable`` (compared normalized)."""
+    both = sorted({n for n in enable if normalize_name(n) in set(map(normalize_name, disable))})
+    if both and doc is not None:
+        raise doc.error(f"{', '.join(map(repr, both))} both enabled and disabled in {doc.table_name('plugins')}",
+                        "plugins", "disable")
+
+
+def _plugins_table(doc: TomlDocument | None, b: _Builder, reg: _Registered) -> PluginsOptions:
+    """``[plugins]`` over the defaults: ``enable``, ``disable``, ``strict`` and one ``[plugins.<name>]`` table per
+    plugin.
+
+    Raises:
+        ConfigError: an unknown key that is not a table, wrong type, a bad plugin key, a name both enabled and
+            disabled.
+    """
+    settings = _plugins_defaults(reg.plugin_options, b)
+    lists: dict[str, list[str]] = {"enable": [], "disable": []}
+    strict = False
+    for key, value in _file_table(doc, "plugins").items():
+        if key == "strict":
+            strict = _bool_value(doc, ("plugins", "strict"), value)
+            b.set("plugins.strict", value, _file_source(doc, "plugins", "strict"))
+        elif key in lists:
+            lists[key] = _component_list(doc, key, value, reg.components, b.warnings)
+            b.set(f"plugins.{key}", lists[key], _file_source(doc, "plugins", key))
+        elif isinstance(value, dict):
+            _plugin_settings_table(doc, key, value, reg, settings, b)
+        else:
+            raise _unknown_key(doc, key, ("plugins",), ("enable", "disable", "strict"))
+    _check_enable_disable(doc, lists["enable"], lists["disable"])
+    return PluginsOptions(enable=lists["enable"], disable=lists["disable"], settings=settings, strict=strict)
+
+
+def _fail_on_warnings(strict: bool, warnings: list[str]) -> None:
+    """Raises ConfigError: with ``strict``, the first warning."""
+    if strict and warnings:
+        raise ConfigError(f"{warnings[0]} (strict: warnings are errors)")
+
+
 def load_config(
     config_path: str | Path | None = None,
     cli_flags: Mapping[str, Any] | list[str] | tuple[str, ...] | None = None,
@@ -252,207 +604,20 @@ def load_config(
             str``); unknown pass or device; bad ``XLA_FLAGS`` or ``--xla-flag`` value; with ``strict``, any warning.
     """
     env = os.environ if env is None else env
-    if pm is not None:
-        if plugin_options is None:
-            plugin_options = collect_plugin_options(pm)
-        if installed_plugins is None:
-            installed_plugins = set(pm.infos)
-        if known_passes is None:
-            known_passes = set(pm.passes())
-        if pass_declarations is None:
-            pass_declarations = {n: list(p.options) for n, p in pm.passes().items()}
-        if known_components is None:
-            known_components = _known_components(pm)
-    quarantined = ""  # why passes may be missing: quarantined plugins never registered theirs
-    if pm is not None and pm.broken:
-        quarantined = pm.quarantine_note()
-    plugin_options = dict(plugin_options or {})
-    installed = set(installed_plugins) if installed_plugins is not None else set(plugin_options)
+    reg = _registered(pm, plugin_options, installed_plugins, known_passes, pass_declarations, known_components)
     b = _Builder()
-
     doc, warns = _read_config_file(config_path, cwd)
     b.warnings.extend(warns)
-
-    data: dict[str, Any] = doc.data if doc is not None else {}
-    if doc is not None:
-        for key, value in data.items():
-            if key not in TABLES:
-                raise _unknown_key(doc, key, (), TABLES)
-            _table(doc, value, (key,))
-
-    # [debug_options], then XLA_FLAGS, then --xla-flag.
-    dbg: dict[str, Any] = {}
-    for name, f in DEBUG_OPTION_FIELDS.items():
-        b.set(f"debug_options.{name}", f.default, SOURCE_DEFAULT, f.metadata["help"])
-        dbg[name] = f.default
-    if doc is not None and "debug_options" in data:
-        for key, value in data["debug_options"].items():
-            if key not in DEBUG_OPTION_FIELDS:
-                raise _unknown_key(doc, key, ("debug_options",), tuple(DEBUG_OPTION_FIELDS))
-            meta = DEBUG_OPTION_FIELDS[key].metadata
-            ok, conv = check_value(value, meta["type"])
-            if not ok:
-                raise _wrong_type(doc, ("debug_options", key), type_name(meta["type"]), value)
-            if meta.get("choices"):
-                conv = normalize_choice(key, conv)
-                if conv not in meta["choices"]:
-                    raise doc.error(f"{key!r} in {doc.table_name('debug_options')}: expected one of "
-                                    f"{', '.join(meta['choices'])}, got {value!r}", "debug_options", key)
-            dbg[key] = conv
-            b.set(f"debug_options.{key}", conv, _file_source(doc, "debug_options", key))
-    xla_env = env.get("XLA_FLAGS", "")
-    if xla_env.strip():
-        parsed = parse_xla_flags(xla_env)
-        b.warnings.extend(parsed.warnings)
-        for key, value in parsed.values.items():
-            dbg[key] = value
-            b.set(f"debug_options.{key}", value, SOURCE_ENV)
-    for key, value in parse_cli_flags(cli_flags).items():
-        dbg[key] = value
-        b.set(f"debug_options.{key}", value, SOURCE_CLI)
+    _check_top_level(doc)
+    dbg = _debug_options_table(doc, b)
+    _layer_flags(dbg, b, _xla_flags_env(env, b.warnings), SOURCE_ENV)
+    _layer_flags(dbg, b, parse_cli_flags(cli_flags), SOURCE_CLI)
     debug_options = DebugOptions(**dbg)
-
-    # [device]
-    device_name = DeviceOptions().name
-    b.set("device.name", device_name, SOURCE_DEFAULT, "Device description preset.")
-    if doc is not None and "device" in data:
-        for key, value in data["device"].items():
-            if key != "name":
-                raise _unknown_key(doc, key, ("device",), ("name",))
-            if not isinstance(value, str):
-                raise _wrong_type(doc, ("device", "name"), "str", value)
-            problem = _check_device(value)
-            if problem:
-                raise doc.error(f"{doc.table_name('device')} name: {problem}", "device", "name")
-            device_name = value
-            b.set("device.name", value, _file_source(doc, "device", "name"))
-    device = DeviceOptions(name=device_name)
-
-    # [verify]
-    verify = VerifyOptions()
-    b.set("verify.rtol", verify.rtol, SOURCE_DEFAULT, "Conditioning factor: a kernel output may be this many "
-          "times further from the f64 oracle than the reference is (drift, not mismatch).")
-    b.set("verify.atol", dict(verify.floors), SOURCE_DEFAULT, "Per-dtype floor, a fraction of max(1, max|value|).")
-    if doc is not None and "verify" in data:
-        verify, seen = parse_verify_table(_table(doc, data["verify"], ("verify",)), doc.error)
-        for key, value in seen.items():
-            b.set(key, value, _file_source(doc, *key.split(".")))
-
-    # [pipeline]
-    passes: list[str] | None = None
-    pass_options: dict[str, dict[str, Any]] = {}
-    b.set("pipeline.passes", None, SOURCE_DEFAULT, "Ordered pass names; unset means the default pipeline.")
-    b.set("pipeline.verify", False, SOURCE_DEFAULT, PipelineOptions.__attrs_attrs__.verify.metadata["help"])
-    verify_passes, matmul_precision = False, "default"
-    b.set("pipeline.default_matmul_precision", "default", SOURCE_DEFAULT,
-          PipelineOptions.__attrs_attrs__.default_matmul_precision.metadata["help"])
-    if doc is not None and "pipeline" in data:
-        for key, value in data["pipeline"].items():
-            if key == "default_matmul_precision":
-                from fusegen.hlo.dot_numerics import MATMUL_PRECISIONS
-
-                if not isinstance(value, str) or value.strip().lower() not in MATMUL_PRECISIONS:
-                    raise doc.error(f"'default_matmul_precision' in [pipeline]: expected one of "
-                                    f"{', '.join(MATMUL_PRECISIONS)}, got {value!r}", "pipeline", key)
-                matmul_precision = value.strip().lower()
-                b.set("pipeline.default_matmul_precision", matmul_precision,
-                      _file_source(doc, "pipeline", "default_matmul_precision"))
-            elif key == "verify":
-                if not isinstance(value, bool):
-                    raise _wrong_type(doc, ("pipeline", "verify"), "bool", value)
-                verify_passes = value
-                b.set("pipeline.verify", value, _file_source(doc, "pipeline", "verify"))
-            elif key == "passes":
-                ok, conv = check_value(value, list[str])
-                if not ok:
-                    raise _wrong_type(doc, ("pipeline", "passes"), "list[str]", value)
-                conv = _check_passes(doc, conv, known_passes, quarantined=quarantined, warnings=b.warnings)
-                passes = conv
-                b.set("pipeline.passes", conv, _file_source(doc, "pipeline", "passes"))
-            elif key == "options":
-                for pname, popts in _table(doc, value, ("pipeline", "options")).items():
-                    pname = _check_passes(doc, [pname], known_passes, ("pipeline", "options", pname),
-                                          quarantined=quarantined, warnings=b.warnings)[0]
-                    popts = _table(doc, popts, ("pipeline", "options", pname))
-                    pass_options[pname] = _pass_table(doc, pname, popts, pass_declarations)
-                    for okey, oval in pass_options[pname].items():
-                        b.set(f"pipeline.options.{pname}.{okey}", oval,
-                              _file_source(doc, "pipeline", "options", pname, okey), f"Option of pass {pname!r}.")
-            else:
-                raise _unknown_key(doc, key, ("pipeline",), ("passes", "options", "verify", "default_matmul_precision"))
-    pipeline = PipelineOptions(passes=passes, options=pass_options, verify=verify_passes,
-                               default_matmul_precision=matmul_precision)
-
-    # [plugins]
-    lists: dict[str, list[str]] = {"enable": [], "disable": []}
-    settings: dict[str, dict[str, Any]] = {}
-    for plugin, opts in sorted(plugin_options.items()):
-        settings[plugin] = {}
-        for o in opts:
-            settings[plugin][o.name] = o.default
-            b.set(f"plugins.{plugin}.{o.name}", o.default, SOURCE_DEFAULT, o.help)
-    b.set("plugins.enable", [], SOURCE_DEFAULT, "Plugins, matchers, emitters or backends to enable.")
-    b.set("plugins.disable", [], SOURCE_DEFAULT, "Plugins, matchers, emitters or backends to disable.")
-    b.set("plugins.strict", False, SOURCE_DEFAULT, "A quarantined plugin fails the command (exit 2).")
-    strict_plugins = False
-    if doc is not None and "plugins" in data:
-        for key, value in data["plugins"].items():
-            if key == "strict":
-                if not isinstance(value, bool):
-                    raise _wrong_type(doc, ("plugins", "strict"), "bool", value)
-                strict_plugins = value
-                b.set("plugins.strict", value, _file_source(doc, "plugins", "strict"))
-                continue
-            if key in lists:
-                ok, conv = check_value(value, list[str])
-                if not ok:
-                    raise _wrong_type(doc, ("plugins", key), "list[str]", value)
-                lists[key] = conv
-                b.set(f"plugins.{key}", conv, _file_source(doc, "plugins", key))
-                if known_components is not None:
-                    known = {normalize_name(k) for k in known_components}
-                    for n in conv:
-                        if normalize_name(n) not in known:
-                            b.warnings.append(f"{doc.location('plugins', key)}: {key} names {n!r}, which no loaded "
-                                              f"plugin registers{did_you_mean(n, known_components)}")
-                continue
-            if not isinstance(value, dict):
-                raise _unknown_key(doc, key, ("plugins",), ("enable", "disable", "strict"))
-            # [plugins.input-slices] configures plugin input_slices: `key` locates the table in the file,
-            # `plugin` is the name the plugin registered
-            plugin = next((k for k in (*plugin_options, *sorted(installed))
-                           if normalize_name(k) == normalize_name(key)), key)
-            declared = {o.name: o for o in plugin_options.get(plugin, [])}
-            if plugin not in installed and plugin not in plugin_options:
-                why = pm.why_not_loaded(key) if pm is not None else None
-                said = f"which {why}; ignored" if why else f"which is not installed; ignored{did_you_mean(key, installed)}"
-                b.warnings.append(f"{doc.location('plugins', key)}: {doc.table_name('plugins', key)} configures "
-                                  f"plugin {key!r}, {said}")
-                continue
-            for okey, oval in value.items():
-                if okey not in declared:
-                    if not declared:
-                        raise doc.error(f"unknown key {okey!r} in {doc.table_name('plugins', key)}: plugin {key!r} "
-                                        f"declares no options", "plugins", key, okey)
-                    raise _unknown_key(doc, okey, ("plugins", key), tuple(declared))
-                o = declared[okey]
-                ok, conv = check_value(oval, o.type)
-                if not ok:
-                    raise _wrong_type(doc, ("plugins", key, okey), type_name(o.type), oval)
-                if o.choices is not None and conv not in o.choices:
-                    raise doc.error(f"{okey!r} in {doc.table_name('plugins', key)}: expected one of "
-                                    f"{', '.join(map(str, o.choices))}, got {oval!r}", "plugins", key, okey)
-                settings.setdefault(plugin, {})[okey] = conv
-                b.set(f"plugins.{plugin}.{okey}", conv, _file_source(doc, "plugins", key, okey))
-    both = sorted({n for n in lists["enable"] if normalize_name(n) in set(map(normalize_name, lists["disable"]))})
-    if both and doc is not None:
-        raise doc.error(f"{', '.join(map(repr, both))} both enabled and disabled in {doc.table_name('plugins')}",
-                        "plugins", "disable")
-    plugins = PluginsOptions(enable=lists["enable"], disable=lists["disable"], settings=settings,
-                             strict=strict_plugins)
-
-    if strict and b.warnings:
-        raise ConfigError(f"{b.warnings[0]} (strict: warnings are errors)")
+    device = _device_table(doc, b)
+    verify = _verify_table(doc, b)
+    pipeline = _pipeline_table(doc, b, reg)
+    plugins = _plugins_table(doc, b, reg)
+    _fail_on_warnings(strict, b.warnings)
     return ResolvedConfig(
         debug_options=debug_options, device=device, pipeline=pipeline, plugins=plugins,
         values=b.values, sources=b.sources, help=b.help,
@@ -493,22 +658,7 @@ def _pass_table(doc: TomlDocument, pname: str, table: dict[str, Any],
         return dict(table)
     declared = {o.name: o for o in declarations[pname]}
     where = ("pipeline", "options", pname)
-    out = {}
-    for key, value in table.items():
-        if key not in declared:
-            if not declared:
-                raise doc.error(f"unknown key {key!r} in {doc.table_name(*where)}: pass {pname!r} declares no "
-                                "options", *where, key)
-            raise _unknown_key(doc, key, where, tuple(declared))
-        o = declared[key]
-        ok, conv = check_value(value, o.type)
-        if not ok:
-            raise _wrong_type(doc, (*where, key), type_name(o.type), value)
-        if o.choices is not None and conv not in o.choices:
-            raise doc.error(f"{key!r} in {doc.table_name(*where)}: expected one of "
-                            f"{', '.join(map(str, o.choices))}, got {value!r}", *where, key)
-        out[key] = conv
-    return out
+    return {key: _declared_value(doc, where, f"pass {pname!r}", key, value, declared) for key, value in table.items()}
 
 
 def _check_passes(doc: TomlDocument, names: list[str], known: set[str] | None,
