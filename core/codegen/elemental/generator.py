@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from fusegen.codegen import triton_source as ts
-from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.emitter_unsupported import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction, Shape
 from fusegen.codegen.elemental import narrow_float
@@ -147,17 +147,14 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
 
     def delinearize(self, lin: int | str, dims: Sequence[int], m2m: Sequence[int]) -> Index:
         """Index of linear position ``lin`` in a shape whose elements are laid out minor-to-major ``m2m``."""
-        numel = 1
-        for n in dims:
-            numel *= n
-        return self.delinearize_by_parts(((lin, 1, max(numel, 1)),), lin, dims, m2m)
+        return self.delinearize_by_parts(((lin, 1, None),), lin, dims, m2m)
 
-    def delinearize_by_parts(self, parts: Sequence[tuple[int | str, int, int]], lin: int | str, dims: Sequence[int],
-                             m2m: Sequence[int]) -> Index:
+    def delinearize_by_parts(self, parts: Sequence[tuple[int | str, int, int | None]], lin: int | str,
+                             dims: Sequence[int], m2m: Sequence[int]) -> Index:
         """:meth:`delinearize` of ``lin = sum(coord * stride)`` over ``parts`` (``(coord, stride, extent)``, each
-        coordinate below its extent, the strides row-major over the extents), each dimension read from the one
-        coordinate whose stride range holds it: ``(coord // (dim stride / stride)) % size``, no division of the
-        whole linear index. XLA's indexing maps index a tiled transpose's operands from its normalized
+        coordinate below its extent, ``None`` unbounded; the strides row-major over the extents), each dimension
+        read from the one coordinate whose stride range holds it: ``(coord // (dim stride / stride)) % size``, no
+        division of the whole linear index. XLA's indexing maps index a tiled transpose's operands from its normalized
         dimensions the same way (``emitters/transpose.cc``, the thread-to-input maps composed with the
         normalized shape's bitcast). Falls back to :meth:`delinearize` of ``lin`` when a dimension straddles two
         parts (the shape is not a refinement of the parts)."""
@@ -174,7 +171,8 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             size = dims[d]
             if size == 1:
                 continue
-            part = next(((c, s) for c, s, e in parts if stride % s == 0 and stride * size <= s * e), None)
+            part = next(((c, s) for c, s, e in parts if stride % s == 0 and (e is None or stride * size <= s * e)),
+                        None)
             if part is None:
                 return self.delinearize(lin, dims, m2m)
             c, s = part
