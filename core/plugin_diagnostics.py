@@ -62,14 +62,10 @@ def import_failure(exc: BaseException) -> str:
     return f"import failed{f' at {where}' if where else ''}: {type(exc).__name__}: {msg}"
 
 
-def quarantine_note(pm: Any = None) -> str:
+def quarantine_note(pm: Any) -> str:
     """``"; not loaded, so what they register is missing: plugin 'x' (dist) is quarantined: <reason>; ..."`` for a message
-    about an unknown name (a pass, a backend); ``""`` when no plugin is quarantined. ``pm``: default the
-    process-wide plugin manager."""
-    if pm is None:
-        from fusegen.plugin_manager import default_plugin_manager
-
-        pm = default_plugin_manager()
+    about an unknown name (a pass, a backend); ``""`` when no plugin is quarantined. ``pm``: the plugin manager
+    (the process-wide one is the caller's to fetch: this module stands beside the manager, which uses it)."""
     lines = [f"plugin {i.name!r} ({i.distribution}) is quarantined: {i.reason}" for i in
              (getattr(pm, "broken", None) or {}).values()]
     return "; not loaded, so what they register is missing: " + "; ".join(lines) if lines else ""

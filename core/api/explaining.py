@@ -174,7 +174,7 @@ def estimate_module(module: Any, device: Any = None, pm: Any = None) -> Any:
         fusegen.plugin_manager.PluginError, fusegen.dispatch.DispatchError: planning failed.
     """
     from fusegen.device import DEFAULT_DEVICE
-    from fusegen.perf.estimate import estimate_planned
+    from fusegen.perf.report import estimate_planned
 
     device = device if device is not None else DEFAULT_DEVICE
     rows, _ = plan_fusions([module], device, pm)

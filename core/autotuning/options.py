@@ -206,11 +206,11 @@ def select_backends(backends: Sequence[CodegenBackend], spec: str) -> list[Codeg
         name = s[1:].strip().lower() if s[0] in "+-" else s.lower()
         if name not in known:
             from fusegen.config.xla_flags import did_you_mean
-            from fusegen.plugin_diagnostics import quarantine_note
+            from fusegen.plugin_manager import default_plugin_manager
 
             raise ValueError(f"xla_gpu_experimental_autotune_backends: unknown backend {name!r}"
                              f"{did_you_mean(name, known)}; registered: {', '.join(known) or '(none)'}"
-                             f"{quarantine_note()}")
+                             f"{default_plugin_manager().quarantine_note()}")
         if s[0] == "-":
             enabled.discard(name)
         else:

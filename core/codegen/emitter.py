@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from fusegen.codegen.emitter_unsupported import EmitterUnsupported
 from fusegen.codegen.kernel import EmittedFusion, LaunchDimensions
 from fusegen.hlo.ir import Computation, Instruction, Shape
 from fusegen.codegen.kernel import KernelSource
@@ -18,23 +19,6 @@ from fusegen.codegen.kernel import KernelSource
 if TYPE_CHECKING:  # pragma: no cover
     from fusegen.analysis.fusion_analysis import FusionAnalysis
     from fusegen.codegen.launch import LoopGeometry
-
-
-class EmitterUnsupported(Exception):
-    """An emitter cannot generate code for this fusion; the fusion falls back to another backend.
-
-    Attributes:
-        opcode: the HLO opcode that is not supported (or ``""``).
-        instruction: the instruction name (without ``%``), or ``""``.
-        reason: why, in words.
-    """
-
-    def __init__(self, opcode: str = "", instruction: str = "", reason: str = ""):
-        self.opcode = opcode
-        self.instruction = instruction
-        self.reason = reason
-        where = f"%{instruction} ({opcode})" if instruction else (opcode or "fusion")
-        super().__init__(f"{where}: {reason}" if reason else f"{where}: not supported by the Triton emitter")
 
 
 class FusionEmitter:

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from fusegen.passes.pipeline import PassError
+from fusegen.passes.pass_error import PassError
 
 #: Check names, as the conformance suite reports them.
 CHECK_VALID, CHECK_SIGNATURE, CHECK_VALUES = "pass-module-verifies", "pass-keeps-signature", "pass-keeps-values"

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import attrs
 
+from fusegen.passes.pass_error import PassError
+
 if TYPE_CHECKING:  # pragma: no cover
     from fusegen.config.options import DebugOptions
     from fusegen.device import DeviceDescription
@@ -41,10 +43,6 @@ _FUSIBLE = frozenset({
     "reduce-precision", "copy", "sort", "cbrt", "tan", "is-finite", "popcnt", "shift-left",
     "shift-right-arithmetic", "shift-right-logical", "bitcast-convert", "map", "reshape",
 })
-
-
-class PassError(Exception):
-    """A pass failed, or a pipeline names an unknown pass. The message names the pass (and plugin)."""
 
 
 @attrs.define

@@ -19,7 +19,8 @@ Its terms are listed in :mod:`fusegen.perf.estimate` and ``docs/perf-model.md``.
 from fusegen.perf.base import KERNEL_LAUNCH_OVERHEAD_S, RunTimeData
 from fusegen.perf.device_rates import PerfDevice
 from fusegen.perf.estimate import (LABEL, MODEL_VERSION, FusionEstimate, ModuleEstimate, estimate_fusion,
-                                   estimate_planned, estimate_rows, library_calls, roofline_instruction)
+                                   estimate_rows, library_calls, roofline_instruction)
+from fusegen.perf.report import estimate_planned
 
 __all__ = ["KERNEL_LAUNCH_OVERHEAD_S", "LABEL", "MODEL_VERSION", "FusionEstimate", "ModuleEstimate", "PerfDevice",
            "RunTimeData", "estimate_fusion", "estimate_planned", "estimate_rows", "library_calls",

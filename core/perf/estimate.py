@@ -489,16 +489,3 @@ def library_calls(module: "Module") -> list["Instruction"]:
     return [i for c in module.computations if id(c) not in fused for i in c.instructions
             if i.opcode == "custom-call" and str(i.attrs.get("custom_call_target", "")).strip('"').startswith(
                 ("__cublas", "__cudnn"))]
-
-
-def estimate_planned(module: "Module", rows: Sequence, device: Any = None) -> ModuleEstimate:
-    """Estimates of ``module``'s planned fusions (``rows``: its ``fusegen.api.plan_fusions`` rows, planned for
-    ``device``), plus its cuBLAS/cuDNN calls and, for an SPMD module, its collectives. The planning is the
-    caller's: :func:`fusegen.api.estimate_module` plans a module and calls this."""
-    from fusegen.device import DEFAULT_DEVICE
-    from fusegen.perf.report import collective_estimates_json
-
-    device = device if device is not None else DEFAULT_DEVICE
-    est = estimate_rows(rows, device, library_calls(module), module.name)
-    coll, totals = collective_estimates_json(module, device, [(f.name, f.to_json()) for f in est.fusions])
-    return attrs.evolve(est, collectives=coll, collective_totals=totals) if coll else est

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from fusegen.perf.estimate import LABEL, MODEL_VERSION, estimate_fusion, library_calls
+import attrs
+
+from fusegen.perf.estimate import (LABEL, MODEL_VERSION, ModuleEstimate, estimate_fusion, estimate_rows,
+                                   library_calls)
 
 
 def fusion_estimate_json(inst: Any, device: Any, emitted: Any = None, sass: Any = None) -> dict:
@@ -143,3 +146,15 @@ def module_line(est: dict | None) -> str:
                   " hidden under compute")
     return (f"estimated {dev} time: {total} ({parts}; fusegen.perf v{est.get('model_version')}: an estimate, "
             f"not a measurement)")
+
+
+def estimate_planned(module: Any, rows: Sequence, device: Any = None) -> ModuleEstimate:
+    """Estimates of ``module``'s planned fusions (``rows``: its ``fusegen.api.plan_fusions`` rows, planned for
+    ``device``), plus its cuBLAS/cuDNN calls and, for an SPMD module, its collectives. The planning is the
+    caller's: :func:`fusegen.api.estimate_module` plans a module and calls this."""
+    from fusegen.device import DEFAULT_DEVICE
+
+    device = device if device is not None else DEFAULT_DEVICE
+    est = estimate_rows(rows, device, library_calls(module), module.name)
+    coll, totals = collective_estimates_json(module, device, [(f.name, f.to_json()) for f in est.fusions])
+    return attrs.evolve(est, collectives=coll, collective_totals=totals) if coll else est

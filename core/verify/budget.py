@@ -34,18 +34,10 @@ from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction
 from fusegen.runtime.compare import abs_error, tolerance
 from fusegen.config.verify_options import VerifyOptions
+from fusegen.verify.precision_terms import GROWTH_FREE_TERMS, MANTISSA, mantissa_bits  # noqa: F401 - re-exported
+from fusegen.verify.precision_terms import reduced_terms as _reduced_terms
 
-#: Mantissa bits per floating type (lower = less precise).
-MANTISSA = {"f64": 52, "c128": 52, "f32": 23, "c64": 23, "tf32": 10, "f16": 10, "bf16": 7}
-GROWTH_FREE_TERMS = 256
 _TINY = 2.0 ** -126  # smallest normal f32: the scale of an all-zero reference
-
-
-def mantissa_bits(element_type: str) -> int:
-    """Explicit mantissa bits of a floating ``element_type`` (3 for f8/f4 types; 64 for non-float types)."""
-    if element_type.startswith(("f8", "f4")):
-        return 3
-    return MANTISSA.get(element_type, 64)
 
 
 @attrs.frozen
@@ -69,27 +61,6 @@ class Budget:
     def describe(self) -> str:
         s = self.path_type if self.path_type != self.element_type else self.element_type
         return f"{s} K={self.terms}" if self.terms > 1 else s
-
-
-def _reduced_terms(inst: Instruction) -> int:
-    op = inst.opcode
-    if op == "reduce":
-        dims = inst.attrs.get("dimensions", ()) or ()
-        src = inst.operands[0].shape
-        return math.prod(src.dimensions[d] for d in dims if d < src.rank) if src.is_array else 1
-    if op == "dot":
-        dn = inst.attrs.get("lhs_contracting_dims", ()) or ()
-        lhs = inst.operands[0].shape
-        return math.prod(lhs.dimensions[d] for d in dn if d < lhs.rank)
-    if op == "convolution":
-        rhs, out = inst.operands[1].shape, inst.shape
-        out_features = out.dimensions[-1] if out.is_array and out.rank else 1
-        return max(1, rhs.numel // max(1, out_features))
-    if op == "reduce-window":
-        win = inst.attrs.get("window")
-        sizes = getattr(win, "size", None) or (win.get("size") if isinstance(win, dict) else None)
-        return math.prod(sizes) if sizes else 1
-    return 1
 
 
 def _dot_product_type(dot: Instruction, unmodelled: bool = False) -> str | None:

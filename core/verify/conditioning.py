@@ -162,7 +162,7 @@ class _Propagation:
 
     def bound(self, inst: Instruction, orig: Instruction, y: Any, ops: list[Any], es: list[Bound]) -> Bound:
         from fusegen.evaluator.evaluator import evaluate_instruction
-        from fusegen.verify.budget import _reduced_terms
+        from fusegen.verify.precision_terms import reduced_terms as _reduced_terms
 
         op = inst.opcode
         if op == "tuple":

@@ -49,7 +49,7 @@ import numpy as np
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction, Module
 from fusegen.runtime.compare import abs_error
-from fusegen.verify.budget import GROWTH_FREE_TERMS, _reduced_terms, mantissa_bits
+from fusegen.verify.precision_terms import GROWTH_FREE_TERMS, mantissa_bits, reduced_terms
 from fusegen.config.verify_options import VerifyOptions
 
 #: Opcodes whose floating results are exact functions of their operands (no rounding of a sum or product).
@@ -172,7 +172,7 @@ def _path(root: Instruction) -> OutputPath:
             exact = False
         if inst.opcode in ORDERED_OPS and _combines(inst) and any(_is_float(t) for t in types):
             ordered = True
-            reduced = max(reduced, _reduced_terms(inst))
+            reduced = max(reduced, reduced_terms(inst))
         if (inst.opcode == "reduce" and len(inst.operands) >= 4 and any(not _is_float(t) for t in types)
                 and any(_is_float(o.shape.element_type) for o in inst.operands if o.shape.is_array)):
             index = True

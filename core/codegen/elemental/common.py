@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from fusegen.codegen import triton_source as ts
-from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.emitter_unsupported import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction, Shape
 

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from fusegen.codegen import triton_source as ts
-from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.emitter_unsupported import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction
 from fusegen.codegen.elemental import narrow_float

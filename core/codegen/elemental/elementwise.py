@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.emitter_unsupported import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction
 from fusegen.codegen.elemental.common import COMPLEX_PARTS, Cx, Index, _CMP, _int_range, is_float, parse_constant

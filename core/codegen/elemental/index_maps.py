@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from fusegen.codegen.elemental.common import Index
-from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.emitter_unsupported import EmitterUnsupported
 from fusegen.hlo.ir import Instruction
 from fusegen.indexing import AffineExpr, IndexingMap
 from fusegen.indexing.expr import ADD, CONST, DIM, FLOORDIV, MOD, MUL, binary, const

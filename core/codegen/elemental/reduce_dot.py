@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
-from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.emitter_unsupported import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction
 from fusegen.codegen.elemental.common import ELEMENTWISE, Index, int_list, parse_constant
