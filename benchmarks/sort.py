@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path[:0] = [str(REPO / "tests" / d) for d in ("", "emitters", "evaluator")]  # the tests' helpers and sort modules
 
-from test_sort_at_scale import run_jax_sort_argsort  # noqa: E402  (the same module as two kSort fusions)
-from test_sort_comparators import JAX_SORT, _input  # noqa: E402  (the module JAX emits, and its input)
+from test_sort_emitter_at_scale import run_jax_sort_argsort  # noqa: E402  (the same module as two kSort fusions)
+from test_evaluator_sort_comparators import JAX_SORT, _input  # noqa: E402  (the module JAX emits, and its input)
 
 from fusegen.evaluator.evaluator import evaluate_module  # noqa: E402
 from fusegen.hlo.parser import parse_module  # noqa: E402

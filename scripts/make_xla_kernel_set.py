@@ -9,7 +9,7 @@ reductions (short, odd, long, with a broadcast scale), multi-row, column, small-
 2-D/3-D transposes, broadcast-heavy and int8 loops, multi-output loops, concatenates, scatter, in-place DUS and
 block-level softmax / RMS norm / layer norm; ``y_*``: column and multi-output reductions, argmax, transposing,
 pred, u8, f16 and odd loops, reduce-window, gather, pad, slice, a broadcast concatenate.
-``tests/test_kernel_vector_width.py`` compares fusegen's sm_90 kernels for them with XLA's; ``../shared/tools/sass_compare.py`` runs on the folder with
+``tests/emitters/test_kernel_vector_width.py`` compares fusegen's sm_90 kernels for them with XLA's; ``../shared/tools/sass_compare.py`` runs on the folder with
 ``FUSEGEN_SHARED_LAUNCH=tests/data/xla_kernels``. Needs the plugin (not a project dependency)::
 
     .venv/bin/python -m pip install jax-cuda12-plugin==0.10.2 jax-cuda12-pjrt==0.10.2

@@ -1,4 +1,4 @@
-"""Seeded mutation of HLO text for the fuzz tests (tests/test_fuzz.py).
+"""Seeded mutation of HLO text for the fuzz tests (tests/corpus/test_fuzz.py).
 
 Two kinds of mutation: *lexical* ones (delete, duplicate or swap spans, flip characters, insert brackets,
 quotes, escapes, huge numbers) that mostly break the syntax and exercise the parser's error paths, and

@@ -1,7 +1,7 @@
 """A tiled GEMM's time as the hardware runs it, and cuBLASLt's time as the best of its usual kernels.
 
 fusegen's own estimator (XLA has no counterpart; :mod:`fusegen.perf.dot_model` mirrors XLA's dot fusion cost
-model and stays what ``tests/test_perf_model_xla.py`` checks). :func:`estimate_gemm` prices one kernel
+model and stays what ``tests/perf/test_perf_model_xla.py`` checks). :func:`estimate_gemm` prices one kernel
 (:class:`GemmKernel`: tile, pipeline stages, warps, split-K, block order) on a device from public figures only:
 
 * **Main loop, per SM.** A block's K step of ``bm x bn x bk`` costs the largest of: its tensor-core time

@@ -1,7 +1,7 @@
 """A BLAS backend as a third party writes one: f32 dots in IEEE f32 (numpy's sgemm), no tf32 rounding.
 
 XLA:GPU, and fusegen's reference evaluator, run an f32 dot of default precision at tf32; this backend is the
-more accurate one, and the conformance suite must pass it (tests/test_conformance_blas.py). Serves plain 2-D
+more accurate one, and the conformance suite must pass it (tests/conformance/test_conformance_blas.py). Serves plain 2-D
 f32 dots and ``__triton_gemm`` fusions whose root is such a dot of two parameters, as an execution backend
 and as a codegen backend of one config. ``blas_f32_off`` is the same with a planted 1% error.
 """

@@ -1,5 +1,5 @@
 """The split-K GEMM backend with a planted bug: with ``split_k > 1`` the last K chunk is dropped (an off-by-one
-in the chunk loop), so every config but the first is wrong (tests/test_conformance_planted.py)."""
+in the chunk loop), so every config but the first is wrong (tests/conformance/test_conformance_planted.py)."""
 
 import fusegen_test_gemm as good
 

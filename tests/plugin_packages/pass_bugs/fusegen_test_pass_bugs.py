@@ -1,4 +1,4 @@
-"""Passes with the bugs pass authors make (tests/test_conformance_planted.py): each makes f32 dots read bf16
+"""Passes with the bugs pass authors make (tests/conformance/test_conformance_planted.py): each makes f32 dots read bf16
 operands, as docs/plugins.md's ``dot-bf16`` does, and gets one thing wrong.
 
 * ``dot-bf16-swapped`` (plugin ``dot_swap``) builds the new dot with its operands swapped: a valid module

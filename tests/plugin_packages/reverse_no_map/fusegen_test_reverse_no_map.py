@@ -1,5 +1,5 @@
 """The kReverse emitter with a planted bug: it ignores its indexing map (reads the operand at the output's own
-index), so every reversed dimension comes out unreversed (tests/test_conformance_planted.py)."""
+index), so every reversed dimension comes out unreversed (tests/conformance/test_conformance_planted.py)."""
 
 import fusegen_test_reverse as good
 

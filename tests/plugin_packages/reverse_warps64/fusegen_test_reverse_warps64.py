@@ -1,5 +1,5 @@
 """The kReverse emitter with a planted bug: it launches 64 warps (2048 threads per block, over every CUDA
-device's 1024), as an author tuning "more warps, more speed" might (tests/test_conformance_planted.py)."""
+device's 1024), as an author tuning "more warps, more speed" might (tests/conformance/test_conformance_planted.py)."""
 
 import attrs
 
