@@ -114,29 +114,13 @@ H200 = DeviceDescription(
     pcie_bandwidth=64e9, network_bandwidth=50e9,
 )
 
-H100 = DeviceDescription(
+#: The H200's SM, caches and fabric (the same Hopper die and HGX board) with the H100's 80 GB of HBM3.
+H100 = attrs.evolve(
+    H200,
     name="h100",
     model="NVIDIA H100 80GB HBM3",
-    compute_capability=(9, 0),
-    core_count=132,
-    threads_per_warp=32,
-    threads_per_core_limit=2048,
-    threads_per_block_limit=1024,
-    shared_memory_per_block=49152,
-    shared_memory_per_block_optin=232448,
-    shared_memory_per_core=233472,
-    registers_per_core_limit=65536,
-    registers_per_block_limit=65536,
-    clock_rate_ghz=1.98,
     memory_bandwidth=3_352_320_000_000,
-    l2_cache_size=52_428_800,
     device_memory_size=84_942_979_072,
-    block_dim_limit=(2_147_483_647, 65535, 65535),
-    fpus_per_core=128,
-    # NVLink 4: 18 links x 25 GB/s each way (900 GB/s both ways) through NVSwitch to 8 GPUs; PCIe Gen5 x16;
-    # one 400 Gb/s NIC per GPU (HGX H100/H200). 0.6 us a ring hop: NCCL's NVLink figure for its LL protocol.
-    nvlink_links=18, nvlink_link_bandwidth=25e9, nvlink_step_latency_s=0.6e-6, nvlink_domain=8,
-    pcie_bandwidth=64e9, network_bandwidth=50e9,
 )
 
 A100 = DeviceDescription(
