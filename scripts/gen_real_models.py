@@ -220,46 +220,21 @@ def equinox_mlp():
     return (lambda p, x: jax.vmap(eqx.combine(p, static))(x)), (params, x)
 
 
-def adamw_logit_offset():
-    """AdamW's first step on a classifier with a softmax-invariant logit offset: its exact gradient is 0, the
-    f32 one is rounding noise, and AdamW turns any nonzero noise into an update of about +-lr."""
-    import jax
-    import jax.numpy as jnp
-    import optax
-
-    rng = np.random.default_rng(11)
-    params = {"w": jnp.asarray(rng.standard_normal((32, 16)) * 0.3, jnp.float32), "offset": jnp.zeros(1, jnp.float32)}
-    opt = optax.adamw(1e-2, weight_decay=0.0)
-    state = opt.init(params)
-    x = jnp.asarray(rng.standard_normal((128, 32)), jnp.float32)
-    y = jnp.asarray(rng.integers(0, 16, 128), jnp.int32)
-
-    def step(params, state, x, y):
-        def loss_fn(p):
-            logits = x @ p["w"] + p["offset"]
-            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
-
-        grads = jax.grad(loss_fn)(params)
-        updates, state = opt.update(grads, state, params)
-        return optax.apply_updates(params, updates)
-
-    return step, (params, state, x, y)
-
-
-def adafactor_logit_offset(seed: int = 29):
-    """Adafactor's first step on a classifier with a softmax-invariant logit offset (issue 29 item 2): the
-    offset's exact gradient is 0, its f32 value a 64-term sum that cancels below its own rounding, and
-    adafactor's ``v = g^2 + 1e-30; u = g / sqrt(v)`` turns that noise into an update of about +-lr."""
+def _logit_offset_first_step(opt, seed: int, batch: int):
+    """One optimizer step of ``opt`` (an optax transformation) on a classifier with a softmax-invariant logit
+    offset: ``logits = x @ w + offset`` with ``w`` f32[32,16] (standard normal x 0.3), ``offset`` f32[1] of
+    zeros, ``x`` f32[batch,32] and labels ``y`` s32[batch] in [0, 16), all drawn in that order from
+    ``np.random.default_rng(seed)``. Returns ``(step, (params, state, x, y))``, ``state`` the optimizer's
+    initial state."""
     import jax
     import jax.numpy as jnp
     import optax
 
     rng = np.random.default_rng(seed)
     params = {"w": jnp.asarray(rng.standard_normal((32, 16)) * 0.3, jnp.float32), "offset": jnp.zeros(1, jnp.float32)}
-    opt = optax.adafactor(1e-2)
     state = opt.init(params)
-    x = jnp.asarray(rng.standard_normal((64, 32)), jnp.float32)
-    y = jnp.asarray(rng.integers(0, 16, 64), jnp.int32)
+    x = jnp.asarray(rng.standard_normal((batch, 32)), jnp.float32)
+    y = jnp.asarray(rng.integers(0, 16, batch), jnp.int32)
 
     def step(params, state, x, y):
         def loss_fn(p):
@@ -271,6 +246,23 @@ def adafactor_logit_offset(seed: int = 29):
         return optax.apply_updates(params, updates)
 
     return step, (params, state, x, y)
+
+
+def adamw_logit_offset():
+    """AdamW's first step on a classifier with a softmax-invariant logit offset: its exact gradient is 0, the
+    f32 one is rounding noise, and AdamW turns any nonzero noise into an update of about +-lr."""
+    import optax
+
+    return _logit_offset_first_step(optax.adamw(1e-2, weight_decay=0.0), seed=11, batch=128)
+
+
+def adafactor_logit_offset(seed: int = 29):
+    """Adafactor's first step on a classifier with a softmax-invariant logit offset (issue 29 item 2): the
+    offset's exact gradient is 0, its f32 value a 64-term sum that cancels below its own rounding, and
+    adafactor's ``v = g^2 + 1e-30; u = g / sqrt(v)`` turns that noise into an update of about +-lr."""
+    import optax
+
+    return _logit_offset_first_step(optax.adafactor(1e-2), seed=seed, batch=64)
 
 
 def equinox_rnn_chaotic():
