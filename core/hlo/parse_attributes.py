@@ -107,6 +107,30 @@ class AttributeParser(Lexer):
                     raise self.error(f"expected a value for attribute {key!r}")
                 attrs[key] = raw
 
+    def _next_field(self, where: str, noun: str, suffix: str = "", commas: bool = True) -> tuple[str, int] | None:
+        """The next ``key=`` of a braced field list (``metadata={...}``, ``window={...}``, a string dict),
+        after its opening ``{``: ``(key, offset of the key)`` with the position past ``=`` and the blanks
+        after it, or ``None`` with the closing ``}`` consumed. ``commas`` skips ``,`` between fields (the
+        window has none). Errors (:class:`HloParseError`): ``unexpected end of file in {where}``, ``expected
+        a {noun}{suffix}`` where no key stands, ``expected '=' after {noun} {key!r}{suffix}``."""
+        t = self.text
+        while True:
+            self.ws()
+            if self.pos >= self.n:
+                raise self.error(f"unexpected end of file in {where}")
+            c = t[self.pos]
+            if c == "}":
+                self.pos += 1
+                return None
+            if commas and c == ",":
+                self.pos += 1
+                continue
+            kpos = self.pos
+            key = self.match(_ATTR_KEY, f"a {noun}{suffix}").group(0)
+            self.expect("=", f" after {noun} {key!r}{suffix}")
+            self.ws()
+            return key, kpos
+
     def metadata(self) -> dict[str, Any]:
         t = self.text
         fast = xla_metadata(t, self.pos)
@@ -131,18 +155,10 @@ class AttributeParser(Lexer):
         self.expect("{", " opening metadata")
         out = {}
         while True:
-            self.ws()
-            if self.pos >= self.n:
-                raise self.error("unexpected end of file in metadata")
-            if t[self.pos] == "}":
-                self.pos += 1
+            field = self._next_field("metadata", "metadata field")
+            if field is None:
                 return out
-            if t[self.pos] == ",":
-                self.pos += 1
-                continue
-            key = self.match(_ATTR_KEY, "a metadata field").group(0)
-            self.expect("=", f" after metadata field {key!r}")
-            self.ws()
+            key = field[0]
             c = t[self.pos] if self.pos < self.n else ""
             if c == '"':
                 m = self.match(_STRING, "a string")
@@ -238,18 +254,10 @@ class AttributeParser(Lexer):
         out: dict[str, str] = {}
         t = self.text
         while True:
-            self.ws()
-            if self.pos >= self.n:
-                raise self.error(f"unexpected end of file in {key!r}")
-            if t[self.pos] == "}":
-                self.pos += 1
+            field = self._next_field(repr(key), "key", f" in {key!r}")
+            if field is None:
                 return out
-            if t[self.pos] == ",":
-                self.pos += 1
-                continue
-            k = self.match(_ATTR_KEY, f"a key in {key!r}").group(0)
-            self.expect("=", f" after key {k!r} in {key!r}")
-            self.ws()
+            k = field[0]
             if t.startswith('"', self.pos):
                 out[k] = unescape_string(self.match(_STRING, "a string").group(0)[1:-1])
             else:
@@ -274,18 +282,11 @@ class AttributeParser(Lexer):
     def window(self) -> dict[str, Any]:
         self.expect("{", " opening window")
         out: dict[str, Any] = {}
-        t = self.text
         while True:
-            self.ws()
-            if self.pos >= self.n:
-                raise self.error("unexpected end of file in window")
-            if t[self.pos] == "}":
-                self.pos += 1
+            field = self._next_field("window", "window field", commas=False)
+            if field is None:
                 return out
-            kpos = self.pos
-            k = self.match(_ATTR_KEY, "a window field").group(0)
-            self.expect("=", f" after window field {k!r}")
-            self.ws()
+            k, kpos = field
             if k == "pad":
                 m = self.match(_PADDING, "lo_hi pairs (1_1x0_0)")
                 out[k] = [tuple(_int(x) for x in d.split("_")) for d in m.group(0).split("x")]
