@@ -1,4 +1,5 @@
-"""Shared pieces of the hero-based emitters (transpose, concatenate): output leaves, seeded hero values.
+"""Shared pieces of the hero-based emitters (transpose, concatenate): output leaves, seeded hero values;
+the loop and reduction emitters take :func:`flatten` too.
 
 XLA's hero emitters (``emitters/transpose.cc``, ``emitters/concatenate.cc``) compute the hero's value in
 the entry function and hand it to the epilogue functions ("injected values", ``EpilogueSpecification``);

@@ -23,15 +23,7 @@ from fusegen.codegen.thread_indexing import compose_with_operand, default_thread
 from fusegen.indexing import IndexingMap
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
-
-
-def _flatten(v: Any) -> list[str]:
-    if isinstance(v, list):
-        out: list[str] = []
-        for x in v:
-            out.extend(_flatten(x))
-        return out
-    return [v]
+from fusegen_plugins.emitters._hero_kernel import flatten
 
 
 class LoopFusion(FusionEmitter):
@@ -102,7 +94,7 @@ class LoopFusion(FusionEmitter):
                 else:
                     lin_r, mask_r = lin_c, ctx.mask
                 idx = gen.delinearize(lin_r, ishape.dimensions, ishape.minor_to_major())
-                vals = _flatten(gen.value(root, idx))
+                vals = flatten(gen.value(root, idx))
                 for leaf_no, v in zip(lks, vals):
                     ls = leaves[leaf_no]
                     same = ls.dimensions == ishape.dimensions and ls.minor_to_major() == ishape.minor_to_major()

@@ -66,6 +66,7 @@ from fusegen.hlo.ir import Computation, Instruction, Shape
 from fusegen.plugin_manager import hookimpl
 from fusegen.registry import EmitterFactory
 from fusegen_plugins.emitters._reduction_index import forward_index, input_index, view_position
+from fusegen_plugins.emitters._hero_kernel import flatten
 
 #: Elements of one program's input tile (``TA * TR * TB``).
 TILE_ELEMENTS = 4096
@@ -84,15 +85,6 @@ _FIXED = ("EXACT", "pid", "pid_a", "pid_b", "t", "ta", "tr", "tb", "A", "B", "R"
 
 def _leaves(shape: Shape) -> list[Shape]:
     return shape.leaves() if shape.is_tuple else [shape]
-
-
-def _flatten(v: Any) -> list[str]:
-    if isinstance(v, list):
-        out: list[str] = []
-        for x in v:
-            out.extend(_flatten(x))
-        return out
-    return [v]
 
 
 class _EpilogueGenerator(ElementalGenerator):
@@ -590,7 +582,7 @@ class ReductionFusion(FusionEmitter):
             injected[id(hero)] = res if hero.shape.is_tuple else res[0]
         for root, hero, lks in plan.reduction_roots:
             ridx = forward_index(egen, root, hero, hero_idx[id(hero)])
-            vals = _flatten(egen.value(root, ridx))
+            vals = flatten(egen.value(root, ridx))
             for leaf_no, v in zip(lks, vals):
                 ls = leaves[leaf_no]
                 off = egen.linearize(ridx, ls.dimensions, ls.minor_to_major())
