@@ -27,9 +27,8 @@ import attrs
 
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, deep_recursion
-from fusegen.codegen.emitter import EmitterUnsupported, store_line
+from fusegen.codegen.emitter import store_line
 from fusegen.codegen.kernel import EmittedFusion
-from fusegen.codegen.launch import sort_tile_size
 from fusegen.hlo import dtypes
 from fusegen.hlo.layout_util import physical_strides
 from fusegen_plugins.emitters import sort_network as net
@@ -374,14 +373,8 @@ def emit_keyed(em: Any, packing: KeyPacking, iotas: tuple[int, ...]) -> EmittedF
     Raises:
         EmitterUnsupported: a sort result is output twice, or the elemental generator's.
     """
-    sort, fusion = em.sort, em.fusion
-    if len(set(em.leaf_operand)) != len(em.leaf_operand):
-        raise EmitterUnsupported("sort", sort.name, "a sort result is output twice (the multi-launch sort "
-                                 "sorts each result in one buffer)")
-    bits = [1 if o.shape.element_type == "pred" else dtypes.bit_width(o.shape.element_type) for o in sort.operands]
-    stages = em.npad.bit_length() - 1
-    tile = min(sort_tile_size(em.n, bits, em.analysis.device), em.npad)
-    plan = net.plan_buffers(em, iotas[0] if iotas else None, multi=tile < em.npad)
+    fusion = em.fusion
+    bits, stages, tile, plan = net.launch_plan(em, iotas[0] if iotas else None)
     lb, tb = _lane_bits(packing, tile), (tile - 1).bit_length()
     base = ts.sanitize_identifier(f"sort_{fusion.name}", "k")
     entry = f"{base}_bitonic"

@@ -35,7 +35,9 @@ import attrs
 from fusegen.pow2 import prev_pow2
 from fusegen.codegen.elemental import KernelContext
 from fusegen.codegen.kernel import KernelSource, LaunchDimensions
-from fusegen.codegen.launch import SORT_UNROLL_FACTOR, sort_launches
+from fusegen.codegen.emitter import EmitterUnsupported
+from fusegen.codegen.launch import SORT_UNROLL_FACTOR, sort_launches, sort_tile_size
+from fusegen.hlo import dtypes
 from fusegen.hlo.layout_util import physical_strides
 
 #: Largest elements per program of an interpreter variant (its cost is per program and per step).
@@ -203,6 +205,26 @@ def plan_buffers(em: Any, pos: int | None, multi: bool) -> tuple[tuple, int]:
         bufs.append(("scratch", 0, attrs.evolve(sort.operands[0].shape, element_type="s32"), -1))
     operand = -1 if pos is None else pos
     return tuple(bufs), next((b for b, buf in enumerate(bufs) if buf[3] == operand), -1)
+
+
+def launch_plan(em: Any, pos: int | None) -> tuple[list[int], int, int, tuple[tuple, int]]:
+    """What every multi-launch sort of ``em`` (a :class:`fusegen_plugins.emitters.sort.SortFusion`) starts
+    from, with ``pos`` the operand holding original positions (``None``: none): ``(bits, stages, tile,
+    plan)``, ``bits`` each operand's width (1 for ``pred``), ``stages`` the bitonic stages of the padded
+    dimension (``log2(npad)``), ``tile`` the elements one tiled launch sorts (``sort_tile_size``, XLA's
+    ``kTileSize``, at most ``npad``) and ``plan`` :func:`plan_buffers`' answer.
+
+    Raises:
+        EmitterUnsupported: a sort result is output twice (each result is sorted in one buffer).
+    """
+    sort = em.sort
+    if len(set(em.leaf_operand)) != len(em.leaf_operand):
+        raise EmitterUnsupported("sort", sort.name, "a sort result is output twice (the multi-launch sort "
+                                 "sorts each result in one buffer)")
+    bits = [1 if o.shape.element_type == "pred" else dtypes.bit_width(o.shape.element_type) for o in sort.operands]
+    stages = em.npad.bit_length() - 1
+    tile = min(sort_tile_size(em.n, bits, em.analysis.device), em.npad)
+    return bits, stages, tile, plan_buffers(em, pos, multi=tile < em.npad)
 
 
 def begin(em: Any, names: tuple[str, ...] = ()) -> tuple[KernelContext, Any]:

@@ -27,8 +27,7 @@ from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, deep_recursion
 from fusegen.codegen.emitter import EmitterUnsupported, store_line
 from fusegen.codegen.kernel import EmittedFusion, LaunchDimensions
-from fusegen.codegen.launch import sort_launches, sort_tile_size
-from fusegen.hlo import dtypes
+from fusegen.codegen.launch import sort_launches
 from fusegen_plugins.emitters import sort_network as net
 
 
@@ -111,13 +110,7 @@ def emit_at_scale(em: Any, packed_keys: bool = True) -> EmittedFusion:
         packing = key_packing(em.comparator, sort.operands, em.n, iotas)
         if packing is not None:
             return emit_keyed(em, packing, iotas)
-    if len(set(em.leaf_operand)) != len(em.leaf_operand):
-        raise EmitterUnsupported("sort", sort.name, "a sort result is output twice (the multi-launch sort "
-                                 "sorts each result in one buffer)")
-    bits = [1 if o.shape.element_type == "pred" else dtypes.bit_width(o.shape.element_type) for o in sort.operands]
-    stages = em.npad.bit_length() - 1
-    tile = min(sort_tile_size(em.n, bits, em.analysis.device), em.npad)
-    plan = net.plan_buffers(em, pos, multi=tile < em.npad)
+    bits, stages, tile, plan = net.launch_plan(em, pos)
     base = ts.sanitize_identifier(f"sort_{fusion.name}", "k")
     entry = f"{base}_bitonic"
     sources = net.Sources(first=lambda i: _tile_source(em, plan, pos, entry, True, i),
