@@ -22,6 +22,16 @@ CAS_BITS = types.MappingProxyType({"pred": 8, "s8": 8, "u8": 8, "s16": 16, "u16"
                                    "s32": 32, "u32": 32, "f32": 32, "s64": 64, "u64": 64, "f64": 64})
 
 
+def _per_thread_loop(ctx: KernelContext, asm: str, value_constraint: str, ptr: str, o: str, vbits: str, mask: str) -> None:
+    """One statement running ``asm`` (a PTX per-thread loop, :mod:`fusegen.codegen.atomic_asm`) per lane as
+    ``tl.inline_asm_elementwise``: operands the element's address ``ptr + o`` (64-bit), ``vbits`` (the
+    update's bits, in a register of ``value_constraint``: ``"r"`` 32-bit, ``"l"`` 64-bit) and ``mask`` as
+    int32 (lanes with 0 do nothing); an int32 result nobody reads."""
+    ctx.body.line(f"tl.inline_asm_elementwise({asm!r}, '=r,l,{value_constraint},r', "
+                  f"[({ptr} + {o}).to(tl.int64), {vbits}, {mask}.to(tl.int32)], dtype=tl.int32, "
+                  f"is_pure=False, pack=1)")
+
+
 def cas_lines(gen: ElementalGenerator, combiner: Computation, overwrite: bool, ptr: str, off: Any, val: str,
               mask: str, et: str) -> None:
     """XLA's compare-and-swap loop (``EmitAtomicOperationUsingCAS``): read the word holding the element,
@@ -34,24 +44,16 @@ def cas_lines(gen: ElementalGenerator, combiner: Computation, overwrite: bool, p
     bits = CAS_BITS[et]
     o = ctx.emit(f"tl.where({mask}, {gen.itensor(off)}, 0)", "coff")
     if bits < 32 and overwrite:
-        vbits = _bits_of(ctx, val, et, bits)
-        ctx.body.line(f"tl.inline_asm_elementwise({SUBWORD_STORE_ASM[bits]!r}, '=r,l,r,r', "
-                      f"[({ptr} + {o}).to(tl.int64), {vbits}, {mask}.to(tl.int32)], dtype=tl.int32, "
-                      f"is_pure=False, pack=1)")
+        _per_thread_loop(ctx, SUBWORD_STORE_ASM[bits], "r", ptr, o, _bits_of(ctx, val, et, bits), mask)
         return
     op = subword_cas_op(combiner, et)
     if op is not None:  # XLA's per-thread loop on the word holding the element, the combine one PTX instruction
-        vbits = _bits_of(ctx, val, et, bits)
-        ctx.body.line(f"tl.inline_asm_elementwise({subword_cas_asm(op)!r}, '=r,l,r,r', "
-                      f"[({ptr} + {o}).to(tl.int64), {vbits}, {mask}.to(tl.int32)], dtype=tl.int32, "
-                      f"is_pure=False, pack=1)")
+        _per_thread_loop(ctx, subword_cas_asm(op), "r", ptr, o, _bits_of(ctx, val, et, bits), mask)
         return
     op = word_cas_op(combiner, et)
     if op is not None:  # XLA's per-thread loop itself: the combine is one PTX instruction
-        vbits = _bits_of(ctx, val, et, bits)
-        ctx.body.line(f"tl.inline_asm_elementwise({word_cas_asm(op)!r}, '=r,l,{'l' if bits == 64 else 'r'},r', "
-                      f"[({ptr} + {o}).to(tl.int64), {vbits}, {mask}.to(tl.int32)], dtype=tl.int32, "
-                      f"is_pure=False, pack=1)")
+        _per_thread_loop(ctx, word_cas_asm(op), "l" if bits == 64 else "r", ptr, o, _bits_of(ctx, val, et, bits),
+                         mask)
         return
     word = "tl.int32" if bits <= 32 else "tl.int64"
     wptr = ctx.emit(f"{ptr}.to(tl.pointer_type({word}), bitcast=True)", "wptr")
