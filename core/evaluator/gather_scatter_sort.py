@@ -46,6 +46,29 @@ def _indices_last(idx: np.ndarray, index_vector_dim: int) -> np.ndarray:
     return np.moveaxis(idx, index_vector_dim, -1)
 
 
+def _window_starts(idx: np.ndarray, indices_rank: int, index_vector_dim: int, rank: int, index_map,
+                   operand_batching_dims, indices_batching_dims) -> list[np.ndarray]:
+    """Per operand dimension (``rank`` of them), where each index's window starts, an int64 array of the batch
+    shape ``idx.shape[:-1]`` (``idx``: :func:`_indices_last`'s indices, int64): ``idx[..., k]`` for the operand
+    dimension ``index_map[k]`` (gather's ``start_index_map``, scatter's ``scatter_dims_to_operand_dims``), for
+    a batching dimension ``operand_batching_dims[i]`` the position along the indices' dimension
+    ``indices_batching_dims[i]`` (numbered among the ``indices_rank`` dimensions of the raw indices less
+    ``index_vector_dim``, as XLA's ``start_indices_batching_dims`` / ``scatter_indices_batching_dims`` are),
+    0 elsewhere. Unclamped: gather clamps the starts, scatter skips windows out of bounds."""
+    batch_shape = idx.shape[:-1]
+    # indices dims without the index vector dim, in order: batching dims count in that numbering
+    idx_dims_wo_ivd = [d for d in range(indices_rank) if d != index_vector_dim]
+    starts = [np.zeros(batch_shape, dtype=np.int64) for _ in range(rank)]
+    for k, od in enumerate(index_map):
+        starts[od] = idx[..., k]
+    for od, idd in zip(operand_batching_dims, indices_batching_dims):
+        pos = idx_dims_wo_ivd.index(idd)
+        shp = [1] * len(batch_shape)
+        shp[pos] = batch_shape[pos]
+        starts[od] = np.broadcast_to(np.arange(batch_shape[pos]).reshape(shp), batch_shape)
+    return starts
+
+
 def gather_array(operand: np.ndarray, indices: np.ndarray, offset_dims, collapsed, start_index_map,
                  index_vector_dim: int, slice_sizes, operand_batching_dims=(), indices_batching_dims=()) -> np.ndarray:
     """XLA gather (see the module docstring); returns an array of ``operand``'s dtype."""
@@ -53,17 +76,9 @@ def gather_array(operand: np.ndarray, indices: np.ndarray, offset_dims, collapse
     raw_idx = np.asarray(indices)
     idx = _indices_last(raw_idx, index_vector_dim)
     batch_shape = idx.shape[:-1]
-    # indices dims without the index vector dim, in order: batching dims count in that numbering
-    idx_dims_wo_ivd = [d for d in range(raw_idx.ndim) if d != index_vector_dim]
     rank = operand.ndim
-    starts = [np.zeros(batch_shape, dtype=np.int64) for _ in range(rank)]
-    for k, od in enumerate(start_index_map):
-        starts[od] = idx[..., k]
-    for od, idd in zip(operand_batching_dims, indices_batching_dims):
-        pos = idx_dims_wo_ivd.index(idd)
-        shp = [1] * len(batch_shape)
-        shp[pos] = batch_shape[pos]
-        starts[od] = np.broadcast_to(np.arange(batch_shape[pos]).reshape(shp), batch_shape)
+    starts = _window_starts(idx, raw_idx.ndim, index_vector_dim, rank, start_index_map, operand_batching_dims,
+                            indices_batching_dims)
     nb = len(batch_shape)
     grids = []
     for d in range(rank):
@@ -122,15 +137,7 @@ def _scatter(inst: Instruction, ops: list):
     for od, ud in zip(win_operand_dims, uwd):
         win_sizes[od] = upd.shape[ud]
     idx = idx.reshape(scatter_shape + (idx.shape[-1],))
-    idx_dims_wo_ivd = [d for d in range(raw_idx.ndim) if d != ivd]
-    starts = [np.zeros(scatter_shape, dtype=np.int64) for _ in range(rank)]
-    for k, od in enumerate(sd2od):
-        starts[od] = idx[..., k]
-    for od, idd in zip(ibd, sibd):
-        pos = idx_dims_wo_ivd.index(idd)
-        shp = [1] * len(scatter_shape)
-        shp[pos] = scatter_shape[pos]
-        starts[od] = np.broadcast_to(np.arange(scatter_shape[pos]).reshape(shp), scatter_shape)
+    starts = _window_starts(idx, raw_idx.ndim, ivd, rank, sd2od, ibd, sibd)
     in_bounds = np.ones(scatter_shape, dtype=bool)
     for d in range(rank):
         in_bounds &= (starts[d] >= 0) & (starts[d] <= operands[0].shape[d] - win_sizes[d])
