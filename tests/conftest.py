@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,12 +10,10 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 
-#: The tests mirror core's packages (tests/hlo, tests/emitters, ...; docs/layout.md). The shared helpers live here in
-#: tests/ (``pythonpath`` in pyproject.toml), and a test module imports another's helpers by its basename from any
-#: folder (``from test_kernel_vector_width import global_accesses``), so every test folder is on sys.path; test
-#: basenames are unique across the tree (pytest's default import mode needs that too).
-sys.path[1:1] = [str(d) for d in sorted(TESTS.iterdir()) if d.is_dir() and next(d.glob("test_*.py"), None)
-                 and str(d) not in sys.path]
+# The tests mirror core's packages (tests/hlo, tests/emitters, ...; docs/layout.md). The helpers they share live
+# here in tests/ (``pythonpath`` in pyproject.toml); no test module imports another (tests/test_layering.py).
+# Test basenames are unique across the tree: pytest's default import mode needs that.
+
 SHARED = REPO.parent / "shared"
 CORPUS = SHARED / "corpus"
 

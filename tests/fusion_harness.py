@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
+from fusegen.device import RTXA6000
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.ir import Instruction, Module
 from fusegen.hlo.parser import parse_module
 from fusegen.plugin_manager import default_plugin_manager
 from fusegen.runtime.compare import compare
 from fusegen.runtime.inputs import leaves, make_inputs
+
+if TYPE_CHECKING:
+    from fusegen_plugins.emitters.reduction import ReductionFusion
 
 
 def load(path_or_text: str | Path, name: str = "<test>") -> Module:
@@ -117,3 +121,32 @@ def launch_set_fusions(where: Path) -> Iterator[tuple[str, Module, Instruction, 
 def grid_programs(kernels: Any) -> int:
     """Programs of every kernel's launch together (grid x times grid y)."""
     return sum(k.launch.grid[0] * (k.launch.grid[1] if len(k.launch.grid) > 1 else 1) for k in kernels)
+
+
+def _only_fusion(module):
+    (f,) = [i for i in module.entry.post_order() if i.opcode == "fusion"]
+    return f
+
+
+def _run_loop(text: str, args=None):
+    """Emit the module's single fusion with the loop arm, run it; returns (kernel outputs, reference, args)."""
+    m = load(text)
+    f = _only_fusion(m)
+    args = make_inputs(m, seed=0) if args is None else args
+    ops, ref = operands_and_reference(m, f, args=args)
+    emitted = pick_emitter(FusionAnalysis.create(f)).emit()
+    assert emitted.emitter == "LoopFusion" and emitted.kernels
+    _, outs = run_and_compare(f, ops, ref, emitted)
+    return outs, ref, ops, emitted
+
+
+def run_emitter(emitter: ReductionFusion, fusion: Instruction, ops: list[Any]) -> tuple[Any, list[np.ndarray]]:
+    emitted = emitter.emit()
+    outs = triton_runtime.run_fusion(emitted, ops, fusion)
+    return emitted, outs
+
+
+def _module(text: str) -> tuple[FusionAnalysis, Instruction]:
+    m = parse_module(text, "<test>")
+    f = m.entry.root
+    return FusionAnalysis.create(f, RTXA6000), f

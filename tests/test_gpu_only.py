@@ -3,34 +3,15 @@ reference. Every test skips on a machine without a CUDA GPU, saying why; ``scrip
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 
 from _backend_helpers import device, plugin_manager
 from conftest import corpus_path
+from gpu_presence import _no_gpu
 from fusegen.hlo.parser import parse_file, parse_modules
 
 pytestmark = pytest.mark.gpu
-
-
-@functools.lru_cache(maxsize=1)
-def _no_gpu() -> str | None:
-    import ctypes
-
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no CUDA driver (libcuda.so.1 not found)"
-    try:
-        import cupy
-
-        if cupy.cuda.runtime.getDeviceCount() < 1:
-            return "no CUDA device"
-    except Exception as e:
-        return f"CuPy cannot reach a CUDA device ({type(e).__name__}: {e})"
-    return None
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,9 @@ dependencies, and ``from fusegen import __version__`` is the package's own versi
 
 No module outside ``core/cli/`` imports ``fusegen.cli`` (checked on the source of every module of the package,
 the plugins, scripts and benchmarks), and a library session (explain, run) never loads it.
+
+No module under ``tests/`` imports a test module (a ``test_*`` basename): the helpers tests share live in the
+helper modules at the root of ``tests/`` (``fusion_harness``, ``kernel_inspection``, ``sort_programs``, ...).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 CORE = REPO / "core"
 CLI = REPO / "core" / "cli"
+TESTS = REPO / "tests"
 
 #: core's packages and top-level modules, bottom layer first (docs/layers.md); names in one layer may import
 #: each other
@@ -40,6 +44,20 @@ KNOWN_UPWARD: dict[tuple[str, str], int] = {
 _MAYBE = re.compile(r"fusegen\.cli|from\s+fusegen\s+import[\s\S]{0,300}?\bcli\b|import_module")
 
 
+def _imported_names(node: ast.AST) -> list[str]:
+    """The modules ``node`` imports, if it is an ``import``, an absolute ``from ... import`` (``from fusegen import
+    x`` imports ``fusegen.x`` too) or an ``importlib.import_module("...")`` call; else none."""
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        names = [node.module] + ([f"{node.module}.{a.name}" for a in node.names] if node.module == "fusegen" else [])
+    elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module" \
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        names = [node.args[0].value]
+    return names
+
+
 def _cli_imports(path: Path) -> list[str]:
     """``LINE: statement`` of each import of fusegen.cli in a Python file (also ``from fusegen import cli`` and
     ``importlib.import_module("fusegen.cli...")``)."""
@@ -49,15 +67,7 @@ def _cli_imports(path: Path) -> list[str]:
     tree = ast.parse(text, filename=str(path))
     hits = []
     for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + ([f"{node.module}.{a.name}" for a in node.names] if node.module == "fusegen" else [])
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module" \
-                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-            names = [node.args[0].value]
-        if any(n == "fusegen.cli" or n.startswith("fusegen.cli.") for n in names):
+        if any(n == "fusegen.cli" or n.startswith("fusegen.cli.") for n in _imported_names(node)):
             hits.append(f"{node.lineno}: {ast.unparse(node)[:80]}")
     return hits
 
@@ -155,20 +165,9 @@ def test_a_library_session_never_loads_the_cli():
 
 
 #: function-level imports (file under core/, line's import target) that stand where a module-level import would
-#: close an import cycle inside one package, each a debt docs/layers.md explains; may only shrink. The evaluator's
-#: op modules evaluate sub-computations (a reduce's reducer, a sort's comparator) through the evaluator that
-#: dispatches to them; IndexingMap's methods call the algorithms (compose, simplify, equality, text) that build maps
-KNOWN_CYCLE_DODGES: dict[tuple[str, str], int] = {
-    ("evaluator/collectives.py", "fusegen.evaluator.evaluator"): 1,
-    ("evaluator/common.py", "fusegen.evaluator.evaluator"): 3,
-    ("evaluator/custom_calls.py", "fusegen.evaluator.evaluator"): 1,
-    ("evaluator/reduce.py", "fusegen.evaluator.evaluator"): 1,
-    ("evaluator/vectorized_sort.py", "fusegen.evaluator.evaluator"): 2,
-    ("indexing/expr.py", "fusegen.indexing.text"): 1,
-    ("indexing/map.py", "fusegen.indexing.compose"): 1,
-    ("indexing/map.py", "fusegen.indexing.equality"): 1,
-    ("indexing/map.py", "fusegen.indexing.simplify"): 4,
-}
+#: close an import cycle inside one package, each a debt docs/layers.md would explain; may only shrink. None are
+#: left: docs/layers.md ("Cycles inside a package") says how the last ones went
+KNOWN_CYCLE_DODGES: dict[tuple[str, str], int] = {}
 
 
 def _module_name(path: Path) -> str:
@@ -246,3 +245,34 @@ def test_the_cycle_check_sees_a_dodge(tmp_path, monkeypatch):
     (pkg / "p" / "c.py").write_text("def g():\n    from fusegen.p import b\n    return b\n")
     monkeypatch.setattr(sys.modules[__name__], "CORE", pkg)
     assert cycle_dodges() == {("p/b.py", "fusegen.p.a"): 1}
+
+
+def _test_module_imports(path: Path) -> list[str]:
+    """``LINE: statement`` of each import of a test module (``test_*``, by its basename) in a Python file, at module
+    level or in a function (also ``importlib.import_module("test_...")``)."""
+    hits = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if any(n.split(".")[0].startswith("test_") for n in _imported_names(node)):
+            hits.append(f"{node.lineno}: {ast.unparse(node)[:80]}")
+    return hits
+
+
+def importers_of_test_modules(root: Path) -> dict[str, list[str]]:
+    """(file under ``root``) -> its imports of test modules, for every Python file under ``root``."""
+    return {str(p.relative_to(root)): h for p in sorted(root.rglob("*.py")) if (h := _test_module_imports(p))}
+
+
+def test_no_test_module_imports_another():
+    bad = importers_of_test_modules(TESTS)
+    assert bad == {}, f"test modules imported by basename (move the helper to a helper module in tests/): {bad}"
+
+
+def test_the_test_import_check_sees_each_spelling(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "test_a.py").write_text("from fusion_harness import load\nfrom test_b import helper\n")
+    (tmp_path / "a" / "test_c.py").write_text("import importlib\ndef test_c():\n    import test_b as b\n"
+                                               "    importlib.import_module('test_a')\n")
+    (tmp_path / "helpers.py").write_text("from conftest import CORPUS\nimport testing_tools\n")
+    assert importers_of_test_modules(tmp_path) == {"a/test_a.py": ["2: from test_b import helper"],
+                                               "a/test_c.py": ["3: import test_b as b",
+                                                               "4: importlib.import_module('test_a')"]}

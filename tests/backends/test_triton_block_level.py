@@ -7,6 +7,7 @@ import pytest
 
 from _backend_helpers import plugin_manager
 from conftest import corpus_path
+from hlo_modules import _SOFTMAX_T
 from fusegen.codegen import triton_runtime
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.parser import parse_file, parse_module
@@ -32,35 +33,6 @@ def test_softmax_runs_the_block_level_kernel():
 
 def _fusion(text):
     return parse_module(text).entry.root
-
-
-_SOFTMAX_T = """HloModule m
-mx {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] maximum(a, b)
-}}
-ad {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT r = f32[] add(a, b)
-}}
-c {{
-  p = f32[{R},{C}] parameter(0)
-  ninf = f32[] constant(-inf)
-  m = f32[{R}] reduce(p, ninf), dimensions={{1}}, to_apply=mx
-  mb = f32[{R},{C}] broadcast(m), dimensions={{0}}
-  s = f32[{R},{C}] subtract(p, mb)
-  e = f32[{R},{C}] exponential(s)
-  z = f32[] constant(0)
-  t = f32[{R}] reduce(e, z), dimensions={{1}}, to_apply=ad
-  tb = f32[{R},{C}] broadcast(t), dimensions={{0}}
-  ROOT d = f32[{R},{C}] divide(e, tb)
-}}
-ENTRY e {{
-  x = f32[{R},{C}] parameter(0)
-  ROOT f = f32[{R},{C}] fusion(x), kind=kCustom, calls=c, backend_config={{"fusion_backend_config":{{"kind":"__triton","block_level_fusion_config":{{"num_warps":"{W}","output_tiles":[{{"sizes":["{TR}","{TC}"]}}],"num_ctas":1,"num_stages":1}}}}}}
-}}"""
 
 
 @pytest.mark.parametrize("R,C,TR,TC,W", [(6, 100, 1, 128, 4), (5, 64, 2, 64, 2), (3, 33, 4, 64, 8)])

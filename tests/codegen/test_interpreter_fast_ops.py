@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from test_interpreter_batch import _both
+from interpreter_runs import _both
 
 _OPS = '''def k(xi, xf, xh, xd, oi, of, oh, ob, od, BLOCK: tl.constexpr):
     pid = tl.program_id(0)

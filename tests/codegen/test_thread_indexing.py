@@ -21,7 +21,7 @@ from fusegen.device import get_device
 from fusegen.hlo.parser import parse_module
 from fusegen.indexing import IndexingMap, parse_indexing_map
 
-from test_launch_corpus import GELU
+from hlo_modules import GELU
 
 H200 = get_device("h200")
 SEED_MAP = ("(th_x, bl_x)[vector_index] -> (bl_x floordiv 4096, (bl_x floordiv 8) mod 512, "

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from hlo_modules import GELU
+
 from fusegen.cli.main import cli
 
 LAUNCH = Path(__file__).resolve().parents[2].parent / "shared" / "corpus" / "jax" / "launch"
@@ -186,36 +188,6 @@ def test_kernel_realises_the_launch(compared):
             assert warps * 32 == t, (r["fusion_name"], f["launch"], ld)
             checked += 1
     assert checked >= 120
-
-
-GELU = """HloModule gelu
-
-%fused_gelu (p0: bf16[6,512,4096]) -> bf16[6,512,4096] {
-  %p0 = bf16[6,512,4096]{2,1,0} parameter(0)
-  %half = bf16[] constant(0.5)
-  %bh = bf16[6,512,4096]{2,1,0} broadcast(%half), dimensions={}
-  %c = bf16[] constant(0.7978)
-  %bc = bf16[6,512,4096]{2,1,0} broadcast(%c), dimensions={}
-  %x3 = bf16[6,512,4096]{2,1,0} multiply(%p0, %p0)
-  %x3b = bf16[6,512,4096]{2,1,0} multiply(%x3, %p0)
-  %k = bf16[] constant(0.04472)
-  %bk = bf16[6,512,4096]{2,1,0} broadcast(%k), dimensions={}
-  %t1 = bf16[6,512,4096]{2,1,0} multiply(%x3b, %bk)
-  %t2 = bf16[6,512,4096]{2,1,0} add(%p0, %t1)
-  %t3 = bf16[6,512,4096]{2,1,0} multiply(%t2, %bc)
-  %th = bf16[6,512,4096]{2,1,0} tanh(%t3)
-  %one = bf16[] constant(1)
-  %b1 = bf16[6,512,4096]{2,1,0} broadcast(%one), dimensions={}
-  %t4 = bf16[6,512,4096]{2,1,0} add(%th, %b1)
-  %t5 = bf16[6,512,4096]{2,1,0} multiply(%t4, %bh)
-  ROOT %gelu = bf16[6,512,4096]{2,1,0} multiply(%t5, %p0)
-}
-
-ENTRY %main (x: bf16[6,512,4096]) -> bf16[6,512,4096] {
-  %x = bf16[6,512,4096]{2,1,0} parameter(0)
-  ROOT %loop_gelu_fusion = bf16[6,512,4096]{2,1,0} fusion(%x), kind=kLoop, calls=%fused_gelu
-}
-"""
 
 
 def test_seed_gelu_loop_fusion_launch(tmp_path):

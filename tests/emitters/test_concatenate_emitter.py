@@ -362,7 +362,7 @@ def test_interleaved_rotary_embedding_reads_and_writes_each_pair_once():
     import ml_dtypes
 
     from conftest import REPO
-    from test_kernel_vector_width import global_accesses, xla_entry
+    from kernel_inspection import global_accesses, xla_entry
 
     where = REPO / "tests" / "data" / "xla_kernels_u"
     m = parse_module((where / "u_rope_interleaved.h200_opt.hlo").read_text(), "u_rope_interleaved")

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import CORPUS, REPO
-from fusion_harness import load, operands_and_reference, pick_emitter, run_and_compare
+from fusion_harness import _only_fusion, _run_loop, load, operands_and_reference, pick_emitter, run_and_compare
 from xla_oracle import JAX_ERROR, run_xla
 
 from fusegen.analysis.fusion_analysis import FusionAnalysis
@@ -36,23 +36,6 @@ def _module_file(name: str):
     if not p.exists():
         pytest.skip(f"shared corpus module {p} not found")
     return p
-
-
-def _only_fusion(module):
-    (f,) = [i for i in module.entry.post_order() if i.opcode == "fusion"]
-    return f
-
-
-def _run_loop(text: str, args=None):
-    """Emit the module's single fusion with the loop arm, run it; returns (kernel outputs, reference, args)."""
-    m = load(text)
-    f = _only_fusion(m)
-    args = make_inputs(m, seed=0) if args is None else args
-    ops, ref = operands_and_reference(m, f, args=args)
-    emitted = pick_emitter(FusionAnalysis.create(f)).emit()
-    assert emitted.emitter == "LoopFusion" and emitted.kernels
-    _, outs = run_and_compare(f, ops, ref, emitted)
-    return outs, ref, ops, emitted
 
 
 # ---------------------------------------------------------------------------------------------- item 1
@@ -192,7 +175,7 @@ def test_cumsum_window_reads_rows_as_16_byte_vectors():
     four ``ld.global.v4`` (XLA's 4 x LDG.E.128) and the prefix sums are float64 numpy's within f32 rounding."""
     from collections import Counter
 
-    from test_kernel_vector_width import global_accesses
+    from kernel_inspection import global_accesses
 
     text = _RW.format(reducer=_ADD.format(et="f32"), et="f32", init="0", dims="64,16", odims="64,16",
                       window="size=1x16 pad=0_0x15_0")
@@ -686,7 +669,7 @@ def test_concatenate_of_five_parameters_loads_once_through_the_selected_pointer(
     once (the select of loaded values loaded all five), and numpy's concatenate."""
     from collections import Counter
 
-    from test_kernel_vector_width import global_accesses
+    from kernel_inspection import global_accesses
 
     widths = [10, 3, 8, 5, 6]
     params = "\n".join(f"  p{k} = bf16[7,{w}] parameter({k})" for k, w in enumerate(widths))
@@ -713,7 +696,7 @@ def test_concatenate_reads_reversed_and_sliced_parameters_through_one_pointer():
     load, and a computed operand (a negated, scaled reverse) is computed and selected where it lies, as fresh
     random program 100102's loop concatenate (XLA's kernel: one load a thread whichever operand); numpy's
     concatenate of the same pieces, and the compiled kernel reads twice, not once per operand."""
-    from test_kernel_vector_width import global_accesses
+    from kernel_inspection import global_accesses
 
     text = """HloModule m
 fused {

@@ -9,9 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from test_loop_emitter_gaps import _only_fusion, _run_loop
-
-from fusion_harness import load
+from fusion_harness import _only_fusion, _run_loop, load
 
 from fusegen.codegen import triton_runtime
 
@@ -41,7 +39,7 @@ def test_reverse_reads_a_run_as_one_vector(et, dims, rdims, vector):
     """A reverse along the minor dimension reads each thread's run of lanes as one vector at the run's lowest
     address and reverses it in registers, as XLA loads 16 bytes and reverses them (v_reverse: 1 x LDG.128 a
     thread, was 4 x 4-byte loads). Exact against numpy's flip; in the PTX the loads are as wide as the stores."""
-    from test_kernel_vector_width import global_accesses
+    from kernel_inspection import global_accesses
 
     shape = tuple(int(d) for d in dims.split(","))
     rng = np.random.default_rng(7)

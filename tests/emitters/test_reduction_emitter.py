@@ -13,6 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fusion_harness import _module, run_emitter
+from hlo_modules import ARGMAX
+
 from fusegen.analysis.fusion_analysis import FusionAnalysis, entry_fusion
 from fusegen.analysis.reduction import choose_reduction_emitter, get_reduction_kind_and_contiguous_components
 from fusegen.codegen import triton_runtime
@@ -126,12 +129,6 @@ def assert_matches(outs: list[np.ndarray], ref: Any, fusion: Instruction, extent
                 continue
         raise AssertionError(f"{fusion.name} leaf {k} ({s.element_type}): max abs {c.max_abs_error}, "
                              f"rel {c.max_rel_error}")
-
-
-def run_emitter(emitter: ReductionFusion, fusion: Instruction, ops: list[Any]) -> tuple[Any, list[np.ndarray]]:
-    emitted = emitter.emit()
-    outs = triton_runtime.run_fusion(emitted, ops, fusion)
-    return emitted, outs
 
 
 def check_fusion(analysis: FusionAnalysis, fusion: Instruction, ops: list[Any], compile_sm90: bool = True,
@@ -297,12 +294,6 @@ def test_b05_pred_and_reduction_of_compare():
 
 
 # ---------------------------------------------------------------------------- rule boundaries
-def _module(text: str) -> tuple[FusionAnalysis, Instruction]:
-    m = parse_module(text, "<test>")
-    f = m.entry.root
-    return FusionAnalysis.create(f, RTXA6000), f
-
-
 def _reduce_hlo(in_shape: str, out_shape: str, dims: str, et: str = "f32", epilogue: str = "") -> str:
     root = "reduce"
     extra = ""
@@ -376,39 +367,6 @@ def test_race_free_bound_allows_epilogue(shape, out, dims, ok):
 
 
 # -------------------------------------------------------------------- variadic / init / multi-output
-ARGMAX = """
-HloModule argmax
-argmax {
-  v0 = f32[] parameter(0)
-  i0 = s32[] parameter(1)
-  v1 = f32[] parameter(2)
-  i1 = s32[] parameter(3)
-  gt = pred[] compare(v0, v1), direction=GT
-  eq = pred[] compare(v0, v1), direction=EQ
-  lt = pred[] compare(i0, i1), direction=LT
-  tie = pred[] and(eq, lt)
-  pick0 = pred[] or(gt, tie)
-  v = f32[] select(pick0, v0, v1)
-  i = s32[] select(pick0, i0, i1)
-  ROOT r = (f32[], s32[]) tuple(v, i)
-}
-fused {
-  p = f32[SHAPE] parameter(0)
-  io = s32[SHAPE] iota(), iota_dimension=DIM
-  ninf = f32[] constant(-inf)
-  z = s32[] constant(0)
-  red = (f32[OUT], s32[OUT]) reduce(p, io, ninf, z), dimensions={DIM}, to_apply=argmax
-  v = f32[OUT] get-tuple-element(red), index=0
-  i = s32[OUT] get-tuple-element(red), index=1
-  ROOT t = (f32[OUT], s32[OUT]) tuple(v, i)
-}
-ENTRY main {
-  p = f32[SHAPE] parameter(0)
-  ROOT f = (f32[OUT], s32[OUT]) fusion(p), kind=kInput, calls=fused
-}
-"""
-
-
 @pytest.mark.parametrize("shape,out,dim", [("37,300", "37", "1"), ("300,37", "37", "0")])
 def test_variadic_argmax_reduction(shape, out, dim):
     text = ARGMAX.replace("SHAPE", shape).replace("OUT", out).replace("DIM", dim)

@@ -14,7 +14,7 @@ import re
 import pytest
 
 from fusion_harness import operands_and_reference, run_and_compare
-from test_kernel_vector_width import fusegen_kernel, xla_entry
+from kernel_inspection import fusegen_kernel, xla_entry
 
 from fusegen.codegen import triton_runtime
 

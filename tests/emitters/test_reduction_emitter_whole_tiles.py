@@ -10,7 +10,8 @@ import attrs
 import numpy as np
 import pytest
 
-from test_reduction_emitter import ARGMAX, _module, run_emitter
+from fusion_harness import _module, run_emitter
+from hlo_modules import ARGMAX
 
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime

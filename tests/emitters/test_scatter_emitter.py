@@ -703,7 +703,7 @@ def test_two_component_index_vector_is_one_load_a_thread():
     kernel reads each update's index pair as one 8-byte load, as XLA's kernel (``ld.global.nc.v2.b32``), and
     adds as numpy's ``np.add.at`` does (negative indices counted from the end)."""
     from conftest import REPO
-    from test_kernel_vector_width import global_accesses
+    from kernel_inspection import global_accesses
 
     path = REPO / "tests" / "data" / "xla_kernels_v" / "v_scatter_add_2d_idx.h200_opt.hlo"
     m = parse_module(path.read_text(), path.name)

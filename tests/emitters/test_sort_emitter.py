@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import CORPUS
+from sort_programs import _cmp, _sort_module
 
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import triton_runtime
@@ -147,35 +148,6 @@ def test_b20_argsort_of_argsort_s64_is_the_inverse_permutation():
 # ------------------------------------------------------------------------------------------------
 # synthetic sorts
 # ------------------------------------------------------------------------------------------------
-def _sort_module(shapes: list[str], dim: int, comparator: str, stable: bool = True, params: list[str] | None = None) -> str:
-    """A kSort fusion sorting operands ``shapes`` (HLO shape strings) along ``dim``."""
-    out_shape = shapes[0] if len(shapes) == 1 else "(" + ", ".join(shapes) + ")"
-    ps = "\n".join(f"  p{k} = {s} parameter({k})" for k, s in enumerate(shapes))
-    args = ", ".join(f"p{k}" for k in range(len(shapes)))
-    return f"""
-HloModule t
-cmp {{
-{comparator}
-}}
-fused {{
-{ps}
-  ROOT s = {out_shape} sort({args}), dimensions={{{dim}}}, is_stable={'true' if stable else 'false'}, to_apply=cmp
-}}
-ENTRY e {{
-{ps}
-  ROOT f = {out_shape} fusion({args}), kind=kSort, calls=fused
-}}
-"""
-
-
-def _cmp(ets: list[str], body: str) -> str:
-    lines = []
-    for k, et in enumerate(ets):
-        lines.append(f"  l{k} = {et}[] parameter({2 * k})")
-        lines.append(f"  r{k} = {et}[] parameter({2 * k + 1})")
-    return "\n".join(lines) + "\n" + body
-
-
 def _run_text(text: str, ops: list):
     m = parse_module(text, "t")
     return run_sort(m.entry.root, ops)

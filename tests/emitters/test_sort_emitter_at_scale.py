@@ -21,31 +21,14 @@ from fusegen.hlo.parser import parse_module
 from fusegen.runtime.inputs import leaves, random_array
 from fusegen_plugins.emitters.sort import MAX_SORT_SIZE
 from fusegen_plugins.emitters.sort_scale import emit_at_scale, launch_schedule
-from test_evaluator_sort_comparators import JAX_SORT, _input
-from test_sort_emitter import _cmp, _sort_module
+from sort_programs import JAX_SORT, _argsort_module, _cmp, _input, _keys, _sort_module
 
 H200 = get_device("h200")
-
-#: JAX's comparator for f32 keys (``jnp.sort`` / ``jnp.argsort``): NaNs canonicalised, -0 == +0, total order.
-JAX_CMP = """  l0 = f32[] parameter(0)
-  r0 = f32[] parameter(1)
-{extra}
-  nl = pred[] compare(l0, l0), direction=NE
-  nan = f32[] constant(nan)
-  z = f32[] constant(0)
-  el = pred[] compare(l0, z), direction=EQ
-  sl = f32[] select(el, z, l0)
-  cl = f32[] select(nl, nan, sl)
-  nr = pred[] compare(r0, r0), direction=NE
-  er = pred[] compare(r0, z), direction=EQ
-  sr = f32[] select(er, z, r0)
-  cr = f32[] select(nr, nan, sr)
-  ROOT lt = pred[] compare(cl, cr), direction=LT, type=TOTALORDER"""
 
 
 def jax_fused_module(n: int) -> str:
     """``jnp.sort`` and ``jnp.argsort`` of ``f32[n]`` as XLA:GPU fuses them (two kSort fusions, the argsort's
-    iota inside its fusion), with JAX's comparators (:data:`test_sort_comparators.JAX_SORT`)."""
+    iota inside its fusion), with JAX's comparators (:data:`sort_programs.JAX_SORT`)."""
     text = JAX_SORT.format(N=n)
     regions = [text[text.index(f"{r} {{"):].split("}\n", 1)[0] + "}\n" for r in ("region_0.1", "region_1.3")]
     return "HloModule jax_sort_fused\n\n" + "\n".join(regions) + f"""
@@ -79,42 +62,6 @@ def run_jax_sort_argsort(n: int, x: np.ndarray, device=H200) -> tuple[np.ndarray
         assert factory is not None and factory.name == "sort", name
         outs[name] = triton_runtime.run_fusion(em.emit(), [x], inst)
     return outs["sorted"][0], outs["both"][1]
-
-
-def _argsort_module(dims: list[int], dim: int, outputs: str = "both", stable: bool = True) -> str:
-    """A kSort fusion sorting f32 keys with an iota payload (JAX's argsort) along ``dim``."""
-    d = ",".join(map(str, dims))
-    extra = "  l1 = s32[] parameter(2)\n  r1 = s32[] parameter(3)"
-    sort = f"(f32[{d}], s32[{d}]) sort(p0, io), dimensions={{{dim}}}, is_stable={'true' if stable else 'false'}, to_apply=cmp"
-    if outputs == "both":
-        body, out = f"  ROOT s = {sort}", f"(f32[{d}], s32[{d}])"
-    else:  # only the indices: the keys are sorted in a scratch buffer
-        body, out = f"  s = {sort}\n  ROOT g = s32[{d}] get-tuple-element(s), index=1", f"s32[{d}]"
-    return f"""HloModule t
-cmp {{
-{JAX_CMP.format(extra=extra)}
-}}
-fused {{
-  p0 = f32[{d}] parameter(0)
-  io = s32[{d}] iota(), iota_dimension={dim}
-{body}
-}}
-ENTRY e {{
-  p0 = f32[{d}] parameter(0)
-  ROOT f = {out} fusion(p0), kind=kSort, calls=fused
-}}
-"""
-
-
-def _keys(shape, seed: int = 0) -> np.ndarray:
-    """Normal f32 with repeated values (ties), NaNs of both signs and signed zeros."""
-    rng = np.random.default_rng(seed)
-    x = np.round(rng.standard_normal(shape) * 8).astype(np.float32)
-    flat = x.reshape(-1)
-    flat[::97] = np.nan
-    flat[5::89] = -np.float32(np.nan)
-    flat[7::101] = -0.0
-    return x
 
 
 def _emit(text: str, kind: str | None = None):

@@ -26,7 +26,7 @@ from fusegen.runtime.inputs import leaves
 from fusegen_plugins.emitters.sort import MAX_SORT_SIZE
 from fusegen_plugins.emitters.sort_keys import key_packing
 from fusegen_plugins.emitters.sort_scale import emit_at_scale
-from test_vectorized_sort import POOLS, comparators
+from sort_programs import POOLS, comparators
 
 H200 = get_device("h200")
 

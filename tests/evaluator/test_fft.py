@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from test_gpu_only import _no_gpu
+from gpu_presence import _no_gpu
 
 from fusegen.evaluator.common import EvaluationError
 from fusegen.evaluator.fft import fft_array

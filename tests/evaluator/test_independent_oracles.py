@@ -27,8 +27,7 @@ from fusegen.hlo.parser import parse_module
 from fusegen.verify.judged_run import run_module
 from fusegen_plugins.emitters.sort_comparator import read_key_order
 from fusegen_plugins.emitters.sort_keys import key_packing
-from test_sort_emitter_at_scale import _argsort_module, _keys
-from test_vectorized_sort import comparators
+from sort_programs import _argsort_module, _keys, comparators
 
 REPO = Path(__file__).resolve().parents[2]
 #: The kernel generators: source folders and the package each is installed as.

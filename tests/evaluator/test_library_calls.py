@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO
-from test_gpu_only import _no_gpu
+from gpu_presence import _no_gpu
 
 from fusegen.evaluator import conv_calls, prng_calls, solver_calls, solver_spectral
 from fusegen.evaluator.common import EvaluationError, ffi_attrs

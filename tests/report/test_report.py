@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CORPUS, corpus_path
+from tuning_cases import _outputs_for
 
 pytest.importorskip("jinja2", reason="fusegen report needs jinja2 (a base dependency; reinstall fusegen)")
 
@@ -55,17 +56,6 @@ def dot_nodes(dot: str) -> dict[str, dict[str, str]]:
 
 
 # -- tuning: replayed records ---------------------------------------------------------------------
-
-def _outputs_for(case: dict) -> dict[str, list[float]]:
-    """Outputs that reproduce the case's compare results: ``match(x vs y)`` pairs share an output."""
-    short = {"a": "trusted_a", "b": "trusted_b", "ub": "untrusted_matches_b", "un": "untrusted_matches_none"}
-    out = {c["n"]: [float(i)] for i, c in enumerate(case["cands"])}
-    for r in case["compare_results"]:
-        if r.startswith("match("):
-            x, y = r[len("match("):-1].split(" vs ")
-            out[short[x]] = out[short[y]]
-    return out
-
 
 def test_tuning_from_a_record_lists_the_wrong_results_xla_lists(tmp_path):
     from fusegen.report.tuning import from_record_dir

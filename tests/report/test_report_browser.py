@@ -208,7 +208,7 @@ def test_tuned_mlp_report_in_chromium(browser, tmp_path):
 
 def test_recorded_tuning_shows_wrong_results_and_the_tie_break(browser, tmp_path):
     """Records (as ``run --autotune --record`` writes them): XLA's clustering case and a tie-break."""
-    from test_report import _outputs_for
+    from tuning_cases import _outputs_for
 
     case = json.loads(corpus_path("xla", "cases", "config_runner__UntrustedVotesForTrustedCluster.json").read_text())
     outs = _outputs_for(case)

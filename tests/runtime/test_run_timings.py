@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import corpus_path
+from hlo_modules import _SOFTMAX_T
 from fusegen.codegen import triton_runtime
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.parser import parse_module
@@ -19,8 +20,6 @@ from fusegen.runtime.timings import FUSION_PHASES, MODULE_PHASES
 from fusegen_plugins.backends.triton import _Analysis
 from fusegen.codegen.kernel import interpret_tile_sizes
 from fusegen_plugins.backends.triton_block_level import TritonBlockLevelFusion
-
-from test_triton_block_level import _SOFTMAX_T
 
 
 def _fusegen(*args: str) -> subprocess.CompletedProcess:
