@@ -57,6 +57,7 @@ from fusegen.codegen.elemental.uniform_runs import UniformRuns
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.codegen.launch import REDUCTION_TILE_SIZE, ReductionGeometry, kernel_warps, reduction_geometry
+from fusegen.codegen import loop_unroll
 from fusegen.codegen.thread_indexing import compose_bitcast, compose_with_operand, reduction_maps
 from fusegen.indexing import IndexingMap
 from fusegen.codegen.reduction_codegen import (COMBINE_PREFIX, combine_function, position_operand,
@@ -454,8 +455,9 @@ class ReductionFusion(FusionEmitter):
             if loop:
                 ctx.steps = LoopSteps("it * TR", {"R_c": ("tr", 1), "tr": ("tr", 0), "A_c": ("A_c", 0),
                                                   "B_c": ("B_c", 0)})
-                # a few steps are unrolled (straight-line, as XLA's per-thread tile), more stay a loop
-                line("for it in tl.static_range(0, NIT):" if nit <= self.unrolled_steps else "for it in range(0, NIT):")
+                # the header is written once the body is known (its size decides the unrolling)
+                header_at = len(body.lines)
+                line("for it in range(0, NIT):")
                 body.indent()
                 gen.push_scope()
                 line("R = it * TR + tr")
@@ -496,6 +498,7 @@ class ReductionFusion(FusionEmitter):
             if loop:
                 gen.pop_scope()
                 body.dedent()
+                self._unroll(body, header_at, nit)
             if ctx.runs is not None:
                 body.lines[hoist_at:hoist_at] = ctx.runs.hoist.lines  # coarse code: before the loop
                 ctx.runs = None
@@ -590,6 +593,18 @@ class ReductionFusion(FusionEmitter):
                 store_line(egen, ptr, off, v, ls.element_type, "omask")
         ctx.zero, ctx.mask, ctx.block_shape = "zero", "mask", "[BLOCK]"
         return combine_src
+
+    def _unroll(self, body: ts.SourceBuilder, header_at: int, nit: int) -> None:
+        """Rewrites the step loop whose header is ``body.lines[header_at]``: up to ``unrolled_steps`` steps are
+        unrolled as XLA's ``xla-gpu-optimize-loops`` unrolls its per-thread loop (:mod:`fusegen.codegen.loop_unroll`:
+        whole up to 4 steps, else by the largest divisor of the step count within its size bound, so a heavy step
+        body keeps a loop); more steps stay a runtime loop."""
+        steps = body.lines[header_at + 1:]
+        factor = loop_unroll.unroll_factor(nit, loop_unroll.body_size(steps)) if nit <= self.unrolled_steps else 1
+        head, extra = loop_unroll.unrolled_loop("it", "NIT", nit, factor)
+        pad = body.lines[header_at][:len(body.lines[header_at]) - len(body.lines[header_at].lstrip())]
+        body.lines[header_at:] = [pad + h for h in head] + [(extra + x) if x else x for x in steps]
+
 
 class RowReductionFusion(ReductionFusion):
     """Row reductions (``RowReductionFusion``): a program reduces ``TA`` rows, ``TR`` elements a step."""

@@ -1,0 +1,76 @@
+"""How far a kernel's per-thread loop is unrolled: XLA's ``xla-gpu-optimize-loops`` rule.
+
+Mirrors ``xla/backends/gpu/codegen/emitters/transforms/optimize_loops.cc`` (``GetUnrollingFactor``), the pass XLA's
+native emitters run on their ``scf.for`` loops before LLVM: a loop of at most ``MaxUnrollFactor()`` (4) steps is
+unrolled whole; a longer one by the largest divisor of its trip count that keeps the unrolled body within 400
+(``kMaxSize``) units of XLA's rough size estimate, where an operation counts 1 and a float math function that
+lowers to many instructions (``exp``, ``log``, ``tanh``, ``sin``...; not ``sqrt``, ``rsqrt``, ``abs``, rounding
+or ``fma``) counts 20. A factor below the trip count leaves a loop (the rest is LLVM's, as in XLA's pipeline).
+
+An emitter measures its generated loop body with :func:`body_size` and writes the loop
+:func:`unrolled_loop` describes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+#: ``MaxUnrollFactor()`` (``xla/service/gpu/gpu_fusible.h``): loops of at most this many steps are unrolled whole.
+MAX_UNROLL_FACTOR = 4
+#: ``kMaxSize`` of ``GetUnrollingFactor``: the unrolled body's size bound (XLA: "chosen empirically").
+MAX_UNROLLED_SIZE = 400
+#: What XLA's estimate charges a float math function other than its cheap ones.
+EXPENSIVE_OP_SIZE = 20
+
+# a float math function Triton lowers to a libdevice routine or an approximation sequence (XLA's non-cheap math ops)
+_EXPENSIVE = re.compile(
+    r"\b(?:libdevice|tl|math)\.(?:exp|exp2|expm1|log|log2|log10|log1p|sin|cos|tan|sinh|cosh|tanh|asin|acos|atan|atan2|"
+    r"asinh|acosh|atanh|pow|erf|erfc|erfinv|cbrt|lgamma|tgamma)\w*\(")
+# a statement that only computes an index (the elemental generator's ``i_N``/``off_N`` temporaries, range and window
+# tests): XLA's loop holds one ``xla.apply_indexing`` per map where Triton source spells its arithmetic out
+_INDEX = re.compile(r"^\s*(?:i|off|inpad|inwin|inupd|start|R|R_c|mask)(?:_\d+)?\s*=")
+
+
+def body_size(lines: Sequence[str]) -> int:
+    """XLA's rough size of a loop body given as the Triton statements of one step (``lines``, one statement each):
+    each value statement counts 1, an expensive float function :data:`EXPENSIVE_OP_SIZE`, index arithmetic 0.
+
+    Mirrors ``optimize_loops.cc`` (the size walk of ``GetUnrollingFactor``), over Triton source instead of MLIR.
+    """
+    size = 0
+    for ln in lines:
+        s = ln.strip()
+        if not s or s.startswith("#") or _INDEX.match(ln):
+            continue
+        size += EXPENSIVE_OP_SIZE * len(_EXPENSIVE.findall(s)) or 1
+    return size
+
+
+def unroll_factor(trip_count: int, size: int) -> int:
+    """How many steps of a ``trip_count``-step loop whose body has XLA size ``size`` are written out per iteration:
+    ``trip_count`` (whole) up to :data:`MAX_UNROLL_FACTOR` steps, else the largest divisor of ``trip_count`` at most
+    ``MAX_UNROLLED_SIZE // size`` (1: the loop stays as it is).
+
+    Mirrors ``GetUnrollingFactor`` in ``xla/backends/gpu/codegen/emitters/transforms/optimize_loops.cc``.
+    """
+    if trip_count <= MAX_UNROLL_FACTOR:
+        return max(trip_count, 1)
+    factor = min(trip_count, MAX_UNROLLED_SIZE // max(size, 1))
+    while factor > 1 and trip_count % factor:
+        factor -= 1
+    return max(factor, 1)
+
+
+def unrolled_loop(var: str, trip: str, trip_count: int, factor: int) -> tuple[list[str], str]:
+    """The loop header lines for ``for var in range(trip)`` unrolled by ``factor`` (``trip`` is the trip count's
+    constexpr name, ``trip_count`` its value), and the indentation the body then needs beyond the first header:
+    ``tl.static_range`` when whole, ``range`` when ``factor == 1``, else a runtime loop over ``trip // factor``
+    iterations around a ``tl.static_range(factor)`` whose steps define ``var``."""
+    if factor >= trip_count:
+        return [f"for {var} in tl.static_range(0, {trip}):"], ""
+    if factor <= 1:
+        return [f"for {var} in range(0, {trip}):"], ""
+    return [f"for {var}_o in range(0, {trip} // {factor}):",
+            f"    for {var}_u in tl.static_range(0, {factor}):",
+            f"        {var} = {var}_o * {factor} + {var}_u"], "    "
