@@ -23,10 +23,11 @@ Values are the evaluator's (numpy arrays in logical order, tuples for tuple shap
 :mod:`fusegen.runtime.spmd` for the kernel path, the reference and the f64 oracle alike: the exchange itself
 has no rounding but ``to_apply``'s, which runs in each run's own types.
 
-``HANDLERS`` answers a module of one device (``num_partitions * replica_count == 1``): every group is that
-device alone (ids past it do not exist, as XLA:CPU runs such a module on one device), so an all-reduce is the
-identity, an all-gather whose result is larger than its operand is an error, and a permute without a pair to
-itself gives zeros. A module of more devices runs through :mod:`fusegen.runtime.spmd`, never through these.
+``HANDLERS`` and ``CALLING_HANDLERS`` answer a module of one device (``num_partitions * replica_count == 1``):
+every group is that device alone (ids past it do not exist, as XLA:CPU runs such a module on one device), so an
+all-reduce is the identity, an all-gather whose result is larger than its operand is an error, and a permute
+without a pair to itself gives zeros. A module of more devices runs through :mod:`fusegen.runtime.spmd`, never
+through these.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fusegen.evaluator.common import EvaluationError, call_lifted, shape_dtype
+from fusegen.evaluator.common import Calls, EvaluationError, shape_dtype
+from fusegen.evaluator.elementwise import is_liftable
 from fusegen.hlo.ir import Computation, Instruction, Shape
 
 __all__ = ["COLLECTIVE_OPCODES", "DONE_OPCODES", "base_opcode", "exchange", "done_value", "start_value",
-           "operand_arrays", "HANDLERS"]
+           "operand_arrays", "HANDLERS", "CALLING_HANDLERS"]
 
 #: The opcodes whose value depends on other devices (the ``-done`` halves are local, see DONE_OPCODES).
 COLLECTIVE_OPCODES = frozenset([
@@ -90,15 +92,13 @@ def _pack(shape: Shape, arrays: list[np.ndarray]) -> Any:
     return arrays[0]
 
 
-def _reduce(comp: Computation, values: list[np.ndarray]) -> np.ndarray:
-    from fusegen.evaluator.evaluator import evaluate_computation, is_liftable
-
+def _reduce(comp: Computation, values: list[np.ndarray], calls: Calls) -> np.ndarray:
     acc = values[0]
     for v in values[1:]:
         if is_liftable(comp):
-            acc = np.asarray(call_lifted(comp, [acc, v])).astype(acc.dtype, copy=False)
+            acc = np.asarray(calls.call_lifted(comp, [acc, v])).astype(acc.dtype, copy=False)
         else:  # a non-elementwise combiner: element by element
-            flat = [evaluate_computation(comp, [np.asarray(a), np.asarray(b)]) for a, b in
+            flat = [calls.call(comp, [np.asarray(a), np.asarray(b)]) for a, b in
                     zip(acc.reshape(-1), v.reshape(-1))]
             acc = np.asarray(flat, dtype=acc.dtype).reshape(acc.shape)
     return acc
@@ -111,13 +111,14 @@ def _dim(inst: Instruction) -> int:
     return int(dims[0])
 
 
-def exchange(inst: Instruction, contributions: list[list[np.ndarray]],
+def exchange(inst: Instruction, contributions: list[list[np.ndarray]], calls: Calls,
              pairs: list[tuple[int, int]] | None = None) -> list[Any]:
     """Every participant's result value of one collective.
 
     Args:
         inst: the collective (``COLLECTIVE_OPCODES``).
         contributions: per participant in group order, its operand arrays (:func:`operand_arrays`).
+        calls: the evaluator's (:class:`~fusegen.evaluator.common.Calls`), which run ``to_apply``.
         pairs: ``collective-permute``: ``(source, target)`` as positions in ``contributions`` (the caller maps
             device ids to positions).
 
@@ -135,7 +136,7 @@ def exchange(inst: Instruction, contributions: list[list[np.ndarray]],
         comp = inst.attrs.get("to_apply")
         if not isinstance(comp, Computation):
             raise EvaluationError(f"%{inst.name}: all-reduce without a to_apply computation")
-        summed = [_reduce(comp, [c[k] for c in contributions]) for k in range(len(contributions[0]))]
+        summed = [_reduce(comp, [c[k] for c in contributions], calls) for k in range(len(contributions[0]))]
         return [_pack(shape, list(summed)) for _ in range(n)]
     if op == "all-gather":
         d = _dim(inst)
@@ -146,7 +147,7 @@ def exchange(inst: Instruction, contributions: list[list[np.ndarray]],
         d = _dim(inst)
         out = []
         for k in range(len(contributions[0])):
-            total = _reduce(comp, [c[k] for c in contributions])
+            total = _reduce(comp, [c[k] for c in contributions], calls)
             if total.shape[d] % n:
                 raise EvaluationError(f"%{inst.name}: dimension {d} of size {total.shape[d]} does not split into "
                                       f"{n} blocks")
@@ -198,7 +199,7 @@ def done_value(inst: Instruction, ops: list) -> Any:
     return v[1]
 
 
-def _single(inst: Instruction, ops: list) -> Any:
+def _single(inst: Instruction, ops: list, calls: Calls) -> Any:
     """One device: each group is that device alone (explicit larger groups are an error)."""
     from fusegen.hlo.sharding import ShardingError, parse_pairs, parse_replica_groups
 
@@ -212,9 +213,9 @@ def _single(inst: Instruction, ops: list) -> Any:
                               "module's only device")
     # ids past the one device do not exist: XLA:CPU runs {{0,1}} on a one-device client as the group {0}
     if base_opcode(inst.opcode) == "collective-permute":
-        result = exchange(inst, [operand_arrays(inst, ops)], pairs=[q for q in pairs if q == (0, 0)])[0]
+        result = exchange(inst, [operand_arrays(inst, ops)], calls, pairs=[q for q in pairs if q == (0, 0)])[0]
     else:
-        result = exchange(inst, [operand_arrays(inst, ops)])[0]
+        result = exchange(inst, [operand_arrays(inst, ops)], calls)[0]
     got = [np.shape(x) for x in (result if isinstance(result, tuple) else (result,))]
     want = [tuple(s.dimensions) for s in (_result_shape(inst).leaves() if _result_shape(inst).is_tuple
                                           else [_result_shape(inst)])]
@@ -234,8 +235,9 @@ def _zero_id(inst: Instruction, ops: list) -> np.ndarray:
     return np.zeros((), dtype=shape_dtype(inst.shape))
 
 
-HANDLERS: dict[str, Callable] = {**{op: _single for op in COLLECTIVE_OPCODES}, **{op: _done for op in DONE_OPCODES},
-                                 "partition-id": _zero_id, "replica-id": _zero_id}
+HANDLERS: dict[str, Callable] = {**{op: _done for op in DONE_OPCODES}, "partition-id": _zero_id, "replica-id": _zero_id}
+#: ``handler(inst, operands, calls)`` (an all-reduce's ``to_apply`` runs through ``calls``, see :class:`~.common.Calls`)
+CALLING_HANDLERS: dict[str, Callable] = {op: _single for op in COLLECTIVE_OPCODES}
 
 
 class MultiDeviceUnsupported(Exception):

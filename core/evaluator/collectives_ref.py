@@ -7,7 +7,8 @@ the identity, blocks in the wrong order, a permute to the wrong device) differs 
 oracle instead of being agreed with. The reduction is the same fold in group order with ``to_apply`` (that
 order is XLA's semantics, not an implementation choice).
 
-Same signature and results as :func:`fusegen.evaluator.collectives.exchange`.
+Same results as :func:`fusegen.evaluator.collectives.exchange`; not one of the evaluator's op modules, it runs
+``to_apply`` through the evaluator's ``CALLS`` itself, where ``exchange`` is handed them.
 """
 
 from __future__ import annotations
@@ -16,21 +17,21 @@ from typing import Any
 
 import numpy as np
 
-from fusegen.evaluator.common import EvaluationError, call_lifted, shape_dtype
+from fusegen.evaluator.common import EvaluationError, shape_dtype
+from fusegen.evaluator.elementwise import is_liftable
+from fusegen.evaluator.evaluator import CALLS
 from fusegen.hlo.ir import Computation, Instruction
 
 __all__ = ["exchange_stacked"]
 
 
 def _fold(comp: Computation, stacked: np.ndarray) -> np.ndarray:
-    from fusegen.evaluator.evaluator import evaluate_computation, is_liftable
-
     acc = stacked[0]
     for k in range(1, stacked.shape[0]):
         if is_liftable(comp):
-            acc = np.asarray(call_lifted(comp, [acc, stacked[k]])).astype(stacked.dtype, copy=False)
+            acc = np.asarray(CALLS.call_lifted(comp, [acc, stacked[k]])).astype(stacked.dtype, copy=False)
         else:
-            acc = np.vectorize(lambda a, b: evaluate_computation(comp, [np.asarray(a), np.asarray(b)]),
+            acc = np.vectorize(lambda a, b: CALLS.call(comp, [np.asarray(a), np.asarray(b)]),
                                otypes=[stacked.dtype])(acc, stacked[k])
     return acc
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the evaluator's op families: dtypes, attribute forms, calling computations.
+"""Helpers shared by the evaluator's op families: dtypes, attribute forms, the errors, calling computations.
 
 Values are numpy arrays in logical index order (see :mod:`fusegen.evaluator.evaluator`).
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Union
+from typing import Any, Callable, NamedTuple, Union
 
 import ml_dtypes
 import numpy as np
@@ -31,6 +31,36 @@ _SUB_BYTE_INTS = frozenset(np.dtype(t) for t in (ml_dtypes.int2, ml_dtypes.uint2
 
 class EvaluationError(RuntimeError):
     """A value the evaluator cannot compute (bad attribute, operand shape mismatch, ...); names the instruction."""
+
+
+class UnsupportedOpError(Exception):
+    """A valid HLO opcode (or custom-call target) fusegen has no implementation of.
+
+    ``str(err)``: ``fusegen has no implementation of HLO op 'foo' (instruction %name, computation %c, line N)``,
+    or for a custom call ``fusegen has no implementation of custom-call target '__foo' (instruction ...)``. The
+    command line exits 4 on it (a valid module fusegen cannot run), never 2.
+
+    Attributes:
+        opcode, instruction (name), computation (name or ``None``), target (custom-call target or ``None``),
+        what (``"custom-call target '__foo'"`` or ``"HLO op 'foo'"``).
+    """
+
+    def __init__(self, inst: Instruction | str, target: str | None = None):
+        if isinstance(inst, Instruction):
+            self.opcode = inst.opcode
+            self.instruction = inst.name
+            self.computation = inst.parent.name if inst.parent is not None else None
+            self.target = target
+            where = f"instruction %{inst.name}" + (f", computation %{self.computation}" if self.computation else "")
+            where += f", line {inst.line}" if inst.line else ""
+            self.what = f"custom-call target {target!r}" if target is not None else f"HLO op {inst.opcode!r}"
+            msg = f"fusegen has no implementation of {self.what} ({where})"
+        else:
+            self.opcode = self.instruction = self.computation = None
+            self.target = target
+            self.what = target or ""
+            msg = str(inst)
+        super().__init__(msg)
 
 
 def is_float(dt: np.dtype) -> bool:
@@ -204,25 +234,19 @@ def computation_attr(inst: Instruction, *keys: str) -> Computation:
     raise EvaluationError(f"%{inst.name} ({inst.opcode}) names no called computation under {', '.join(keys)}")
 
 
-def call(comp: Computation, args: list[Value]) -> Value:
-    """Evaluate ``comp`` on ``args`` (recursion entry point for the op families)."""
-    from fusegen.evaluator.evaluator import evaluate_computation
+class Calls(NamedTuple):
+    """The evaluator's entry points for the computations an op calls (a reduce's reducer, a sort's comparator, a
+    loop's body, a collective's reducer). :mod:`fusegen.evaluator.evaluator` hands them (its ``CALLS``) to each
+    handler in a family's ``CALLING_HANDLERS`` as ``handler(inst, operands, calls)``, so no op module imports it.
 
-    return evaluate_computation(comp, args)
+    ``call(comp, args)``: ``comp`` evaluated on ``args`` (recursion entry point); ``call_lifted(comp, args)``: a
+    scalar elementwise computation (:func:`~fusegen.evaluator.elementwise.is_liftable`) run on whole arrays at
+    once; ``subgraph(root, params)``: lifted evaluation of ``root`` and the instructions it depends on,
+    parameter ``n`` bound to ``params[n]`` (a sort comparator's key expression on a whole operand)."""
 
-
-def call_lifted(comp: Computation, args: list[Value]) -> Value:
-    """Evaluate a scalar elementwise computation on whole arrays at once (see ``is_liftable``)."""
-    from fusegen.evaluator.evaluator import _evaluate_computation
-
-    return _evaluate_computation(comp, args, lifted=True)
-
-
-def is_liftable(comp: Computation) -> bool:
-    """Whether ``comp`` (a scalar combiner / comparator / map body) may run on whole arrays elementwise."""
-    from fusegen.evaluator.evaluator import is_liftable as _il
-
-    return _il(comp)
+    call: Callable[[Computation, list], Value]
+    call_lifted: Callable[[Computation, list], Value]
+    subgraph: Callable[[Instruction, dict[int, Value]], Value]
 
 
 def contiguous(x: Any) -> np.ndarray:

@@ -15,15 +15,14 @@ import numpy as np
 
 from fusegen.evaluator.common import (
     contiguous,
+    Calls,
     EvaluationError,
-    call,
-    call_lifted,
     computation_attr,
-    is_liftable,
     shape_dtype,
     as_array,
     zeros_for,
 )
+from fusegen.evaluator.elementwise import is_liftable
 from fusegen.hlo.ir import Computation, Instruction
 
 
@@ -56,40 +55,40 @@ def _bind_operand(param: Instruction, value, fusion: Instruction):
     return from_physical(contiguous(flat[: shape.numel]), shape)
 
 
-def _fusion(inst: Instruction, ops: list):
+def _fusion(inst: Instruction, ops: list, calls: Calls):
     comp = computation_attr(inst, "calls", "to_apply")
     params = {p.parameter_number: p for p in comp.parameters}
     bound = [(_bind_operand(params[k], v, inst) if k in params else v) for k, v in enumerate(ops)]
-    return call(comp, bound)
+    return calls.call(comp, bound)
 
 
-def _call(inst: Instruction, ops: list):
-    return call(computation_attr(inst, "to_apply", "calls"), list(ops))
+def _call(inst: Instruction, ops: list, calls: Calls):
+    return calls.call(computation_attr(inst, "to_apply", "calls"), list(ops))
 
 
-def _map(inst: Instruction, ops: list) -> np.ndarray:
+def _map(inst: Instruction, ops: list, calls: Calls) -> np.ndarray:
     comp = computation_attr(inst, "to_apply", "calls")
     out = shape_dtype(inst.shape)
     arrays = [np.asarray(o) for o in ops]
     if is_liftable(comp):
-        r = call_lifted(comp, arrays)
+        r = calls.call_lifted(comp, arrays)
         return np.broadcast_to(as_array(r, out), tuple(inst.shape.dimensions)).copy()
     res = np.empty(tuple(inst.shape.dimensions), dtype=out)
     for idx in np.ndindex(*res.shape):
-        res[idx] = call(comp, [np.asarray(a[idx]) for a in arrays])
+        res[idx] = calls.call(comp, [np.asarray(a[idx]) for a in arrays])
     return res
 
 
-def _while(inst: Instruction, ops: list):
+def _while(inst: Instruction, ops: list, calls: Calls):
     cond = computation_attr(inst, "condition")
     body = computation_attr(inst, "body")
     state = ops[0]
-    while bool(np.asarray(call(cond, [state])).reshape(())):
-        state = call(body, [state])
+    while bool(np.asarray(calls.call(cond, [state])).reshape(())):
+        state = calls.call(body, [state])
     return state
 
 
-def _conditional(inst: Instruction, ops: list):
+def _conditional(inst: Instruction, ops: list, calls: Calls):
     branches = inst.attrs.get("branch_computations")
     if isinstance(branches, Computation):
         branches = [branches]
@@ -107,12 +106,12 @@ def _conditional(inst: Instruction, ops: list):
         k = int(sel)
         if k < 0 or k >= len(branches):
             k = len(branches) - 1
-    return call(branches[k], [ops[1 + k]])
+    return calls.call(branches[k], [ops[1 + k]])
 
 
-def _async_start(inst: Instruction, ops: list) -> tuple:
+def _async_start(inst: Instruction, ops: list, calls: Calls) -> tuple:
     comp = computation_attr(inst, "calls", "to_apply", "async_wrapped_computation")
-    result = call(comp, list(ops))
+    result = calls.call(comp, list(ops))
     rest = ()
     if inst.shape.is_tuple and len(inst.shape.tuple_shapes) > 2:
         rest = tuple(zeros_for(s) for s in inst.shape.tuple_shapes[2:])
@@ -131,15 +130,18 @@ def _async_done(inst: Instruction, ops: list):
 
 
 HANDLERS: dict[str, Callable] = {
+    "async-update": _async_update,
+    "async-done": _async_done,
+    "call-update": _async_update,
+    "call-done": _async_done,
+}
+#: handlers that evaluate called computations: ``handler(inst, operands, calls)`` (see :class:`~.common.Calls`)
+CALLING_HANDLERS: dict[str, Callable] = {
     "fusion": _fusion,
     "call": _call,
     "map": _map,
     "while": _while,
     "conditional": _conditional,
     "async-start": _async_start,
-    "async-update": _async_update,
-    "async-done": _async_done,
     "call-start": _async_start,
-    "call-update": _async_update,
-    "call-done": _async_done,
 }

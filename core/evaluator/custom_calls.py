@@ -26,7 +26,7 @@ Targets and the semantics mirrored (XLA ``xla/service/gpu/transforms/gemm_rewrit
   bmm1(Q, K) [+ bias], causal mask if mask_type is CAUSAL) `` then ``bmm2(P, V)``.
 * ``__gpu$TopK``: ``(values, indices)`` of the ``k`` largest along the last dim, ``k`` from the result shape.
 
-Any other target raises :class:`~fusegen.evaluator.evaluator.UnsupportedOpError` naming it.
+Any other target raises :class:`~fusegen.evaluator.common.UnsupportedOpError` naming it.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import numpy as np
 
 from fusegen.evaluator.common import (
     EvaluationError,
+    UnsupportedOpError,
     as_array,
     attr_int,
     backend_config,
@@ -245,8 +246,6 @@ def library_targets() -> dict[str, Callable]:
 
 
 def _custom_call(inst: Instruction, ops: list):
-    from fusegen.evaluator.evaluator import UnsupportedOpError
-
     target = str(inst.attrs.get("custom_call_target", "")).strip('"')
     fn = library_targets().get(target)
     if fn is None:

@@ -14,6 +14,9 @@ evaluator (``xla/hlo/evaluator/hlo_evaluator_typed_visitor.h``):
   fill for arithmetic right shifts.
 * ``convert`` float -> int saturates at the integer range and maps NaN to 0; anything -> pred is ``!= 0``.
 * ``bitcast-convert`` between widths adds (narrowing) or removes (widening) a minor dimension, little-endian.
+
+:func:`is_liftable`: whether a computation is made of scalar elementwise ops alone (``LIFTABLE``), so that it runs
+once on whole arrays (*lifted*) instead of once per element.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from fusegen.evaluator.common import (
     up,
 )
 from fusegen.hlo.dtypes import numpy_dtype
-from fusegen.hlo.ir import Instruction
+from fusegen.hlo.ir import Computation, Instruction
 
 try:  # scipy is optional: erf falls back to math.erf elementwise
     from scipy.special import erf as _scipy_erf
@@ -458,3 +461,34 @@ HANDLERS.update({
 
 #: Opcodes that act elementwise on same-shaped operands (a computation made of these may run lifted).
 ELEMENTWISE_OPCODES = frozenset(HANDLERS) | {"copy"}
+
+#: Opcodes that are the identity on a scalar (allowed inside a lifted computation).
+SCALAR_IDENTITY = frozenset({"broadcast", "reshape", "bitcast", "copy", "optimization-barrier", "opt-barrier"})
+#: Opcodes a lifted computation may hold (with calls / fusions of liftable computations).
+LIFTABLE = ELEMENTWISE_OPCODES | {"parameter", "constant", "tuple", "get-tuple-element"} | SCALAR_IDENTITY
+_LIFT_CACHE: dict[int, tuple[Computation, bool]] = {}
+
+
+def is_liftable(comp: Computation) -> bool:
+    """Whether every instruction of ``comp`` is a scalar elementwise op (so it can run on whole arrays)."""
+    hit = _LIFT_CACHE.get(id(comp))
+    if hit is not None and hit[0] is comp:
+        return hit[1]
+    ok = True
+    for inst in comp.instructions:
+        shapes = inst.shape.leaves() if inst.shape.is_tuple else [inst.shape]
+        if any(s.rank != 0 for s in shapes):
+            ok = False
+        elif inst.opcode in ("call", "fusion"):
+            callee = inst.attrs.get("to_apply") or inst.attrs.get("calls")
+            ok = isinstance(callee, Computation) and is_liftable(callee)
+        elif inst.opcode not in LIFTABLE:
+            ok = False
+        elif inst.opcode in ("bitcast-convert", "bitcast"):
+            ok = inst.opcode == "bitcast" and BIT_WIDTH_ATTR in inst.attrs  # widths kept, equal
+            ok = ok or inst.operands[0].shape.element_type == inst.shape.element_type or (
+                np.dtype(shape_dtype(inst.operands[0].shape)).itemsize == np.dtype(shape_dtype(inst.shape)).itemsize)
+        if not ok:
+            break
+    _LIFT_CACHE[id(comp)] = (comp, ok)
+    return ok

@@ -30,6 +30,7 @@ Errors
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Sequence
 
 import numpy as np
@@ -48,7 +49,9 @@ from fusegen.evaluator import (
     shape_ops,
     vectorized_scatter,
 )
-from fusegen.evaluator.common import EvaluationError, Value, as_array, contiguous, shape_dtype
+from fusegen.evaluator.common import (Calls, EvaluationError, UnsupportedOpError, Value, as_array, contiguous,
+                                      shape_dtype)
+from fusegen.evaluator.elementwise import SCALAR_IDENTITY
 from fusegen.hlo.dtypes import numpy_dtype
 from fusegen.hlo.ir import Computation, Instruction, Module, Shape
 
@@ -61,43 +64,6 @@ __all__ = [
     "evaluate_module",
     "supported_opcodes",
 ]
-
-
-class UnsupportedOpError(Exception):
-    """A valid HLO opcode (or custom-call target) fusegen has no implementation of.
-
-    ``str(err)``: ``fusegen has no implementation of HLO op 'foo' (instruction %name, computation %c, line N)``,
-    or for a custom call ``fusegen has no implementation of custom-call target '__foo' (instruction ...)``. The
-    command line exits 4 on it (a valid module fusegen cannot run), never 2.
-
-    Attributes:
-        opcode, instruction (name), computation (name or ``None``), target (custom-call target or ``None``),
-        what (``"custom-call target '__foo'"`` or ``"HLO op 'foo'"``).
-    """
-
-    def __init__(self, inst: Instruction | str, target: str | None = None):
-        if isinstance(inst, Instruction):
-            self.opcode = inst.opcode
-            self.instruction = inst.name
-            self.computation = inst.parent.name if inst.parent is not None else None
-            self.target = target
-            where = f"instruction %{inst.name}" + (f", computation %{self.computation}" if self.computation else "")
-            where += f", line {inst.line}" if inst.line else ""
-            self.what = f"custom-call target {target!r}" if target is not None else f"HLO op {inst.opcode!r}"
-            msg = f"fusegen has no implementation of {self.what} ({where})"
-        else:
-            self.opcode = self.instruction = self.computation = None
-            self.target = target
-            self.what = target or ""
-            msg = str(inst)
-        super().__init__(msg)
-
-
-HANDLERS: dict[str, Callable[[Instruction, list], Value]] = {}
-for _family in (elementwise, shape_ops, collectives, reduce, dot_conv, gather_scatter_sort, control_flow, custom_calls,
-                batch_norm, linalg, fft, vectorized_scatter):
-    HANDLERS.update(_family.HANDLERS)
-HANDLERS["copy"] = shape_ops.HANDLERS["copy"]
 
 
 def supported_opcodes() -> frozenset[str]:
@@ -114,37 +80,6 @@ def implements(inst: Instruction) -> bool:
     if inst.opcode == "custom-call":
         return str(inst.attrs.get("custom_call_target", "")).strip('"') in custom_calls.library_targets()
     return True
-
-
-# Opcodes that are the identity on a scalar (allowed inside a lifted computation).
-_SCALAR_IDENTITY = frozenset({"broadcast", "reshape", "bitcast", "copy", "optimization-barrier", "opt-barrier"})
-_LIFTABLE = elementwise.ELEMENTWISE_OPCODES | {"parameter", "constant", "tuple", "get-tuple-element"} | _SCALAR_IDENTITY
-_LIFT_CACHE: dict[int, tuple[Computation, bool]] = {}
-
-
-def is_liftable(comp: Computation) -> bool:
-    """Whether every instruction of ``comp`` is a scalar elementwise op (so it can run on whole arrays)."""
-    hit = _LIFT_CACHE.get(id(comp))
-    if hit is not None and hit[0] is comp:
-        return hit[1]
-    ok = True
-    for inst in comp.instructions:
-        shapes = inst.shape.leaves() if inst.shape.is_tuple else [inst.shape]
-        if any(s.rank != 0 for s in shapes):
-            ok = False
-        elif inst.opcode in ("call", "fusion"):
-            callee = inst.attrs.get("to_apply") or inst.attrs.get("calls")
-            ok = isinstance(callee, Computation) and is_liftable(callee)
-        elif inst.opcode not in _LIFTABLE:
-            ok = False
-        elif inst.opcode in ("bitcast-convert", "bitcast"):
-            ok = inst.opcode == "bitcast" and elementwise.BIT_WIDTH_ATTR in inst.attrs  # widths kept, equal
-            ok = ok or inst.operands[0].shape.element_type == inst.shape.element_type or (
-                np.dtype(shape_dtype(inst.operands[0].shape)).itemsize == np.dtype(shape_dtype(inst.shape)).itemsize)
-        if not ok:
-            break
-    _LIFT_CACHE[id(comp)] = (comp, ok)
-    return ok
 
 
 def _check(inst: Instruction, value: Value, shape: Shape) -> Value:
@@ -172,7 +107,7 @@ def _locate(inst: Instruction, err: Exception) -> EvaluationError:
 
 
 def _apply(inst: Instruction, operands: list, lifted: bool) -> Value:
-    if lifted and inst.opcode in _SCALAR_IDENTITY:
+    if lifted and inst.opcode in SCALAR_IDENTITY:
         if inst.opcode == "bitcast" and inst.shape.element_type != inst.operands[0].shape.element_type:
             # a scalar bitcast between element types of one width (XLA's ComparisonExpander writes them)
             widths = inst.attrs.get(elementwise.BIT_WIDTH_ATTR)
@@ -299,6 +234,21 @@ def evaluate_computation(comp: Computation, args: list[Value]) -> Value:
         UnsupportedOpError, EvaluationError: as :func:`evaluate_instruction`.
     """
     return _evaluate_computation(comp, list(args), lifted=False)
+
+
+#: What the ops that call computations (a reducer, a comparator, a body) evaluate them with: handed to each
+#: handler of a family's ``CALLING_HANDLERS`` as its third argument, so the op modules never import this one.
+CALLS = Calls(call=evaluate_computation, call_lifted=functools.partial(_evaluate_computation, lifted=True),
+              subgraph=_evaluate_subgraph)
+
+#: opcode -> ``handler(inst, operands)``, the ``CALLING_HANDLERS`` with :data:`CALLS` bound
+HANDLERS: dict[str, Callable[[Instruction, list], Value]] = {}
+for _family in (elementwise, shape_ops, collectives, dot_conv, gather_scatter_sort, control_flow, custom_calls,
+                batch_norm, linalg, fft):
+    HANDLERS.update(_family.HANDLERS)
+for _family in (collectives, reduce, gather_scatter_sort, control_flow, vectorized_scatter):
+    HANDLERS.update({op: functools.partial(h, calls=CALLS) for op, h in _family.CALLING_HANDLERS.items()})
+HANDLERS["copy"] = shape_ops.HANDLERS["copy"]
 
 
 def _coerce_arg(p: Instruction, a, filename: str) -> Value:

@@ -20,6 +20,7 @@ from typing import Callable
 import numpy as np
 
 from fusegen.evaluator.common import (
+    Calls,
     contiguous,
     EvaluationError,
     as_array,
@@ -111,7 +112,7 @@ def _gather(inst: Instruction, ops: list) -> np.ndarray:
     return as_array(r, shape_dtype(inst.shape))
 
 
-def _scatter(inst: Instruction, ops: list):
+def _scatter(inst: Instruction, ops: list, calls: Calls):
     comp = computation_attr(inst, "to_apply")
     n = (len(ops) - 1) // 2
     operands = [np.array(o, copy=True) for o in ops[:n]]
@@ -176,7 +177,7 @@ def _scatter(inst: Instruction, ops: list):
     if ups and ups[0].size and operands[0].size:
         operands = [np.ascontiguousarray(o) for o in operands]
         lin = np.ravel_multi_index(tuple(g.reshape(-1) for g in grids), operands[0].shape)
-        ordered_combine(comp, operands, lin, [u.reshape(-1) for u in ups])
+        ordered_combine(comp, operands, lin, [u.reshape(-1) for u in ups], calls)
     return tuple(operands) if inst.shape.is_tuple else operands[0]
 
 
@@ -253,7 +254,7 @@ def _sort_key(x: np.ndarray, total: bool, canonical: bool = False) -> np.ndarray
     return x
 
 
-def _sort(inst: Instruction, ops: list):
+def _sort(inst: Instruction, ops: list, calls: Calls):
     comp = computation_attr(inst, "to_apply")
     arrays = [np.asarray(o) for o in ops]
     dim = attr_ints(inst, "dimensions", (arrays[0].ndim - 1,))[0]
@@ -267,7 +268,7 @@ def _sort(inst: Instruction, ops: list):
             key = ~key  # bitwise not reverses integer order exactly (signed and unsigned)
         order = stable_argsort([key], key.shape)
     else:
-        order, _ = sort_order(comp, moved)
+        order, _ = sort_order(comp, moved, calls)
     outs = [np.moveaxis(np.take_along_axis(m, order, axis=-1), -1, dim) for m in moved]
     outs = [contiguous(o) for o in outs]
     return tuple(outs) if inst.shape.is_tuple else outs[0]
@@ -290,4 +291,6 @@ def _topk(inst: Instruction, ops: list):
     return (v, i.astype(shape_dtype(inst.shape.tuple_shapes[1])))
 
 
-HANDLERS: dict[str, Callable] = {"gather": _gather, "scatter": _scatter, "sort": _sort, "topk": _topk}
+HANDLERS: dict[str, Callable] = {"gather": _gather, "topk": _topk}
+#: ``handler(inst, operands, calls)`` (the combiner / comparator runs through ``calls``, see :class:`~.common.Calls`)
+CALLING_HANDLERS: dict[str, Callable] = {"scatter": _scatter, "sort": _sort}

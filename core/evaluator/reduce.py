@@ -23,24 +23,21 @@ from typing import Callable
 import numpy as np
 
 from fusegen.evaluator.common import (
+    Calls,
     as_array,
     attr_ints,
-    call,
-    call_lifted,
     computation_attr,
-    is_liftable,
     shape_dtype,
     up,
 )
+from fusegen.evaluator.elementwise import LIFTABLE, is_liftable
 from fusegen.hlo.ir import Computation, Instruction
 from fusegen.hlo.window import parse_window
 
 
 def is_liftable_opcode(inst: Instruction) -> bool:
     """Whether one instruction may run on whole arrays inside a lifted computation."""
-    from fusegen.evaluator.evaluator import _LIFTABLE
-
-    return inst.opcode in _LIFTABLE
+    return inst.opcode in LIFTABLE
 
 _SIMPLE = {"add", "multiply", "maximum", "minimum", "and", "or", "xor"}
 
@@ -68,14 +65,14 @@ def _ufunc(op: str, dt: np.dtype):
             "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor}[op]
 
 
-def apply_combiner(comp: Computation, accs: list[np.ndarray], xs: list[np.ndarray]) -> list[np.ndarray]:
+def apply_combiner(comp: Computation, accs: list[np.ndarray], xs: list[np.ndarray], calls: Calls) -> list[np.ndarray]:
     """``comp(accs..., xs...)`` elementwise over equally shaped arrays; returns the list of results (arrays of
     the broadcast shape and the accumulators' dtypes, never views of the arguments). A combiner that is not
     liftable (control flow inside) runs once per element (:func:`per_element_reason` says why)."""
     args = list(accs) + list(xs)
     shp = np.broadcast_shapes(*(np.shape(a) for a in args))
     if is_liftable(comp):
-        r = call_lifted(comp, args)
+        r = calls.call_lifted(comp, args)
         r = list(r) if isinstance(r, tuple) else [r]
         out = []
         for v, a in zip(r, accs):
@@ -89,7 +86,7 @@ def apply_combiner(comp: Computation, accs: list[np.ndarray], xs: list[np.ndarra
     bargs = [np.broadcast_to(a, shp) for a in args]
     outs = [np.empty(shp, dtype=a.dtype) for a in accs]
     for idx in np.ndindex(*shp):
-        r = call(comp, [np.asarray(b[idx]) for b in bargs])
+        r = calls.call(comp, [np.asarray(b[idx]) for b in bargs])
         r = r if isinstance(r, tuple) else (r,)
         for o, v in zip(outs, r):
             o[idx] = v
@@ -115,14 +112,14 @@ def per_element_reason(comp: Computation) -> str | None:
     return f"%{comp.name} is not elementwise"
 
 
-def tree_fold(comp: Computation, xs: list[np.ndarray], axis_len: int) -> list[np.ndarray]:
+def tree_fold(comp: Computation, xs: list[np.ndarray], axis_len: int, calls: Calls) -> list[np.ndarray]:
     """Fold the last axis of each of ``xs`` with ``comp`` pairwise; returns arrays without that axis."""
     cur = list(xs)
     while axis_len > 1:
         half = axis_len // 2
         lhs = [c[..., 0 : 2 * half : 2] for c in cur]
         rhs = [c[..., 1 : 2 * half : 2] for c in cur]
-        merged = apply_combiner(comp, lhs, rhs)
+        merged = apply_combiner(comp, lhs, rhs, calls)
         if axis_len % 2:
             merged = [np.concatenate([m, c[..., -1:]], axis=-1) for m, c in zip(merged, cur)]
         cur = merged
@@ -133,7 +130,8 @@ def tree_fold(comp: Computation, xs: list[np.ndarray], axis_len: int) -> list[np
 SEQUENTIAL_LIMIT = 16384
 
 
-def sequential_fold(comp: Computation, accs: list[np.ndarray], xs: list[np.ndarray], axis_len: int) -> list[np.ndarray]:
+def sequential_fold(comp: Computation, accs: list[np.ndarray], xs: list[np.ndarray], axis_len: int,
+                    calls: Calls) -> list[np.ndarray]:
     """``acc = comp(acc, x[..., k])`` for k in order (XLA's reduce order); ``xs`` carry the fold axis last.
 
     Blocks of the fold axis are moved first and made contiguous (a block transposes with far fewer cache
@@ -143,10 +141,10 @@ def sequential_fold(comp: Computation, accs: list[np.ndarray], xs: list[np.ndarr
         for k0 in range(0, axis_len, block):
             blk = [np.ascontiguousarray(np.moveaxis(x[..., k0:k0 + block], -1, 0)) for x in xs]
             for k in range(blk[0].shape[0]):
-                accs = apply_combiner(comp, accs, [b[k] for b in blk])
+                accs = apply_combiner(comp, accs, [b[k] for b in blk], calls)
         return accs
     for k in range(axis_len):
-        accs = apply_combiner(comp, accs, [x[..., k] for x in xs])
+        accs = apply_combiner(comp, accs, [x[..., k] for x in xs], calls)
     return accs
 
 
@@ -170,7 +168,7 @@ def accurate_sum(x: np.ndarray, rdims: tuple[int, ...], init: np.ndarray) -> np.
     return np.add(total, np.asarray(init, dtype=x.dtype))
 
 
-def _reduce(inst: Instruction, ops: list):
+def _reduce(inst: Instruction, ops: list, calls: Calls):
     comp = computation_attr(inst, "to_apply")
     n = len(ops) // 2
     xs = [np.asarray(o) for o in ops[:n]]
@@ -203,14 +201,14 @@ def _reduce(inst: Instruction, ops: list):
                  for x in xs]
         accs = [np.broadcast_to(as_array(i, x.dtype), out_dims) for i, x in zip(inits, xs)]
         if k > SEQUENTIAL_LIMIT and is_liftable(comp):
-            results = apply_combiner(comp, accs, tree_fold(comp, moved, k))
+            results = apply_combiner(comp, accs, tree_fold(comp, moved, k, calls), calls)
         else:
-            results = sequential_fold(comp, accs, moved, k)
+            results = sequential_fold(comp, accs, moved, k, calls)
         results = [as_array(r, dt).reshape(out_dims) for r, dt in zip(results, out_dts)]
     return tuple(results) if inst.shape.is_tuple else results[0]
 
 
-def _reduce_window(inst: Instruction, ops: list):
+def _reduce_window(inst: Instruction, ops: list, calls: Calls):
     from fusegen.evaluator.shape_ops import pad_array
 
     comp = computation_attr(inst, "to_apply")
@@ -242,7 +240,7 @@ def _reduce_window(inst: Instruction, ops: list):
         if op is not None:
             acc = f(acc, x[idx])
         else:
-            acc_list = apply_combiner(comp, acc_list, [p[idx] for p in padded])
+            acc_list = apply_combiner(comp, acc_list, [p[idx] for p in padded], calls)
     out_shapes = inst.shape.leaves() if inst.shape.is_tuple else [inst.shape]
     if op is not None:
         return as_array(acc, shape_dtype(out_shapes[0])).reshape(out_dims)
@@ -250,4 +248,5 @@ def _reduce_window(inst: Instruction, ops: list):
     return tuple(res) if inst.shape.is_tuple else res[0]
 
 
-HANDLERS: dict[str, Callable] = {"reduce": _reduce, "reduce-window": _reduce_window}
+#: ``handler(inst, operands, calls)`` (the combiner runs through ``calls``, see :class:`~.common.Calls`)
+CALLING_HANDLERS: dict[str, Callable] = {"reduce": _reduce, "reduce-window": _reduce_window}

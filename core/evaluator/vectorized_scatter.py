@@ -21,11 +21,11 @@ from typing import Callable
 
 import numpy as np
 
-from fusegen.evaluator.common import (EvaluationError, as_array, call_lifted, computation_attr, is_liftable,
-                                      shape_dtype)
+from fusegen.evaluator.common import Calls, EvaluationError, as_array, computation_attr, shape_dtype
+from fusegen.evaluator.elementwise import is_liftable
 from fusegen.hlo.ir import Computation, Instruction
 
-__all__ = ["ordered_combine", "HANDLERS"]
+__all__ = ["ordered_combine", "CALLING_HANDLERS"]
 
 
 def update_rounds(lin: np.ndarray) -> tuple[np.ndarray, int]:
@@ -43,7 +43,8 @@ def update_rounds(lin: np.ndarray) -> tuple[np.ndarray, int]:
     return rank, int(rank.max()) + 1
 
 
-def ordered_combine(comp: Computation, targets: list[np.ndarray], lin: np.ndarray, updates: list[np.ndarray]) -> None:
+def ordered_combine(comp: Computation, targets: list[np.ndarray], lin: np.ndarray, updates: list[np.ndarray],
+                    calls: Calls) -> None:
     """``targets[j].flat[lin[e]] = comp(targets..., updates...)[j]`` for every update ``e`` in order, in place.
 
     Args:
@@ -52,6 +53,7 @@ def ordered_combine(comp: Computation, targets: list[np.ndarray], lin: np.ndarra
         targets: C-contiguous arrays updated in place (one per operand).
         lin: int64 flat indices into the targets, one per update, in application order.
         updates: one 1-D array per operand, ``len(lin)`` values each.
+        calls: the evaluator's (:class:`~fusegen.evaluator.common.Calls`), which run ``comp``.
     """
     from fusegen.evaluator.reduce import apply_combiner
 
@@ -61,7 +63,7 @@ def ordered_combine(comp: Computation, targets: list[np.ndarray], lin: np.ndarra
     for r in range(rounds):
         sel = slice(None) if single else rank == r
         loc = lin[sel]
-        new = apply_combiner(comp, [f[loc] for f in flats], [u[sel] for u in updates])
+        new = apply_combiner(comp, [f[loc] for f in flats], [u[sel] for u in updates], calls)
         for f, v in zip(flats, new):
             f[loc] = as_array(v, f.dtype)
 
@@ -72,7 +74,7 @@ def _window(inst: Instruction, rank: int) -> dict[str, list]:
     return parse_window(inst, rank)
 
 
-def _select_and_scatter(inst: Instruction, ops: list) -> np.ndarray:
+def _select_and_scatter(inst: Instruction, ops: list, calls: Calls) -> np.ndarray:
     select = computation_attr(inst, "select")
     scatter = computation_attr(inst, "scatter", "to_apply")
     operand, source, init = np.asarray(ops[0]), np.asarray(ops[1]), np.asarray(ops[2]).reshape(())
@@ -103,12 +105,10 @@ def _select_and_scatter(inst: Instruction, ops: list) -> np.ndarray:
         both = valid & have
         if both.any():
             if lifted:
-                keep = np.broadcast_to(np.asarray(call_lifted(select, [pick_val[both], cur[both]]), bool),
+                keep = np.broadcast_to(np.asarray(calls.call_lifted(select, [pick_val[both], cur[both]]), bool),
                                        (int(both.sum()),))
             else:
-                from fusegen.evaluator.common import call
-
-                keep = np.array([bool(np.asarray(call(select, [np.asarray(a), np.asarray(b)])).reshape(()))
+                keep = np.array([bool(np.asarray(calls.call(select, [np.asarray(a), np.asarray(b)])).reshape(()))
                                  for a, b in zip(pick_val[both], cur[both])], dtype=bool)
             repl = np.zeros(nsrc, dtype=bool)
             repl[both] = ~keep
@@ -117,8 +117,9 @@ def _select_and_scatter(inst: Instruction, ops: list) -> np.ndarray:
         pick_lin = np.where(take, lin, pick_lin)
         have |= valid
     src_flat = np.ascontiguousarray(source).reshape(-1)
-    ordered_combine(scatter, [out], pick_lin[have], [src_flat[have].astype(out.dtype)])
+    ordered_combine(scatter, [out], pick_lin[have], [src_flat[have].astype(out.dtype)], calls)
     return out
 
 
-HANDLERS: dict[str, Callable] = {"select-and-scatter": _select_and_scatter}
+#: ``handler(inst, operands, calls)`` (select and scatter run through ``calls``, see :class:`~.common.Calls`)
+CALLING_HANDLERS: dict[str, Callable] = {"select-and-scatter": _select_and_scatter}

@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from fusegen.evaluator.common import call, call_lifted, is_float, is_liftable, total_order_key, up
+from fusegen.evaluator.common import Calls, is_float, total_order_key, up
+from fusegen.evaluator.elementwise import is_liftable
 from fusegen.hlo.ir import Computation, Instruction
 
 __all__ = ["lexicographic_plan", "sort_order", "merge_sort_order", "comparison_sort_order", "KeyLevel"]
@@ -107,15 +108,14 @@ class _Analysis:
         return hit
 
 
-def _constant_bool(inst: Instruction) -> bool:
-    from fusegen.evaluator.evaluator import _evaluate_subgraph
-
-    return bool(np.asarray(_evaluate_subgraph(inst, {})).reshape(-1)[0])
+def _constant_bool(inst: Instruction, calls: Calls) -> bool:
+    return bool(np.asarray(calls.subgraph(inst, {})).reshape(-1)[0])
 
 
-def lexicographic_plan(comp: Computation, n_operands: int) -> list[KeyLevel] | None:
+def lexicographic_plan(comp: Computation, n_operands: int, calls: Calls) -> list[KeyLevel] | None:
     """The keys, most significant first, of a comparator that is a lexicographic order over per-operand keys
-    (see the module docstring); ``None`` for any other comparator. An empty list: every pair is equivalent."""
+    (see the module docstring); ``None`` for any other comparator. An empty list: every pair is equivalent.
+    ``calls`` (the evaluator's, :class:`~fusegen.evaluator.common.Calls`) evaluates its constant parts."""
     if comp.root is None or not is_liftable(comp):
         return None
     an = _Analysis(comp)
@@ -189,7 +189,7 @@ def lexicographic_plan(comp: Computation, n_operands: int) -> list[KeyLevel] | N
             lvl, direction = atoms[id(inst)]
             v = np.asarray(_TRUTH[direction])[outcomes[lvl]]
         elif not an.deps(inst):
-            v = np.full(outcomes.shape[1], _constant_bool(inst))
+            v = np.full(outcomes.shape[1], _constant_bool(inst, calls))
         else:
             ops = [vals[id(o)] for o in inst.operands]
             if op == "and":
@@ -258,15 +258,13 @@ def _sortable(key: np.ndarray, mode: str, descending: bool) -> np.ndarray | None
     return ~k if descending else k
 
 
-def key_order(plan: list[KeyLevel], moved: list[np.ndarray]) -> np.ndarray | None:
+def key_order(plan: list[KeyLevel], moved: list[np.ndarray], calls: Calls) -> np.ndarray | None:
     """The stable order of a lexicographic ``plan`` on ``moved`` (sorted dim last), or ``None`` where a key
     cannot be ordered exactly (a NaN under a partial-order float compare)."""
-    from fusegen.evaluator.evaluator import _evaluate_subgraph
-
     shape = moved[0].shape
     keys = []
     for lv in plan:
-        key = _evaluate_subgraph(lv.expr, {lv.param: moved[lv.operand]})
+        key = calls.subgraph(lv.expr, {lv.param: moved[lv.operand]})
         s = _sortable(np.broadcast_to(np.asarray(key), shape), lv.mode, lv.descending)
         if s is None:
             return None
@@ -313,14 +311,14 @@ def stable_argsort(keys: list[np.ndarray], shape: tuple[int, ...]) -> np.ndarray
     return np.lexsort(keys[::-1], axis=-1)
 
 
-def _less(comp: Computation, used: set[int], xs: list, ys: list, shape: tuple) -> np.ndarray:
+def _less(comp: Computation, used: set[int], xs: list, ys: list, shape: tuple, calls: Calls) -> np.ndarray:
     args: list[Any] = []
     for i, (x, y) in enumerate(zip(xs, ys)):
         args += [x if 2 * i in used else None, y if 2 * i + 1 in used else None]
-    return np.broadcast_to(np.asarray(call_lifted(comp, args), dtype=bool), shape)
+    return np.broadcast_to(np.asarray(calls.call_lifted(comp, args), dtype=bool), shape)
 
 
-def merge_sort_order(comp: Computation, moved: list[np.ndarray]) -> np.ndarray | None:
+def merge_sort_order(comp: Computation, moved: list[np.ndarray], calls: Calls) -> np.ndarray | None:
     """Stable order of ``moved`` (sorted dim last) under a liftable comparator, by a bottom-up merge sort
     evaluated on whole arrays; ``None`` where the comparator is no strict weak order on the data."""
     shape = moved[0].shape
@@ -347,7 +345,7 @@ def merge_sort_order(comp: Computation, moved: list[np.ndarray]) -> np.ndarray |
             pv = [None if c is None else np.take_along_axis(c, probe, axis=1) for c in cur]
             xs = [None if c is None else np.where(left, p, c) for c, p in zip(cur, pv)]
             ys = [None if c is None else np.where(left, c, p) for c, p in zip(cur, pv)]
-            c = _less(comp, used, xs, ys, (rows, n))
+            c = _less(comp, used, xs, ys, (rows, n), calls)
             active = lo < hi
             right = c == left  # a left element passes right-run elements less than it, a right one not-greater
             lo = np.where(active & right, mid + 1, lo)
@@ -381,7 +379,7 @@ def _reachable(comp: Computation, p: Instruction) -> bool:
     return False
 
 
-def comparison_sort_order(comp: Computation, moved: list[np.ndarray]) -> np.ndarray:
+def comparison_sort_order(comp: Computation, moved: list[np.ndarray], calls: Calls) -> np.ndarray:
     """Stable order of ``moved`` (sorted dim last) by Python's sort, calling ``comp`` per comparison."""
     shp = moved[0].shape
     order = np.empty(shp, dtype=np.int64)
@@ -392,27 +390,28 @@ def comparison_sort_order(comp: Computation, moved: list[np.ndarray]) -> np.ndar
 
         def cmp(i: int, j: int, row=row) -> int:
             args = list(itertools.chain.from_iterable((np.asarray(v[i]), np.asarray(v[j])) for v in row))
-            if bool(call(comp, args)):
+            if bool(calls.call(comp, args)):
                 return -1
             args = list(itertools.chain.from_iterable((np.asarray(v[j]), np.asarray(v[i])) for v in row))
-            return 1 if bool(call(comp, args)) else 0
+            return 1 if bool(calls.call(comp, args)) else 0
 
         oflat[r] = sorted(range(shp[-1]), key=functools.cmp_to_key(cmp))
     return order
 
 
-def sort_order(comp: Computation, moved: list[np.ndarray]) -> tuple[np.ndarray, str]:
+def sort_order(comp: Computation, moved: list[np.ndarray], calls: Calls) -> tuple[np.ndarray, str]:
     """``(order, path)``: the stable order of ``moved`` (equal shapes, sorted dim last) under ``comp`` and the
-    way it was found: ``keys``, ``merge`` or ``per-comparison`` (see the module docstring)."""
+    way it was found: ``keys``, ``merge`` or ``per-comparison`` (see the module docstring). ``calls``: the
+    evaluator's (:class:`~fusegen.evaluator.common.Calls`), which run the comparator."""
     if moved[0].shape[-1] <= 1:
         return np.zeros(moved[0].shape, dtype=np.int64), "keys"
-    plan = lexicographic_plan(comp, len(moved))
+    plan = lexicographic_plan(comp, len(moved), calls)
     if plan is not None:
-        order = key_order(plan, moved)
+        order = key_order(plan, moved, calls)
         if order is not None:
             return order, "keys"
     if is_liftable(comp):
-        order = merge_sort_order(comp, moved)
+        order = merge_sort_order(comp, moved, calls)
         if order is not None:
             return order, "merge"
-    return comparison_sort_order(comp, moved), "per-comparison"
+    return comparison_sort_order(comp, moved, calls), "per-comparison"

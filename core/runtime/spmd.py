@@ -31,12 +31,13 @@ from typing import Any, Callable
 import attrs
 import numpy as np
 
+from fusegen.evaluator import collectives
 from fusegen.evaluator.collectives import (COLLECTIVE_OPCODES, DONE_OPCODES, MultiDeviceUnsupported, done_value,
-                                           exchange, operand_arrays, start_value)
+                                           operand_arrays, start_value)
 from fusegen.codegen.collective_kernel import one_shot_declines, one_shot_kernel, run_one_shot
 from fusegen.evaluator.collectives_ref import exchange_stacked
 from fusegen.evaluator.common import computation_attr, shape_dtype
-from fusegen.evaluator.evaluator import _coerce_arg, evaluate_instruction
+from fusegen.evaluator.evaluator import CALLS, _coerce_arg, evaluate_instruction
 from fusegen.hlo.ir import Computation, Instruction, Module
 from fusegen.runtime.executor import Executor, FusionReport, RunReport, interpret
 from fusegen.runtime.limits import Budget, ResourceLimitError
@@ -50,6 +51,12 @@ __all__ = ["DeviceContext", "KernelCollectives", "PartitionExecutor", "SpmdRunRe
            "merge_rows", "run_spmd_reference"]
 
 
+def exchange(inst: Instruction, contributions: list, pairs: list | None = None) -> list:
+    """The kernel path's host exchange: :func:`fusegen.evaluator.collectives.exchange`, an all-reduce's
+    ``to_apply`` run by the evaluator's ``CALLS``."""
+    return collectives.exchange(inst, contributions, CALLS, pairs=pairs)
+
+
 def _wraps_collective(comp: Computation) -> bool:
     return any(i.opcode in COLLECTIVE_OPCODES or i.opcode in ("partition-id", "replica-id")
                for i in comp.instructions)
@@ -58,7 +65,7 @@ def _wraps_collective(comp: Computation) -> bool:
 class DeviceContext:
     """One device of a lockstep run: its ids and the rendezvous (``plan``: the module's collectives).
 
-    ``exchange_fn``: the collectives' semantics (the kernel path's :func:`~fusegen.evaluator.collectives.exchange`;
+    ``exchange_fn``: the collectives' semantics (the kernel path's :func:`exchange`;
     the reference and the f64 oracle use :func:`~fusegen.evaluator.collectives_ref.exchange_stacked`).
     """
 
@@ -111,7 +118,7 @@ class DeviceContext:
 class KernelCollectives:
     """The kernel path's exchange: a one-shot all-reduce on its generated Triton kernel over the participants'
     buffers (:mod:`fusegen.codegen.collective_kernel`; compiled for sm_90 once with ``compile_kernels``), every
-    other collective on the host (:func:`~fusegen.evaluator.collectives.exchange`). ``info`` says, per
+    other collective on the host (:func:`exchange`). ``info`` says, per
     collective name, ``{"backend", "kernel", "compiled_sm90"}`` or ``{"backend": "host", "reason"}``."""
 
     def __init__(self, compile_kernels: bool):

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import CORPUS
-from fusegen.evaluator.common import call_lifted, shape_dtype
-from fusegen.evaluator.evaluator import evaluate_instruction
+from fusegen.evaluator.common import shape_dtype
+from fusegen.evaluator.evaluator import CALLS, evaluate_instruction
 from fusegen.evaluator.reduce import SEQUENTIAL_LIMIT, simple_combiner
 from fusegen.evaluator.vectorized_sort import comparison_sort_order, lexicographic_plan, sort_order
 from fusegen.hlo.parser import parse_modules
@@ -66,11 +66,11 @@ def test_corpus_sort_matches_the_per_comparison_sort(inst):
     comp = inst.attrs["to_apply"]
     rng = np.random.default_rng(len(inst.name))
     n = min(inst.operands[0].shape.dimensions[-1] if inst.operands[0].shape.rank else 1, 96)
-    plan = lexicographic_plan(comp, len(inst.operands))
+    plan = lexicographic_plan(comp, len(inst.operands), CALLS)
     nan = plan is not None and all(lv.mode == "total" for lv in plan)  # NaN is ordered only by total keys
     moved = [_values(shape_dtype(o.shape), (2, n), rng, nan) for o in inst.operands]
-    order, path = sort_order(comp, moved)
-    assert np.array_equal(order, comparison_sort_order(comp, moved)), path
+    order, path = sort_order(comp, moved, CALLS)
+    assert np.array_equal(order, comparison_sort_order(comp, moved, CALLS)), path
     if "TOTALORDER" in str([i.attrs.get("type") for i in comp.instructions]) or "bitcast" in str(
             [i.opcode for i in comp.instructions]):
         assert path == "keys"  # JAX's comparators take the key path
@@ -97,7 +97,7 @@ def test_corpus_variadic_reduce_matches_the_in_order_fold(inst):
              for x in xs]
     accs = [np.broadcast_to(i, moved[0].shape[:-1]) for i in inits]
     for j in range(k):
-        r = call_lifted(comp, accs + [m[..., j] for m in moved])
+        r = CALLS.call_lifted(comp, accs + [m[..., j] for m in moved])
         accs = [np.broadcast_to(np.asarray(v, a.dtype), moved[0].shape[:-1]) for v, a in
                 zip(r if isinstance(r, tuple) else (r,), accs)]
     for g, a in zip(got, accs):

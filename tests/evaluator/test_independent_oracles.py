@@ -23,6 +23,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 
 from fusegen.evaluator import vectorized_sort
+from fusegen.evaluator.evaluator import CALLS
 from fusegen.hlo.parser import parse_module
 from fusegen.verify.judged_run import run_module
 from fusegen_plugins.emitters.sort_comparator import read_key_order
@@ -98,7 +99,7 @@ def test_the_emitters_reading_of_a_comparator_equals_the_evaluators(case):
     comparators declined, on key orders in every spelling and on random boolean expressions."""
     text, types, _ = case
     comp = next(c for c in parse_module(text, "cmp").computations if c.name == "cmp")
-    assert _same_keys(read_key_order(comp, len(types)), vectorized_sort.lexicographic_plan(comp, len(types)))
+    assert _same_keys(read_key_order(comp, len(types)), vectorized_sort.lexicographic_plan(comp, len(types), CALLS))
 
 
 def test_every_sort_in_the_bundled_modules_reads_the_same():
@@ -109,7 +110,7 @@ def test_every_sort_in_the_bundled_modules_reads_the_same():
     assert len(sorts) >= 10
     for s in sorts:
         comp, n = s.attrs["to_apply"], len(s.operands)
-        assert _same_keys(read_key_order(comp, n), vectorized_sort.lexicographic_plan(comp, n)), s.name
+        assert _same_keys(read_key_order(comp, n), vectorized_sort.lexicographic_plan(comp, n, CALLS)), s.name
 
 
 #: A descending sort of f32 keys with an iota payload as XLA:GPU hands it over: JAX's canonicalisation (one NaN,
@@ -149,8 +150,8 @@ def _run(x: np.ndarray):
 def _misread_descending_as_ascending(monkeypatch) -> None:
     real = vectorized_sort.lexicographic_plan
 
-    def misread(comp, n_operands):
-        plan = real(comp, n_operands)
+    def misread(comp, n_operands, calls):
+        plan = real(comp, n_operands, calls)
         return None if plan is None else [vectorized_sort.KeyLevel(lv.operand, lv.param, lv.expr, lv.mode, False)
                                           for lv in plan]
 
@@ -175,7 +176,7 @@ def test_a_fault_planted_in_the_evaluators_comparator_reading_is_a_mismatch(monk
     _misread_descending_as_ascending(monkeypatch)
     # the kernel's reading is its own: still descending where the evaluator's is now ascending
     assert key_packing(sort.attrs["to_apply"], sort.operands, 64, 1).levels[0][0].descending
-    assert not vectorized_sort.lexicographic_plan(sort.attrs["to_apply"], 2)[0].descending
+    assert not vectorized_sort.lexicographic_plan(sort.attrs["to_apply"], 2, CALLS)[0].descending
     x = _keys((2, 64))
     _, rep = _run(x)
     assert rep.status == "mismatch" and [f.status for f in rep.fusions] == ["mismatch"], \

@@ -13,8 +13,7 @@ from hypothesis import strategies as st
 
 from sort_programs import POOLS, _Comparator, comparators
 
-from fusegen.evaluator.common import call_lifted
-from fusegen.evaluator.evaluator import evaluate_module
+from fusegen.evaluator.evaluator import CALLS, evaluate_module
 from fusegen.evaluator.vectorized_sort import (comparison_sort_order, lexicographic_plan, merge_sort_order,
                                                sort_order, stable_argsort)
 from fusegen.hlo.parser import parse_module
@@ -29,7 +28,7 @@ def _strict_weak_order(comp, rows: list[np.ndarray]) -> bool:
         args = []
         for v in vals:
             args += [v[i], v[j]]
-        less = np.broadcast_to(np.asarray(call_lifted(comp, args), bool), (n, n))
+        less = np.broadcast_to(np.asarray(CALLS.call_lifted(comp, args), bool), (n, n))
         eqv = ~less & ~less.T
         if less.diagonal().any():
             return False
@@ -49,15 +48,15 @@ def test_vectorised_sort_equals_the_per_comparison_sort(case, data):
     arrays = [data.draw(st.lists(st.integers(0, len(POOLS[t]) - 1), min_size=int(np.prod(dims)),
                                  max_size=int(np.prod(dims)))) for t in types]
     moved = [POOLS[t][np.array(ix)].reshape(dims) for t, ix in zip(types, arrays)]
-    merged = merge_sort_order(comp, moved)
+    merged = merge_sort_order(comp, moved, CALLS)
     if not _strict_weak_order(comp, moved):
         event("no strict weak order")
         if merged is not None:
             assert (np.sort(merged, axis=-1) == np.arange(dims[-1])).all()
         return
-    expected = comparison_sort_order(comp, moved)
+    expected = comparison_sort_order(comp, moved, CALLS)
     assert merged is not None and np.array_equal(merged, expected)
-    order, path = sort_order(comp, moved)
+    order, path = sort_order(comp, moved, CALLS)
     assert np.array_equal(order, expected), path
     event(f"path {path}")
     out = evaluate_module(module, moved)  # the sort handler, stable or not: the same stable order
@@ -74,15 +73,15 @@ def test_lexicographic_comparators_become_keys():
     tie = c.atom(1, "id", "LT", False, False)
     root = c.op("select", c.op("compare", lt, back, direction="EQ"), tie, lt)
     comp = parse_module(c.module(root, (4, 8), True), "m").computations[0]
-    plan = lexicographic_plan(comp, 2)
+    plan = lexicographic_plan(comp, 2, CALLS)
     assert [(lv.operand, lv.descending) for lv in plan] == [(0, False), (1, False)]
     c = _Comparator(["f32"])
     desc = c.atom(0, "canon", "GT", True, False)
-    plan = lexicographic_plan(parse_module(c.module(desc, (4, 8), True), "m").computations[0], 1)
+    plan = lexicographic_plan(parse_module(c.module(desc, (4, 8), True), "m").computations[0], 1, CALLS)
     assert [(lv.operand, lv.descending, lv.mode) for lv in plan] == [(0, True, "total")]
     c = _Comparator(["f32"])
     le = c.atom(0, "id", "LE", False, False)  # not strict: no keys
-    assert lexicographic_plan(parse_module(c.module(le, (4, 8), True), "m").computations[0], 1) is None
+    assert lexicographic_plan(parse_module(c.module(le, (4, 8), True), "m").computations[0], 1, CALLS) is None
 
 
 def test_stable_argsort_packs_and_drops_iota():
