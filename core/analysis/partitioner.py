@@ -31,7 +31,7 @@ from typing import Callable, Iterable
 import attrs
 
 from fusegen.hlo.ir import Computation, Instruction
-from fusegen.indexing import IndexingMap, semantically_equal
+from fusegen.indexing import IndexingMap, compose_indexing_maps, semantically_equal, simplify
 
 #: ``HloInstruction::IsOpElementwise`` opcodes (``map`` is not in XLA's opcode-level list).
 ELEMENTWISE_OPCODES = frozenset({
@@ -156,7 +156,7 @@ def _read_map(user_map: IndexingMap, user: Instruction, operand: Instruction) ->
         maps = compute_output_to_input_indexing(user).maps(k)
         if len(maps) != 1 or maps[0].is_undefined:
             return IndexingMap.unknown()
-        return user_map.compose(maps[0]).simplify()
+        return simplify(compose_indexing_maps(user_map, maps[0]))[0]
     except Exception:  # an op the analysis does not cover (tuple shapes, custom calls): no map
         return IndexingMap.unknown()
 

@@ -18,7 +18,7 @@ from fusegen.cli.common import fail, internal_error
 
 def run_map_mode(text: str, simplify_map: bool, compose_with: str | None) -> dict:
     """The ``--map`` mode's JSON object: ``{"map": TEXT, "changed": bool}``. Exits 2 on a bad map."""
-    from fusegen.indexing import IndexingMapParseError, parse_indexing_map
+    from fusegen.indexing import IndexingMapParseError, compose_indexing_maps, parse_indexing_map, simplify
 
     maps = []
     for option, value in (("--map", text), ("--compose", compose_with)):
@@ -35,9 +35,9 @@ def run_map_mode(text: str, simplify_map: bool, compose_with: str | None) -> dic
             if maps[1].num_dims != m.num_results:
                 fail(f"cannot compose: --map has {m.num_results} results, --compose has {maps[1].num_dims} "
                      f"dimensions")
-            m = m.compose(maps[1])
+            m = compose_indexing_maps(m, maps[1])
         if simplify_map:
-            m = m.simplify()
+            m = simplify(m)[0]
     except SystemExit:
         raise
     except Exception as exc:  # noqa: BLE001 - one line, exit 3

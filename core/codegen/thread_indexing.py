@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from fusegen.hlo.ir import Instruction, Layout, Shape
-from fusegen.indexing import AffineExpr, Interval, IndexingMap, const, dim, sym
+from fusegen.indexing import AffineExpr, Interval, IndexingMap, compose_indexing_maps, const, dim, simplify, sym
 
 if TYPE_CHECKING:  # pragma: no cover
     from fusegen.codegen.kernel import LaunchDimensions
@@ -101,7 +101,7 @@ def default_thread_id_indexing_map(launch: "LaunchDimensions", unroll: int, shap
     chunks = max(1, -(-n // (bound * unroll)))
     m = IndexingMap(exprs, grid_dims(threads, blocks), [Interval(0, chunks - 1), Interval(0, unroll - 1)],
                     constraints={linear: Interval(0, max(0, n - 1))})
-    return named(m.simplify(), ("chunk_id", "unroll_id"))
+    return named(simplify(m)[0], ("chunk_id", "unroll_id"))
 
 
 def compose_with_operand(thread_to_output: IndexingMap | None, root: Instruction, operand_index: int) -> IndexingMap | None:
@@ -117,7 +117,7 @@ def compose_with_operand(thread_to_output: IndexingMap | None, root: Instruction
     second = maps[operand_index][0].map
     if second.is_undefined:
         return second
-    composed = thread_to_output.compose(second).simplify()
+    composed = simplify(compose_indexing_maps(thread_to_output, second))[0]
     keep = thread_to_output.names.get("s", ()) if composed.num_symbols == thread_to_output.num_symbols else ()
     return named(composed, keep)
 
@@ -193,7 +193,7 @@ def reduction_maps(geo: Any, device: Any, group: int | None = None
             inp = _constrain(mk(idx, [d0, vec]), idx, in_shape)
         out_idx = [bid[0] * kept + tid[0]]
         out = _constrain(mk(out_idx, []).with_constraint(tid[1], Interval(0, 0)), out_idx, [d1])
-        return inp.simplify(), in_shape, out.simplify(), [d1]
+        return simplify(inp)[0], in_shape, simplify(out)[0], [d1]
     in_shape = [d0, d1, d2]
     if geo.emitter == "ColumnReductionFusion":
         t = REDUCTION_TILE_SIZE
@@ -213,12 +213,12 @@ def reduction_maps(geo: Any, device: Any, group: int | None = None
         out_idx = [block, (TH_X + sym(0) * t).floordiv(shared_rows)]
         out = mk(out_idx, [vec]).with_constraint(TH_X.mod(shared_rows), Interval(0, 0))
     out = _constrain(out, out_idx, [d0, d2])
-    return inp.simplify(), in_shape, out.simplify(), [d0, d2]
+    return simplify(inp)[0], in_shape, simplify(out)[0], [d0, d2]
 
 
 def compose_bitcast(m: IndexingMap, from_dims: Sequence[int], shape: Shape) -> IndexingMap:
     """``m * GetBitcastMap(from_dims, shape)``, simplified and named."""
-    return named(m.compose(bitcast_to(from_dims, shape)).simplify())
+    return named(simplify(compose_indexing_maps(m, bitcast_to(from_dims, shape)))[0])
 
 
 # ----------------------------------------------------------------------------------------- transposes

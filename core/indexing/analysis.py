@@ -33,7 +33,9 @@ from fusegen.indexing.analysis_shapes import (
 from fusegen.indexing.analysis_types import InstructionIndexing, OperandIndexing, RuntimeVarIndexing, unique
 from fusegen.indexing.expr import dim, sym
 from fusegen.indexing.interval import Interval
+from fusegen.indexing.compose import compose_indexing_maps
 from fusegen.indexing.map import IndexingMap
+from fusegen.indexing.simplify import simplify
 
 _COLLECTIVE_ELEMENTWISE = frozenset({"map", "all-reduce-start", "all-reduce-done"})
 
@@ -179,13 +181,14 @@ def compose_operand_indexing(first: OperandIndexing, second: OperandIndexing) ->
     are read at ``(d0, d1){rt0, rt1} -> ()``, constrained by the outer starts). XLA keeps this record order
     although the composed map numbers its runtime variables ``second``'s first (``ComposeIndexingMaps``);
     the text XLA prints follows both, and so does this."""
-    m = first.map.compose(second.map)
-    rts = first.rt_vars + tuple(RuntimeVarIndexing(r.instruction, first.map.compose(r.map)) for r in second.rt_vars)
+    m = compose_indexing_maps(first.map, second.map)
+    rts = first.rt_vars + tuple(RuntimeVarIndexing(r.instruction, compose_indexing_maps(first.map, r.map))
+                                for r in second.rt_vars)
     if first.replica_id_map is not None and second.replica_id_map is not None:
         return OperandIndexing(IndexingMap.unknown())  # chained collectives: XLA does not support them
     replica = first.replica_id_map
     if second.replica_id_map is not None:
-        replica = first.map.compose(second.replica_id_map)
+        replica = compose_indexing_maps(first.map, second.replica_id_map)
     return OperandIndexing(m, rts, replica)
 
 
@@ -328,10 +331,10 @@ def _permute_all(indexing: InstructionIndexing, first: IndexingMap, seconds: lis
                 new.append(it)
                 continue
             if not is_identity_permutation_map(first):
-                m = first.compose(m)
+                m = compose_indexing_maps(first, m)
             if not is_identity_permutation_map(second):
-                m = m.compose(second)
-            new.append(OperandIndexing(m.simplify(), it.rt_vars, it.replica_id_map))
+                m = compose_indexing_maps(m, second)
+            new.append(OperandIndexing(simplify(m)[0], it.rt_vars, it.replica_id_map))
         out.append(unique(new))
     return InstructionIndexing(out)
 

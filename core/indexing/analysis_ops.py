@@ -20,6 +20,7 @@ from fusegen.indexing.analysis_types import InstructionIndexing, OperandIndexing
 from fusegen.indexing.expr import AffineExpr, const, dim, rt, sym
 from fusegen.indexing.interval import Interval
 from fusegen.indexing.map import IndexingMap
+from fusegen.indexing.simplify import remove_unused_vars, simplify
 
 
 def output_shape(inst: Instruction, output_id: int = 0) -> Shape:
@@ -110,7 +111,7 @@ def simplify_preserving_point_dims(m: IndexingMap) -> IndexingMap:
     """``Simplify(SimplifyPointDimensions::kPreserve)`` where the map library offers it."""
     if m.is_undefined:
         return m
-    return m.simplify(fold_point_vars=False)
+    return simplify(m, fold_point_vars=False)[0]
 
 
 def reverse_map(dims_sizes: Sequence[int], reversed_dims: Sequence[int]) -> IndexingMap:
@@ -320,8 +321,8 @@ def convolution(inst: Instruction) -> InstructionIndexing:
     else:
         in_e[lhs_l.index("b")] = batch
     dims = [Interval(0, n - 1) for n in out.dimensions]
-    lhs_map = IndexingMap(in_e, dims, in_syms, (), constraints).simplify().remove_unused_symbols()
-    rhs_map = IndexingMap(k_e, dims, k_syms).simplify().remove_unused_symbols()
+    lhs_map = remove_unused_vars(simplify(IndexingMap(in_e, dims, in_syms, (), constraints))[0], dims=False)[0]
+    rhs_map = remove_unused_vars(simplify(IndexingMap(k_e, dims, k_syms))[0], dims=False)[0]
     return InstructionIndexing.from_maps([lhs_map, rhs_map])
 
 

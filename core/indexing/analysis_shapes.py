@@ -16,7 +16,9 @@ from fusegen.hlo.dtypes import bit_width
 from fusegen.hlo.ir import Shape
 from fusegen.indexing.expr import AffineExpr, const, dim, sym
 from fusegen.indexing.interval import Interval
+from fusegen.indexing.compose import compose_indexing_maps
 from fusegen.indexing.map import IndexingMap
+from fusegen.indexing.simplify import remove_unused_vars, simplify
 
 
 def transpose_exprs(permutation: Sequence[int]) -> list[AffineExpr]:
@@ -182,4 +184,4 @@ def window_map(input_dims: Sequence[int], output_dims: Sequence[int], window: di
     no_pad = IndexingMap([sym(i) * win_dil[i] + dim(i) * stride[i] for i in range(rank)],
                          [Interval(0, n - 1) for n in output_dims], [Interval(0, w - 1) for w in size])
     padding = pad_map(padded, [p[0] for p in pads], [p[1] for p in pads], [bd - 1 for bd in base_dil])
-    return no_pad.compose(padding).simplify().remove_unused_symbols()
+    return remove_unused_vars(simplify(compose_indexing_maps(no_pad, padding))[0], dims=False)[0]

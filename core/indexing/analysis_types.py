@@ -14,6 +14,7 @@ import attrs
 from fusegen.hlo.ir import Instruction
 from fusegen.indexing.expr import RT
 from fusegen.indexing.map import IndexingMap
+from fusegen.indexing.simplify import remove_unused_vars, simplify, used_vars
 
 
 def _instruction_text(inst: Instruction) -> str:
@@ -77,7 +78,7 @@ class OperandIndexing:
         """``Simplify()`` then ``RemoveUnusedSymbols()``: dropped runtime variables lose their records too."""
         if self.map.is_undefined:
             return self
-        m = self.map.simplify()
+        m = simplify(self.map)[0]
         return self.with_map(m).without_unused_symbols()
 
     def with_map(self, m: IndexingMap) -> "OperandIndexing":
@@ -88,10 +89,8 @@ class OperandIndexing:
         m = self.map
         if m.is_undefined or m.is_known_empty:
             return self
-        from fusegen.indexing.simplify import used_vars
-
         used = used_vars(m, dims=False)
-        new = m.remove_unused_symbols()
+        new = remove_unused_vars(m, dims=False)[0]
         if new.num_rt_vars == m.num_rt_vars:
             return attrs.evolve(self, map=new)
         keep = [i for i in range(m.num_rt_vars) if (RT, i) in used]

@@ -25,7 +25,9 @@ from fusegen.hlo.ir import Instruction, Shape
 from fusegen.indexing.analysis import FusionAdaptor, compute_grouped_output_to_input_indexing
 from fusegen.indexing.expr import ADD, DIM, MUL, SYM, AffineExpr, const, dim, rt, sym
 from fusegen.indexing.interval import Interval
+from fusegen.indexing.compose import compose_indexing_maps
 from fusegen.indexing.map import IndexingMap
+from fusegen.indexing.simplify import remove_unused_vars, rescale_symbols, simplify
 
 WARP = 32
 BYTES_PER_TRANSACTION = 128
@@ -40,7 +42,7 @@ def _assign_rt_vars(m: IndexingMap) -> IndexingMap:
     subst = {rt(i): const((b.lower + b.upper) // 2) for i, b in enumerate(m.rts)}
     out = IndexingMap([e.replace(subst) for e in m.exprs], m.dims, m.syms, (),
                       [(e.replace(subst), b) for e, b in m.constraints.items()])
-    return out.simplify().remove_unused_symbols()
+    return remove_unused_vars(simplify(out)[0], dims=False)[0]
 
 
 def _assign_outer_loop_ivs(m: IndexingMap) -> IndexingMap:
@@ -52,7 +54,7 @@ def _assign_outer_loop_ivs(m: IndexingMap) -> IndexingMap:
     subst[sym(m.num_symbols - 1)] = sym(0)
     out = IndexingMap([e.replace(subst) for e in m.exprs], m.dims, [m.syms[-1]], (),
                       [(e.replace(subst), b) for e, b in m.constraints.items()])
-    return out.simplify().remove_unused_symbols()
+    return remove_unused_vars(simplify(out)[0], dims=False)[0]
 
 
 def _summands(e: AffineExpr) -> list[AffineExpr]:
@@ -155,7 +157,8 @@ def is_indexing_coalesced(thread_to_linear_input: IndexingMap, element_type: str
         return True
     m = _assign_rt_vars(m)
     first_warp = IndexingMap([dim(0)] + [const(0)] * (m.num_dims - 1), [Interval(0, WARP - 1)])
-    sample = first_warp.compose(m).simplify().rescale_symbols().remove_unused_symbols()
+    sample = simplify(compose_indexing_maps(first_warp, m))[0]
+    sample = remove_unused_vars(rescale_symbols(sample)[0], dims=False)[0]
     if sample.is_known_empty:
         return True
     sample = _assign_outer_loop_ivs(sample)
@@ -226,7 +229,7 @@ def compute_coalescing_for_all_operands(
                         if it.map.is_undefined or thread_map.is_undefined:
                             per_operand[id(o)] = [IndexingMap.unknown()]
                             break
-                        m = thread_map.compose(it.map.compose(linear[id(o)])).simplify()
+                        m = simplify(compose_indexing_maps(thread_map, compose_indexing_maps(it.map, linear[id(o)])))[0]
                         per_operand.setdefault(id(o), []).append(m)
     except ValueError:  # maps the emitter's cannot be composed with (mismatched ranks): no emitter answer
         return None

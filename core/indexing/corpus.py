@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from fusegen.indexing.compose import compose_indexing_maps
 from fusegen.indexing.equality import check_equal
 from fusegen.indexing.map import IndexingMap
 from fusegen.indexing.simplify import remove_unused_vars, rescale_symbols, simplify
@@ -67,7 +68,7 @@ def run_case(path: Path) -> CaseResult:
     try:
         if kind == "map_compose":
             first, second = (parse_indexing_map(t) for t in case["input"])
-            m = first.compose(second)
+            m = compose_indexing_maps(first, second)
         else:
             m = parse_indexing_map(case["input"])
         flags: list[bool | None] = []

@@ -10,6 +10,7 @@ Variables: ``dim(i)`` is ``d{i}`` (a dimension variable), ``sym(i)`` is ``s{i}``
 Expressions are immutable and hashable; ``==`` is structural equality (so they can key a constraint dict).
 Builders fold constants and apply MLIR's cheap canonicalizations (constant on the right of ``+``/``*``,
 ``x + 0``, ``x * 1``, ``(x + c1) + c2``, ``(x * c1) * c2``), nothing range-dependent: that is ``simplify``'s.
+``str(e)`` is XLA's text of the expression (:func:`print_expr`; whole maps: :mod:`fusegen.indexing.text`).
 """
 
 from __future__ import annotations
@@ -80,8 +81,6 @@ class AffineExpr:
         return f"AffineExpr({self})"
 
     def __str__(self) -> str:
-        from fusegen.indexing.text import print_expr
-
         return print_expr(self)
 
     # --- predicates ---
@@ -267,3 +266,64 @@ def binary(kind: str, a: AffineExpr, b: AffineExpr) -> AffineExpr:
     if kind in (MIN, MAX) and a == b:
         return a
     return AffineExpr(kind, a, b)
+
+
+# ----------------------------------------------------------------------------------------------- printer
+_SPELLING = {MUL: " * ", FLOORDIV: " / ", CEILDIV: " ceildiv ", MOD: " mod "}
+DEFAULT_PREFIX = {DIM: "d", SYM: "s", RT: "rt"}  # XLA's GetRTVarName default is "rt"
+
+
+def print_expr(expr: AffineExpr, names: dict[tuple[str, int], str] | None = None) -> str:
+    out: list[str] = []
+    _print(expr, names or {}, False, out)
+    return "".join(out)
+
+
+def _var_name(expr: AffineExpr, names: dict) -> str:
+    return names.get((expr.kind, expr.value)) or f"{DEFAULT_PREFIX[expr.kind]}{expr.value}"
+
+
+def _print(e: AffineExpr, names: dict, parens: bool, out: list[str]) -> None:
+    kind = e.kind
+    if kind == CONST:
+        out.append(str(e.value))
+        return
+    if kind in DEFAULT_PREFIX:
+        out.append(_var_name(e, names))
+        return
+    if kind in (MIN, MAX):
+        out.append(f"{kind}(")
+        _print(e.lhs, names, False, out)
+        out.append(", ")
+        _print(e.rhs, names, False, out)
+        out.append(")")
+        return
+    if parens:
+        out.append("(")
+    if kind != ADD:
+        if kind == MUL and e.rhs.is_const and e.rhs.value == -1:
+            out.append("-")
+            _print(e.lhs, names, True, out)
+        else:
+            _print(e.lhs, names, True, out)
+            out.append(_SPELLING[kind])
+            _print(e.rhs, names, True, out)
+    else:
+        rhs = e.rhs
+        if rhs.kind == MUL and rhs.rhs.is_const and rhs.rhs.value < 0:
+            _print(e.lhs, names, False, out)
+            out.append(" - ")
+            if rhs.rhs.value == -1:
+                _print(rhs.lhs, names, rhs.lhs.kind == ADD, out)
+            else:
+                _print(rhs.lhs, names, True, out)
+                out.append(f" * {-rhs.rhs.value}")
+        elif rhs.is_const and rhs.value < 0:
+            _print(e.lhs, names, False, out)
+            out.append(f" - {-rhs.value}")
+        else:
+            _print(e.lhs, names, False, out)
+            out.append(" + ")
+            _print(rhs, names, False, out)
+    if parens:
+        out.append(")")

@@ -6,7 +6,8 @@ Mirrors XLA's ``IndexingMap`` (``xla/hlo/analysis/indexing_map.h``). A map
 
 relates each point ``d`` of the dimension domain to the indices ``e(d, s, r)`` for every range-variable
 point ``s`` (and runtime value ``r``) inside their intervals that satisfies every constraint. Maps are
-immutable here: ``simplify()``, ``compose()`` and the variable removals return new maps.
+immutable here: ``simplify``, ``compose_indexing_maps`` and the variable removals (functions of
+:mod:`fusegen.indexing.simplify` and :mod:`fusegen.indexing.compose`) return new maps.
 
 Special maps: ``IndexingMap.unknown()`` (XLA's undefined map: the indexing cannot be expressed) and
 known-empty maps (no point satisfies the domain; printed ``KNOWN EMPTY``).
@@ -185,52 +186,6 @@ class IndexingMap:
                 return False
         return all(b.contains(e.evaluate(dims, syms, rts)) for e, b in self.constraints.items())
 
-    # ------------------------------------------------------------------------------------ operations
-    def compose(self, second: "IndexingMap") -> "IndexingMap":
-        """``ComposeIndexingMaps(self, second)``: apply ``self`` first, then ``second`` (``second ∘ self``).
-
-        ``self``'s results feed ``second``'s dimensions: for a consumer's output-to-operand map ``self`` and
-        the producer's output-to-operand map ``second``, the result maps the consumer's output to the
-        producer's operand.
-        """
-        from fusegen.indexing.compose import compose_indexing_maps
-
-        return compose_indexing_maps(self, second)
-
-    def __mul__(self, second: "IndexingMap") -> "IndexingMap":  # XLA's operator*
-        return self.compose(second)
-
-    def simplify(self, fold_point_vars: bool = True) -> "IndexingMap":
-        """XLA's ``IndexingMap::Simplify`` (see :mod:`fusegen.indexing.simplify`).
-
-        ``fold_point_vars=False`` is XLA's ``SimplifyPointDimensions::kPreserve``: a variable whose interval is
-        one point stays a variable in the results instead of becoming that constant.
-        """
-        from fusegen.indexing.simplify import simplify
-
-        return simplify(self, fold_point_vars)[0]
-
-    def remove_unused_symbols(self) -> "IndexingMap":
-        from fusegen.indexing.simplify import remove_unused_vars
-
-        return remove_unused_vars(self, dims=False)[0]
-
-    def remove_unused_vars(self) -> "IndexingMap":
-        from fusegen.indexing.simplify import remove_unused_vars
-
-        return remove_unused_vars(self, dims=True)[0]
-
-    def rescale_symbols(self) -> "IndexingMap":
-        from fusegen.indexing.simplify import rescale_symbols
-
-        return rescale_symbols(self)[0]
-
-    def equivalent(self, other: "IndexingMap") -> bool:
-        """Semantic equality: the same relation on the same domain (see :mod:`fusegen.indexing.equality`)."""
-        from fusegen.indexing.equality import semantically_equal
-
-        return semantically_equal(self, other)
-
     # ------------------------------------------------------------------------------------ dunder
     def __str__(self) -> str:
         from fusegen.indexing.text import print_map
@@ -250,7 +205,7 @@ class IndexingMap:
                 tuple(self.rts), frozenset(self.constraints.items()))
 
     def __eq__(self, other: object) -> bool:
-        """Structural equality (same expressions, intervals and constraints); see ``equivalent``."""
+        """Structural equality (same expressions, intervals and constraints); see ``equality.semantically_equal``."""
         return isinstance(other, IndexingMap) and self._key() == other._key()
 
     def __hash__(self) -> int:

@@ -2,6 +2,7 @@
 
 Mirrors ``xla/hlo/analysis/indexing_map_serialization.cc`` (``ParseIndexingMap``, ``ToString``,
 ``PrintAffineExprImpl``): ``(d0, d1)[s0]{r0} -> (d1, d0 / 4), domain: d0 in [0, 9], ..., d0 + s0 in [0, 5]``.
+An expression's own text (:func:`fusegen.indexing.expr.print_expr`, its ``str()``) is printed where it is defined.
 The printer spells floordiv as ``/`` (as XLA's current printer does); the parser reads ``/``, ``floordiv``
 and ``floorDiv`` alike, ``ceildiv``, ``mod``, ``min(a, b)``, ``max(a, b)``. Constraints print sorted by
 their text, as XLA sorts them. A known-empty map prints ``KNOWN EMPTY``, an unknown one ``UNDEFINED``.
@@ -13,15 +14,12 @@ import re
 from typing import TYPE_CHECKING, Sequence
 
 from fusegen.indexing.expr import (
-    ADD, CEILDIV, CONST, DIM, FLOORDIV, MAX, MIN, MOD, MUL, RT, SYM, AffineExpr, binary, const, var,
+    CEILDIV, DEFAULT_PREFIX, DIM, FLOORDIV, MAX, MIN, MOD, MUL, RT, SYM, AffineExpr, binary, const, print_expr, var,
 )
 from fusegen.indexing.interval import Interval
 
 if TYPE_CHECKING:
     from fusegen.indexing.map import IndexingMap
-
-_SPELLING = {MUL: " * ", FLOORDIV: " / ", CEILDIV: " ceildiv ", MOD: " mod "}
-DEFAULT_PREFIX = {DIM: "d", SYM: "s", RT: "rt"}  # XLA's GetRTVarName default is "rt"
 
 
 class IndexingMapParseError(ValueError):
@@ -34,62 +32,6 @@ class IndexingMapParseError(ValueError):
 
 
 # ----------------------------------------------------------------------------------------------- printer
-def print_expr(expr: AffineExpr, names: dict[tuple[str, int], str] | None = None) -> str:
-    out: list[str] = []
-    _print(expr, names or {}, False, out)
-    return "".join(out)
-
-
-def _var_name(expr: AffineExpr, names: dict) -> str:
-    return names.get((expr.kind, expr.value)) or f"{DEFAULT_PREFIX[expr.kind]}{expr.value}"
-
-
-def _print(e: AffineExpr, names: dict, parens: bool, out: list[str]) -> None:
-    kind = e.kind
-    if kind == CONST:
-        out.append(str(e.value))
-        return
-    if kind in DEFAULT_PREFIX:
-        out.append(_var_name(e, names))
-        return
-    if kind in (MIN, MAX):
-        out.append(f"{kind}(")
-        _print(e.lhs, names, False, out)
-        out.append(", ")
-        _print(e.rhs, names, False, out)
-        out.append(")")
-        return
-    if parens:
-        out.append("(")
-    if kind != ADD:
-        if kind == MUL and e.rhs.is_const and e.rhs.value == -1:
-            out.append("-")
-            _print(e.lhs, names, True, out)
-        else:
-            _print(e.lhs, names, True, out)
-            out.append(_SPELLING[kind])
-            _print(e.rhs, names, True, out)
-    else:
-        rhs = e.rhs
-        if rhs.kind == MUL and rhs.rhs.is_const and rhs.rhs.value < 0:
-            _print(e.lhs, names, False, out)
-            out.append(" - ")
-            if rhs.rhs.value == -1:
-                _print(rhs.lhs, names, rhs.lhs.kind == ADD, out)
-            else:
-                _print(rhs.lhs, names, True, out)
-                out.append(f" * {-rhs.rhs.value}")
-        elif rhs.is_const and rhs.value < 0:
-            _print(e.lhs, names, False, out)
-            out.append(f" - {-rhs.value}")
-        else:
-            _print(e.lhs, names, False, out)
-            out.append(" + ")
-            _print(rhs, names, False, out)
-    if parens:
-        out.append(")")
-
-
 def var_names(m: "IndexingMap") -> dict[tuple[str, int], str]:
     names: dict[tuple[str, int], str] = {}
     for kind, count in ((DIM, len(m.dims)), (SYM, len(m.syms)), (RT, len(m.rts))):
