@@ -1,6 +1,7 @@
 """HLO modules that tests of several folders run: a Triton block-level softmax (a template over its shape, tile
 and warps), the emitters doc's bf16 GELU loop fusion, and a variadic argmax reduction (a template over its
-shape, reduced dimension and output shape)."""
+shape, reduced dimension and output shape), and a scalar reducer computation
+(:func:`binary_reducer`)."""
 
 from __future__ import annotations
 
@@ -94,3 +95,9 @@ ENTRY main {
   ROOT f = (f32[OUT], s32[OUT]) fusion(p), kind=kInput, calls=fused
 }
 """
+
+
+def binary_reducer(name: str, op: str, element_type: str = "f32") -> str:
+    """HLO text of a scalar reducer computation ``name`` computing ``op(a, b)`` on ``element_type``."""
+    return (f"{name} {{\n  a = {element_type}[] parameter(0)\n  b = {element_type}[] parameter(1)\n"
+            f"  ROOT r = {element_type}[] {op}(a, b)\n}}")

@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from fusegen.codegen.interpreter_patches import NOUNROLL_ASM
+
 #: ``MaxUnrollFactor()`` (``xla/service/gpu/gpu_fusible.h``): loops of at most this many steps are unrolled whole.
 MAX_UNROLL_FACTOR = 4
 #: ``kMaxSize`` of ``GetUnrollingFactor``: the unrolled body's size bound (XLA: "chosen empirically").
@@ -27,21 +29,26 @@ EXPENSIVE_OP_SIZE = 20
 _EXPENSIVE = re.compile(
     r"\b(?:libdevice|tl|math)\.(?:exp|exp2|expm1|log|log2|log10|log1p|sin|cos|tan|sinh|cosh|tanh|asin|acos|atan|atan2|"
     r"asinh|acosh|atanh|pow|erf|erfc|erfinv|cbrt|lgamma|tgamma)\w*\(")
-# a statement that only computes an index (the elemental generator's ``i_N``/``off_N`` temporaries, range and window
-# tests): XLA's loop holds one ``xla.apply_indexing`` per map where Triton source spells its arithmetic out
-_INDEX = re.compile(r"^\s*(?:i|off|inpad|inwin|inupd|start|R|R_c|mask)(?:_\d+)?\s*=")
+# a statement that only computes an index (the elemental generator's ``i_N``/``off_N``/``rr`` temporaries, range and
+# window tests): XLA's loop holds one ``xla.apply_indexing`` per map where Triton source spells its arithmetic out
+_INDEX = re.compile(r"^\s*(?:i|off|rr|kk|rw|inpad|inwin|inupd|mpad|start|R|R_c|mask)(?:_\d+)?\s*=")
+# statements XLA's loop does not hold at that point: a rename, a constant (hoisted), a float width conversion of the
+# generator's f32 arithmetic on 16-bit types (XLA's loop computes in the 16-bit type; its float conversion pass
+# comes after the unrolling)
+_FREE = re.compile(r"^\s*\w+ = (?:\w+|tl\.full\([^()]*\)(?:\.to\([^()]*\))?|\w+\.to\(tl\.\w+(?:, bitcast=True)?\))\s*$")
 
 
 def body_size(lines: Sequence[str]) -> int:
     """XLA's rough size of a loop body given as the Triton statements of one step (``lines``, one statement each):
-    each value statement counts 1, an expensive float function :data:`EXPENSIVE_OP_SIZE`, index arithmetic 0.
+    each value statement counts 1, an expensive float function :data:`EXPENSIVE_OP_SIZE`, index arithmetic,
+    renames, constants and 16-bit float conversions 0.
 
     Mirrors ``optimize_loops.cc`` (the size walk of ``GetUnrollingFactor``), over Triton source instead of MLIR.
     """
     size = 0
     for ln in lines:
         s = ln.strip()
-        if not s or s.startswith("#") or _INDEX.match(ln):
+        if not s or s.startswith("#") or _INDEX.match(ln) or _FREE.match(ln):
             continue
         size += EXPENSIVE_OP_SIZE * len(_EXPENSIVE.findall(s)) or 1
     return size
@@ -62,15 +69,33 @@ def unroll_factor(trip_count: int, size: int) -> int:
     return max(factor, 1)
 
 
-def unrolled_loop(var: str, trip: str, trip_count: int, factor: int) -> tuple[list[str], str]:
+def unrolled_loop(var: str, trip: str, trip_count: int, factor: int, keep: bool = False) -> tuple[list[str], str]:
     """The loop header lines for ``for var in range(trip)`` unrolled by ``factor`` (``trip`` is the trip count's
-    constexpr name, ``trip_count`` its value), and the indentation the body then needs beyond the first header:
-    ``tl.static_range`` when whole, ``range`` when ``factor == 1``, else a runtime loop over ``trip // factor``
-    iterations around a ``tl.static_range(factor)`` whose steps define ``var``."""
+    constexpr name or literal, ``trip_count`` its value), and the indentation the body then needs beyond the first
+    header: ``tl.static_range`` when whole, ``range`` when ``factor == 1``, else a runtime loop over
+    ``trip // factor`` iterations around a ``tl.static_range(factor)`` whose steps define ``var``. ``keep``: a loop
+    left by the rule with more than :data:`MAX_UNROLL_FACTOR` iterations carries PTX's ``.pragma "nounroll"``
+    (:data:`~fusegen.codegen.interpreter_patches.NOUNROLL_ASM`), so that ptxas keeps it as XLA's kernel keeps its loop
+    (XLA's LLVM unrolls such a loop at run-time bounds, in a shape ptxas leaves; ptxas would write Triton's counted
+    loop out whole). A loop of a few iterations is left to LLVM and ptxas, which unroll it in both pipelines."""
+    left = trip_count // max(factor, 1)
+    pragma = [f"    {var}_nounroll = tl.inline_asm_elementwise({NOUNROLL_ASM!r}, '=r', [], dtype=tl.int32, "
+              "is_pure=False, pack=1)"] if keep and factor < trip_count and left > MAX_UNROLL_FACTOR else []
     if factor >= trip_count:
         return [f"for {var} in tl.static_range(0, {trip}):"], ""
     if factor <= 1:
-        return [f"for {var} in range(0, {trip}):"], ""
-    return [f"for {var}_o in range(0, {trip} // {factor}):",
+        return [f"for {var} in range(0, {trip}):", *pragma], ""
+    outer = str(trip_count // factor) if trip.isdigit() else f"{trip} // {factor}"
+    return [f"for {var}_o in range(0, {outer}):", *pragma,
             f"    for {var}_u in tl.static_range(0, {factor}):",
             f"        {var} = {var}_o * {factor} + {var}_u"], "    "
+
+
+def unroll_in_place(lines: list[str], header_at: int, var: str, trip: str, trip_count: int, factor: int,
+                    keep: bool = False) -> None:
+    """Rewrites the loop whose header is ``lines[header_at]`` (``for var in ...``, the step body after it, to the
+    end of ``lines``) as :func:`unrolled_loop` writes it, at the header's indentation."""
+    head, extra = unrolled_loop(var, trip, trip_count, factor, keep)
+    h = lines[header_at]
+    pad = h[:len(h) - len(h.lstrip())]
+    lines[header_at:] = [pad + x for x in head] + [(extra + x) if x else x for x in lines[header_at + 1:]]

@@ -520,6 +520,7 @@ class TritonBlockLevelFusion(FusionEmitter):
         op_shapes = [o.shape for o in fusion.operands]
         idx_t = choose_index_dtype(op_shapes + [fusion.shape], lanes)
         ctx = KernelContext(idx_t, op_shapes)
+        ctx.native_loops = False  # XLA's Triton pipeline has no xla-gpu-optimize-loops
         for n in ("tile", "valid", "lane", "BLOCK", "N") + tuple(f"{c}{d}" for d in range(len(dims)) for c in "gl"):
             ctx.names.reserve(n)
         ctx.mask = "valid"  # lanes past the array have unclamped indices: every load is masked

@@ -261,6 +261,7 @@ class TritonGemmFusion(FusionEmitter):
         op_shapes = [o.shape for o in fusion.operands]
         idx_t = choose_index_dtype(op_shapes + [fusion.shape], bb * max(pb.bm * pb.tk, pb.tk * pb.bn, pb.bm * pb.bn))
         ctx = KernelContext(idx_t, op_shapes)
+        ctx.native_loops = False  # XLA's Triton pipeline has no xla-gpu-optimize-loops
         bnames = [f"ib{j}" for j in range(len(bsizes))]
         for n in bnames + ["i_m", "i_n", "i_k", "acc", "mask", "smask", "zero", "tile", "BLOCK", "N", "a", "b",
                            "part", "nounroll"]:

@@ -599,11 +599,10 @@ class ReductionFusion(FusionEmitter):
         unrolled as XLA's ``xla-gpu-optimize-loops`` unrolls its per-thread loop (:mod:`fusegen.codegen.loop_unroll`:
         whole up to 4 steps, else by the largest divisor of the step count within its size bound, so a heavy step
         body keeps a loop); more steps stay a runtime loop."""
-        steps = body.lines[header_at + 1:]
-        factor = loop_unroll.unroll_factor(nit, loop_unroll.body_size(steps)) if nit <= self.unrolled_steps else 1
-        head, extra = loop_unroll.unrolled_loop("it", "NIT", nit, factor)
-        pad = body.lines[header_at][:len(body.lines[header_at]) - len(body.lines[header_at].lstrip())]
-        body.lines[header_at:] = [pad + h for h in head] + [(extra + x) if x else x for x in steps]
+        if nit > self.unrolled_steps:
+            return
+        factor = loop_unroll.unroll_factor(nit, loop_unroll.body_size(body.lines[header_at + 1:]))
+        loop_unroll.unroll_in_place(body.lines, header_at, "it", "NIT", nit, factor, keep=True)
 
 
 class RowReductionFusion(ReductionFusion):

@@ -32,6 +32,10 @@ def test_body_size_counts_values_and_charges_expensive_math():
              "y = libdevice.log(x)",                          # 20
              "z = tl.sqrt(y)",                                # cheap math: 1
              "w = tl.exp(z) + libdevice.tanh(z)",             # two expensive calls: 40
+             "rr = zero + r",                                 # index: 0
+             "up = acc.to(tl.float32)",                       # a 16-bit float's widening: 0 (XLA's loop is 16-bit)
+             "k = tl.full([BLOCK], 2139095040, tl.uint32).to(tl.float32, bitcast=True)",  # a constant: 0
+             "acc = w",                                       # a rename: 0
              "# a comment", ""]
     assert loop_unroll.body_size(lines) == 1 + 20 + 1 + 40
 
@@ -42,3 +46,9 @@ def test_unrolled_loop_headers():
     head, extra = loop_unroll.unrolled_loop("it", "NIT", 14, 7)
     assert head == ["for it_o in range(0, NIT // 7):", "    for it_u in tl.static_range(0, 7):",
                     "        it = it_o * 7 + it_u"] and extra == "    "
+    # a loop the rule leaves with more than 4 iterations keeps ptxas from unrolling it; a shorter one does not
+    head, _ = loop_unroll.unrolled_loop("r", "31", 31, 1, keep=True)
+    assert head[0] == "for r in range(0, 31):" and loop_unroll.NOUNROLL_ASM in head[1]
+    head, _ = loop_unroll.unrolled_loop("r", "15", 15, 5, keep=True)
+    assert head[0] == "for r_o in range(0, 3):" and not any("nounroll" in h for h in head)
+    assert len(loop_unroll.unrolled_loop("r", "31", 31, 1)[0]) == 1

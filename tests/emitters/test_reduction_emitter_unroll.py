@@ -9,6 +9,7 @@ import re
 
 import pytest
 from fusion_harness import load, operands_and_reference, run_and_compare
+from hlo_modules import binary_reducer
 
 from fusegen.analysis.fusion_analysis import FusionAnalysis
 from fusegen.codegen import loop_unroll, triton_runtime
@@ -18,11 +19,7 @@ from fusegen_plugins.emitters.reduction import create_reduction_emitter
 # the shape of a random program's column max (rand_100132: bf16[2002,8] -> [8], where XLA keeps a loop)
 _COLMAX = """
 HloModule t
-mx {{
-  a = f32[] parameter(0)
-  b = f32[] parameter(1)
-  ROOT m = f32[] maximum(a, b)
-}}
+{reducer}
 fused {{
   p = f32[{rows},8] parameter(0)
   a = f32[{rows},8] abs(p)
@@ -41,7 +38,7 @@ ENTRY main {{
 
 
 def _emit(body: str):
-    m = load(_COLMAX.format(body=body.format(rows=1024), rows=1024))
+    m = load(_COLMAX.format(body=body.format(rows=1024), rows=1024, reducer=binary_reducer("mx", "maximum")))
     f = m.entry.root
     emitter = create_reduction_emitter(FusionAnalysis.create(f, get_device("h200")))
     emitted = emitter.emit()

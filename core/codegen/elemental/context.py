@@ -36,6 +36,9 @@ class KernelContext:
             loads uniform over a run are made once per run.
         steps: the :class:`~fusegen.codegen.elemental.step_offsets.LoopSteps` of a loop over the reduced extent
             (``None`` elsewhere): loads affine in the step add it as a separate pointer offset.
+        native_loops: the generator's own loops (an elemental reduce, dot or reduce-window) are unrolled as XLA's
+            native emitters' ``xla-gpu-optimize-loops`` unrolls them (:mod:`fusegen.codegen.loop_unroll`); the
+            Triton backends, whose programs XLA's Triton pipeline writes, set it to ``False``.
     """
 
     def __init__(self, index_dtype: str, operand_shapes: Sequence[Shape]):
@@ -53,6 +56,7 @@ class KernelContext:
         self.complex_values = False
         self.runs: Any = None  # UniformRuns of a linear-index kernel (uniform_runs.py), set by its builder
         self.steps: Any = None  # LoopSteps of a kernel's loop over a reduced extent (step_offsets.py)
+        self.native_loops = True
         for n in ("lin_c", "lin_q", "off", "t"):
             self.names.reserve(n)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
+from fusegen.codegen import loop_unroll
 from fusegen.codegen.emitter_unsupported import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction
@@ -58,6 +59,7 @@ class ReduceDotMixin:
         if loop:
             self._hoist_invariants(inputs, rdims, out_idx)
             r = self.ctx.names.fresh("r")
+            header_at = len(self.ctx.body.lines)
             self.ctx.body.line(f"for {r} in range(0, {total}):")
             self.ctx.body.indent()
             self.push_scope()
@@ -87,8 +89,22 @@ class ReduceDotMixin:
             if loop:
                 self.pop_scope()
                 self.ctx.body.dedent()
+        if loop:
+            self._unroll_loop(header_at, r, total)
         accs = self._round_accumulators(accs, promoted, inputs[0].shape.element_type, inst)
         return accs if inst.shape.is_tuple else accs[0]
+
+    def _unroll_loop(self, header_at: int, var: str, total: int) -> None:
+        """The loop just written (header ``self.ctx.body.lines[header_at]``, ``for var in range(0, total)``) as
+        XLA's ``xla-gpu-optimize-loops`` leaves its elemental loops (:mod:`fusegen.codegen.loop_unroll`): a step
+        body the rule unrolls whole stays a counted loop, which LLVM and ptxas write out as they do now; a heavier
+        one is unrolled by the rule's factor around a loop that stays one."""
+        if not self.ctx.native_loops:
+            return
+        lines = self.ctx.body.lines
+        factor = loop_unroll.unroll_factor(total, loop_unroll.body_size(lines[header_at + 1:]))
+        if factor < total:
+            loop_unroll.unroll_in_place(lines, header_at, var, str(total), total, factor, keep=True)
 
     def _hoist_invariants(self, inputs: list[Instruction], rdims: list[int], out_idx: list[Any]) -> None:
         """Compute, before a reduction's loop, what its body reads through a broadcast at an index free of the
@@ -189,6 +205,7 @@ class ReduceDotMixin:
         if total > 0:
             if loop:
                 r = self.ctx.names.fresh("kk")
+                header_at = len(self.ctx.body.lines)
                 self.ctx.body.line(f"for {r} in range(0, {total}):")
                 self.ctx.body.indent()
                 self.push_scope()
@@ -218,6 +235,8 @@ class ReduceDotMixin:
                 if loop:
                     self.pop_scope()
                     self.ctx.body.dedent()
+            if loop:
+                self._unroll_loop(header_at, r, total)
         if et_o == acc_et:
             return acc
         return self.wrap_subbyte(self.emit(f"{acc}.to({self.tl(et_o)})", inst), et_o, inst.name)
@@ -267,6 +286,7 @@ class ReduceDotMixin:
         masked = all(reads_only(i) for i in inputs) and all(int(b) == 1 for b in w["lhs_dilate"])
         if loop:
             r = self.ctx.names.fresh("rw")
+            header_at = len(self.ctx.body.lines)
             self.ctx.body.line(f"for {r} in range(0, {total}):")
             self.ctx.body.indent()
             self.push_scope()
@@ -327,6 +347,8 @@ class ReduceDotMixin:
             if loop:
                 self.pop_scope()
                 self.ctx.body.dedent()
+        if loop:
+            self._unroll_loop(header_at, r, total)
         accs = self._round_accumulators(accs, promoted, et, inst)
         return accs if inst.shape.is_tuple else accs[0]
 
