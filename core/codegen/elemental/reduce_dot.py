@@ -54,6 +54,10 @@ class ReduceDotMixin:
         if total == 0:
             accs = self._round_accumulators(accs, promoted, inputs[0].shape.element_type, inst)
             return accs if inst.shape.is_tuple else accs[0]
+        plan = self._reduce_vector_plan(inst, rdims, total) if not inst.shape.is_tuple else None
+        if plan is not None:
+            self._reduce_vectors(inst, out_idx, plan, accs, comp, promoted)
+            return self._round_accumulators(accs, promoted, inputs[0].shape.element_type, inst)[0]
         loop = total > 1
         r = None
         if loop:
@@ -93,6 +97,73 @@ class ReduceDotMixin:
             self._unroll_loop(header_at, r, total)
         accs = self._round_accumulators(accs, promoted, inputs[0].shape.element_type, inst)
         return accs if inst.shape.is_tuple else accs[0]
+
+    def _reduce_vector_plan(self, inst: Instruction, rdims: list[int], total: int) -> tuple | None:
+        """``(dim, parameter, top, vector)`` when a one-operand ``reduce`` sums (or folds) the whole minor dimension ``dim`` of
+        a fusion parameter read through converts over same-type bitcasts (``top``: the instruction under the
+        converts), and XLA's ``xla-gpu-optimize-loops`` writes its loop out whole (:mod:`fusegen.codegen.loop_unroll`):
+        its steps are then read as vectors of up to 16 bytes (:meth:`_reduce_vectors`; of several rows, vectors that
+        divide the row), as XLA's vectoriser reads the
+        contiguous elements of the loop (``xla-vectorize-loads-stores``, a pass of the native emitters' pipeline,
+        so not in a Triton backend's kernel: :attr:`KernelContext.native_loops`); ``None`` otherwise."""
+        if (len(inst.operands) != 2 or len(rdims) != 1 or total < 2 or not self.ctx.native_loops
+                or not self.vector_reads_apply()):
+            return None
+        d, top, converts = rdims[0], inst.operands[0], 0
+        while top.opcode == "convert" and plain_vector_type(top.shape.element_type) and \
+                plain_vector_type(top.operands[0].shape.element_type):
+            top, converts = top.operands[0], converts + 1
+        et = top.shape.element_type
+        if not plain_vector_type(et) or top.shape.minor_to_major()[0] != d:
+            return None
+        par = top
+        while par.opcode == "bitcast" and par.operands[0].shape.element_type == et:
+            par = par.operands[0]
+        if par.opcode != "parameter" or par.shape.is_tuple or total < 16 // (dtypes.bit_width(et) // 8):
+            return None
+        # the step XLA's rule sizes: the element read, its converts and the reducer's call
+        if loop_unroll.unroll_factor(total, 2 + converts) < total:
+            return None
+        # XLA vectorises only reads whose offset the vector's size divides: each row starts at a multiple of it
+        vmax, size = 16 // (dtypes.bit_width(et) // 8), top.shape.dimensions[d]
+        if top.shape.numel > size:
+            while vmax > 1 and size % vmax:
+                vmax //= 2
+            if vmax == 1:
+                return None
+        return d, par, top, vmax
+
+    def _reduce_vectors(self, inst: Instruction, out_idx: list[Any], plan: tuple, accs: list[str],
+                        comp: Computation, promoted: bool) -> None:
+        """Fold the reduced minor dimension into ``accs`` in ascending order (the loop's order, so the result is
+        the loop's bit for bit), reading each 16-byte chunk of the parameter as one ``[block, V]`` load split into
+        its ``V`` columns (:meth:`vector_load`; a tail shorter than a vector in halves); the converts above the
+        loaded values are applied per column."""
+        d, par, top, vmax = plan
+        src = inst.operands[0]
+        kept = iter(out_idx)
+        base_idx = tuple(0 if e == d else next(kept) for e in range(src.shape.rank))
+        base = self.itensor(self.linearize(base_idx, top.shape.dimensions, top.shape.minor_to_major()))
+        ptr, _ = self.parameter_buffer(par)
+        size = top.shape.dimensions[d]
+        self.push_scope()
+        try:
+            c = 0
+            while c < size:
+                v = vmax
+                while c + v > size and v > 1:
+                    v //= 2
+                for k, x in enumerate(self.vector_load(ptr, self.itensor(self.iadd(base, c)) if c else base, v,
+                                                       top.name)):
+                    at = base_idx[:d] + (c + k,) + base_idx[d + 1:]
+                    self.bind_value(top, at, x)
+                    xs = [self.value(src, at)]
+                    if promoted:
+                        xs = [self.up(xs[0], src.shape.element_type)]
+                    self._combine_into(accs, comp, xs, inst)
+                c += v
+        finally:
+            self.pop_scope()
 
     def _unroll_loop(self, header_at: int, var: str, total: int) -> None:
         """The loop just written (header ``self.ctx.body.lines[header_at]``, ``for var in range(0, total)``) as
