@@ -16,9 +16,9 @@ _CENTERED = """
 HloModule t
 {reducer}
 fused {{
+  z = f32[] constant(0)
   p = {et}[{rows},{n}] parameter(0)
   w = f32[{rows},{n}] convert(p)
-  z = f32[] constant(0)
   s = f32[{rows}] reduce(w, z), dimensions={{1}}, to_apply=add
   sb = f32[{rows},{n}] broadcast(s), dimensions={{0}}
   ROOT d = f32[{rows},{n}] subtract(w, sb)
