@@ -147,11 +147,12 @@ def build_linear_kernel(emitter: FusionEmitter, kernel_name: str, n_total: int,
         # where its last program overhangs. One lane a thread keeps the clamp (ptxas schedules it tighter).
         # The per-run index (lin_q) drops its clamp on the same test
         exact = ["lin_c = tl.max_contiguous(tl.multiple_of(lin, BLOCK), BLOCK)"]
-        tail = [prologue[6]]
+        at = next(k for k, ln in enumerate(prologue) if ln.startswith("lin_c = "))  # the clamped index, last
+        tail = [prologue[at]]
         if ctx.runs is not None:
             exact.append(ctx.runs.prologue(pid, clamp=False))
             tail.append(ctx.runs.prologue(pid))
-        prologue[6:] = ts.constexpr_branches("N % BLOCK == 0", exact, tail)
+        prologue[at:] = ts.constexpr_branches("N % BLOCK == 0", exact, tail)
     elif ctx.runs is not None:
         prologue.append(ctx.runs.prologue(pid))
     entry = ts.sanitize_identifier(kernel_name, "k")
