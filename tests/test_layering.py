@@ -165,7 +165,7 @@ def test_a_library_session_never_loads_the_cli():
 
 
 #: function-level imports (file under core/, line's import target) that stand where a module-level import would
-#: close an import cycle inside one package, each a debt docs/layers.md would explain; may only shrink. None are
+#: close an import cycle (between two modules of one package, or of two), each a debt docs/layers.md would explain; may only shrink. None are
 #: left: docs/layers.md ("Cycles inside a package") says how the last ones went
 KNOWN_CYCLE_DODGES: dict[tuple[str, str], int] = {}
 

@@ -7,6 +7,12 @@ unrolled whole; a longer one by the largest divisor of its trip count that keeps
 lowers to many instructions (``exp``, ``log``, ``tanh``, ``sin``...; not ``sqrt``, ``rsqrt``, ``abs``, rounding
 or ``fma``) counts 20. A factor below the trip count leaves a loop (the rest is LLVM's, as in XLA's pipeline).
 
+The rule is the one of XLA's pass pipeline in ``../shared/reference/xla-facts.md`` (section 1f: the pass still takes
+``max_unroll_factor``). That version unrolls no loop whose body holds a call or another loop; the emitters leave such
+a loop as they wrote it (:func:`holds_loop`). Newer XLA bounds the whole-unroll of up to 4 steps by the size too,
+charges 20 for more arithmetic, and never unrolls a body with ``asin``-like functions; this module does not follow
+those changes.
+
 An emitter measures its generated loop body with :func:`body_size` and writes the loop
 :func:`unrolled_loop` describes.
 """
@@ -28,7 +34,7 @@ EXPENSIVE_OP_SIZE = 20
 # a float math function Triton lowers to a libdevice routine or an approximation sequence (XLA's non-cheap math ops)
 _EXPENSIVE = re.compile(
     r"\b(?:libdevice|tl|math)\.(?:exp|exp2|expm1|log|log2|log10|log1p|sin|cos|tan|sinh|cosh|tanh|asin|acos|atan|atan2|"
-    r"asinh|acosh|atanh|pow|erf|erfc|erfinv|cbrt|lgamma|tgamma)\w*\(")
+    r"asinh|acosh|atanh|pow|erf|erfc|erfinv|cbrt|lgamma|tgamma)\(")
 # a statement that only computes an index (the elemental generator's ``i_N``/``off_N``/``rr`` temporaries, range and
 # window tests): XLA's loop holds one ``xla.apply_indexing`` per map where Triton source spells its arithmetic out
 _INDEX = re.compile(r"^\s*(?:i|off|rr|kk|rw|inpad|inwin|inupd|mpad|start|R|R_c|mask)(?:_\d+)?\s*=")
@@ -52,6 +58,11 @@ def body_size(lines: Sequence[str]) -> int:
             continue
         size += EXPENSIVE_OP_SIZE * len(_EXPENSIVE.findall(s)) or 1
     return size
+
+
+def holds_loop(lines: Sequence[str]) -> bool:
+    """Whether a loop body (Triton statements) holds a loop of its own: XLA's rule does not unroll it."""
+    return any(ln.lstrip().startswith("for ") for ln in lines)
 
 
 def unroll_factor(trip_count: int, size: int) -> int:

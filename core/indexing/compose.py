@@ -4,7 +4,7 @@
 ``second``'s dimensions. The composed map has ``first``'s dimensions; its range variables are ``second``'s
 followed by ``first``'s, and likewise its runtime variables. Constraints: ``second``'s (substituted),
 ``first``'s (renumbered), and one per ``second`` dimension saying ``first``'s result lies in that
-dimension's interval. Nothing is simplified; call ``simplify()`` for that.
+dimension's interval. Nothing is simplified; call ``fusegen.indexing.simplify(m)`` for that.
 """
 
 from __future__ import annotations

@@ -601,7 +601,9 @@ class ReductionFusion(FusionEmitter):
         body keeps a loop); more steps stay a runtime loop."""
         if nit > self.unrolled_steps:
             return
-        factor = loop_unroll.unroll_factor(nit, loop_unroll.body_size(body.lines[header_at + 1:]))
+        steps = body.lines[header_at + 1:]
+        # a step holding a loop of its own is written out as before (XLA's rule would leave it a loop)
+        factor = nit if loop_unroll.holds_loop(steps) else loop_unroll.unroll_factor(nit, loop_unroll.body_size(steps))
         loop_unroll.unroll_in_place(body.lines, header_at, "it", "NIT", nit, factor, keep=True)
 
 

@@ -52,3 +52,9 @@ def test_unrolled_loop_headers():
     head, _ = loop_unroll.unrolled_loop("r", "15", 15, 5, keep=True)
     assert head[0] == "for r_o in range(0, 3):" and not any("nounroll" in h for h in head)
     assert len(loop_unroll.unrolled_loop("r", "31", 31, 1)[0]) == 1
+
+
+def test_only_named_math_functions_are_expensive_and_a_nested_loop_is_seen():
+    assert loop_unroll.body_size(["x = tl.expand_dims(y, 1)", "z = libdevice.expm1(x)"]) == 1 + 20
+    assert loop_unroll.holds_loop(["a = b + c", "    for k in range(0, 4):", "        a = a + k"])
+    assert not loop_unroll.holds_loop(["a = b + c", "formula = a"])

@@ -121,7 +121,8 @@ class ReduceDotMixin:
             par = par.operands[0]
         if par.opcode != "parameter" or par.shape.is_tuple or total < 16 // (dtypes.bit_width(et) // 8):
             return None
-        # the step XLA's rule sizes: the element read, its converts and the reducer's call
+        # the step XLA's rule sizes: the element read (a tensor.extract), its converts, and the reducer (one call
+        # op: XLA's reducer is a pure call at that pass)
         if loop_unroll.unroll_factor(total, 2 + converts) < total:
             return None
         # XLA vectorises only reads whose offset the vector's size divides: each row starts at a multiple of it
@@ -173,6 +174,8 @@ class ReduceDotMixin:
         if not self.ctx.native_loops:
             return
         lines = self.ctx.body.lines
+        if loop_unroll.holds_loop(lines[header_at + 1:]):
+            return
         factor = loop_unroll.unroll_factor(total, loop_unroll.body_size(lines[header_at + 1:]))
         if factor < total:
             loop_unroll.unroll_in_place(lines, header_at, var, str(total), total, factor, keep=True)
