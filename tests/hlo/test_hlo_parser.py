@@ -429,21 +429,31 @@ def test_known_opcodes_are_xla_spellings():
         pytest.skip("jaxlib's HLO parser is not importable")
     todo = sorted(KNOWN_OPCODES) + ["clz", "optimization-barrier"]
     verdict: dict[str, bool] = {}
+    stalls = 0
     while todo:
-        r = subprocess.run([sys.executable, "-c", _OPCODE_CHILD], input=" ".join(todo), capture_output=True,
-                           text=True, timeout=300)
-        started = None
-        for line in r.stdout.splitlines():
+        try:
+            r = subprocess.run([sys.executable, "-c", _OPCODE_CHILD], input=" ".join(todo), capture_output=True,
+                               text=True, timeout=120)
+            out, rc = r.stdout, r.returncode
+        except subprocess.TimeoutExpired as e:  # a child that hangs is killed; its lines so far still count
+            out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            rc = -1
+        started, done = None, 0
+        for line in out.splitlines():
             rec = json.loads(line)
             if rec.get("start"):
                 started = rec["op"]
             else:
                 verdict[rec["op"]] = not rec["unknown"]
-                started = None
-        if r.returncode != 0 and started is not None:
-            verdict[started] = True  # jaxlib crashed building it: the opcode itself was recognised
+                started, done = None, done + 1
+        if rc != 0 and started is not None:
+            verdict[started] = True  # jaxlib crashed or hung building it: the opcode itself was recognised
+        elif rc != 0 and not done:
+            stalls += 1  # the child stopped before its first opcode (its start-up, not an opcode)
+            if stalls == 3:
+                pytest.skip("jaxlib's HLO parser child stopped at start-up three times (the environment)")
         todo = [o for o in todo if o not in verdict]
-        if r.returncode == 0:
+        if rc == 0:
             break
     unknown = sorted(o for o in KNOWN_OPCODES if not verdict.get(o, False))
     assert unknown == []
