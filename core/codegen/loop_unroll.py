@@ -80,6 +80,12 @@ def unroll_factor(trip_count: int, size: int) -> int:
     return max(factor, 1)
 
 
+def nounroll_statement(name: str) -> str:
+    """The Triton statement that puts PTX's ``.pragma "nounroll";`` (:data:`NOUNROLL_ASM`) in the loop it stands in,
+    its dummy int32 result named ``name``: ptxas then keeps that loop a loop."""
+    return f"{name} = tl.inline_asm_elementwise({NOUNROLL_ASM!r}, '=r', [], dtype=tl.int32, is_pure=False, pack=1)"
+
+
 def unrolled_loop(var: str, trip: str, trip_count: int, factor: int, keep: bool = False) -> tuple[list[str], str]:
     """The loop header lines for ``for var in range(trip)`` unrolled by ``factor`` (``trip`` is the trip count's
     constexpr name or literal, ``trip_count`` its value), and the indentation the body then needs beyond the first
@@ -90,8 +96,8 @@ def unrolled_loop(var: str, trip: str, trip_count: int, factor: int, keep: bool 
     (XLA's LLVM unrolls such a loop at run-time bounds, in a shape ptxas leaves; ptxas would write Triton's counted
     loop out whole). A loop of a few iterations is left to LLVM and ptxas, which unroll it in both pipelines."""
     left = trip_count // max(factor, 1)
-    pragma = [f"    {var}_nounroll = tl.inline_asm_elementwise({NOUNROLL_ASM!r}, '=r', [], dtype=tl.int32, "
-              "is_pure=False, pack=1)"] if keep and factor < trip_count and left > MAX_UNROLL_FACTOR else []
+    kept = keep and factor < trip_count and left > MAX_UNROLL_FACTOR
+    pragma = ["    " + nounroll_statement(f"{var}_nounroll")] if kept else []
     if factor >= trip_count:
         return [f"for {var} in tl.static_range(0, {trip}):"], ""
     if factor <= 1:

@@ -40,10 +40,10 @@ from typing import Any
 
 import attrs
 
+from fusegen.codegen import loop_unroll
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.elemental import ElementalGenerator, KernelContext, choose_index_dtype, deep_recursion, int_list
 from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, store_line
-from fusegen.codegen.interpreter_patches import NOUNROLL_ASM
 from fusegen.codegen.kernel import EmittedFusion, KernelSource, LaunchDimensions
 from fusegen.hlo.dot_numerics import DotNumericsError
 from fusegen.hlo.ir import Computation, Instruction
@@ -454,8 +454,7 @@ def _k_loop(I: str, pb: _Problem) -> list[str]:
         return [f"{I}for k0 in range(0, {pb.K}, {pb.bk}):"]
     unroll = ", loop_unroll_factor=2" if steps % 2 == 0 and pb.plain_operands else ""
     return [f"{I}for k0 in tl.range(0, {pb.K}, {pb.bk}{unroll}):",
-            f"{I}    nounroll = tl.inline_asm_elementwise({NOUNROLL_ASM!r}, '=r', [], dtype=tl.int32, is_pure=False, "
-            "pack=1)"]
+            f"{I}    {loop_unroll.nounroll_statement('nounroll')}"]
 
 
 def _k_step_lines(I: str, pb: _Problem, P: str, a_args: str, b_args: str, rank: int, loaded: tuple[str, str],

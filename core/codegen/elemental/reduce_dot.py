@@ -109,17 +109,13 @@ class ReduceDotMixin:
         if (len(inst.operands) != 2 or len(rdims) != 1 or total < 2 or not self.ctx.native_loops
                 or not self.vector_reads_apply()):
             return None
-        d, top, converts = rdims[0], inst.operands[0], 0
-        while top.opcode == "convert" and plain_vector_type(top.shape.element_type) and \
-                plain_vector_type(top.operands[0].shape.element_type):
-            top, converts = top.operands[0], converts + 1
-        et = top.shape.element_type
-        if not plain_vector_type(et) or top.shape.minor_to_major()[0] != d:
+        d = rdims[0]
+        found = _vector_source(inst.operands[0], d)
+        if found is None:
             return None
-        par = top
-        while par.opcode == "bitcast" and par.operands[0].shape.element_type == et:
-            par = par.operands[0]
-        if par.opcode != "parameter" or par.shape.is_tuple or total < 16 // (dtypes.bit_width(et) // 8):
+        top, par, converts = found
+        et = top.shape.element_type
+        if total < 16 // (dtypes.bit_width(et) // 8):
             return None
         # the step XLA's rule sizes: the element read (a tensor.extract), its converts, and the reducer (one call
         # op: XLA's reducer is a pure call at that pass)
@@ -447,17 +443,13 @@ class ReduceDotMixin:
         d = wide[0]
         if any((int(w["pad"][e][0]), int(w["pad"][e][1])) != (0, 0) for e in range(len(w["size"])) if e != d):
             return None  # a row in another dimension's padding is the init: the loop's window test says so
-        top = src
-        while top.opcode == "convert" and plain_vector_type(top.shape.element_type) and plain_vector_type(top.operands[0].shape.element_type):
-            top = top.operands[0]
+        if int(w["rhs_dilate"][d]) != 1:
+            return None
+        found = _vector_source(src, d)
+        if found is None:
+            return None
+        top, par, _ = found
         et = top.shape.element_type
-        if int(w["rhs_dilate"][d]) != 1 or top.shape.minor_to_major()[0] != d or not plain_vector_type(et):
-            return None
-        par = top
-        while par.opcode == "bitcast" and par.operands[0].shape.element_type == et:
-            par = par.operands[0]
-        if par.opcode != "parameter" or par.shape.is_tuple:
-            return None
         size, lo, st = int(w["size"][d]), int(w["pad"][d][0]), int(w["stride"][d])
         if size < 16 // (dtypes.bit_width(et) // 8) or not _init_is_identity(inst):
             return None
@@ -514,6 +506,25 @@ class ReduceDotMixin:
 
 #: reducer root -> its identity (``None``: depends on the type: the lowest / highest value)
 _IDENTITIES = MappingProxyType({"add": 0, "multiply": 1, "or": 0, "xor": 0, "maximum": None, "minimum": None})
+
+
+def _vector_source(src: Instruction, d: int) -> tuple[Instruction, Instruction, int] | None:
+    """``(top, parameter, converts)`` when ``src`` reads a fusion parameter through ``converts`` converts between
+    plain vector types (:func:`plain_vector_type`) over same-type bitcasts, and dimension ``d`` is the minor one of
+    ``top`` (the instruction under the converts): the reads a vector load may serve; ``None`` otherwise."""
+    top, converts = src, 0
+    while top.opcode == "convert" and plain_vector_type(top.shape.element_type) and \
+            plain_vector_type(top.operands[0].shape.element_type):
+        top, converts = top.operands[0], converts + 1
+    et = top.shape.element_type
+    if top.shape.minor_to_major()[0] != d or not plain_vector_type(et):
+        return None
+    par = top
+    while par.opcode == "bitcast" and par.operands[0].shape.element_type == et:
+        par = par.operands[0]
+    if par.opcode != "parameter" or par.shape.is_tuple:
+        return None
+    return top, par, converts
 
 
 def _peel_converts(x: Instruction) -> Instruction:
