@@ -10,6 +10,11 @@ Two tolerances, both configurable (``[verify]`` in ``fusegen.toml``, ``--rtol`` 
   is always allowed, about a few units in the last place of the type: f64 1e-12, f32 1e-5, tf32 (the
   products of an f32 dot on tensor cores, each operand rounded to 10 mantissa bits) 1e-3, f16 1e-3, bf16 1e-2, f8 0.07. ``--atol X`` (or ``atol = X``) sets every type's floor; ``[verify.atol]`` sets them per
   type (``bf16 = 2e-2``).
+
+One switch for ``--expected`` (:mod:`fusegen.verify.expected`): ``xla_allow_excess_precision`` (default true, as
+XLA's flag of that name) says the expected answer may come from a pipeline that rounds a bf16/f16 intermediate
+this HLO no longer has (XLA:GPU drops convert pairs under that flag; XLA:CPU may keep them). False (the expected
+answer was computed with ``--xla_allow_excess_precision=false``) judges without that allowance.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import attrs
 DEFAULT_FLOORS: dict[str, float] = {"f64": 1e-12, "c128": 1e-12, "f32": 1e-5, "c64": 1e-5, "tf32": 1e-3,
                                     "f16": 1e-3, "bf16": 1e-2, "f8": 0.07}
 DEFAULT_RTOL = 4.0
-KEYS = ("rtol", "atol", "allow_vacuous")
+KEYS = ("rtol", "atol", "allow_vacuous", "xla_allow_excess_precision")
 
 
 @attrs.frozen
@@ -36,11 +41,15 @@ class VerifyOptions:
         allow_vacuous: an output that is NaN/inf in every element in kernel and reference alike compares
             nothing; by default it is ``vacuous`` (not a pass: ``ok`` is false, exit 1); ``True`` (the user
             expects such outputs) makes it ``drift``.
+        xla_allow_excess_precision: with ``--expected``, an element the expected answer misses by no more than
+            one bf16 rounding of an intermediate, where the kernel is the nearer to the f64 oracle, is ``drift``
+            (:func:`fusegen.verify.expected.rounded_more`); False judges it against the plain allowance.
     """
 
     rtol: float = DEFAULT_RTOL
     floors: Mapping[str, float] = attrs.field(factory=lambda: dict(DEFAULT_FLOORS))
     allow_vacuous: bool = False
+    xla_allow_excess_precision: bool = True
 
     def floor(self, element_type: str) -> float:
         """The floor of ``element_type`` (0 for integer and pred types, compared exactly)."""
@@ -61,8 +70,8 @@ class VerifyOptions:
         """A copy with ``--rtol``, ``--atol`` and/or ``--allow-vacuous`` applied (``atol`` replaces every type's
         floor); ``None`` keeps the current value."""
         floors = {k: atol for k in self.floors} if atol is not None else dict(self.floors)
-        return VerifyOptions(rtol=self.rtol if rtol is None else rtol, floors=floors,
-                             allow_vacuous=self.allow_vacuous if allow_vacuous is None else bool(allow_vacuous))
+        return attrs.evolve(self, rtol=self.rtol if rtol is None else rtol, floors=floors,
+                            allow_vacuous=self.allow_vacuous if allow_vacuous is None else bool(allow_vacuous))
 
 
 def parse_verify_table(table: Mapping[str, Any], error) -> tuple[VerifyOptions, dict[str, Any]]:
@@ -75,13 +84,13 @@ def parse_verify_table(table: Mapping[str, Any], error) -> tuple[VerifyOptions, 
     Returns:
         ``(options, {dotted key: value})`` for the keys the file set.
     """
-    rtol, floors, seen, vacuous = DEFAULT_RTOL, dict(DEFAULT_FLOORS), {}, False
+    rtol, floors, seen, flags = DEFAULT_RTOL, dict(DEFAULT_FLOORS), {}, {}
     for key, value in table.items():
-        if key == "allow_vacuous":
+        if key in ("allow_vacuous", "xla_allow_excess_precision"):
             if not isinstance(value, bool):
-                raise error(f"'allow_vacuous' in [verify]: expected true or false, got {value!r}", "verify", key)
-            vacuous = value
-            seen["verify.allow_vacuous"] = value
+                raise error(f"{key!r} in [verify]: expected true or false, got {value!r}", "verify", key)
+            flags[key] = value
+            seen[f"verify.{key}"] = value
         elif key == "rtol":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise error(f"'rtol' in [verify]: expected a positive number, got {value!r}", "verify", key)
@@ -109,4 +118,4 @@ def parse_verify_table(table: Mapping[str, Any], error) -> tuple[VerifyOptions, 
             close = difflib.get_close_matches(key, KEYS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else " (did you mean 'rtol' or 'atol'?)"
             raise error(f"unknown key {key!r} in [verify]{hint}; known keys: {', '.join(KEYS)}", "verify", key)
-    return VerifyOptions(rtol=rtol, floors=floors, allow_vacuous=vacuous), seen
+    return VerifyOptions(rtol=rtol, floors=floors, **flags), seen

@@ -1,5 +1,9 @@
 """Near-ties at compares: a ``compare`` (a ``jnp.where`` threshold, a mask) whose operands are within their budget.
 
+A floating ``remainder`` is a threshold too: ``fmod(x, d)`` drops by ``|d|`` where ``x`` reaches a non-zero
+multiple of ``d``, so a dividend within its budget of one is recorded the same way (direction ``REM``, the
+outcome whether the result wrapped to near 0), and the re-run with it flipped moves the result by ``|d|``.
+
 ``jnp.where(x > t, a, b)`` with ``x`` one ulp from ``t`` is a choice like a top-k's (:mod:`fusegen.verify.ties`):
 the kernels' chain, the reference evaluator and XLA:CPU (``--expected``) may round ``x`` either side of
 ``t`` and take the other branch, and every value downstream of that element differs by far more than any
@@ -54,7 +58,9 @@ class CompareTie:
         compare / direction: the compare instruction's name and direction (``GT``, ``EQ``, ...).
         index: the element's index in the compare's shape.
         lhs / rhs: its two operand values on the kernel path (widened to float); ``budget``: their budget.
-        outcome: the compare's value there (the reference evaluator's, on the kernel-path operands).
+        outcome: the compare's value there (the reference evaluator's, on the kernel-path operands); for a
+            remainder (``direction`` ``REM``, ``lhs`` the dividend, ``rhs`` the divisor's nearest non-zero
+            multiple), whether its result wrapped to near 0.
     """
 
     instruction: str
@@ -74,6 +80,10 @@ class CompareTie:
     def describe(self) -> str:
         where = f" in %{self.instruction}" if self.instruction != self.compare else ""
         ex = f" execution {self.execution}" if self.execution else ""
+        if self.direction == "REM":
+            return (f"remainder %{self.compare}{where}{ex} at {list(self.index)}: dividend {self.lhs:.9g} is "
+                    f"{abs(self.lhs - self.rhs):.3g} from the divisor's multiple {self.rhs:.9g} (budget "
+                    f"{self.budget:.3g}), the kernels' chain {'wrapped' if self.outcome else 'did not wrap'}")
         return (f"compare %{self.compare} ({self.direction}){where}{ex} at {list(self.index)}: operands "
                 f"{self.lhs:.9g} and {self.rhs:.9g} ({abs(self.lhs - self.rhs):.3g} apart, budget "
                 f"{self.budget:.3g}), the kernels' chain took {str(self.outcome).lower()}")
@@ -85,16 +95,39 @@ class CompareTie:
 
 
 def _float_compare(i: Instruction) -> bool:
-    return i.opcode == "compare" and len(i.operands) == 2 and not i.shape.is_tuple and \
+    """A floating ``compare``, or a floating ``remainder``: ``fmod(x, d)`` jumps by ``|d|`` where ``x`` crosses
+    a non-zero multiple of ``d``, a threshold as a compare's is (recorded with direction ``REM``)."""
+    return i.opcode in ("compare", "remainder") and len(i.operands) == 2 and not i.shape.is_tuple and \
         dtypes.is_floating(i.operands[0].shape.element_type)
 
 
 def compares(inst: Instruction) -> list[Instruction]:
-    """The floating compares whose outcomes :func:`reference_recording` records for ``inst``: ``inst`` itself
-    (a top-level compare) or the compares among its fused computation's own instructions (a fusion)."""
+    """The floating compares (and remainders) whose outcomes :func:`reference_recording` records for ``inst``:
+    ``inst`` itself (top-level) or those among its fused computation's own instructions (a fusion)."""
     if inst.opcode == "fusion":
         return [i for i in inst.fused_computation.instructions if _float_compare(i)]
     return [inst] if _float_compare(inst) else []
+
+
+def _threshold(cmp: Instruction, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two sides whose order decides ``cmp`` (f64) and where that decision can flip: a compare's operands
+    (everywhere); a remainder's dividend and the nearest multiple ``k * d`` of its divisor, where ``k != 0``
+    (through ``k = 0`` ``fmod`` is continuous)."""
+    if cmp.opcode != "remainder":
+        return b, np.ones(a.shape, bool)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        k = np.round(a / b)
+        return k * b, np.isfinite(k) & (k != 0)
+
+
+def _outcome(cmp: Instruction, value: Any, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The side ``cmp`` took, as a bool array: a compare's value; for a remainder, whether it wrapped (its
+    result is nearer 0 than ``|d|``: the dividend reached the multiple)."""
+    v = np.asarray(value)
+    if cmp.opcode != "remainder":
+        return v.astype(bool)
+    with np.errstate(invalid="ignore"):
+        return np.abs(v.astype(np.float64)) < np.abs(b) / 2
 
 
 def _evaluate(inst: Instruction, ops: list[Any], hook: Callable[[Instruction, list[Any], Any], Any]) -> Any:
@@ -132,10 +165,11 @@ def _near(cmp: Instruction, a: Any, b: Any, options: VerifyOptions) -> tuple[np.
     from fusegen.verify.ties import _budget
 
     a, b = (np.asarray(x).astype(np.float64) for x in (a, b))
+    b, can = _threshold(cmp, a, b)
     with np.errstate(invalid="ignore"):
         gap = np.abs(a - b)
         budget = _budget(cmp.operands[0].shape.element_type, a, b, options)
-    return a, b, budget, np.isfinite(gap) & (gap <= budget)
+    return a, b, budget, can & np.isfinite(gap) & (gap <= budget)
 
 
 def find_compare_ties(inst: Instruction, cmp: Instruction, a: Any, b: Any, value: Any, options: VerifyOptions,
@@ -146,6 +180,7 @@ def find_compare_ties(inst: Instruction, cmp: Instruction, a: Any, b: Any, value
 
     if exact_operand(inst, cmp.operands[0]) and exact_operand(inst, cmp.operands[1]):
         return []  # both sides are the same for every oracle: the outcome cannot flip
+    d = np.asarray(b).astype(np.float64)
     a, b, budget, near = _near(cmp, a, b, options)
     flat = np.flatnonzero(near)
     if not flat.size:
@@ -157,8 +192,8 @@ def find_compare_ties(inst: Instruction, cmp: Instruction, a: Any, b: Any, value
         part = np.argpartition(key, COMPARES_PER_EXECUTION - 1)[:COMPARES_PER_EXECUTION]
         flat, key = flat[part], key[part]
     flat = flat[np.argsort(key, kind="stable")]
-    out = np.asarray(value).reshape(-1)
-    direction = str(cmp.attrs.get("direction", "?"))
+    out = _outcome(cmp, value, a, d).reshape(-1)
+    direction = "REM" if cmp.opcode == "remainder" else str(cmp.attrs.get("direction", "?"))
     return [CompareTie(inst.name, execution, cmp.name, direction,
                        tuple(int(x) for x in np.unravel_index(int(f), a.shape)), float(a.reshape(-1)[f]),
                        float(b.reshape(-1)[f]), bool(out[f]), float(budget.reshape(-1)[f])) for f in flat]
@@ -219,17 +254,23 @@ def evaluate_forced(inst: Instruction, ops: list[Any], ties: list[CompareTie], f
         mine = by.get(cmp.name)
         if not mine:
             return v
-        a, b = (np.asarray(x) for x in got)
+        a, d = (np.asarray(x).astype(np.float64) for x in got)
+        b, can = _threshold(cmp, a, d)
+        took = _outcome(cmp, v, a, d)
         out = None
         for t in mine:
-            if t.index and (len(t.index) != a.ndim or any(i >= d for i, d in zip(t.index, a.shape))):
+            if t.index and (len(t.index) != a.ndim or any(i >= n for i, n in zip(t.index, a.shape))):
                 continue
             want = t.outcome != (t == flipped)
             ai, bi = float(a[t.index]), float(b[t.index])
-            if bool(np.asarray(v)[t.index]) == want or not abs(ai - bi) <= t.budget:
+            if bool(took[t.index]) == want or not can[t.index] or not abs(ai - bi) <= t.budget:
                 continue
             out = np.array(v) if out is None else out
-            out[t.index] = want
+            if cmp.opcode == "remainder":  # the other side of the multiple: |d| nearer 0, or |d| from it
+                r, step = float(out[t.index]), abs(float(d[t.index]))
+                out[t.index] = r - np.sign(r) * step if want else r + np.sign(ai) * step
+            else:
+                out[t.index] = want
             changed.append(t)
         return v if out is None else out
 

@@ -30,6 +30,14 @@ Per module output leaf ``k`` (kernel path ``K``, reference ``R``, f64 oracle ``O
   largest number of terms a reduction on the path combines, ``growth`` the budgets' ``max(1, sqrt(n/256))``
   and ``T`` the f64 evaluation on the inputs' magnitudes (``sum |x|`` for a sum); :func:`less_accurate`.
   XLA:CPU folds a long row in its own order, which on a cancelling sum can round far more than the kernel's.
+* **an expected answer rounded through a 16-bit intermediate** (any floating output): an element that fails
+  the allowance is ``drift`` when the kernel is at least as near the f64 oracle as ``E`` and ``|E - O|`` is
+  what one bf16 rounding can move it: ``rtol * max(u * |O|, min(B, u * |T|))``, ``u`` bf16's unit roundoff,
+  ``B`` the distance to ``O`` of the module evaluated in f64 on its inputs rounded to bf16 (on an output of exact operations ``E`` must also be a
+  bf16 value; inputs with edge values are left out). XLA:GPU's optimized HLO drops convert pairs such as f32 -> bf16 -> f32 under
+  ``--xla_allow_excess_precision`` (on by default; ``simplify_fp_conversions.cc``), XLA:CPU may keep them, so the
+  HLO fusegen runs no longer rounds where ``E`` did. ``[verify] xla_allow_excess_precision = false`` (for an
+  answer computed with that flag off) turns the rule off; :func:`rounded_more`.
 
 The archive itself is read by :func:`fusegen.runtime.inputs.load_expected`.
 
@@ -102,6 +110,9 @@ class OutputPath:
             sample of the program's conditioning beside ``|R - O|``; ``None`` when not computed.
         reduced: the largest number of terms one floating reduction, dot or convolution on the path combines
             (1 without one).
+        bf16_inputs: the f64 evaluation with its f32/f64 inputs rounded to bf16, as its distance to the f64
+            oracle (f64, the output's shape): how far a bf16 rounding the HLO no longer has moves the output
+            (:func:`excess_precision_bound`); ``None`` when not computed.
     """
 
     exact: bool
@@ -112,6 +123,7 @@ class OutputPath:
     terms: Any = attrs.field(default=None, eq=False)
     conditioning: Any = attrs.field(default=None, eq=False)
     reduced: int = 1
+    bf16_inputs: Any = attrs.field(default=None, eq=False)
 
 
 def _inexact(inst: Instruction) -> bool:
@@ -276,6 +288,56 @@ def less_accurate(t: str, k: np.ndarray, o: np.ndarray | None, e: np.ndarray, pa
     return np.isfinite(de) & (dk <= de) & (de <= bound)
 
 
+#: The coarsest intermediate type whose rounding ``--xla_allow_excess_precision`` lets XLA:GPU skip (a convert
+#: pair through bf16 or f16; bf16 has the fewer mantissa bits).
+EXCESS_PRECISION_TYPE = "bf16"
+
+
+def excess_precision_bound(o: np.ndarray, path: OutputPath, options: VerifyOptions) -> np.ndarray:
+    """How far one rounding to :data:`EXCESS_PRECISION_TYPE` can move an output from the f64 oracle ``o``, per
+    element: ``rtol * max(u * |o|, min(B, u * |T|))`` (f64, ``o``'s shape; ``u`` bf16's unit roundoff): a
+    rounding of the value itself or of an intermediate, or, where ``B = path.bf16_inputs`` is computed, a
+    rounding of the inputs carried through the program (a sum's terms, a cancelling difference), capped by
+    the magnitude of the terms ``T = path.terms`` (a branch that flips under the rounding is not excused).
+    The element's own figures only: a median would excuse any error near zero."""
+    unit = 2.0 ** -(mantissa_bits(EXCESS_PRECISION_TYPE) + 1)
+
+    def finite(a: Any) -> np.ndarray:
+        m = np.abs(np.asarray(a).astype(np.complex128 if np.iscomplexobj(a) else np.float64))
+        return np.where(np.isfinite(m), m, 0.0)
+
+    w = unit * finite(o)
+    if (path.bf16_inputs is not None and np.shape(path.bf16_inputs) == w.shape and path.terms is not None
+            and np.shape(path.terms) == w.shape):
+        w = np.maximum(w, np.minimum(finite(path.bf16_inputs), unit * finite(path.terms)))
+    return options.rtol * w
+
+
+def _bf16_representable(e: np.ndarray) -> np.ndarray:
+    if np.iscomplexobj(e):
+        return _bf16_representable(e.real) & _bf16_representable(e.imag)
+    x = np.asarray(e).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x.astype(ml_dtypes.bfloat16).astype(np.float64) == x
+
+
+def rounded_more(k: np.ndarray, o: np.ndarray | None, e: np.ndarray, path: OutputPath,
+                 options: VerifyOptions) -> np.ndarray:
+    """Elements where the expected answer ``e`` carries a 16-bit rounding the module does not: the kernel ``k``
+    is at least as near the f64 oracle ``o`` (both distances finite) and ``|e - o|`` is within
+    :func:`excess_precision_bound`; on an output of exact operations, ``e`` is a bf16 value too (exact
+    operations after the rounding keep it one). A bool array of ``k``'s shape: all False without ``o``, with
+    ``options.xla_allow_excess_precision`` off, or when the inputs hold edge values (inf, NaN, past
+    ``sqrt(max)``), whose magnitudes would excuse anything. Mirrors the effect of XLA's
+    ``SimplifyFPConversions`` (``xla/hlo/transforms/simplifiers/simplify_fp_conversions.cc``), which removes a
+    chain of floating converts such as f32 -> bf16 -> f32 when excess precision is allowed."""
+    if o is None or not options.xla_allow_excess_precision or path.edge or np.shape(o) != k.shape:
+        return np.zeros(k.shape, bool)
+    dk, de = abs_error(k, o)[0], abs_error(e, o)[0]
+    out = np.isfinite(de) & np.isfinite(dk) & (dk <= de) & (de <= excess_precision_bound(o, path, options))
+    return out & _bf16_representable(e) if path.exact else out
+
+
 def failing(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray, path: OutputPath,
             options: VerifyOptions) -> np.ndarray:
     """The elements of ``k`` that :func:`judge_expected` fails against ``e`` (a bool array of ``k``'s shape)."""
@@ -286,9 +348,10 @@ def failing(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.nd
 
 def _float_judgement(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray, path: OutputPath,
                      options: VerifyOptions) -> tuple:
-    """``(diff, allowed, ratio, nonfinite, free, failing, what, nearer)`` of a floating output (see
+    """``(diff, allowed, ratio, nonfinite, free, failing, what, nearer, rounded)`` of a floating output (see
     judge_expected); ``nearer``: the failing elements where the expected answer is the less accurate one
-    (:func:`less_accurate`), left out of ``failing``."""
+    (:func:`less_accurate` or :func:`rounded_more`), left out of ``failing``; ``rounded``: those of them only
+    :func:`rounded_more` explains."""
     diff, eb = abs_error(k, e)
     nonfinite = np.isinf(diff)
     if path.exact:
@@ -334,8 +397,12 @@ def _float_judgement(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None,
                 tm = np.abs(np.asarray(path.terms).astype(np.complex128 if np.iscomplexobj(path.terms) else np.float64))
                 scale = np.where(np.isfinite(tm), tm, np.inf)
             free |= bad & ~nonfinite & (diff <= options.floor(t) * scale)
-    nearer = bad & ~free & less_accurate(t, k, o, e, path, options) if bad.any() else np.zeros(diff.shape, bool)
-    return diff, allowed, ratio, nonfinite, free, bad & ~free & ~nearer, what, nearer
+    nearer = rounded = np.zeros(diff.shape, bool)
+    if bad.any():
+        nearer = bad & ~free & less_accurate(t, k, o, e, path, options)
+        rounded = bad & ~free & ~nearer & rounded_more(k, o, e, path, options)
+        nearer = nearer | rounded
+    return diff, allowed, ratio, nonfinite, free, bad & ~free & ~nearer, what, nearer, rounded
 
 
 def _tie_drift(tied: np.ndarray, shape: tuple[int, ...], reason: str) -> str:
@@ -354,7 +421,8 @@ def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e
     """
     if k.dtype.kind in "biu" or k.dtype == np.bool_ or not _is_float(t):
         return _judge_exact_ints(k, r, e, path, tied)
-    diff, allowed, ratio, nonfinite, free, rest, what, nearer = _float_judgement(t, k, r, o, e, path, options)
+    diff, allowed, ratio, nonfinite, free, rest, what, nearer, rounded = _float_judgement(t, k, r, o, e, path,
+                                                                                          options)
     tmask = rest & tied[0] if tied is not None else np.zeros(diff.shape, bool)
     rest = rest & ~tmask
     n_nearer = int(nearer.sum())
@@ -371,14 +439,19 @@ def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e
     if not free.any() and not tmask.any() and not n_nearer:
         return ExpectedJudgement("ok", err, allow_at, hidx)
     reasons = []
-    if n_nearer:
-        nidx = _worst(np.where(nearer, ratio, 0.0), k.shape)
+    for mask, within in ((nearer & ~rounded, "the rounding of another summation order"),
+                         (rounded, "one bf16 rounding of an intermediate (a convert pair XLA:GPU drops under "
+                                   "--xla_allow_excess_precision, on by default, may stay in the expected "
+                                   "answer's program)")):
+        if not mask.any():
+            continue
+        nidx = _worst(np.where(mask, ratio, 0.0), k.shape)
         dk, de = abs_error(k, o)[0][nidx], abs_error(e, o)[0][nidx]
-        reasons.append(f"the expected answer is the less accurate one at {n_nearer} element(s) (worst at "
-                       f"{list(nidx)}: kernel vs expected {float(diff[nidx]):.3g} > {what} "
+        bound = (excess_precision_bound(o, path, options) if mask is rounded else rounding_bound(t, path, options))
+        reasons.append(f"the expected answer is the less accurate one at {int(mask.sum())} element(s) (worst "
+                       f"at {list(nidx)}: kernel vs expected {float(diff[nidx]):.3g} > {what} "
                        f"{float(allowed[nidx]):.3g}, but kernel vs f64 {float(dk):.3g} <= expected vs f64 "
-                       f"{float(de):.3g}, within the rounding of another summation order "
-                       f"{float(rounding_bound(t, path, options)[nidx]):.3g})")
+                       f"{float(de):.3g}, within {within} {float(bound[nidx]):.3g})")
     if free.any():
         fidx = _worst(np.where(free, ratio, 0.0), k.shape)
         reasons.append(f"{int(free.sum())} element(s) overflow or turn NaN depending on the order of a "
@@ -388,7 +461,7 @@ def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e
     elif tmask.any():
         fidx = _worst(np.where(tmask, ratio, 0.0), k.shape)
     else:
-        fidx = nidx
+        fidx = _worst(np.where(nearer, ratio, 0.0), k.shape)
     if tmask.any():
         reasons.append(_tie_drift(tmask, k.shape, tied[1]))
     return ExpectedJudgement("drift", err, allow_at, fidx, "; ".join(reasons), n_nearer)

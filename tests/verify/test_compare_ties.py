@@ -27,14 +27,15 @@ from fusegen.verify.judged_run import run_module
 
 #: ``where(x > 1, a, b)`` per row, ``x`` through a kernel fusion upstream (``%k``, the compare's operand on
 #: the kernel path) and the compare inside the select's fusion (``%f``).
-GATE = """HloModule gate
-%scaled (p: f32[4]) -> f32[4] {
+#: an identity kernel fusion: its output is an operand computed on the kernel path
+SCALED = """%scaled (p: f32[4]) -> f32[4] {
   %p = f32[4]{0} parameter(0)
   %one = f32[] constant(1)
   %b1 = f32[4]{0} broadcast(%one), dimensions={}
   ROOT %m = f32[4]{0} multiply(%p, %b1)
 }
-%gate (p0: f32[4], a: f32[4,3], b: f32[4,3]) -> f32[4,3] {
+"""
+GATE = "HloModule gate\n" + SCALED + """%gate (p0: f32[4], a: f32[4,3], b: f32[4,3]) -> f32[4,3] {
   %p0 = f32[4]{0} parameter(0)
   %a = f32[4,3]{1,0} parameter(1)
   %b = f32[4,3]{1,0} parameter(2)
@@ -309,3 +310,50 @@ def test_top_level_compare_flip_is_drift_at_one_ulp_and_a_mismatch_far_apart(fir
         assert [(t.instruction, t.compare, t.index) for t in o.ties] == [("gt", "gt", (0,))]
     else:
         assert o.status == "mismatch" and not o.ties
+
+
+#: ``fmod(x, 1.5)`` per element, ``x`` through a kernel fusion upstream: the result drops by 1.5 where ``x``
+#: reaches a multiple of 1.5 (a threshold as a compare's).
+REM = "HloModule rem\n" + SCALED + """%wrap (p0: f32[4]) -> f32[4] {
+  %p0 = f32[4]{0} parameter(0)
+  %d = f32[] constant(1.5)
+  %db = f32[4]{0} broadcast(%d), dimensions={}
+  ROOT %r = f32[4]{0} remainder(%p0, %db)
+}
+ENTRY %e (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %k = f32[4]{0} fusion(%x), kind=kLoop, calls=%scaled
+  ROOT %f = f32[4]{0} fusion(%k), kind=kLoop, calls=%wrap
+}
+"""
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_remainder_one_ulp_below_a_multiple_is_drift_when_expected_wrapped_and_names_it(sign):
+    """x = 3 - 1 ulp: fmod gives 1.5 - 1 ulp; XLA:CPU's chain reaching 3.0 gives 0 (numpy's fmod, the
+    independent answer). A wrap far from any multiple stays a mismatch."""
+    m = parse_module(REM)
+    below = float(np.nextafter(np.float32(3.0), np.float32(0.0)))
+    x = (sign * np.array([below, 1.0, 2.0, 0.25])).astype(np.float32)
+    other = x.copy()
+    other[0] = np.float32(sign * 3.0)
+    _, rep = run_module(m, [x], compile_kernels=False, expected=[np.fmod(other, np.float32(1.5))])
+    (o,) = rep.verdict.outputs
+    assert rep.status == "drift" and o.status == "drift", "\n".join(rep.verdict.lines())
+    (t,) = o.ties
+    assert (t.compare, t.direction, t.index, t.outcome) == ("r", "REM", (0,), False)
+    assert t.rhs == sign * 3.0 and abs(t.lhs - t.rhs) == pytest.approx(3.0 - below)
+    assert "remainder %r in %f at [0]" in o.reason and "did not wrap" in o.reason
+    far = np.fmod(x, np.float32(1.5))
+    far[1] = 0.0  # element 1 (x = 1) is 0.5 from the nearest multiple: no near-tie explains a wrap there
+    _, rep = run_module(m, [x], compile_kernels=False, expected=[far])
+    assert rep.status == "mismatch" and rep.verdict.outputs[0].index == (1,)
+
+
+def test_a_remainder_near_zero_is_continuous_and_no_tie():
+    m = parse_module(REM)
+    f = next(i for i in m.entry.instructions if i.name == "f")
+    r = next(i for i in f.fused_computation.instructions if i.name == "r")
+    x = np.array([1e-7, -1e-7, 0.75, 1.5], np.float32)
+    ties = find_compare_ties(f, r, x, np.full(4, 1.5, np.float32), np.fmod(x, np.float32(1.5)), VerifyOptions(), 0)
+    assert [t.index for t in ties] == [(3,)] and ties[0].outcome is True  # only 1.5 itself, which wrapped

@@ -1,0 +1,131 @@
+"""Issue 42 (done-when: held-back random programs have no bad exit): an expected answer rounded through a bf16
+intermediate that XLA:GPU's HLO no longer has.
+
+Two programs of the shared generator (``random_programs.py --seeds 100283,100296``), each kept twice in
+``data/excess_precision/``: ``rand_S.hlo`` and ``rand_S.expected.npz`` as the generator writes them by default
+(XLA:GPU's optimized HLO, XLA:CPU's answer, both with ``--xla_allow_excess_precision`` on), and
+``rand_S.no_excess.*`` regenerated with ``--no-excess-precision`` (both sides keep every convert). By default
+XLA:GPU drops the convert chain f32 -> bf16 -> f16 (100283) or f32 -> bf16 -> f32 (100296) that XLA:CPU keeps,
+so the expected answer carries one bf16 rounding the HLO does not. The independent answers: numpy (100283's
+``f16(x / (|y| + 1))``, and ``f16(bf16(...))`` for XLA:CPU's), and XLA:CPU's own answer for the program that
+keeps the convert.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import attrs
+import ml_dtypes
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fusegen.cli.main import cli
+from fusegen.config.verify_options import VerifyOptions
+from fusegen.verify.expected import OutputPath, excess_precision_bound, judge_expected, rounded_more
+
+DATA = Path(__file__).parents[1] / "data" / "excess_precision"
+SEEDS = ("100283", "100296")
+
+
+def _run(tmp_path: Path, seed: str, variant: str = "", strict: bool = False) -> tuple[int, dict, np.ndarray]:
+    """``fusegen run --json`` of one kept program; ``strict`` sets ``xla_allow_excess_precision = false`` in a
+    config file. Returns the exit code, the JSON's first output and the kernel's values."""
+    out = tmp_path / f"{seed}{variant}{strict}.npz"
+    args = ["run", str(DATA / f"rand_{seed}{variant}.hlo"), "--no-compile", "--json",
+            "--inputs", str(DATA / f"rand_{seed}.inputs.npz"),
+            "--expected", str(DATA / f"rand_{seed}{variant}.expected.npz"), "--save-outputs", str(out)]
+    if strict:
+        cfg = tmp_path / "strict.toml"
+        cfg.write_text("[verify]\nxla_allow_excess_precision = false\n")
+        args += ["--config", str(cfg)]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code in (0, 1), res.output
+    return res.exit_code, json.loads(res.output[res.output.index("{"):])["outputs"][0], np.load(out)["o0"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_an_expected_answer_one_bf16_rounding_away_is_drift_and_says_why(tmp_path, seed):
+    code, o0, _ = _run(tmp_path, seed)
+    assert code == 0 and o0["status"] == "drift", o0
+    assert o0["expected_less_accurate"] >= 1
+    assert o0["kernel_vs_f64"] < o0["expected_vs_f64"]
+    assert "one bf16 rounding of an intermediate" in o0["reason"]
+    assert "--xla_allow_excess_precision" in o0["reason"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_with_the_flag_off_the_same_answer_is_a_mismatch(tmp_path, seed):
+    code, o0, _ = _run(tmp_path, seed, strict=True)
+    assert code == 1 and o0["status"] == "mismatch" and "kernel vs expected" in o0["reason"]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_program_that_keeps_the_convert_matches_xla_cpu_with_the_flag_off(tmp_path, seed):
+    """XLA:CPU's answer for the HLO that still rounds through bf16: the kernel of that HLO is ok, strictly."""
+    code, o0, _ = _run(tmp_path, seed, ".no_excess", strict=True)
+    assert code == 0 and o0["status"] == "ok", o0
+
+
+def test_numpy_shows_which_side_rounds_through_bf16(tmp_path):
+    """100283 is ``f16(x / (|y| + 1))`` broadcast: the kernel's values are that, XLA:CPU's the same through bf16
+    first (the convert the GPU pipeline dropped), and XLA:CPU's answer for the no-excess program is the latter."""
+    z = np.load(DATA / "rand_100283.inputs.npz")
+    q = (z["p0"] / (np.abs(z["p1"]) + np.float32(1))).astype(np.float32)
+    _, _, k = _run(tmp_path, "100283")
+    shape = k.shape
+    np.testing.assert_array_equal(k, np.broadcast_to(q.astype(np.float16), shape))
+    through_bf16 = np.broadcast_to(q.astype(ml_dtypes.bfloat16).astype(np.float16), shape)
+    np.testing.assert_array_equal(np.load(DATA / "rand_100283.expected.npz")["o0"], through_bf16)
+    np.testing.assert_array_equal(np.load(DATA / "rand_100283.no_excess.expected.npz")["o0"], through_bf16)
+    assert (k != through_bf16).any()
+
+
+_PATH = OutputPath(False, False, False, 0.0)
+
+
+def test_the_bound_is_rtol_times_a_bf16_rounding_of_the_value_or_of_the_inputs():
+    o = np.array([1.0, -3.0, 0.0, 100.0])
+    b = excess_precision_bound(o, _PATH, VerifyOptions(rtol=4))
+    np.testing.assert_allclose(b, 4 * 2.0 ** -8 * np.abs(o), rtol=1e-15)
+    inputs = np.array([0.5, 0.0, 0.25, 0.0])  # |module on bf16-rounded inputs - f64|
+    terms = np.array([256.0, 3.0, 16.0, 100.0])  # the module on |inputs|: caps the inputs' figure
+    b = excess_precision_bound(o, attrs.evolve(_PATH, bf16_inputs=inputs, terms=terms), VerifyOptions(rtol=4))
+    u = 2.0 ** -8
+    np.testing.assert_allclose(b, 4 * np.array([0.5, 3 * u, 16 * u, 100 * u]), rtol=1e-15)
+
+
+def test_an_expected_answer_off_by_more_than_a_bf16_rounding_is_a_mismatch():
+    o = np.linspace(1.0, 2.0, 16)
+    k = o.astype(np.float32)
+    bound = excess_precision_bound(o, _PATH, VerifyOptions())
+    e = k.copy()
+    e[3] += np.float32(bound[3] * 0.5)
+    e[7] += np.float32(bound[7] * 1.5)
+    j = judge_expected("f32", k, k, o, e, _PATH, VerifyOptions())
+    assert j.status == "mismatch" and j.index == (7,) and j.less_accurate == 1
+
+
+def test_a_kernel_farther_from_f64_than_the_expected_answer_fails():
+    o = np.linspace(1.0, 2.0, 16)
+    e = o.astype(np.float32)
+    k = e.copy()
+    k[5] += np.float32(0.002)  # a wrong kernel within the bf16 bound; XLA:CPU's answer is the exact one
+    assert not rounded_more(k, o, e, _PATH, VerifyOptions())[5]
+    j = judge_expected("f32", k, e, o, e, _PATH, VerifyOptions())  # the reference is right
+    assert j.status == "mismatch" and j.index == (5,)
+
+
+def test_the_switch_is_read_from_the_verify_table_and_checked():
+    from fusegen.config.verify_options import parse_verify_table
+
+    def error(msg, *key):
+        return ValueError(msg)
+
+    opts, seen = parse_verify_table({"xla_allow_excess_precision": False}, error)
+    assert opts.xla_allow_excess_precision is False and seen == {"verify.xla_allow_excess_precision": False}
+    assert opts.with_overrides(rtol=2.0).xla_allow_excess_precision is False
+    with pytest.raises(ValueError, match="xla_allow_excess_precision.*true or false"):
+        parse_verify_table({"xla_allow_excess_precision": "no"}, error)
