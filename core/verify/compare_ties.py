@@ -277,6 +277,26 @@ def evaluate_forced(inst: Instruction, ops: list[Any], ties: list[CompareTie], f
     return _evaluate(inst, ops, hook)
 
 
+def evaluate_rounded(inst: Instruction, ops: list[Any], rounded: Any) -> Any:
+    """``inst``'s reference value on ``ops`` with the operands of each floating compare and remainder in it
+    (:func:`compares`) passed through ``rounded`` (an array -> array function) first, where an operand is
+    computed (not :func:`fusegen.verify.ties.exact_operand`): the thresholds as a program that rounds there
+    decides them.
+
+    Raises:
+        what :func:`fusegen.evaluator.evaluator.evaluate_instruction` raises.
+    """
+    from fusegen.evaluator import evaluator as ev
+    from fusegen.verify.ties import exact_operand
+
+    def hook(cmp: Instruction, got: list[Any], v: Any) -> Any:
+        if all(exact_operand(inst, o) for o in cmp.operands):
+            return v
+        return ev.evaluate_instruction(cmp, [rounded(np.asarray(g)) for g in got])
+
+    return _evaluate(inst, ops, hook)
+
+
 def flip_order(ties: list[Any], tried: int) -> list[Any]:
     """The ties a verdict re-runs flipped, in order: the closest ``tried`` of the sorts' and argmaxes'
     (:class:`fusegen.verify.ties.Tie`), then the closest ``tried`` compares', those with a gap before exact

@@ -355,6 +355,33 @@ def rerun(module: Module, args: list[Any], ties: list[Any], flipped: Any = None,
     return [np.asarray(x) for x in leaves(out)], changed
 
 
+def rerun_rounded(module: Module, args: list[Any], rounded: Any, budget: Any = None) -> list[np.ndarray] | None:
+    """The module's reference run with the computed operands of every floating compare and remainder passed
+    through ``rounded`` (:func:`fusegen.verify.compare_ties.evaluate_rounded`); its output leaves, or ``None``
+    when the module has no such instruction.
+
+    Raises:
+        what the reference evaluator raises; ResourceLimitError from ``budget``.
+    """
+    from fusegen.evaluator.evaluator import _coerce_arg, evaluate_instruction
+    from fusegen.runtime.executor import interpret
+    from fusegen.runtime.inputs import leaves
+
+    from fusegen.verify.compare_ties import compares, evaluate_rounded
+
+    seen = [False]
+
+    def apply(inst: Instruction, ops: list[Any]) -> Any:
+        if compares(inst):
+            seen[0] = True
+            return evaluate_rounded(inst, ops, rounded)
+        return evaluate_instruction(inst, ops)
+
+    params = module.entry.parameters
+    out = interpret(module.entry, [_coerce_arg(p, a, module.filename) for p, a in zip(params, args)], apply, budget)
+    return [np.asarray(x) for x in leaves(out)] if seen[0] else None
+
+
 def describe(ties: list[Tie]) -> str:
     """``ties`` for a reason: the first three described, then how many more."""
     more = f" and {len(ties) - 3} more" if len(ties) > 3 else ""
