@@ -27,6 +27,7 @@ as emitted), the linear-index convention the interpreter may widen.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fusegen.pow2 import next_pow2
@@ -54,6 +55,8 @@ class _TileGen(ElementalGenerator):
 
     tile: tuple[int, ...] = ()
     lane_idx: tuple[str, ...] = ()
+    #: the tile coordinates' definitions (``g<d>``, ``l<d>``) where the kernel writes them after its body
+    coordinate_lines: tuple[str, ...] = ()
     dims: tuple[int, ...] = ()
     block: int = 1
     sizes: tuple[int, ...] | list[int] = ()
@@ -135,6 +138,16 @@ class _TileGen(ElementalGenerator):
             whole = self._whole_reduce(inst)
             if whole is not None:
                 return whole
+            # a row every lane of the tile reads alike (a row statistic the output broadcasts): one [1, R] row
+            # per program, where the per-lane loop would load the row once per lane. It stays per lane inside
+            # another loop's body (a sub-tile per iteration), over a nested reduce (a sub-tile per level) and
+            # for a row as long as the tile or longer (no lanes share it; more registers than the tile holds)
+            if (self.ctx.body.level == 1 and not _feeds_reduce(src)
+                    and next_pow2(_reduced_count(inst)) < self.block and all(self._lane_invariant(i) for i in idx)):
+                comp = inst.attrs.get("to_apply")
+                op = comp.root.opcode if isinstance(comp, Computation) and comp.root is not None else ""
+                if op in _COMBINERS and all(o.opcode == "parameter" for o in comp.root.operands):
+                    return self._sub_tile_reduce(inst, idx, op, rows=1)
             # Not a reduction over the tile (e.g. a split-K partial sum feeding a layer norm): compute it
             # per lane with the elemental generator's loop over the reduced elements.
             return super()._emit(inst, idx)
@@ -323,10 +336,37 @@ class _TileGen(ElementalGenerator):
             return self.ctx.emit(f"{r} + {init_v}", "red")
         return self.ctx.emit(f"tl.{op}({r}, {init_v}, propagate_nan=tl.PropagateNan.ALL)", "red")
 
-    def _sub_tile_reduce(self, inst: Instruction, idx: tuple, op: str) -> str:
+    def _lane_invariant(self, expr: int | str) -> bool:
+        """Whether the index ``expr`` is the same at every lane of the tile (built from the tile's number and
+        constants only, never from ``lane``), read from the statements emitted so far."""
+        if isinstance(expr, int):
+            return True
+        defs: dict[str, list[str]] = {}
+        for line in list(self.coordinate_lines) + list(self.ctx.body.lines):
+            m = _ASSIGN.match(line)
+            if m:
+                defs.setdefault(m.group(1), []).append(m.group(2))
+        memo: dict[str, bool] = {}
+
+        def varies(name: str) -> bool:
+            if name == "lane":
+                return True
+            if name in memo:
+                return memo[name]
+            memo[name] = False  # a loop-carried name: its other definitions decide
+            memo[name] = any(varies(t) for rhs in defs.get(name, ()) for t in _NAME.findall(rhs)
+                             if t == "lane" or t in defs)
+            return memo[name]
+
+        return expr in defs and not varies(expr)
+
+    def _sub_tile_reduce(self, inst: Instruction, idx: tuple, op: str, rows: int = 0) -> str:
         """The reduce at ``idx`` (one value per lane) from a ``[lanes, Rp]`` sub-tile computed in a device
         function: lane ``l * Rp + r`` holds the operand at the lane's kept indices and reduced position ``r``
-        (``Rp`` = the reduced element count rounded up to a power of two, masked past the end)."""
+        (``Rp`` = the reduced element count rounded up to a power of two, masked past the end). ``rows=1``:
+        ``idx`` is the same at every lane (:meth:`_lane_invariant`: a row statistic the tile broadcasts), so
+        one ``[1, Rp]`` row is reduced and broadcast to the lanes, as XLA's symbolic tile propagation gives the
+        reduce's operand the tile of that one row."""
         src, init = inst.operands
         rdims = sorted(int_list(inst.attrs.get("dimensions")))
         rsizes = [src.shape.dimensions[d] for d in rdims]
@@ -334,7 +374,8 @@ class _TileGen(ElementalGenerator):
         for n in rsizes:
             total *= n
         rp = next_pow2(total)
-        block = self.block * rp
+        rows = rows or self.block
+        block = rows * rp
         if block > MAX_TENSOR_NUMEL:
             return super()._emit(inst, idx)  # per-lane loop over the reduced elements
         ctx = self.ctx
@@ -343,6 +384,9 @@ class _TileGen(ElementalGenerator):
         # sub-tile's loads are masked only by its own reduced-range test
         args = [self.itensor(i if isinstance(i, int) else self.iexpr(f"tl.minimum({i}, {n - 1})", "kc"))
                 for i, n in zip(idx, inst.shape.dimensions)]
+        if rows != self.block:  # one row: its kept indices as [1] tensors (every lane holds the same: lane 0's)
+            args = [self.iexpr(f"tl.reduce(tl.where(lane == 0, {a}, 0), 0, tl.standard._sum_combine, "
+                               "keep_dims=True)", "k1") for a in args]
         formals = [ctx.names.fresh("k") for _ in args]
         outer_body = ctx.body
         body = ts.SourceBuilder()
@@ -360,7 +404,7 @@ class _TileGen(ElementalGenerator):
             rr = ctx.emit(f"lane % {rp}", "rr")
             body.line(f"valid = {rr} < {total}")
             rc = ctx.emit(f"tl.minimum({rr}, {total - 1})", "rc")
-            kept_b = [ctx.emit(f"tl.reshape(tl.broadcast_to({k}[:, None], [{self.block}, {rp}]), [BLOCK])", "kb")
+            kept_b = [ctx.emit(f"tl.reshape(tl.broadcast_to({k}[:, None], [{rows}, {rp}]), [BLOCK])", "kb")
                       for k in formals]
             full: list[Any] = [0] * src.shape.rank
             for d, v in zip(rdims, sub.delinearize(rc, rsizes, tuple(range(len(rsizes) - 1, -1, -1)))):
@@ -371,14 +415,40 @@ class _TileGen(ElementalGenerator):
             x = sub.up(sub.value(src, tuple(full)), et)
             ident = _identity(op, sub.compute_type(et), "[BLOCK]")
             xt = ctx.emit(f"tl.where(valid, {x}, {ident})", "rin")
-            ret = ctx.emit(f"tl.reduce(tl.reshape({xt}, [{self.block}, {rp}]), 1, {_COMBINERS[op]})", "red")
+            ret = ctx.emit(f"tl.reduce(tl.reshape({xt}, [{rows}, {rp}]), 1, {_COMBINERS[op]})", "red")
         finally:
             ctx.body = outer_body
         self.subfns.append((fn, formals, list(body.lines), ret))
         r = ctx.emit(f"{fn}({PARAMS_TOKEN}{''.join(a + ', ' for a in args)}{block})", "red")
+        if rows != self.block:
+            r = ctx.emit(f"tl.broadcast_to({r}, [BLOCK])", "redb")
         init_v = self.up(self.value(init, ()), et)
         return self.down(self._with_init(r, init_v, op), et, inst.name)
 
+
+def _feeds_reduce(src: Instruction) -> bool:
+    """Whether a reduce is among ``src`` and the instructions it reads in its computation."""
+    seen, stack = set(), [src]
+    while stack:
+        i = stack.pop()
+        if id(i) in seen:
+            continue
+        seen.add(id(i))
+        if i.opcode in ("reduce", "reduce-window"):
+            return True
+        stack.extend(i.operands)
+    return False
+
+
+def _reduced_count(inst: Instruction) -> int:
+    n = 1
+    for d in int_list(inst.attrs.get("dimensions")):
+        n *= inst.operands[0].shape.dimensions[d]
+    return n
+
+
+_ASSIGN = re.compile(r"\s*([A-Za-z_]\w*) = (.*)$")
+_NAME = re.compile(r"[A-Za-z_]\w*")
 
 #: stands for the kernel's parameter list in calls emitted before that list is final
 PARAMS_TOKEN = "__PARAMS__, "
@@ -530,6 +600,11 @@ class TritonBlockLevelFusion(FusionEmitter):
         gen = _TileGen(ctx, comp)
         gen.tile, gen.dims, gen.block, gen.sizes, gen.counts = tile, dims, lanes, sizes, counts
         gen.lane_idx = tuple(f"g{d}" for d in range(len(dims)))
+        pre = [f"zero = tl.full([BLOCK], 0, {idx_t})", "mask = zero == 0",
+               f"lane = tl.arange(0, BLOCK).to({idx_t})"]
+        # tile origin per dim (tiles in row-major order of the tile grid), lane coordinates row-major in the tile
+        pre += _tile_coordinates(dims, sizes, tile, counts, _row_major_strides(counts), _row_major_strides(tile))
+        gen.coordinate_lines = tuple(pre)
         with deep_recursion():
             v = gen.value(root, gen.lane_idx)
         out_shape = fusion.shape
@@ -537,10 +612,6 @@ class TritonBlockLevelFusion(FusionEmitter):
         off = gen.linearize(gen.lane_idx, out_shape.dimensions, out_shape.minor_to_major())
         store_line(gen, ptr, off, v, out_shape.element_type, "valid")
         params = list(ctx.param_names)
-        pre = [f"zero = tl.full([BLOCK], 0, {idx_t})", "mask = zero == 0",
-               f"lane = tl.arange(0, BLOCK).to({idx_t})"]
-        # tile origin per dim (tiles in row-major order of the tile grid), lane coordinates row-major in the tile
-        pre += _tile_coordinates(dims, sizes, tile, counts, _row_major_strides(counts), _row_major_strides(tile))
         src = ts.module_header()
         src.insert(4, "from fusegen_plugins.backends.triton_devfn import device_jit")
         src += _COMBINE_FNS
