@@ -57,6 +57,12 @@ class _TileGen(ElementalGenerator):
     lane_idx: tuple[str, ...] = ()
     #: the tile coordinates' definitions (``g<d>``, ``l<d>``) where the kernel writes them after its body
     coordinate_lines: tuple[str, ...] = ()
+    #: a one-row sub-tile function's generator: its kept indices are scalars (``_sub_tile_reduce(rows=1)``)
+    one_row: bool = False
+    #: names of the reduces reduced as one row (the emitter's set, shared with sub-generators; None: not kept)
+    one_rows: set | None = None
+    #: in the interpreter's variant: the reduces the compiled program reduces as one row
+    variant_of: frozenset = frozenset()
     dims: tuple[int, ...] = ()
     block: int = 1
     sizes: tuple[int, ...] | list[int] = ()
@@ -104,8 +110,17 @@ class _TileGen(ElementalGenerator):
             comp = inst.attrs.get("to_apply")
             op = comp.root.opcode if isinstance(comp, Computation) and comp.root is not None else ""
             if op in _COMBINERS and all(o.opcode == "parameter" for o in comp.root.operands):
-                return self._sub_tile_reduce(inst, idx, op)
+                # in a one-row function the row's own statistic is again one row (every lane reads it alike)
+                one = self.one_row and self.ctx.body.level == 1 and all(self._lane_invariant(i) for i in idx)
+                if one and self.one_rows is not None:
+                    self.one_rows.add(inst.name)
+                return self._sub_tile_reduce(inst, idx, op, rows=1 if one else 0)
             return super()._emit(inst, idx)
+        if inst.name in self.variant_of and not all(self._lane_invariant(i) for i in idx):
+            # the interpreter's variant (several tiles a program) of a program that reduces this row once: a
+            # [lanes, R] sub-tile folds each lane's row in the same tree as the compiled program, bit for bit
+            comp = inst.attrs.get("to_apply")
+            return self._sub_tile_reduce(inst, idx, comp.root.opcode)
         src_idx: tuple = self.lane_idx
         kept_idx: tuple | None = None  # the reduce's output index at the lane, where not the tile's own dims
         units = None if reshaped else _unit_map(tuple(src.shape.dimensions), self.dims)
@@ -139,15 +154,19 @@ class _TileGen(ElementalGenerator):
             if whole is not None:
                 return whole
             # a row every lane of the tile reads alike (a row statistic the output broadcasts): one [1, R] row
-            # per program, where the per-lane loop would load the row once per lane. It stays per lane inside
-            # another loop's body (a sub-tile per iteration), over a nested reduce (a sub-tile per level) and
-            # for a row as long as the tile or longer (no lanes share it; more registers than the tile holds)
-            if (self.ctx.body.level == 1 and not _feeds_reduce(src)
-                    and next_pow2(_reduced_count(inst)) < self.block and all(self._lane_invariant(i) for i in idx)):
+            # per program, where the per-lane loop would load the row once per lane. Per lane inside another
+            # loop's body (a sub-tile per iteration) and for a row longer than the tile over a nested reduce
+            # (whose own sub-tiles, where not one row, would hold a tile per level)
+            if (self.ctx.body.level == 1
+                    and (next_pow2(_reduced_count(inst)) <= self.block or not _feeds_reduce(src))):
                 comp = inst.attrs.get("to_apply")
                 op = comp.root.opcode if isinstance(comp, Computation) and comp.root is not None else ""
                 if op in _COMBINERS and all(o.opcode == "parameter" for o in comp.root.operands):
-                    return self._sub_tile_reduce(inst, idx, op, rows=1)
+                    if all(self._lane_invariant(i) for i in idx):
+                        if self.one_rows is not None:
+                            self.one_rows.add(inst.name)
+                        return self._sub_tile_reduce(inst, idx, op, rows=1)
+
             # Not a reduction over the tile (e.g. a split-K partial sum feeding a layer norm): compute it
             # per lane with the elemental generator's loop over the reduced elements.
             return super()._emit(inst, idx)
@@ -256,6 +275,7 @@ class _TileGen(ElementalGenerator):
                 body.line(ln)
             sub = _TileGen(ctx, self.comp)
             sub.tile, sub.dims, sub.block, sub.subfns = ext_tile, dims, lanes, self.subfns
+            sub.one_rows, sub.variant_of = self.one_rows, self.variant_of
             sub.sizes, sub.counts = ext_sizes, ext_counts
             sub.lane_idx = tuple(f"g{d}" for d in range(len(dims)))
             et = inst.shape.element_type
@@ -384,9 +404,9 @@ class _TileGen(ElementalGenerator):
         # sub-tile's loads are masked only by its own reduced-range test
         args = [self.itensor(i if isinstance(i, int) else self.iexpr(f"tl.minimum({i}, {n - 1})", "kc"))
                 for i, n in zip(idx, inst.shape.dimensions)]
-        if rows != self.block:  # one row: its kept indices as [1] tensors (every lane holds the same: lane 0's)
-            args = [self.iexpr(f"tl.reduce(tl.where(lane == 0, {a}, 0), 0, tl.standard._sum_combine, "
-                               "keep_dims=True)", "k1") for a in args]
+        if rows != self.block:  # one row: its kept indices as scalars (every lane holds the same: lane 0's)
+            args = [self.iexpr(f"tl.reduce(tl.where(lane == 0, {a}, 0), 0, tl.standard._sum_combine)", "k1")
+                    for a in args]
         formals = [ctx.names.fresh("k") for _ in args]
         outer_body = ctx.body
         body = ts.SourceBuilder()
@@ -395,6 +415,7 @@ class _TileGen(ElementalGenerator):
         try:
             sub = _TileGen(ctx, self.comp)
             sub.block, sub.subfns = block, self.subfns
+            sub.one_row, sub.one_rows, sub.variant_of = rows != self.block, self.one_rows, self.variant_of
             sub.dims = ()
             sub.tile = ()
             idx_t = ctx.idx_t
@@ -404,7 +425,9 @@ class _TileGen(ElementalGenerator):
             rr = ctx.emit(f"lane % {rp}", "rr")
             body.line(f"valid = {rr} < {total}")
             rc = ctx.emit(f"tl.minimum({rr}, {total - 1})", "rc")
-            kept_b = [ctx.emit(f"tl.reshape(tl.broadcast_to({k}[:, None], [{rows}, {rp}]), [BLOCK])", "kb")
+            # one row: a scalar kept index, splat
+            kept_b = [ctx.emit(f"zero + {k}" if rows != self.block else
+                               f"tl.reshape(tl.broadcast_to({k}[:, None], [{rows}, {rp}]), [BLOCK])", "kb")
                       for k in formals]
             full: list[Any] = [0] * src.shape.rank
             for d, v in zip(rdims, sub.delinearize(rc, rsizes, tuple(range(len(rsizes) - 1, -1, -1)))):
@@ -415,7 +438,9 @@ class _TileGen(ElementalGenerator):
             x = sub.up(sub.value(src, tuple(full)), et)
             ident = _identity(op, sub.compute_type(et), "[BLOCK]")
             xt = ctx.emit(f"tl.where(valid, {x}, {ident})", "rin")
-            ret = ctx.emit(f"tl.reduce(tl.reshape({xt}, [{rows}, {rp}]), 1, {_COMBINERS[op]})", "red")
+            # one row: a 1-D reduce (reshaped to [1, Rp] first, ptxas spilled a 2048-element row by 63 KB)
+            ret = ctx.emit(f"tl.reduce({xt}, 0, {_COMBINERS[op]}, keep_dims=True)" if rows == 1 and rows != self.block
+                           else f"tl.reduce(tl.reshape({xt}, [{rows}, {rp}]), 1, {_COMBINERS[op]})", "red")
         finally:
             ctx.body = outer_body
         self.subfns.append((fn, formals, list(body.lines), ret))
@@ -546,10 +571,12 @@ class TritonBlockLevelFusion(FusionEmitter):
     #: pays per program, so the variant covers more of the output per tile (same values per element).
     INTERPRET_LANES = INTERPRET_TILE_LANES
 
-    def __init__(self, analysis: Any, sizes: list[int] | None = None, interpret_variant: bool = True):
+    def __init__(self, analysis: Any, sizes: list[int] | None = None, interpret_variant: bool = True,
+                 variant_of: frozenset = frozenset()):
         super().__init__(analysis)
         self.sizes_override = sizes
         self.build_interpret_variant = interpret_variant
+        self.variant_of = variant_of  # building the variant: the reduces the compiled program does as one row
 
     def _config(self) -> tuple[list[int], int, int]:
         fbc = self.fusion.backend_config.get("fusion_backend_config") or {}
@@ -600,6 +627,7 @@ class TritonBlockLevelFusion(FusionEmitter):
         gen = _TileGen(ctx, comp)
         gen.tile, gen.dims, gen.block, gen.sizes, gen.counts = tile, dims, lanes, sizes, counts
         gen.lane_idx = tuple(f"g{d}" for d in range(len(dims)))
+        gen.one_rows, gen.variant_of = set(), self.variant_of
         pre = [f"zero = tl.full([BLOCK], 0, {idx_t})", "mask = zero == 0",
                f"lane = tl.arange(0, BLOCK).to({idx_t})"]
         # tile origin per dim (tiles in row-major order of the tile grid), lane coordinates row-major in the tile
@@ -633,9 +661,13 @@ class TritonBlockLevelFusion(FusionEmitter):
             factor = max([next_pow2(max(1, i.operands[0].shape.numel // max(1, i.shape.numel))) for i in comp.instructions
                           if i.opcode == "reduce" and not i.shape.is_tuple and i.shape.numel == root.shape.numel]
                          + [1])
+            # a row the compiled program reduces once is a [lanes, R] sub-tile in the variant (the same tree)
+            factor = max([factor] + [next_pow2(_reduced_count(i)) for i in comp.instructions
+                                     if i.name in gen.one_rows and i.opcode == "reduce"])
             big = interpret_tile_sizes(dims, sizes, max(lanes, min(self.INTERPRET_LANES, MAX_TENSOR_NUMEL // factor)))
             if big != sizes:
-                emitted = TritonBlockLevelFusion(self.analysis, big, interpret_variant=False).emit()
+                emitted = TritonBlockLevelFusion(self.analysis, big, interpret_variant=False,
+                                                 variant_of=frozenset(gen.one_rows)).emit()
                 variant = emitted.kernels[0] if emitted.kernels else None
         ks = KernelSource(name=name, source="\n".join(src) + "\n", entry="block_level", params=tuple(ctx.params),
                           constexprs={"BLOCK": 1, "N": ntiles},
