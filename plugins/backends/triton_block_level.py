@@ -63,6 +63,8 @@ class _TileGen(ElementalGenerator):
     one_rows: set | None = None
     #: in the interpreter's variant: the reduces the compiled program reduces as one row
     variant_of: frozenset = frozenset()
+    #: [count] of reduces generated in sub-tile functions as a [lanes, R] sub-tile or a per-lane loop (shared)
+    wide: list = (0,)
     dims: tuple[int, ...] = ()
     block: int = 1
     sizes: tuple[int, ...] | list[int] = ()
@@ -114,7 +116,10 @@ class _TileGen(ElementalGenerator):
                 one = self.one_row and self.ctx.body.level == 1 and all(self._lane_invariant(i) for i in idx)
                 if one and self.one_rows is not None:
                     self.one_rows.add(inst.name)
+                if not one:
+                    self.wide[0] += 1
                 return self._sub_tile_reduce(inst, idx, op, rows=1 if one else 0)
+            self.wide[0] += 1
             return super()._emit(inst, idx)
         if inst.name in self.variant_of and not all(self._lane_invariant(i) for i in idx):
             # the interpreter's variant (several tiles a program) of a program that reduces this row once: a
@@ -157,15 +162,15 @@ class _TileGen(ElementalGenerator):
             # per program, where the per-lane loop would load the row once per lane. Per lane inside another
             # loop's body (a sub-tile per iteration) and for a row longer than the tile over a nested reduce
             # (whose own sub-tiles, where not one row, would hold a tile per level)
-            if (self.ctx.body.level == 1
-                    and (next_pow2(_reduced_count(inst)) <= self.block or not _feeds_reduce(src))):
+            if self.ctx.body.level == 1:
                 comp = inst.attrs.get("to_apply")
                 op = comp.root.opcode if isinstance(comp, Computation) and comp.root is not None else ""
-                if op in _COMBINERS and all(o.opcode == "parameter" for o in comp.root.operands):
-                    if all(self._lane_invariant(i) for i in idx):
-                        if self.one_rows is not None:
-                            self.one_rows.add(inst.name)
-                        return self._sub_tile_reduce(inst, idx, op, rows=1)
+                if (op in _COMBINERS and all(o.opcode == "parameter" for o in comp.root.operands)
+                        and all(self._lane_invariant(i) for i in idx)):
+                    one = self._one_row_reduce(inst, idx, op,
+                                               next_pow2(_reduced_count(inst)) > self.block and _feeds_reduce(src))
+                    if one is not None:
+                        return one
 
             # Not a reduction over the tile (e.g. a split-K partial sum feeding a layer norm): compute it
             # per lane with the elemental generator's loop over the reduced elements.
@@ -275,7 +280,7 @@ class _TileGen(ElementalGenerator):
                 body.line(ln)
             sub = _TileGen(ctx, self.comp)
             sub.tile, sub.dims, sub.block, sub.subfns = ext_tile, dims, lanes, self.subfns
-            sub.one_rows, sub.variant_of = self.one_rows, self.variant_of
+            sub.one_rows, sub.variant_of, sub.wide = self.one_rows, self.variant_of, self.wide
             sub.sizes, sub.counts = ext_sizes, ext_counts
             sub.lane_idx = tuple(f"g{d}" for d in range(len(dims)))
             et = inst.shape.element_type
@@ -356,6 +361,29 @@ class _TileGen(ElementalGenerator):
             return self.ctx.emit(f"{r} + {init_v}", "red")
         return self.ctx.emit(f"tl.{op}({r}, {init_v}, propagate_nan=tl.PropagateNan.ALL)", "red")
 
+    def _one_row_reduce(self, inst: Instruction, idx: tuple, op: str, strict: bool) -> str | None:
+        """:meth:`_sub_tile_reduce` with ``rows=1``; ``strict`` (a row longer than the tile over a nested
+        reduce): ``None``, and nothing emitted, unless every reduce nested in the row is one row too (a
+        ``[lanes, R]`` sub-tile or a per-lane loop per nesting level holds more than the tile)."""
+        if not strict:
+            if self.one_rows is not None:
+                self.one_rows.add(inst.name)
+            return self._sub_tile_reduce(inst, idx, op, rows=1)
+        body, subfns, rows = self.ctx.body, self.subfns, set(self.one_rows or ())
+        mark, nfns, wide = len(body.lines), len(subfns), self.wide[0]
+        caches = ([dict(d) for d in self._scopes], [dict(d) for d in self.idx_scopes])  # what the lines defined
+        r = self._sub_tile_reduce(inst, idx, op, rows=1)
+        if self.wide[0] == wide:
+            if self.one_rows is not None:
+                self.one_rows.add(inst.name)
+            return r
+        del body.lines[mark:], subfns[nfns:]
+        self._scopes[:], self.idx_scopes[:] = caches
+        self.wide[0] = wide
+        if self.one_rows is not None:
+            self.one_rows.intersection_update(rows)
+        return None
+
     def _lane_invariant(self, expr: int | str) -> bool:
         """Whether the index ``expr`` is the same at every lane of the tile (built from the tile's number and
         constants only, never from ``lane``), read from the statements emitted so far."""
@@ -416,6 +444,7 @@ class _TileGen(ElementalGenerator):
             sub = _TileGen(ctx, self.comp)
             sub.block, sub.subfns = block, self.subfns
             sub.one_row, sub.one_rows, sub.variant_of = rows != self.block, self.one_rows, self.variant_of
+            sub.wide = self.wide
             sub.dims = ()
             sub.tile = ()
             idx_t = ctx.idx_t
@@ -627,7 +656,7 @@ class TritonBlockLevelFusion(FusionEmitter):
         gen = _TileGen(ctx, comp)
         gen.tile, gen.dims, gen.block, gen.sizes, gen.counts = tile, dims, lanes, sizes, counts
         gen.lane_idx = tuple(f"g{d}" for d in range(len(dims)))
-        gen.one_rows, gen.variant_of = set(), self.variant_of
+        gen.one_rows, gen.variant_of, gen.wide = set(), self.variant_of, [0]
         pre = [f"zero = tl.full([BLOCK], 0, {idx_t})", "mask = zero == 0",
                f"lane = tl.arange(0, BLOCK).to({idx_t})"]
         # tile origin per dim (tiles in row-major order of the tile grid), lane coordinates row-major in the tile
