@@ -146,3 +146,48 @@ def test_the_one_row_program_and_its_interpreter_variant_agree_bit_for_bit():
     _, rep = run_module(m, [x], compile_kernels=False)
     (fr,) = rep.fusions
     assert rep.status == "ok" and fr.status == "ok", "\n".join(rep.verdict.lines())
+
+
+#: random program 100529's fusion.15, smaller: a log-softmax over rows of 100 whose rows are concatenated with
+#: slices of themselves, at a [1, 64] tile: each statistic is read at a row no lane holds, the sum's operand holds
+#: the max, and the row (128 padded) is longer than the tile
+_NESTED_ROW = "HloModule m\n" + _REDUCERS.replace("{{", "{").replace("}}", "}") + """c {
+  p = f32[8,100] parameter(0)
+  ninf = f32[] constant(-inf)
+  z = f32[] constant(0)
+  m = f32[8] reduce(p, ninf), dimensions={1}, to_apply=mx
+  mb = f32[8,100] broadcast(m), dimensions={0}
+  s = f32[8,100] subtract(p, mb)
+  e = f32[8,100] exponential(s)
+  t = f32[8] reduce(e, z), dimensions={1}, to_apply=ad
+  lt = f32[8] log(t)
+  ltb = f32[8,100] broadcast(lt), dimensions={0}
+  lp = f32[8,100] subtract(s, ltb)
+  a = f32[3,100] slice(lp), slice={[2:5], [0:100]}
+  ROOT o = f32[11,100] concatenate(lp, a), dimensions={0}
+}
+ENTRY e {
+  x = f32[8,100] parameter(0)
+  ROOT f = f32[11,100] fusion(x), kind=kCustom, calls=c, backend_config={"fusion_backend_config":{"kind":"__triton","block_level_fusion_config":{"num_warps":"2","output_tiles":[{"sizes":["1","64"]}],"num_ctas":1,"num_stages":1}}}
+}"""
+
+
+def test_a_row_longer_than_the_tile_over_a_nested_reduce_is_one_row_when_the_nested_one_is():
+    """The sum's row holds the max of the same row: inside the one-row function the max is one row again, so
+    the row is kept (it was a loop of 100 per lane holding another loop of 100 per step); the output is
+    judged against float64 numpy and the compiled program against the interpreter's variant."""
+    from fusegen.verify.judged_run import run_module
+
+    m = parse_module(_NESTED_ROW)
+    f = m.entry.root
+    em = TritonBlockLevelFusion(_Analysis(f)).emit()
+    (k,) = em.kernels
+    assert "for r" not in k.source and k.source.count("keep_dims=True)") >= 2
+    x = np.random.default_rng(5).standard_normal((8, 100)).astype(np.float32) * 2
+    out = triton_runtime.run_fusion(em, [x], f)[0]
+    x64 = x.astype(np.float64)
+    s = x64 - x64.max(-1, keepdims=True)
+    lp = s - np.log(np.exp(s).sum(-1, keepdims=True))
+    np.testing.assert_allclose(out, np.concatenate([lp, lp[2:5]]), rtol=1e-5, atol=1e-5)
+    _, rep = run_module(m, [x], compile_kernels=False)
+    assert rep.status == "ok" and rep.fusions[0].status == "ok", "\n".join(rep.verdict.lines())
