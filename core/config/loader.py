@@ -386,6 +386,11 @@ def _verify_table(doc: TomlDocument | None, b: _Builder) -> VerifyOptions:
     b.set("verify.rtol", verify.rtol, SOURCE_DEFAULT, "Conditioning factor: a kernel output may be this many "
           "times further from the f64 oracle than the reference is (drift, not mismatch).")
     b.set("verify.atol", dict(verify.floors), SOURCE_DEFAULT, "Per-dtype floor, a fraction of max(1, max|value|).")
+    b.set("verify.allow_vacuous", verify.allow_vacuous, SOURCE_DEFAULT, "An output NaN/inf everywhere in kernel "
+          "and reference alike is drift, not vacuous.")
+    b.set("verify.xla_allow_excess_precision", verify.xla_allow_excess_precision, SOURCE_DEFAULT,
+          "--expected: an answer one bf16 rounding away (a convert pair XLA:GPU drops) is drift where the kernel "
+          "is the nearer to f64.")
     if doc is not None and "verify" in doc.data:
         verify, seen = parse_verify_table(_table(doc, doc.data["verify"], ("verify",)), doc.error)
         for key, value in seen.items():

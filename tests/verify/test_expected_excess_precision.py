@@ -163,3 +163,14 @@ def test_an_expected_value_no_rounding_explains_stays_a_mismatch_beside_the_wrap
                                    str(DATA / "rand_100367.inputs.npz"), "--expected", str(planted)])
     o0 = json.loads(res.output[res.output.index("{"):])["outputs"][0]
     assert res.exit_code == 1 and o0["status"] == "mismatch" and o0["index"] == [0, 0, 0], o0
+
+
+def test_config_show_names_the_switch_and_where_it_came_from(tmp_path):
+    cfg = tmp_path / "fusegen.toml"
+    cfg.write_text("[verify]\nxla_allow_excess_precision = false\n")
+    out = CliRunner().invoke(cli, ["config", "show", "--config", str(cfg)], terminal_width=400).output
+    row = next(line for line in out.splitlines() if "verify.xla_allow_excess_precision" in line)
+    assert "false" in row and "file:" in row
+    out = CliRunner().invoke(cli, ["config", "show"], terminal_width=400).output
+    row = next(line for line in out.splitlines() if "verify.xla_allow_excess_precision" in line)
+    assert "true" in row and "default" in row
