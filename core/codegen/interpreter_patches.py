@@ -99,8 +99,9 @@ COMBINE_PREFIX = "fg_combine_"
 
 @functools.cache  # once per process
 def patch_reduce() -> dict[str, Any]:
-    """Fold ``tl.reduce`` with a fusegen combine function as a vectorised pairwise tree: the ``ReduceOps``
-    method (name -> function).
+    """Fold ``tl.reduce`` with a fusegen combine function as a vectorised pairwise tree, and ``tl.sum`` /
+    ``_sum_combine`` in one order whatever the tensor's other dimensions: the ``ReduceOps`` methods
+    (name -> function).
 
     Triton 3.9's interpreter folds a generic ``tl.reduce`` one element at a time in Python. fusegen's
     combine functions (name prefix :data:`COMBINE_PREFIX`) are elementwise, so the fold is done as a
@@ -151,7 +152,20 @@ def patch_reduce() -> dict[str, Any]:
             outs.append(self.to_tensor(np.ascontiguousarray(o) if isinstance(o, np.ndarray) else o, ty))
         return outs
 
-    return {"generic_reduce": generic_reduce}
+    def sum(self: Any, input: Any) -> Any:
+        # Triton's np.sum along the axis folds in an order that depends on the array's other dimensions
+        # (pairwise along a contiguous axis, row by row otherwise); folding each row as a contiguous last axis
+        # gives every row numpy's pairwise order, so a [8, 1] and an [8, 32] tile sum a column alike
+        data = np.asarray(input.handle.data)
+        if self.axis is None:
+            out = np.sum(np.ascontiguousarray(data).reshape(-1))
+            out = np.reshape(out, (1,) * data.ndim) if self.keep_dims else out
+        else:
+            out = np.sum(np.ascontiguousarray(np.moveaxis(data, self.axis, -1)), axis=-1)
+            out = np.expand_dims(out, self.axis) if self.keep_dims else out
+        return self.to_tensor(out, input.dtype)
+
+    return {"generic_reduce": generic_reduce, "sum": sum}
 
 
 @functools.cache  # once per process

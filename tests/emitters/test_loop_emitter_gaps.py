@@ -809,3 +809,36 @@ ENTRY e {
     assert ks.constexprs["N"] % ks.constexprs["BLOCK"] == 0 and ks.interpret_variant is not None
     assert ks.interpret_variant.constexprs["N"] % ks.interpret_variant.constexprs["BLOCK"] != 0
     np.testing.assert_array_equal(outs[0], x[:, ::2] * 2)
+
+
+def test_interpreted_sum_folds_a_column_alike_in_any_tile():
+    """Triton's interpreter sums with np.sum along the axis: over an [8, 1] tile that is numpy's pairwise order,
+    over an [8, 32] tile along axis 0 a row-by-row one, so a kernel's interpreter variant (larger tiles) and its
+    compiled program (rand_100453's block-level fusion.28) differed by an ulp. Each column is now folded as a
+    contiguous row: the two tiles give the same bits, those of numpy's pairwise sum of the column."""
+    from fusegen.codegen.kernel import KernelParam, KernelSource, LaunchDimensions
+    from fusegen.hlo.ir import Shape
+
+    src = """import triton
+import triton.language as tl
+
+@triton.jit
+def k(x, y, z, BLOCK: tl.constexpr):
+    r = tl.arange(0, 8)
+    v = tl.load(x + r)
+    one = tl.reduce(tl.reshape(v, [8, 1]), 0, tl.standard._sum_combine)
+    wide = tl.reduce(tl.broadcast_to(tl.reshape(v, [8, 1]), [8, 32]), 0, tl.standard._sum_combine)
+    tl.store(y + tl.arange(0, 1), one)
+    tl.store(z + tl.arange(0, 32), wide)
+"""
+    ks = KernelSource(name="k", source=src, entry="k",
+                      params=(KernelParam("operand", 0, Shape("f32", (8,))), KernelParam("output", 0, Shape("f32", (1,))),
+                              KernelParam("output", 1, Shape("f32", (32,)))),
+                      constexprs={"BLOCK": 8}, launch=LaunchDimensions((1,)))
+    # terms whose sum depends on the order: 1 + 2^-24 rounds to 1 one at a time, not when paired first
+    x = np.array([1.0, 2.0 ** -24, 2.0 ** -24, 2.0 ** -24, 2.0 ** -24, 2.0 ** -24, 2.0 ** -24, 2.0 ** -24],
+                 np.float32)
+    y, z = np.zeros(1, np.float32), np.zeros(32, np.float32)
+    triton_runtime.run_interpreted(ks, [x, y, z])
+    assert (z == y[0]).all(), (y, z)
+    assert y[0] == np.sum(x)  # numpy's pairwise order of the contiguous column
