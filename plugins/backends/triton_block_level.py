@@ -27,7 +27,6 @@ as emitted), the linear-index convention the interpreter may widen.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from fusegen.pow2 import next_pow2
@@ -38,6 +37,9 @@ from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, fusion_ro
 from fusegen.codegen.kernel import (INTERPRET_TILE_LANES, EmittedFusion, KernelSource, LaunchDimensions,
                                     interpret_tile_sizes)
 from fusegen.hlo.ir import Computation, Instruction
+from fusegen_plugins.backends.triton_block_level_tiles import (MAX_TENSOR_NUMEL, PARAMS_TOKEN, feeds_reduce,
+                                                               reduce_identity, reduced_count, row_major_strides,
+                                                               tile_coordinates, unit_map, lane_invariant)
 
 #: reducer root -> combine function of ``tl.reduce``: Triton's ``_sum_combine``, and NaN-propagating maximum /
 #: minimum written into the module (``tl.standard._elementwise_max`` drops NaNs on the GPU, XLA's maximum keeps
@@ -128,7 +130,7 @@ class _TileGen(ElementalGenerator):
             return self._sub_tile_reduce(inst, idx, comp.root.opcode)
         src_idx: tuple = self.lane_idx
         kept_idx: tuple | None = None  # the reduce's output index at the lane, where not the tile's own dims
-        units = None if reshaped else _unit_map(tuple(src.shape.dimensions), self.dims)
+        units = None if reshaped else unit_map(tuple(src.shape.dimensions), self.dims)
         if reshaped:  # the source is a row-major reshape of the tile's array: reduce the tile's trailing dims
             rdims = list(range(len(self.dims) - reshaped, len(self.dims)))
             lin = self.linearize(self.lane_idx, self.dims, tuple(reversed(range(len(self.dims)))))
@@ -168,7 +170,7 @@ class _TileGen(ElementalGenerator):
                 if (op in _COMBINERS and all(o.opcode == "parameter" for o in comp.root.operands)
                         and all(self._lane_invariant(i) for i in idx)):
                     one = self._one_row_reduce(inst, idx, op,
-                                               next_pow2(_reduced_count(inst)) > self.block and _feeds_reduce(src))
+                                               next_pow2(reduced_count(inst)) > self.block and feeds_reduce(src))
                     if one is not None:
                         return one
 
@@ -195,7 +197,7 @@ class _TileGen(ElementalGenerator):
         et = inst.shape.element_type
         x = self.up(self.value(src, src_idx), et)
         shape = "[" + ", ".join(str(t) for t in self.tile) + "]"
-        ident = _identity(op, self.compute_type(et), shape)
+        ident = reduce_identity(op, self.compute_type(et), shape)
         xt = self.ctx.emit(f"tl.where(tl.reshape(valid, {shape}), tl.reshape({x}, {shape}), {ident})", "rin")
         r = xt
         for d in reversed(rdims):
@@ -242,7 +244,7 @@ class _TileGen(ElementalGenerator):
         if lanes > MAX_TENSOR_NUMEL:
             return None
         r = self._tile_function(inst, op, rdims, (tuple(ext_tile), ext_sizes, ext_counts),
-                                _row_major_strides(ext_counts), None, self.block, "ext_tile")
+                                row_major_strides(ext_counts), None, self.block, "ext_tile")
         et = inst.shape.element_type
         init_v = self.up(self.value(init, ()), et)
         return self.down(self._with_init(r, init_v, op), et, inst.name)
@@ -252,9 +254,9 @@ class _TileGen(ElementalGenerator):
                        units: list[int | None] | None = None) -> str:
         """The call of a device function computing reduce ``inst``'s operand on tile ``ext`` (``(tile, sizes,
         counts)`` over the operand's dimensions; the program's tile index walks ``strides_t``, see
-        :func:`_tile_coordinates`) and reducing it over ``rdims``: ``out_lanes`` values in row-major order of
+        :func:`tile_coordinates`) and reducing it over ``rdims``: ``out_lanes`` values in row-major order of
         the kept dimensions (``outer_counts``: given, the reduced dimensions are kept as size 1 first).
-        ``units``: the operand is the tile's array with unit dimensions dropped or added (:func:`_unit_map`);
+        ``units``: the operand is the tile's array with unit dimensions dropped or added (:func:`unit_map`);
         ``ext`` is then over the tile's dimensions, and the operand is read at the mapped index."""
         src = inst.operands[0]
         ext_tile, ext_sizes, ext_counts = ext
@@ -274,8 +276,8 @@ class _TileGen(ElementalGenerator):
         try:
             lines = [f"zero = tl.full([BLOCK], 0, {ctx.idx_t})", "mask = zero == 0",
                      f"lane = tl.arange(0, BLOCK).to({ctx.idx_t})"]
-            lines += _tile_coordinates(dims, ext_sizes, ext_tile, ext_counts, strides_t,
-                                       _row_major_strides(ext_tile), outer_counts=outer_counts)
+            lines += tile_coordinates(dims, ext_sizes, ext_tile, ext_counts, strides_t,
+                                       row_major_strides(ext_tile), outer_counts=outer_counts)
             for ln in lines:
                 body.line(ln)
             sub = _TileGen(ctx, self.comp)
@@ -287,7 +289,7 @@ class _TileGen(ElementalGenerator):
             at = sub.lane_idx if units is None else tuple(0 if t is None else sub.lane_idx[t] for t in units)
             x = sub.up(sub.value(src, at), et)
             shape = "[" + ", ".join(str(t) for t in ext_tile) + "]"
-            ident = _identity(op, sub.compute_type(et), shape)
+            ident = reduce_identity(op, sub.compute_type(et), shape)
             r = ctx.emit(f"tl.where(tl.reshape(valid, {shape}), tl.reshape({x}, {shape}), {ident})", "rin")
             keep = ", keep_dims=True" if outer_counts is not None else ""
             for d in reversed(rdims):
@@ -349,7 +351,7 @@ class _TileGen(ElementalGenerator):
         for t in kshape:
             kept_lanes *= t
         r = self._tile_function(inst, op, rdims, (tuple(ext_tile), ext_sizes, ext_counts),
-                                _row_major_strides(self.counts), self.counts, kept_lanes, "row_tile", units)
+                                row_major_strides(self.counts), self.counts, kept_lanes, "row_tile", units)
         tshape = "[" + ", ".join(str(t) for t in self.tile) + "]"
         r = self.ctx.emit(f"tl.reshape(tl.broadcast_to(tl.reshape({r}, {kshape}), {tshape}), [BLOCK])", "redb")
         et = inst.shape.element_type
@@ -385,28 +387,9 @@ class _TileGen(ElementalGenerator):
         return None
 
     def _lane_invariant(self, expr: int | str) -> bool:
-        """Whether the index ``expr`` is the same at every lane of the tile (built from the tile's number and
-        constants only, never from ``lane``), read from the statements emitted so far."""
-        if isinstance(expr, int):
-            return True
-        defs: dict[str, list[str]] = {}
-        for line in list(self.coordinate_lines) + list(self.ctx.body.lines):
-            m = _ASSIGN.match(line)
-            if m:
-                defs.setdefault(m.group(1), []).append(m.group(2))
-        memo: dict[str, bool] = {}
-
-        def varies(name: str) -> bool:
-            if name == "lane":
-                return True
-            if name in memo:
-                return memo[name]
-            memo[name] = False  # a loop-carried name: its other definitions decide
-            memo[name] = any(varies(t) for rhs in defs.get(name, ()) for t in _NAME.findall(rhs)
-                             if t == "lane" or t in defs)
-            return memo[name]
-
-        return expr in defs and not varies(expr)
+        """Whether the index ``expr`` is the same at every lane of the tile (:func:`lane_invariant` over the
+        tile coordinates' definitions and the statements emitted so far)."""
+        return lane_invariant(expr, list(self.coordinate_lines) + list(self.ctx.body.lines))
 
     def _sub_tile_reduce(self, inst: Instruction, idx: tuple, op: str, rows: int = 0) -> str:
         """The reduce at ``idx`` (one value per lane) from a ``[lanes, Rp]`` sub-tile computed in a device
@@ -465,7 +448,7 @@ class _TileGen(ElementalGenerator):
                 full[d] = v
             et = inst.shape.element_type
             x = sub.up(sub.value(src, tuple(full)), et)
-            ident = _identity(op, sub.compute_type(et), "[BLOCK]")
+            ident = reduce_identity(op, sub.compute_type(et), "[BLOCK]")
             xt = ctx.emit(f"tl.where(valid, {x}, {ident})", "rin")
             # one row: a 1-D reduce (reshaped to [1, Rp] first, ptxas spilled a 2048-element row by 63 KB)
             ret = ctx.emit(f"tl.reduce({xt}, 0, {_COMBINERS[op]}, keep_dims=True)" if rows == 1 and rows != self.block
@@ -478,117 +461,6 @@ class _TileGen(ElementalGenerator):
             r = ctx.emit(f"tl.broadcast_to({r}, [BLOCK])", "redb")
         init_v = self.up(self.value(init, ()), et)
         return self.down(self._with_init(r, init_v, op), et, inst.name)
-
-
-def _feeds_reduce(src: Instruction) -> bool:
-    """Whether a reduce is among ``src`` and the instructions it reads in its computation."""
-    seen, stack = set(), [src]
-    while stack:
-        i = stack.pop()
-        if id(i) in seen:
-            continue
-        seen.add(id(i))
-        if i.opcode in ("reduce", "reduce-window"):
-            return True
-        stack.extend(i.operands)
-    return False
-
-
-def _reduced_count(inst: Instruction) -> int:
-    n = 1
-    for d in int_list(inst.attrs.get("dimensions")):
-        n *= inst.operands[0].shape.dimensions[d]
-    return n
-
-
-_ASSIGN = re.compile(r"\s*([A-Za-z_]\w*) = (.*)$")
-_NAME = re.compile(r"[A-Za-z_]\w*")
-
-#: stands for the kernel's parameter list in calls emitted before that list is final
-PARAMS_TOKEN = "__PARAMS__, "
-
-
-def _identity(op: str, ct: str, shape: str) -> str:
-    """The identity of ``op`` (add/maximum/minimum) over ``ct`` as a ``shape`` tensor literal."""
-    if op == "add":
-        return ts.float_constant(0.0, ct, shape) if ct.startswith("f") else ts.int_constant(0, ct, shape)
-    if ct.startswith("f"):
-        return ts.float_constant(float("-inf") if op == "maximum" else float("inf"), ct, shape)
-    import numpy as np
-
-    from fusegen.hlo import dtypes
-
-    info = np.iinfo(dtypes.numpy_dtype(ct))
-    return ts.int_constant(int(info.min if op == "maximum" else info.max), ct, shape)
-
-
-#: Triton's largest tensor (``TRITON_MAX_TENSOR_NUMEL``), the bound XLA checks block-level tiles against.
-MAX_TENSOR_NUMEL = 1048576
-
-
-def _unit_map(src_dims: tuple[int, ...], dims: tuple[int, ...]) -> list[int | None] | None:
-    """For each dimension of ``src_dims``, the dimension of ``dims`` it is once dimensions of size 1 are
-    dropped from both (``None`` for a unit dimension of ``src_dims``); ``None`` when the two differ otherwise."""
-    big = [d for d, n in enumerate(dims) if n != 1]
-    src_big = [d for d, n in enumerate(src_dims) if n != 1]
-    if [dims[d] for d in big] != [src_dims[d] for d in src_big]:
-        return None
-    out: list[int | None] = [None] * len(src_dims)
-    for s_d, d in zip(src_big, big):
-        out[s_d] = d
-    return out
-
-
-def _row_major_strides(extents: list[int] | tuple[int, ...]) -> list[int]:
-    """Strides of a row-major walk over ``extents`` (the last dimension's stride is 1)."""
-    out, st = [], 1
-    for e in reversed(extents):
-        out.append(st)
-        st *= e
-    return out[::-1]
-
-
-def _tile_coordinates(dims: tuple[int, ...], sizes: list[int], tile: tuple[int, ...], counts: list[int],
-                      strides_t: list[int], strides_l: list[int],
-                      outer_counts: list[int] | None = None) -> list[str]:
-    """Prologue lines defining ``g<d>`` (the lane's index along dimension ``d``: tile origin + lane offset, one
-    ``[BLOCK]`` tensor per dimension) and ``valid`` (the lane lies in the tile and in the array).
-
-    Written so that Triton's axis analysis sees what XLA's tile pointers state (``fusion_emitter.cc``: a tile's
-    offsets are its origin plus ``make_range`` along each dimension, masked only where the tile overruns the
-    array): the minor dimension's lanes are ``lane % T`` (contiguous, divisible), the others ``lane // S``
-    (constant over the minor run); no clamp on an index (a clamp makes Triton's contiguity 1, so every access
-    would be scalar). Lanes past the array keep unclamped indices and are masked with ``valid`` on every load
-    and store (the generator's ``ctx.mask``); a tile that fits the array has no mask terms at all.
-    ``outer_counts``: the tile grid ``strides_t`` walks, where ``counts`` leaves dimensions untiled (default
-    ``counts``)."""
-    lines: list[str] = []
-    valid: list[str] = []
-    rank = len(dims)
-    inner = [d for d in range(rank) if tile[d] > 1]
-    for d in range(rank):
-        if counts[d] == 1:
-            o = "0"
-        else:
-            q = "tile" if strides_t[d] == 1 else f"(tile // {strides_t[d]})"
-            # the outermost tiled dimension needs no modulo (tile < N)
-            outer = all(c == 1 for c in (outer_counts or counts)[:d])
-            o = f"{q}{'' if outer else f' % {counts[d]}'}"
-            o = o if sizes[d] == 1 else f"({o}) * {sizes[d]}"
-        if tile[d] == 1:
-            lines.append(f"g{d} = zero + {o}" if o != "0" else f"g{d} = zero")
-            if dims[d] % max(1, sizes[d]):
-                valid.append(f"(g{d} < {dims[d]})")
-            continue
-        q = "lane" if strides_l[d] == 1 else f"(lane // {strides_l[d]})"
-        lines.append(f"l{d} = {q}" + ("" if d == inner[0] else f" % {tile[d]}"))
-        lines.append(f"g{d} = l{d}" + ("" if o == "0" else f" + {o}"))
-        if dims[d] % sizes[d]:
-            valid.append(f"(g{d} < {dims[d]})")
-        if tile[d] > sizes[d]:
-            valid.append(f"(l{d} < {sizes[d]})")
-    lines.append("valid = " + (" & ".join(valid) if valid else "mask"))
-    return lines
 
 
 class TritonBlockLevelFusion(FusionEmitter):
@@ -660,7 +532,7 @@ class TritonBlockLevelFusion(FusionEmitter):
         pre = [f"zero = tl.full([BLOCK], 0, {idx_t})", "mask = zero == 0",
                f"lane = tl.arange(0, BLOCK).to({idx_t})"]
         # tile origin per dim (tiles in row-major order of the tile grid), lane coordinates row-major in the tile
-        pre += _tile_coordinates(dims, sizes, tile, counts, _row_major_strides(counts), _row_major_strides(tile))
+        pre += tile_coordinates(dims, sizes, tile, counts, row_major_strides(counts), row_major_strides(tile))
         gen.coordinate_lines = tuple(pre)
         with deep_recursion():
             v = gen.value(root, gen.lane_idx)
@@ -691,7 +563,7 @@ class TritonBlockLevelFusion(FusionEmitter):
                           if i.opcode == "reduce" and not i.shape.is_tuple and i.shape.numel == root.shape.numel]
                          + [1])
             # a row the compiled program reduces once is a [lanes, R] sub-tile in the variant (the same tree)
-            factor = max([factor] + [next_pow2(_reduced_count(i)) for i in comp.instructions
+            factor = max([factor] + [next_pow2(reduced_count(i)) for i in comp.instructions
                                      if i.name in gen.one_rows and i.opcode == "reduce"])
             big = interpret_tile_sizes(dims, sizes, max(lanes, min(self.INTERPRET_LANES, MAX_TENSOR_NUMEL // factor)))
             if big != sizes:
