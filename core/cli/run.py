@@ -243,7 +243,7 @@ def run(module_path, seed, inputs_path, outputs_path, device_name, config_path, 
                              pass_seconds=t_passes)
     reports = list(result.reports)
     saved = save_outputs(outputs_path, result, reports) if outputs_path else None
-    from fusegen.verify.verdict import VACUOUS
+    from fusegen.verify.output_verdict import VACUOUS
 
     ok = result.ok and (tuned is None or tuned.ok)
     if as_json:
