@@ -101,6 +101,27 @@ def _float_compare(i: Instruction) -> bool:
         dtypes.is_floating(i.operands[0].shape.element_type)
 
 
+#: the floating types a convert chain through bf16 can stand between (``SimplifyFPConversions`` shortens
+#: f32 -> bf16 -> f16 to f32 -> f16)
+_WIDER_THAN_BF16 = frozenset({"f16", "f32", "f64"})
+
+
+def narrowable_convert(i: Instruction) -> bool:
+    """A ``convert`` between two floating types each with more mantissa than bf16 (f16, f32, f64): where XLA:GPU
+    shortened a chain ``a -> bf16 -> b`` to ``a -> b`` under ``--xla_allow_excess_precision``
+    (``simplify_fp_conversions.cc``), only such a convert is left of it."""
+    return (i.opcode == "convert" and len(i.operands) == 1 and not i.shape.is_tuple
+            and i.shape.element_type in _WIDER_THAN_BF16 and i.operands[0].shape.element_type in _WIDER_THAN_BF16
+            and i.shape.element_type != i.operands[0].shape.element_type)
+
+
+def converts(inst: Instruction) -> list[Instruction]:
+    """The :func:`narrowable_convert` instructions of ``inst``: itself (top-level) or its fused computation's own."""
+    if inst.opcode == "fusion":
+        return [i for i in inst.fused_computation.instructions if narrowable_convert(i)]
+    return [inst] if narrowable_convert(inst) else []
+
+
 def compares(inst: Instruction) -> list[Instruction]:
     """The floating compares (and remainders) whose outcomes :func:`reference_recording` records for ``inst``:
     ``inst`` itself (top-level) or those among its fused computation's own instructions (a fusion)."""
@@ -130,15 +151,17 @@ def _outcome(cmp: Instruction, value: Any, a: np.ndarray, b: np.ndarray) -> np.n
         return np.abs(v.astype(np.float64)) < np.abs(b) / 2
 
 
-def _evaluate(inst: Instruction, ops: list[Any], hook: Callable[[Instruction, list[Any], Any], Any]) -> Any:
-    """``evaluate_instruction(inst, ops)`` with ``hook(compare, operands, value)`` giving each float compare's
-    value (a fusion's computation is evaluated instruction by instruction, as the evaluator does)."""
+def _evaluate(inst: Instruction, ops: list[Any], hook: Callable[[Instruction, list[Any], Any], Any],
+              hooked: Callable[[Instruction], bool] = _float_compare) -> Any:
+    """``evaluate_instruction(inst, ops)`` with ``hook(i, operands, value)`` giving the value of each
+    instruction ``i`` that ``hooked`` selects (each float compare by default; a fusion's computation is
+    evaluated instruction by instruction, as the evaluator does)."""
     from fusegen.evaluator import evaluator as ev
     from fusegen.evaluator.control_flow import _bind_operand
 
     if inst.opcode != "fusion":
         v = ev.evaluate_instruction(inst, ops)
-        return hook(inst, ops, v) if _float_compare(inst) else v
+        return hook(inst, ops, v) if hooked(inst) else v
     comp = inst.fused_computation
     params = {p.parameter_number: p for p in comp.parameters}
     args = [(_bind_operand(params[k], v, inst) if k in params else v) for k, v in enumerate(ops)]
@@ -150,7 +173,7 @@ def _evaluate(inst: Instruction, ops: list[Any], hook: Callable[[Instruction, li
         else:
             got = [vals[id(o)] for o in i.operands]
             v = ev.evaluate_instruction(i, got)
-            if _float_compare(i):
+            if hooked(i):
                 v = hook(i, got, v)
         vals[id(i)] = v
         for o in i.operands:
@@ -295,6 +318,21 @@ def evaluate_rounded(inst: Instruction, ops: list[Any], rounded: Any) -> Any:
         return ev.evaluate_instruction(cmp, [rounded(np.asarray(g)) for g in got])
 
     return _evaluate(inst, ops, hook)
+
+
+def evaluate_rounded_converts(inst: Instruction, ops: list[Any], rounded: Any) -> Any:
+    """``inst``'s reference value on ``ops`` with the operand of each :func:`narrowable_convert` in it passed
+    through ``rounded`` first: the program with a bf16 step in every convert chain XLA:GPU may have shortened.
+
+    Raises:
+        what :func:`fusegen.evaluator.evaluator.evaluate_instruction` raises.
+    """
+    from fusegen.evaluator import evaluator as ev
+
+    def hook(cvt: Instruction, got: list[Any], v: Any) -> Any:
+        return ev.evaluate_instruction(cvt, [rounded(np.asarray(g)) for g in got])
+
+    return _evaluate(inst, ops, hook, narrowable_convert)
 
 
 def flip_order(ties: list[Any], tried: int) -> list[Any]:

@@ -405,9 +405,12 @@ def _float_judgement(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None,
     return diff, allowed, ratio, nonfinite, free, bad & ~free & ~nearer, what, nearer, rounded
 
 
-def _tie_drift(tied: np.ndarray, shape: tuple[int, ...], reason: str) -> str:
+def _tie_drift(tied: np.ndarray, shape: tuple[int, ...], reason: tuple) -> str:
+    """``reason``: the ``tied`` tuple's text, and (third, optional) what the elements do instead of taking the
+    other side of a near-tie (a re-run with roundings the expected answer's program kept)."""
     first = tuple(int(x) for x in np.argwhere(tied)[0]) if tied.ndim else ()
-    return (f"{int(tied.sum())} element(s) (first at {list(first)}) take the other side of a near-tie: {reason}")
+    what = reason[2] if len(reason) > 2 else "take the other side of a near-tie"
+    return f"{int(tied.sum())} element(s) (first at {list(first)}) {what}: {reason[1]}"
 
 
 def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e: np.ndarray,
@@ -416,7 +419,7 @@ def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e
     """Judge kernel output ``k`` (element type ``t``) against the expected array ``e`` (see module docstring).
 
     ``r``: the reference evaluator's output; ``o``: the f64 oracle's (``None`` when unavailable). All arrays
-    share one shape (the caller checks). ``tied``: ``(mask, reason)``, elements that a re-run of the reference
+    share one shape (the caller checks). ``tied``: ``(mask, reason[, what they do])``, elements that a re-run of the reference
     with a near-tie flipped explains (:mod:`fusegen.verify.ties`): failing there is ``drift`` with ``reason``.
     """
     if k.dtype.kind in "biu" or k.dtype == np.bool_ or not _is_float(t):
@@ -463,7 +466,7 @@ def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e
     else:
         fidx = _worst(np.where(nearer, ratio, 0.0), k.shape)
     if tmask.any():
-        reasons.append(_tie_drift(tmask, k.shape, tied[1]))
+        reasons.append(_tie_drift(tmask, k.shape, tied))
     return ExpectedJudgement("drift", err, allow_at, fidx, "; ".join(reasons), n_nearer)
 
 
@@ -497,7 +500,7 @@ def _judge_exact_ints(k: np.ndarray, r: np.ndarray, e: np.ndarray, path: OutputP
                            "the reference: with tied keys or two NaNs in a row the index depends on the "
                            "reduction order")
         if tmask.any():
-            reasons.append(_tie_drift(tmask, k.shape, tied[1]))
+            reasons.append(_tie_drift(tmask, k.shape, tied))
         return ExpectedJudgement("drift", err, 0.0, idx, "; ".join(reasons))
     idx = _worst(np.where(bad & ~tmask, diff, 0.0), k.shape)
     return ExpectedJudgement("mismatch", err, 0.0, idx,

@@ -103,53 +103,73 @@ def _judge_excess_precision_expected(module: Module, args: list[Any], shapes: li
                                 paths[i], tolerance_type=tts[i])
 
 
+#: the re-runs :func:`_judge_excess_precision_thresholds` tries, in order: (where, how the rounding is applied,
+#: what the reason says the re-run rounded, what the elements it explains do)
+_RERUNS = (("thresholds", "_bf16_rounded", "the operands of its compares and remainders",
+            "take the other side of a near-tie"),
+           ("converts", "_bf16_rounded_all", "the operand of each convert between f16, f32 and f64",
+            "carry a rounding the kernel's program leaves out"))
+
+
 def _judge_excess_precision_thresholds(module: Module, args: list[Any], shapes: list, ks: list, rs: list,
                                        os_: list, expected: list, paths: list, outs: list[OutputVerdict],
                                        opts: list[VerifyOptions], tts: list[str], budget: Any) -> None:
-    """Judge again each output that still fails ``--expected``, against the reference re-run with the computed
-    operands of its compares and remainders rounded to bf16 (:func:`fusegen.verify.ties.rerun_rounded`).
+    """Judge again each output that still fails ``--expected``, against the reference re-run with values rounded
+    to bf16 where XLA:GPU may have dropped such a rounding (:func:`fusegen.verify.ties.rerun_rounded`): first
+    the computed operands of its compares and remainders, then, for what still fails, the operand of every
+    convert between f16, f32 and f64.
 
     Where XLA:GPU dropped a convert pair before a threshold (``--xla_allow_excess_precision``), the expected
     answer's program decided it on bf16 values: ``fmod(3.623, 3.625)`` is 3.623 here and 0 there, and a
-    rounding of 0.05% moves the result by the divisor. Elements of the expected answer that the re-run gives
+    rounding of 0.05% moves the result by the divisor. Where it shortened a chain (f16 -> bf16 -> f32 to
+    f16 -> f32), the convert left is where the expected answer's program rounded, and a sum of products that
+    cancels carries that rounding far past its own size. Elements of the expected answer that a re-run gives
     within the same allowance, where the kernel does not, are ``drift`` naming that re-run; the rest is
-    judged as before. Every element of the re-run is the reference's own rule on rounded operands, so a wrong
+    judged as before. Every element of a re-run is the reference's own rule on rounded operands, so a wrong
     kernel (which differs from the reference) is not excused."""
     from fusegen.verify.expected import failing
     from fusegen.verify.ties import rerun_rounded
 
-    todo = [i for i, v in enumerate(outs) if v.status == "mismatch" and i < len(paths) and paths[i] is not None
-            and not paths[i].edge and opts[i].xla_allow_excess_precision and i < len(os_)
-            and is_float_type(shapes[i].element_type) and ks[i].shape == rs[i].shape
-            and compare(ks[i], rs[i], tts[i]).ok]
-    if not todo:
-        return
-    try:
-        alt = rerun_rounded(module, args, _bf16_rounded, budget.another_run() if budget is not None else None)
-    except Exception:  # noqa: BLE001 - a re-run that cannot run explains nothing
-        return
-    if alt is None:
-        return
-    why = ("the reference re-run with the operands of its compares and remainders rounded to bf16 (where a "
-           "convert pair XLA:GPU drops under --xla_allow_excess_precision may stay in the expected answer's "
-           "program) gives the expected value there")
-    for i in todo:
-        if i >= len(alt) or alt[i].shape != ks[i].shape:
+    for at, rounding, where, what in _RERUNS:
+        todo = [i for i, v in enumerate(outs) if v.status == "mismatch" and i < len(paths) and paths[i] is not None
+                and not paths[i].edge and opts[i].xla_allow_excess_precision and i < len(os_)
+                and is_float_type(shapes[i].element_type) and ks[i].shape == rs[i].shape
+                and compare(ks[i], rs[i], tts[i]).ok]
+        if not todo:
+            return
+        try:
+            alt = rerun_rounded(module, args, globals()[rounding], budget.another_run() if budget is not None
+                                else None, at=at)
+        except Exception:  # noqa: BLE001 - a re-run that cannot run explains nothing
             continue
-        t, k, o, e = shapes[i].element_type, ks[i], os_[i], typed(expected[i], ks[i])
-        path = paths[i]
-        fails = failing(t, k, rs[i], o, e, path, opts[i])
-        explained = fails & ~failing(t, alt[i], rs[i], o, e, path, opts[i])
-        if not explained.any():
+        if alt is None:
             continue
-        # still a mismatch elsewhere, the verdict then names an element the re-run does not explain
-        outs[i] = _judge_output(i, t, k, rs[i], o, expected[i], opts[i], True, path, (explained, why),
-                                tolerance_type=tts[i])
+        why = (f"the reference re-run with {where} rounded to bf16 (where a convert pair XLA:GPU drops under "
+               "--xla_allow_excess_precision may stay in the expected answer's program) gives the expected "
+               "value there")
+        for i in todo:
+            if i >= len(alt) or alt[i].shape != ks[i].shape:
+                continue
+            t, k, o, e = shapes[i].element_type, ks[i], os_[i], typed(expected[i], ks[i])
+            path = paths[i]
+            fails = failing(t, k, rs[i], o, e, path, opts[i])
+            explained = fails & ~failing(t, alt[i], rs[i], o, e, path, opts[i])
+            if not explained.any():
+                continue
+            # still a mismatch elsewhere, the verdict then names an element the re-run does not explain
+            outs[i] = _judge_output(i, t, k, rs[i], o, expected[i], opts[i], True, path, (explained, why, what),
+                                    tolerance_type=tts[i])
 
 
 def _bf16_rounded(v: Any) -> Any:
     """``v`` (an array or a tuple of them) with its f32/f64 (and c64/c128) arrays rounded through bf16."""
     return _map_leaves(_bf16_round, v)
+
+
+def _bf16_rounded_all(v: Any) -> Any:
+    """``v`` with its f16 arrays rounded through bf16 as well as :func:`_bf16_rounded`'s f32/f64 ones."""
+    return _map_leaves(lambda a: a.astype(ml_dtypes.bfloat16).astype(a.dtype) if a.dtype == np.float16
+                       else _bf16_round(a), v)
 
 
 def _bf16_round(a: np.ndarray) -> np.ndarray:

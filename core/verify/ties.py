@@ -355,10 +355,13 @@ def rerun(module: Module, args: list[Any], ties: list[Any], flipped: Any = None,
     return [np.asarray(x) for x in leaves(out)], changed
 
 
-def rerun_rounded(module: Module, args: list[Any], rounded: Any, budget: Any = None) -> list[np.ndarray] | None:
-    """The module's reference run with the computed operands of every floating compare and remainder passed
-    through ``rounded`` (:func:`fusegen.verify.compare_ties.evaluate_rounded`); its output leaves, or ``None``
-    when the module has no such instruction.
+def rerun_rounded(module: Module, args: list[Any], rounded: Any, budget: Any = None,
+                  at: str = "thresholds") -> list[np.ndarray] | None:
+    """The module's reference run with values passed through ``rounded`` where XLA:GPU may have dropped a bf16
+    rounding the expected answer's program kept: ``at="thresholds"``, the computed operands of every floating
+    compare and remainder (:func:`fusegen.verify.compare_ties.evaluate_rounded`); ``at="converts"``, the
+    operand of every convert between f16/f32/f64 (:func:`fusegen.verify.compare_ties.evaluate_rounded_converts`).
+    Its output leaves, or ``None`` when the module has no such instruction.
 
     Raises:
         what the reference evaluator raises; ResourceLimitError from ``budget``.
@@ -367,14 +370,16 @@ def rerun_rounded(module: Module, args: list[Any], rounded: Any, budget: Any = N
     from fusegen.runtime.executor import interpret
     from fusegen.runtime.inputs import leaves
 
-    from fusegen.verify.compare_ties import compares, evaluate_rounded
+    from fusegen.verify.compare_ties import compares, converts, evaluate_rounded, evaluate_rounded_converts
 
+    find, evaluate = {"thresholds": (compares, evaluate_rounded),
+                      "converts": (converts, evaluate_rounded_converts)}[at]
     seen = [False]
 
     def apply(inst: Instruction, ops: list[Any]) -> Any:
-        if compares(inst):
+        if find(inst):
             seen[0] = True
-            return evaluate_rounded(inst, ops, rounded)
+            return evaluate(inst, ops, rounded)
         return evaluate_instruction(inst, ops)
 
     params = module.entry.parameters

@@ -1,14 +1,16 @@
 """Issue 42 (done-when: held-back random programs have no bad exit): an expected answer rounded through a bf16
 intermediate that XLA:GPU's HLO no longer has.
 
-Three programs of the shared generator (``random_programs.py --seeds 100283,100296,100367``), each kept twice in
+Four programs of the shared generator (``random_programs.py --seeds 100283,100296,100367,100584``), each kept twice in
 ``data/excess_precision/``: ``rand_S.hlo`` and ``rand_S.expected.npz`` as the generator writes them by default
 (XLA:GPU's optimized HLO, XLA:CPU's answer, both with ``--xla_allow_excess_precision`` on), and
 ``rand_S.no_excess.*`` regenerated with ``--no-excess-precision`` (both sides keep every convert). By default
 XLA:GPU drops the convert chain f32 -> bf16 -> f16 (100283) or f32 -> bf16 -> f32 (100296) that XLA:CPU keeps,
 so the expected answer carries one bf16 rounding the HLO does not. In 100367 that rounding sits before a
 threshold: ``fmod(layer_norm(x), |y| + 1)``, whose dividend XLA:CPU rounds to bf16, lands on the divisor in
-38 elements and wraps to 0 there. The independent answers: numpy (100283's ``f16(x / (|y| + 1))``, and
+38 elements and wraps to 0 there. In 100584 the chain f16 -> bf16 -> f32 became f16 -> f32: a suffix minimum
+of an f16 input, rounded to bf16 on XLA:CPU, weights the rows of a bf16 matrix in a column sum that cancels.
+The independent answers: numpy (100283's ``f16(x / (|y| + 1))``, and
 ``f16(bf16(...))`` for XLA:CPU's; 100367's layer norm in f64), and XLA:CPU's own answer for the program that
 keeps the convert.
 """
@@ -29,7 +31,7 @@ from fusegen.config.verify_options import VerifyOptions
 from fusegen.verify.expected import OutputPath, excess_precision_bound, judge_expected, rounded_more
 
 DATA = Path(__file__).parents[1] / "data" / "excess_precision"
-SEEDS = ("100283", "100296", "100367")
+SEEDS = ("100283", "100296", "100367", "100584")
 
 
 def _run(tmp_path: Path, seed: str, variant: str = "", strict: bool = False) -> tuple[int, dict, np.ndarray]:
@@ -83,6 +85,37 @@ def test_numpy_shows_which_side_rounds_through_bf16(tmp_path):
     np.testing.assert_array_equal(np.load(DATA / "rand_100283.expected.npz")["o0"], through_bf16)
     np.testing.assert_array_equal(np.load(DATA / "rand_100283.no_excess.expected.npz")["o0"], through_bf16)
     assert (k != through_bf16).any()
+
+
+def test_numpy_shows_the_column_sum_of_100584_weights_the_rows_by_a_bf16_rounding(tmp_path):
+    """100584's first output is ``sum_r m[r] * w[r, :] / 128`` for ``m`` the suffix minimum of the f16 input
+    (four fusions of reduce-windows and pads): the kernel's values are that in f64 rounded to f32, XLA:CPU's
+    exactly that with ``m`` rounded to bf16 first, and the re-run that rounds at each convert between f16, f32
+    and f64 is what explains the elements the bound on one rounding does not."""
+    z = np.load(DATA / "rand_100584.inputs.npz")
+    m = np.minimum.accumulate(z["p0"].astype(np.float64)[::-1])[::-1]
+    w = z["p3"].view(ml_dtypes.bfloat16).astype(np.float64)
+    exact = (m[:, None] * w).sum(0) / 128
+    rounded = (m.astype(ml_dtypes.bfloat16).astype(np.float64)[:, None] * w).sum(0) / 128
+    _, o0, k = _run(tmp_path, "100584")
+    np.testing.assert_allclose(k[0], exact, rtol=1e-6, atol=1e-6)
+    e = np.load(DATA / "rand_100584.expected.npz")["o0"][0]
+    np.testing.assert_allclose(e, rounded, rtol=1e-6, atol=1e-6)
+    assert np.abs(e - exact).max() > 100 * np.abs(k[0] - exact).max()
+    assert o0["status"] == "drift" and "operand of each convert between f16, f32 and f64" in o0["reason"]
+
+
+def test_a_planted_error_beside_100584s_rounded_elements_stays_a_mismatch(tmp_path):
+    """1 added to one element of 100584's expected answer: no rounding at a convert gives it, so a mismatch there."""
+    z = dict(np.load(DATA / "rand_100584.expected.npz"))
+    z["o0"] = z["o0"].copy()
+    z["o0"][0, 5] += np.float32(1)
+    planted = tmp_path / "planted.npz"
+    np.savez(planted, **z)
+    res = CliRunner().invoke(cli, ["run", str(DATA / "rand_100584.hlo"), "--no-compile", "--json", "--inputs",
+                                   str(DATA / "rand_100584.inputs.npz"), "--expected", str(planted)])
+    o0 = json.loads(res.output[res.output.index("{"):])["outputs"][0]
+    assert res.exit_code == 1 and o0["status"] == "mismatch" and o0["index"] == [0, 5], o0
 
 
 def test_numpy_shows_the_remainder_wraps_only_on_the_bf16_dividend(tmp_path):
