@@ -10,9 +10,10 @@ inputs and compares its output elements with the judged run's, bit for bit:
 * **every program id** where the grid has at most :data:`SMALL_GRID` programs: from the buffers' state before the
   kernel, every buffer it writes compared whole with the state after it;
 * **a sample** otherwise, run through a program-id map the kernel does not see
-  (:func:`~fusegen.codegen.triton_runtime.run_programs`): the first and last programs, then, while the compiled runs
+  (:func:`~fusegen.codegen.triton_runtime.run_programs`): the first and last programs and one seeded random one
+  (a tile origin wrong for every interior program reads right at both ends), then, while the compiled runs
   took less than :data:`BUDGET_FRACTION` of the kernel's judged run (at least :data:`MIN_BUDGET_S`), the programs
-  of the last tile along each tile axis and :data:`RANDOM_IDS` seeded random ones (:func:`sample_program_ids`). A
+  of the last tile along each tile axis and the other seeded random ones (:func:`sample_program_ids`). A
   buffer the fusion has not written yet is filled with :data:`SENTINEL` bytes first, and the elements that differ
   from it afterwards are the programs' elements (one holding the sentinel's own bit pattern is not told from an
   unwritten one); a buffer holding data (an in-place output, a buffer an earlier kernel wrote) keeps it, and the
@@ -49,12 +50,14 @@ from fusegen.codegen.kernel import EmittedFusion, KernelSource
 from fusegen.hlo import dtypes
 
 __all__ = ["CompiledTrace", "CompiledProgramCheck", "KernelCheck", "sample_program_ids", "boundary_program_ids",
-           "SMALL_GRID", "RANDOM_IDS", "WHOLE_MAX_PROGRAMS", "SENTINEL"]
+           "SMALL_GRID", "RANDOM_IDS", "ALWAYS_RUN", "WHOLE_MAX_PROGRAMS", "SENTINEL"]
 
 #: Grids of at most this many programs run every program id.
 SMALL_GRID = 8
 #: Seeded random program ids in a sample, beside the first, last and boundary ones.
 RANDOM_IDS = 2
+#: The first ids of a sample that run whatever the time budget: the first, the last and one random program.
+ALWAYS_RUN = 3
 #: At most this many boundary program ids in a sample.
 MAX_BOUNDARY = 4
 #: A sample runs its first and last programs, then the others in order while the compiled runs of the kernel took
@@ -153,26 +156,30 @@ def boundary_program_ids(ks: KernelSource) -> list[int]:
 def sample_program_ids(ks: KernelSource, seed: int = 0) -> tuple[list[int], bool]:
     """The linear program ids of ``ks``'s launch the compiled check runs, and whether they are a sample.
 
-    Every id where the grid has at most :data:`SMALL_GRID` programs; else the first, the last, up to
-    :data:`MAX_BOUNDARY` of :func:`boundary_program_ids` and :data:`RANDOM_IDS` drawn by ``numpy``'s generator from
-    ``seed`` and the kernel's name and grid (the same ids on every run), in that order without repeats.
+    Every id where the grid has at most :data:`SMALL_GRID` programs; else the first, the last, one of
+    :data:`RANDOM_IDS` drawn by ``numpy``'s generator from ``seed`` and the kernel's name and grid (the same ids on
+    every run), up to :data:`MAX_BOUNDARY` of :func:`boundary_program_ids` and the other random ones, in that order
+    without repeats. The first :data:`ALWAYS_RUN` run whatever the time budget.
     """
     m = _num_programs(ks.launch.grid)
     if m <= SMALL_GRID:
         return list(range(m)), False
     ids = [0, m - 1]
-    for b in boundary_program_ids(ks):
-        if len(ids) >= 2 + MAX_BOUNDARY:
-            break
-        if b not in ids:
-            ids.append(b)
     rng = np.random.default_rng([seed, zlib.crc32(f"{ks.name}:{tuple(ks.launch.grid)}".encode())])
-    want = len(ids) + RANDOM_IDS
-    while len(ids) < min(want, m):
+    drawn: list[int] = []
+    while len(drawn) < min(RANDOM_IDS, m - 2):
         r = int(rng.integers(0, m))
-        if r not in ids:
-            ids.append(r)
-    return ids, True
+        if r not in ids and r not in drawn:
+            drawn.append(r)
+    ids += drawn[:1]
+    bounds = 0
+    for b in boundary_program_ids(ks):
+        if bounds >= MAX_BOUNDARY:
+            break
+        if b not in ids and b not in drawn:
+            ids.append(b)
+            bounds += 1
+    return ids + drawn[1:], True
 
 
 # --------------------------------------------------------------------------------------------------
@@ -457,13 +464,13 @@ class CompiledTrace:
         return max(fraction * (self._times[end] - self._times[j]), least)
 
     def _run_within_budget(self, j: int, ids: list[int]) -> tuple[list[int], dict[int, np.ndarray]]:
-        """The first and last of ``ids``, then the next ones one at a time while the budget lasts (see
+        """The first :data:`ALWAYS_RUN` of ``ids``, then the next ones one at a time while the budget lasts (see
         :data:`BUDGET_FRACTION`); the ids that ran and the buffers (sentinel-filled where fresh) afterwards."""
         step = self.steps[j]
         budget = self._budget(j, j + 1, MIN_BUDGET_S)
         t0 = time.perf_counter()
-        work = self._run(step, ids[:2], True)
-        ran = 2
+        work = self._run(step, ids[:ALWAYS_RUN], True)
+        ran = min(ALWAYS_RUN, len(ids))
         while ran < len(ids) and time.perf_counter() - t0 < budget:
             self._run(step, ids[ran:ran + 1], True, work)
             ran += 1
@@ -501,7 +508,8 @@ class CompiledTrace:
             res.diff["program"] = self._program_of(step, ids, res.diff)
             return KernelCheck(ks.name, variant, "differs", programs, len(ids), sampled, listed,
                                _differs_text(ks.name, variant, res.diff), res.diff)
-        how = f"{len(ids)} sampled programs (first, last, then boundary and random ones within the time budget)" \
+        how = (f"{len(ids)} sampled programs (first, last, a random one, then boundary and random ones within the "
+               "time budget)") \
             if sampled else f"every program ({len(ids)})"
         return KernelCheck(ks.name, variant, "same", programs, len(ids), sampled, listed,
                            f"{how} as compiled equal the {variant} {_bitwise_text(res)}", reassociated=res.reassociated)

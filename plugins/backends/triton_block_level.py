@@ -71,6 +71,9 @@ class _TileGen(ElementalGenerator):
     block: int = 1
     sizes: tuple[int, ...] | list[int] = ()
     counts: tuple[int, ...] | list[int] = ()
+    #: per dimension, the stride and count of the kernel's tile index (empty: ``counts``, row-major)
+    tile_strides: tuple[int, ...] = ()
+    grid_counts: tuple[int, ...] = ()
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -85,6 +88,11 @@ class _TileGen(ElementalGenerator):
             if k and tuple(idx) == tuple(self.lane_idx[:-k]):
                 return self._tile_reduce(inst.operands[0], idx, reshaped=k)
         return super()._emit(inst, idx)
+
+    def _grid(self) -> tuple[list[int], list[int]]:
+        """``(strides, counts)`` of the kernel's tile index over this generator's dimensions."""
+        return ((list(self.tile_strides), list(self.grid_counts)) if self.tile_strides
+                else (row_major_strides(self.counts), list(self.counts)))
 
     def _reshaped_rows(self, bc: Instruction) -> int:
         """``k`` when ``bc`` is a row-major bitcast of a reduce over the trailing ``k`` dimensions of a row-major
@@ -234,8 +242,9 @@ class _TileGen(ElementalGenerator):
         if tuple(sd[d] for d in kept) != self.dims:
             return None
         ext_tile, ext_sizes, ext_counts = [1] * len(sd), [1] * len(sd), [1] * len(sd)
-        for d, t, s, c in zip(kept, self.tile, self.sizes, self.counts):
-            ext_tile[d], ext_sizes[d], ext_counts[d] = t, s, c
+        ext_strides, ext_grid = [1] * len(sd), [1] * len(sd)
+        for d, t, s, c, st, g in zip(kept, self.tile, self.sizes, self.counts, *self._grid()):
+            ext_tile[d], ext_sizes[d], ext_counts[d], ext_strides[d], ext_grid[d] = t, s, c, st, g
         for d in rdims:
             ext_tile[d], ext_sizes[d] = next_pow2(sd[d]), sd[d]
         lanes = 1
@@ -243,21 +252,23 @@ class _TileGen(ElementalGenerator):
             lanes *= t
         if lanes > MAX_TENSOR_NUMEL:
             return None
-        r = self._tile_function(inst, op, rdims, (tuple(ext_tile), ext_sizes, ext_counts),
-                                row_major_strides(ext_counts), None, self.block, "ext_tile")
+        r = self._tile_function(inst, op, rdims, (tuple(ext_tile), ext_sizes, ext_counts), ext_strides, None,
+                                self.block, "ext_tile", grid=ext_grid)
         et = inst.shape.element_type
         init_v = self.up(self.value(init, ()), et)
         return self.down(self._with_init(r, init_v, op), et, inst.name)
 
     def _tile_function(self, inst: Instruction, op: str, rdims: list[int], ext: tuple, strides_t: list[int],
                        outer_counts: list[int] | None, out_lanes: int, hint: str,
-                       units: list[int | None] | None = None) -> str:
+                       units: list[int | None] | None = None, grid: list[int] | None = None) -> str:
         """The call of a device function computing reduce ``inst``'s operand on tile ``ext`` (``(tile, sizes,
         counts)`` over the operand's dimensions; the program's tile index walks ``strides_t``, see
         :func:`tile_coordinates`) and reducing it over ``rdims``: ``out_lanes`` values in row-major order of
         the kept dimensions (``outer_counts``: given, the reduced dimensions are kept as size 1 first).
         ``units``: the operand is the tile's array with unit dimensions dropped or added (:func:`unit_map`);
-        ``ext`` is then over the tile's dimensions, and the operand is read at the mapped index."""
+        ``ext`` is then over the tile's dimensions, and the operand is read at the mapped index. ``grid``: the
+        kernel's tile grid over ``ext``'s dimensions (default ``outer_counts``, else ``ext``'s counts), by which
+        with ``strides_t`` the function and those nested in it place their tiles."""
         src = inst.operands[0]
         ext_tile, ext_sizes, ext_counts = ext
         dims = tuple(src.shape.dimensions) if units is None else self.dims
@@ -276,14 +287,16 @@ class _TileGen(ElementalGenerator):
         try:
             lines = [f"zero = tl.full([BLOCK], 0, {ctx.idx_t})", "mask = zero == 0",
                      f"lane = tl.arange(0, BLOCK).to({ctx.idx_t})"]
+            grid = grid if grid is not None else outer_counts if outer_counts is not None else list(ext_counts)
             lines += tile_coordinates(dims, ext_sizes, ext_tile, ext_counts, strides_t,
-                                       row_major_strides(ext_tile), outer_counts=outer_counts)
+                                       row_major_strides(ext_tile), outer_counts=grid)
             for ln in lines:
                 body.line(ln)
             sub = _TileGen(ctx, self.comp)
             sub.tile, sub.dims, sub.block, sub.subfns = ext_tile, dims, lanes, self.subfns
             sub.one_rows, sub.variant_of, sub.wide = self.one_rows, self.variant_of, self.wide
             sub.sizes, sub.counts = ext_sizes, ext_counts
+            sub.tile_strides, sub.grid_counts = tuple(strides_t), tuple(grid)
             sub.lane_idx = tuple(f"g{d}" for d in range(len(dims)))
             et = inst.shape.element_type
             at = sub.lane_idx if units is None else tuple(0 if t is None else sub.lane_idx[t] for t in units)
@@ -350,8 +363,9 @@ class _TileGen(ElementalGenerator):
         kept_lanes = 1
         for t in kshape:
             kept_lanes *= t
-        r = self._tile_function(inst, op, rdims, (tuple(ext_tile), ext_sizes, ext_counts),
-                                row_major_strides(self.counts), self.counts, kept_lanes, "row_tile", units)
+        strides, grid = self._grid()
+        r = self._tile_function(inst, op, rdims, (tuple(ext_tile), ext_sizes, ext_counts), strides, self.counts,
+                                kept_lanes, "row_tile", units, grid=grid)
         tshape = "[" + ", ".join(str(t) for t in self.tile) + "]"
         r = self.ctx.emit(f"tl.reshape(tl.broadcast_to(tl.reshape({r}, {kshape}), {tshape}), [BLOCK])", "redb")
         et = inst.shape.element_type

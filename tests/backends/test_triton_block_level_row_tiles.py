@@ -8,10 +8,13 @@ not end); judged against the reference evaluator and float64 numpy."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
+import fusegen
 from fusegen.codegen import triton_runtime
 from fusegen.evaluator.evaluator import evaluate_instruction
 from fusegen.hlo.parser import parse_module
@@ -191,3 +194,29 @@ def test_a_row_longer_than_the_tile_over_a_nested_reduce_is_one_row_when_the_nes
     np.testing.assert_allclose(out, np.concatenate([lp, lp[2:5]]), rtol=1e-5, atol=1e-5)
     _, rep = run_module(m, [x], compile_kernels=False)
     assert rep.status == "ok" and rep.fusions[0].status == "ok", "\n".join(rep.verdict.lines())
+
+
+def test_a_row_statistic_nested_under_a_column_statistic_is_placed_by_the_kernels_tile_index():
+    """Random program 100621's log-softmax over rows of 8 whose column mean (over dimension 1, the output tile's
+    [1,8,2] holding part of it) divides it, here over [2,15,4]: the column statistic's device function holds
+    dimension 1 whole and nests the row statistics; those were placed by a tile index over the function's own
+    grid (``tile // 2`` for the batch where the kernel's tile index needs ``tile // 4``), right at the first
+    programs, another batch or out of range elsewhere. Every one of the 8 programs runs as compiled and equals
+    the judged run bit for bit, which equals float64 numpy to f16's rounding."""
+    text = (Path(__file__).parents[1] / "data" / "block_level" /
+            "nested_row_statistic_under_a_column_reduce.hlo").read_text()
+    rng = np.random.default_rng(0)
+    m = rng.random((2, 15, 4)) < 0.7
+    a, b = (rng.standard_normal((2, 15, 4)).astype(np.float32) for _ in range(2))
+    a16, b16 = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+    res = fusegen.run(text, inputs=[m, a16, b16], compile=False)
+    (f,) = res.fusions
+    cp = f.compiled_program.to_json()
+    assert res.status == "ok" and f.emitter == "TritonBlockLevelFusion", f.reason
+    assert cp["status"] == "same" and not cp["sampled"] and cp["program_ids"] == cp["programs"] == 8
+    x = b16.astype(np.float64)
+    s = x - x.max(axis=2, keepdims=True)
+    lsm = s - np.log(np.exp(s).sum(axis=2, keepdims=True))
+    sel = np.where(m, lsm, a16.astype(np.float64))
+    want = sel / (np.abs(sel.mean(axis=1, keepdims=True)) + 1)
+    np.testing.assert_allclose(np.asarray(res.outputs, np.float64), want, rtol=2e-2, atol=2e-2)

@@ -120,13 +120,41 @@ def test_a_small_grid_runs_every_program_and_a_sample_runs_first_last_and_bounda
     monkeypatch.setattr(compiled_program, "MIN_BUDGET_S", 0.0)
     monkeypatch.setattr(compiled_program, "BUDGET_FRACTION", 0.0)
     tight = fusegen.run(_SCALE.format(n=8192), inputs=[_x(8192)], compile=False).fusions[0].compiled_program
-    assert tight.kernels[0].ids == (0, 63) and tight.kernels[0].sampled and tight.status == "same"
+    ids = tight.kernels[0].ids
+    assert len(ids) == 3 and ids[:2] == (0, 63) and 0 < ids[2] < 63  # a random interior one, whatever the budget
+    assert tight.kernels[0].sampled and tight.status == "same"
     monkeypatch.setattr(compiled_program, "MIN_BUDGET_S", 1e9)
     free = fusegen.run(_SCALE.format(n=8192), inputs=[_x(8192)], compile=False).fusions[0].compiled_program
     em, _ = Executor(parse_module(_SCALE.format(n=8192)), compile_kernels=False).plan_fusion(
         parse_module(_SCALE.format(n=8192)).entry.root)
     ids, sampled = sample_program_ids(em.kernels[0])
     assert sampled and list(free.kernels[0].ids) == ids and len(ids) > 2
+
+
+def test_a_tile_origin_wrong_at_every_interior_program_is_caught_with_no_time_budget(monkeypatch):
+    """rand_100621's block-level fusion placed a nested row statistic by a tile index of its own grid: right at
+    the first programs, out of range at the last, wrong at every other one. Planted here as every program but the
+    first and the last storing one more: the sample's random interior program runs even with no budget."""
+    n = 8192  # BLOCK 128: 64 programs
+
+    def plant(em):
+        (k,) = em.kernels
+        store = re.search(r"^(\s*)tl\.store\(out_out0 \+ lin, (\w+), mask=mask\)$", k.source, re.M)
+        bad = (f"{store.group(0)}\n{store.group(1)}if BLOCK == 128:\n{store.group(1)}    "
+               f"tl.store(out_out0 + lin, {store.group(2)} + 1.0, mask=mask & (lin >= 128) & (lin < N - 128))")
+        src = k.source.replace(store.group(0), bad)
+        return _one_kernel(em, source=src, interpret_variant=attrs.evolve(k.interpret_variant, source=src))
+
+    _planting(monkeypatch, plant)
+    monkeypatch.setattr(compiled_program, "MIN_BUDGET_S", 0.0)
+    monkeypatch.setattr(compiled_program, "BUDGET_FRACTION", 0.0)
+    x = _x(n)
+    res = fusegen.run(_SCALE.format(n=n), inputs=[x], compile=False)
+    (f,) = res.fusions
+    np.testing.assert_array_equal(res.outputs, x * np.float32(3))  # the judged run (the variant) is right
+    cp = f.compiled_program.to_json()
+    assert res.status == "mismatch" and cp["status"] == "differs"
+    assert 0 < cp["first_difference"]["program"] < 63 and len(cp["kernels"][0]["ids"]) == 3
 
 
 _GEMM = ("HloModule m\nENTRY e {\n  p0 = f32[50,40] parameter(0)\n  p1 = f32[40,26] parameter(1)\n"
