@@ -59,6 +59,17 @@ def _one_kernel(emitted, **changes):
     return attrs.evolve(emitted, kernels=(attrs.evolve(k, **changes),))
 
 
+def _one_more_at_gpu_block(emitted, where: str):
+    """The kernel storing its value plus one where ``where`` holds, only at the GPU's BLOCK of 128 (the
+    interpreter's variant, at a larger BLOCK, never takes the branch)."""
+    (k,) = emitted.kernels
+    store = re.search(r"^(\s*)tl\.store\(out_out0 \+ lin, (\w+), mask=mask\)$", k.source, re.M)
+    bad = (f"{store.group(0)}\n{store.group(1)}if BLOCK == 128:\n{store.group(1)}    "
+           f"tl.store(out_out0 + lin, {store.group(2)} + 1.0, mask=mask & ({where}))")
+    src = k.source.replace(store.group(0), bad)
+    return _one_kernel(emitted, source=src, interpret_variant=attrs.evolve(k.interpret_variant, source=src))
+
+
 def test_a_variant_computing_slightly_otherwise_is_a_mismatch_naming_it(monkeypatch):
     n = 4096
     cheat = "3.0000002"  # the f32 after 3.0: the judged values move by an ulp, well inside the fusion's budget
@@ -88,15 +99,7 @@ def test_a_variant_computing_slightly_otherwise_is_a_mismatch_naming_it(monkeypa
 def test_an_exact_cover_branch_wrong_only_at_the_gpu_block_is_caught_at_the_last_program(monkeypatch):
     n = 4096  # BLOCK 128: 32 programs; the variant's BLOCK 4096 never takes the planted branch
 
-    def plant(em):
-        (k,) = em.kernels
-        store = re.search(r"^(\s*)tl\.store\(out_out0 \+ lin, (\w+), mask=mask\)$", k.source, re.M)
-        bad = (f"{store.group(0)}\n{store.group(1)}if BLOCK == 128:\n{store.group(1)}    "
-               f"tl.store(out_out0 + lin, {store.group(2)} + 1.0, mask=mask & (lin == N - 1))")
-        src = k.source.replace(store.group(0), bad)
-        return _one_kernel(em, source=src, interpret_variant=attrs.evolve(k.interpret_variant, source=src))
-
-    _planting(monkeypatch, plant)
+    _planting(monkeypatch, lambda em: _one_more_at_gpu_block(em, "lin == N - 1"))
     x = _x(n)
     res = fusegen.run(_SCALE.format(n=n), inputs=[x], compile=False)
     (f,) = res.fusions
@@ -137,15 +140,7 @@ def test_a_tile_origin_wrong_at_every_interior_program_is_caught_with_no_time_bu
     first and the last storing one more: the sample's random interior program runs even with no budget."""
     n = 8192  # BLOCK 128: 64 programs
 
-    def plant(em):
-        (k,) = em.kernels
-        store = re.search(r"^(\s*)tl\.store\(out_out0 \+ lin, (\w+), mask=mask\)$", k.source, re.M)
-        bad = (f"{store.group(0)}\n{store.group(1)}if BLOCK == 128:\n{store.group(1)}    "
-               f"tl.store(out_out0 + lin, {store.group(2)} + 1.0, mask=mask & (lin >= 128) & (lin < N - 128))")
-        src = k.source.replace(store.group(0), bad)
-        return _one_kernel(em, source=src, interpret_variant=attrs.evolve(k.interpret_variant, source=src))
-
-    _planting(monkeypatch, plant)
+    _planting(monkeypatch, lambda em: _one_more_at_gpu_block(em, "(lin >= 128) & (lin < N - 128)"))
     monkeypatch.setattr(compiled_program, "MIN_BUDGET_S", 0.0)
     monkeypatch.setattr(compiled_program, "BUDGET_FRACTION", 0.0)
     x = _x(n)
