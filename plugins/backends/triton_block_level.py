@@ -440,7 +440,8 @@ class _TileGen(ElementalGenerator):
         try:
             sub = _TileGen(ctx, self.comp)
             sub.block, sub.subfns = block, self.subfns
-            sub.one_row, sub.one_rows, sub.variant_of = rows != self.block, self.one_rows, self.variant_of
+            # one row: so is a program of one lane's [1, Rp] sub-tile, whose nested statistics are one row again
+            sub.one_row, sub.one_rows, sub.variant_of = rows == 1, self.one_rows, self.variant_of
             sub.wide = self.wide
             sub.dims = ()
             sub.tile = ()
