@@ -35,6 +35,9 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
             ``None`` for the fused computation (parameters load from the operand buffers).
     """
 
+    #: values are being read inside a window the kernel masks at its top level (a pad there may mask too)
+    masked_window: bool = False
+
     def __init__(self, ctx: KernelContext, comp: Computation, bindings: dict[int, Any] | None = None,
                  parent: "ElementalGenerator | None" = None):
         self.ctx = ctx

@@ -10,7 +10,7 @@ from fusegen.codegen.emitter_unsupported import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Computation, Instruction
 from fusegen.codegen.elemental.common import ELEMENTWISE, Index, int_list, parse_constant
-from fusegen.codegen.elemental.reads import reads_only
+from fusegen.codegen.elemental.reads import loads_only, reads_only
 from fusegen.codegen.elemental.vector_reads import plain_vector_type
 
 
@@ -353,7 +353,11 @@ class ReduceDotMixin:
         loop = total > 1
         # a window over a parameter read as it is (through index maps only): every access it makes is a masked
         # load, so positions in the padding need no clamped index
-        masked = all(reads_only(i) for i in inputs) and all(int(b) == 1 for b in w["lhs_dilate"])
+        # (computed values too when the window is in no other loop: inside one, a mask per step and window
+        # position costs ptxas more registers than the clamped index saves)
+        top = len(self._scopes) == 1
+        masked = all((loads_only if top else reads_only)(i) for i in inputs) and \
+            all(int(b) == 1 for b in w["lhs_dilate"])
         if loop:
             r = self.ctx.names.fresh("rw")
             header_at = len(self.ctx.body.lines)
@@ -405,7 +409,11 @@ class ReduceDotMixin:
                 cond = (conds[0] if len(conds) == 1 else self.ctx.emit(" & ".join(conds), "inwin")) if conds else None
                 if cond is not None and masked:
                     with self.ctx.block(self.ctx.block_shape, mask=self.ctx.emit(f"{self.ctx.mask} & {cond}", "mwin")):
-                        xs = [self.value(i, tuple(src_idx)) for i in inputs]
+                        self.masked_window, outer = top, self.masked_window
+                        try:
+                            xs = [self.value(i, tuple(src_idx)) for i in inputs]
+                        finally:
+                            self.masked_window = outer
                 else:
                     xs = [self.value(i, tuple(src_idx)) for i in inputs]
                 if promoted:

@@ -13,7 +13,7 @@ from fusegen.codegen import triton_source as ts
 from fusegen.codegen.emitter_unsupported import EmitterUnsupported
 from fusegen.hlo import dtypes
 from fusegen.hlo.ir import Instruction
-from fusegen.codegen.elemental.reads import reads_only
+from fusegen.codegen.elemental.reads import loads_only, reads_only
 from fusegen.codegen.elemental.common import (COMPLEX_PARTS, Cx, Index, _LOW_FLOATS, _nest, int_list,
                                               is_float, parse_constant)
 
@@ -191,7 +191,9 @@ class ShapeOpsMixin:
         cond, cidx = self.domain_test(m, idx, inst)
         if cond is False:
             return self.value(pv, ())
-        if isinstance(cond, str) and not m.constraints and reads_only(src) and self.bindings is None:
+        # computed values too at the top of the kernel or in a window masked there (see _reduce_window)
+        reads = loads_only if len(self._scopes) == 1 or self.masked_window else reads_only
+        if isinstance(cond, str) and not m.constraints and reads(src) and self.bindings is None:
             # a parameter read through index maps: the loads are masked by the domain test instead of reading
             # at a clamped index (XLA's kernel branches around the padding), so the index is the map's own
             with self.ctx.block(self.ctx.block_shape, mask=self.ctx.emit(f"{self.ctx.mask} & {cond}", "mpad")):
