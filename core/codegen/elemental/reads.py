@@ -9,22 +9,27 @@ from fusegen.hlo.ir import Instruction
 #: ops whose value at an index is a parameter's at another index (no arithmetic that could see a wild index)
 INDEX_OPS = frozenset({"parameter", "bitcast", "reshape", "copy", "transpose", "slice", "broadcast", "convert"})
 
+#: ... and leaves and elementwise ops with no memory access of their own: at a wild index, a wild value
+_LOAD_OPS = INDEX_OPS | (ELEMENTWISE - {"map"}) | {"constant", "iota", "reverse", "pad"}
 
-def reads_only(x: Instruction) -> bool:
-    """Whether ``x`` is a fusion parameter read through index maps and converts alone."""
-    stack = [x]
+
+def _made_of(x: Instruction, ops: frozenset) -> bool:
+    """Whether ``x`` and every instruction under it are arrays of opcodes in ``ops``."""
+    stack, seen = [x], set()
     while stack:
         i = stack.pop()
-        if i.opcode not in INDEX_OPS or i.shape.is_tuple:
+        if id(i) in seen:
+            continue
+        seen.add(id(i))
+        if i.opcode not in ops or i.shape.is_tuple:
             return False
         stack.extend(i.operands)
     return True
 
 
-
-
-#: leaves and elementwise ops with no memory access of their own: at a wild index they compute a wild value
-_VALUE_OPS = (ELEMENTWISE - {"map"}) | {"constant", "iota", "reverse", "pad"}
+def reads_only(x: Instruction) -> bool:
+    """Whether ``x`` is a fusion parameter read through index maps and converts alone."""
+    return _made_of(x, INDEX_OPS)
 
 
 def loads_only(x: Instruction) -> bool:
@@ -34,14 +39,4 @@ def loads_only(x: Instruction) -> bool:
     the caller's select, as XLA's kernel branches around it. A nested ``pad`` tests its own domain at the
     wild index (its loads clamped or masked in turn); no gather, dynamic slice or reduction, whose loaded
     indices or loops would read at it."""
-    stack = [x]
-    seen: set[int] = set()
-    while stack:
-        i = stack.pop()
-        if id(i) in seen:
-            continue
-        seen.add(id(i))
-        if i.shape.is_tuple or (i.opcode not in INDEX_OPS and i.opcode not in _VALUE_OPS):
-            return False
-        stack.extend(i.operands)
-    return True
+    return _made_of(x, _LOAD_OPS)
