@@ -226,16 +226,17 @@ def test_a_row_statistic_nested_under_a_column_statistic_is_placed_by_the_kernel
 #: program has one lane and every row it reads is one row
 _ONE_LANE = "HloModule m\n" + _REDUCERS.replace("{{", "{").replace("}}", "}") + """c {
   p = f32[257,31] parameter(0)
-  z = f32[] constant(0)
-  s = f32[257] reduce(p, z), dimensions={1}, to_apply=ad
   k = f32[] constant(0.0322580636)
+  z = f32[] constant(0)
   kb = f32[257] broadcast(k), dimensions={}
-  mean = f32[257] multiply(s, kb)
+  s = f32[257] reduce(p, z), dimensions={1}, to_apply=ad
+  mean = f32[257] multiply(kb, s)
   mb = f32[257,31] broadcast(mean), dimensions={0}
-  d = f32[257,31] subtract(p, mb)
+  d = f32[257,31] subtract(mb, p)
+  z2 = f32[] constant(0)
   sq = f32[257,31] multiply(d, d)
-  v = f32[257] reduce(sq, z), dimensions={1}, to_apply=ad
-  var = f32[257] multiply(v, kb)
+  v = f32[257] reduce(sq, z2), dimensions={1}, to_apply=ad
+  var = f32[257] multiply(kb, v)
   ROOT o = f32[19] slice(var), slice={[75:170:5]}
 }
 ENTRY e {
