@@ -37,9 +37,10 @@ from fusegen.codegen.emitter import EmitterUnsupported, FusionEmitter, fusion_ro
 from fusegen.codegen.kernel import (INTERPRET_TILE_LANES, EmittedFusion, KernelSource, LaunchDimensions,
                                     interpret_tile_sizes)
 from fusegen.hlo.ir import Computation, Instruction
-from fusegen_plugins.backends.triton_block_level_tiles import (MAX_TENSOR_NUMEL, PARAMS_TOKEN, feeds_reduce,
-                                                               reduce_identity, reduced_count, row_major_strides,
-                                                               tile_coordinates, unit_map, lane_invariant)
+from fusegen_plugins.backends.triton_block_level_tiles import (MAX_TENSOR_NUMEL, PARAMS_TOKEN, broadcast_map,
+                                                               feeds_reduce, lane_invariant, reduce_identity,
+                                                               reduced_count, reshaped_rows, row_major_strides,
+                                                               tile_coordinates, unit_map)
 
 #: reducer root -> combine function of ``tl.reduce``: Triton's ``_sum_combine``, and NaN-propagating maximum /
 #: minimum written into the module (``tl.standard._elementwise_max`` drops NaNs on the GPU, XLA's maximum keeps
@@ -84,7 +85,7 @@ class _TileGen(ElementalGenerator):
         if inst.opcode == "reduce" and self.bindings is None:
             return self._tile_reduce(inst, idx)
         if inst.opcode == "bitcast" and self.bindings is None and self.dims and inst.operands[0].opcode == "reduce":
-            k = self._reshaped_rows(inst)
+            k = reshaped_rows(inst, self.dims, self.tile)
             if k and tuple(idx) == tuple(self.lane_idx[:-k]):
                 return self._tile_reduce(inst.operands[0], idx, reshaped=k)
         return super()._emit(inst, idx)
@@ -93,26 +94,6 @@ class _TileGen(ElementalGenerator):
         """``(strides, counts)`` of the kernel's tile index over this generator's dimensions."""
         return ((list(self.tile_strides), list(self.grid_counts)) if self.tile_strides
                 else (row_major_strides(self.counts), list(self.counts)))
-
-    def _reshaped_rows(self, bc: Instruction) -> int:
-        """``k`` when ``bc`` is a row-major bitcast of a reduce over the trailing ``k`` dimensions of a row-major
-        reshape of the tile's array onto the tile's leading dimensions, with the tile covering those ``k``
-        dimensions (gpt12's final log-softmax reduces ``f32[512,8192]`` and bitcasts the maxima to ``[4,128]``);
-        else 0. Such a reduce folds the tile's own rows, so it is a tile reduction, not a per-lane loop."""
-        red = bc.operands[0]
-        if len(red.operands) != 2 or red.shape.is_tuple:
-            return 0
-        sd, dims = tuple(red.operands[0].shape.dimensions), self.dims
-        rd = sorted(int_list(red.attrs.get("dimensions")))
-        k = len(rd)
-        if not k or k >= len(dims) or rd != list(range(len(sd) - k, len(sd))) or sd[-k:] != dims[-k:]:
-            return 0
-        if tuple(bc.shape.dimensions) != dims[:-k] or any(self.tile[d] < dims[d] for d in range(len(dims) - k, len(dims))):
-            return 0
-        for s in (red.operands[0].shape, red.shape, bc.shape):
-            if tuple(s.minor_to_major()) != tuple(reversed(range(s.rank))):
-                return 0
-        return k
 
     def _tile_reduce(self, inst: Instruction, idx: tuple, reshaped: int = 0) -> str:
         if len(inst.operands) != 2 or inst.shape.is_tuple:
@@ -139,6 +120,11 @@ class _TileGen(ElementalGenerator):
         src_idx: tuple = self.lane_idx
         kept_idx: tuple | None = None  # the reduce's output index at the lane, where not the tile's own dims
         units = None if reshaped else unit_map(tuple(src.shape.dimensions), self.dims)
+        if units is None and not reshaped:  # rows the tile holds whole, broadcast along dimensions they lack
+            rd = int_list(inst.attrs.get("dimensions"))
+            b = broadcast_map(tuple(src.shape.dimensions), self.dims, rd, tuple(idx), self.lane_idx)
+            if b is not None and all(b[s] is None or self.tile[b[s]] >= self.dims[b[s]] for s in rd):
+                units = b
         if reshaped:  # the source is a row-major reshape of the tile's array: reduce the tile's trailing dims
             rdims = list(range(len(self.dims) - reshaped, len(self.dims)))
             lin = self.linearize(self.lane_idx, self.dims, tuple(reversed(range(len(self.dims)))))

@@ -101,6 +101,64 @@ def unit_map(src_dims: tuple[int, ...], dims: tuple[int, ...]) -> list[int | Non
     return out
 
 
+def broadcast_map(src_dims: tuple[int, ...], dims: tuple[int, ...], rdims: list[int], idx: tuple,
+                  lane_idx: tuple[str, ...]) -> list[int | None] | None:
+    """:func:`unit_map` where the tile also has dimensions the reduce's operand lacks (the output broadcasts the
+    reduced rows along them: a softmax over rows of 3 broadcast to ``[8, 3, 125, 3]``): each kept dimension of
+    the operand is the tile dimension whose lane index ``idx`` (the reduce's output index at the lane) names,
+    each reduced one the only unused tile dimension of its extent between its neighbours' (a unit dimension
+    ``None``). XLA's tile propagation drops the broadcast dimensions from the operand's tile; here the tile keeps
+    them and each of their lanes reduces its own copy of the row. ``None`` when ``idx`` is not the lanes' own
+    indices or a reduced dimension's place is not unique."""
+    kept = [d for d in range(len(src_dims)) if d not in rdims]
+    if len(idx) != len(kept):
+        return None
+    at = {name: d for d, name in enumerate(lane_idx)}
+    out: list[int | None] = [None] * len(src_dims)
+    for s, i in zip(kept, idx):
+        if isinstance(i, int):
+            if i != 0 or src_dims[s] != 1:
+                return None
+            continue
+        d = at.get(i)
+        if d is None or dims[d] != src_dims[s] or d in out:
+            return None
+        out[s] = d
+    for s in rdims:
+        if src_dims[s] == 1:
+            continue
+        lo = max((out[t] for t in range(s) if out[t] is not None), default=-1)
+        hi = min((out[t] for t in range(s + 1, len(src_dims)) if out[t] is not None), default=len(dims))
+        cand = [d for d in range(lo + 1, hi) if d not in out and dims[d] == src_dims[s]]
+        if len(cand) != 1:
+            return None
+        out[s] = cand[0]
+    mapped = [d for d in out if d is not None]
+    return out if mapped == sorted(mapped) and mapped else None
+
+
+def reshaped_rows(bc: Instruction, dims: tuple[int, ...], tile: tuple[int, ...]) -> int:
+    """``k`` when ``bc`` is a row-major bitcast of a reduce over the trailing ``k`` dimensions of a row-major
+    reshape of the tile's array onto the tile's leading dimensions, with the tile covering those ``k``
+    dimensions (gpt12's final log-softmax reduces ``f32[512,8192]`` and bitcasts the maxima to ``[4,128]``);
+    else 0 (``dims``, ``tile``: the tile's array and tile). Such a reduce folds the tile's own rows, so it is a
+    tile reduction, not a per-lane loop."""
+    red = bc.operands[0]
+    if len(red.operands) != 2 or red.shape.is_tuple:
+        return 0
+    sd = tuple(red.operands[0].shape.dimensions)
+    rd = sorted(int_list(red.attrs.get("dimensions")))
+    k = len(rd)
+    if not k or k >= len(dims) or rd != list(range(len(sd) - k, len(sd))) or sd[-k:] != dims[-k:]:
+        return 0
+    if tuple(bc.shape.dimensions) != dims[:-k] or any(tile[d] < dims[d] for d in range(len(dims) - k, len(dims))):
+        return 0
+    for s in (red.operands[0].shape, red.shape, bc.shape):
+        if tuple(s.minor_to_major()) != tuple(reversed(range(s.rank))):
+            return 0
+    return k
+
+
 def row_major_strides(extents: list[int] | tuple[int, ...]) -> list[int]:
     """Strides of a row-major walk over ``extents`` (the last dimension's stride is 1)."""
     out, st = [], 1

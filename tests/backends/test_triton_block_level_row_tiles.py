@@ -261,3 +261,49 @@ def test_a_one_lane_tile_reduces_a_row_over_a_nested_statistic_as_one_row():
     assert rep.status == "ok" and rep.fusions[0].status == "ok", "\n".join(rep.verdict.lines())
     rows = x[75:170:5].astype(np.float64)
     np.testing.assert_allclose(np.asarray(res, np.float64), rows.var(-1), rtol=1e-5, atol=1e-6)
+
+
+#: random program 100619's fusion.6: a softmax over rows of 3 broadcast along a new dimension of 3, the output tile
+#: [1, 3, 4, 3] holding whole rows
+_BROADCAST_ROWS = "HloModule m\n" + _REDUCERS.replace("{{", "{").replace("}}", "}") + """c {
+  p = f32[8,125,3] parameter(0)
+  ninf = f32[] constant(-inf)
+  m = f32[8,125] reduce(p, ninf), dimensions={2}, to_apply=mx
+  mb = f32[8,125,3] broadcast(m), dimensions={0,1}
+  s = f32[8,125,3] subtract(p, mb)
+  e = f32[8,125,3] exponential(s)
+  z = f32[] constant(0)
+  t = f32[8,125] reduce(e, z), dimensions={2}, to_apply=ad
+  tb = f32[8,125,3] broadcast(t), dimensions={0,1}
+  q = f32[8,125,3] divide(e, tb)
+  ROOT o = f32[8,3,125,3] broadcast(q), dimensions={0,2,3}
+}
+ENTRY e {
+  x = f32[8,125,3] parameter(0)
+  ROOT f = f32[8,3,125,3] fusion(x), kind=kCustom, calls=c, backend_config={"fusion_backend_config":{"kind":"__triton","block_level_fusion_config":{"num_warps":"2","output_tiles":[{"sizes":["1","3","4","3"]}],"num_ctas":1,"num_stages":1}}}
+}"""
+
+
+def test_rows_the_output_broadcasts_along_a_new_dimension_are_reduced_on_the_tile():
+    """The reduce's operand [8, 125, 3] is the tile's [8, 3, 125, 3] without its dimension 1: each row is reduced
+    on the tile (one tl.reduce over its last dimension, each copy along dimension 1 its own), where it was a
+    per-lane loop reloading the row of 3 twice (30 registers and 16 memory instructions in SASS, XLA 16 registers;
+    18 and 4 now). Judged against float64 numpy, the compiled program against the interpreter's variant."""
+    from fusegen.verify.judged_run import run_module
+    from fusegen_plugins.backends.triton_block_level_tiles import broadcast_map
+
+    lanes = ("g0", "g1", "g2", "g3")
+    assert broadcast_map((8, 125, 3), (8, 3, 125, 3), [2], ("g0", "g2"), lanes) == [0, 2, 3]
+    assert broadcast_map((8, 3), (8, 3, 3), [1], ("g0",), lanes[:3]) is None  # which 3 is the row: not unique
+    assert broadcast_map((8, 125, 3), (8, 3, 125, 3), [2], ("g0", "i_7"), lanes) is None  # read elsewhere
+    m = parse_module(_BROADCAST_ROWS)
+    f = m.entry.root
+    (k,) = TritonBlockLevelFusion(_Analysis(f)).emit().kernels
+    assert "for r" not in k.source and k.source.count("tl.reduce(rin") == 2
+    x = np.random.default_rng(9).standard_normal((8, 125, 3)).astype(np.float32) * 3
+    res, rep = run_module(m, [x], compile_kernels=False)
+    assert rep.status == "ok" and rep.fusions[0].status == "ok", "\n".join(rep.verdict.lines())
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(-1, keepdims=True))
+    want = np.broadcast_to((e / e.sum(-1, keepdims=True))[:, None], (8, 3, 125, 3))
+    np.testing.assert_allclose(np.asarray(res, np.float64), want, rtol=1e-5, atol=1e-6)
