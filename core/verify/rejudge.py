@@ -130,6 +130,7 @@ def _judge_excess_precision_thresholds(module: Module, args: list[Any], shapes: 
     from fusegen.verify.expected import failing
     from fusegen.verify.ties import rerun_rounded
 
+    earlier: dict[int, tuple] = {}  # output -> (elements, reason, what) an earlier re-run explained
     for at, rounding, where, what in _RERUNS:
         todo = [i for i, v in enumerate(outs) if v.status == "mismatch" and i < len(paths) and paths[i] is not None
                 and not paths[i].edge and opts[i].xla_allow_excess_precision and i < len(os_)
@@ -144,9 +145,9 @@ def _judge_excess_precision_thresholds(module: Module, args: list[Any], shapes: 
             continue
         if alt is None:
             continue
-        why = (f"the reference re-run with {where} rounded to bf16 (where a convert pair XLA:GPU drops under "
-               "--xla_allow_excess_precision may stay in the expected answer's program) gives the expected "
-               "value there")
+        why = (f"the reference re-run with {where} rounded to bf16 (where a convert chain XLA:GPU drops or "
+               "shortens under --xla_allow_excess_precision may stay in the expected answer's program) gives the "
+               "expected value there")
         for i in todo:
             if i >= len(alt) or alt[i].shape != ks[i].shape:
                 continue
@@ -156,8 +157,13 @@ def _judge_excess_precision_thresholds(module: Module, args: list[Any], shapes: 
             explained = fails & ~failing(t, alt[i], rs[i], o, e, path, opts[i])
             if not explained.any():
                 continue
-            # still a mismatch elsewhere, the verdict then names an element the re-run does not explain
-            outs[i] = _judge_output(i, t, k, rs[i], o, expected[i], opts[i], True, path, (explained, why, what),
+            tied = (explained, why, what)
+            if i in earlier:  # the elements each re-run explains, both named
+                prev = earlier[i]
+                tied = (explained | prev[0], f"{prev[1]}; for others, {why}", f"{prev[2]} or {what}")
+            earlier[i] = tied
+            # still a mismatch elsewhere, the verdict then names an element no re-run explains
+            outs[i] = _judge_output(i, t, k, rs[i], o, expected[i], opts[i], True, path, tied,
                                     tolerance_type=tts[i])
 
 

@@ -774,6 +774,37 @@ ENTRY e {
     np.testing.assert_array_equal(outs[0], np.pad(x, ((1, 2), (3, 2)), constant_values=-2))
 
 
+_PAD_BESIDE = """HloModule m
+fused {{
+  p0 = f32[8,4] parameter(0)
+  p1 = f32[8] parameter(1)
+  b = f32[8,4] broadcast(p1), dimensions={{0}}
+  m = f32[8,4] {inner}
+  z = f32[] constant(0)
+  pd = f32[8,6] pad(m, z), padding=0_0x1_1
+  b2 = f32[8,6] broadcast(p1), dimensions={{0}}
+  ROOT r = f32[8,6] add(pd, b2)
+}}
+ENTRY e {{
+  x = f32[8,4] parameter(0)
+  y = f32[8] parameter(1)
+  ROOT f = f32[8,6] fusion(x, y), kind=kLoop, calls=fused
+}}"""
+
+
+@pytest.mark.parametrize("inner", ["multiply(p0, b)", "copy(b)"])
+def test_a_value_loaded_under_a_pads_mask_is_not_reused_beside_the_pad(inner):
+    """``p1`` broadcast into a pad and beside it: loaded under the pad's mask (lanes in the padding get 0), that
+    copy stood for ``p1`` in the add as well, where the padding columns need it (0 instead of ``p1[row]``, for a
+    computed operand and for a parameter read through index maps alike). The masked values have a scope of
+    their own. Values: numpy's and the evaluator's."""
+    outs, ref, (x, y), emitted = _run_loop(_PAD_BESIDE.format(inner=inner))
+    assert "mpad" in emitted.kernels[0].source
+    core = x * y[:, None] if inner.startswith("multiply") else np.broadcast_to(y[:, None], (8, 4))
+    np.testing.assert_array_equal(outs[0], ref)
+    np.testing.assert_allclose(outs[0], np.pad(core, ((0, 0), (1, 1))) + y[:, None], rtol=1e-6)
+
+
 def test_a_reducer_reading_one_parameter_twice_is_not_vectorised():
     """``maximum(b, b)`` has no identity (its result counts the padding folded in): the window keeps the loop
     and the evaluator's values."""

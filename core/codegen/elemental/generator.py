@@ -3,7 +3,8 @@ live in the mixins beside it."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import contextlib
+from typing import Any, Callable, Iterator, Sequence
 
 from fusegen.codegen import triton_source as ts
 from fusegen.codegen.emitter_unsupported import EmitterUnsupported
@@ -70,6 +71,19 @@ class ElementalGenerator(ShapeOpsMixin, IndexMapMixin, ReduceDotMixin, Elementwi
         self.idx_scopes.pop()
         self._lin_of.pop()
         self._delin.pop()
+
+    @contextlib.contextmanager
+    def masked_by(self, cond: str, hint: str) -> Iterator[None]:
+        """Emit under the block's mask and ``cond`` (a pad's or window's test of its padding), the values in a
+        scope of their own: the cache keys a value by (instruction, index) alone, so a copy loaded with lanes
+        masked off must not stand for the value where the wider mask needs it (a broadcast operand read inside
+        the pad and beside it)."""
+        self._scopes.append({})
+        try:
+            with self.ctx.block(self.ctx.block_shape, mask=self.ctx.emit(f"{self.ctx.mask} & {cond}", hint)):
+                yield
+        finally:
+            self._scopes.pop()
 
     @staticmethod
     def _lookup(scopes: list[dict], key: Any) -> Any:

@@ -408,7 +408,7 @@ class ReduceDotMixin:
             else:
                 cond = (conds[0] if len(conds) == 1 else self.ctx.emit(" & ".join(conds), "inwin")) if conds else None
                 if cond is not None and masked:
-                    with self.ctx.block(self.ctx.block_shape, mask=self.ctx.emit(f"{self.ctx.mask} & {cond}", "mwin")):
+                    with self.masked_by(cond, "mwin"):
                         self.masked_window, outer = top, self.masked_window
                         try:
                             xs = [self.value(i, tuple(src_idx)) for i in inputs]

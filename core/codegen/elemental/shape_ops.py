@@ -196,7 +196,7 @@ class ShapeOpsMixin:
         if isinstance(cond, str) and not m.constraints and reads(src) and self.bindings is None:
             # a parameter read through index maps: the loads are masked by the domain test instead of reading
             # at a clamped index (XLA's kernel branches around the padding), so the index is the map's own
-            with self.ctx.block(self.ctx.block_shape, mask=self.ctx.emit(f"{self.ctx.mask} & {cond}", "mpad")):
+            with self.masked_by(cond, "mpad"):
                 inner = self.value(src, self.apply_map(m, idx, inst))
             return self.where(cond, inner, self.value(pv, ()), inst.name)
         inner = self.value(src, self.apply_map(m, cidx, inst))
