@@ -152,7 +152,7 @@ def patch_reduce() -> dict[str, Any]:
             outs.append(self.to_tensor(np.ascontiguousarray(o) if isinstance(o, np.ndarray) else o, ty))
         return outs
 
-    def sum(self: Any, input: Any) -> Any:
+    def sum_rows(self: Any, input: Any) -> Any:
         # Triton's np.sum along the axis folds in an order that depends on the array's other dimensions
         # (pairwise along a contiguous axis, row by row otherwise); folding each row as a contiguous last axis
         # gives every row numpy's pairwise order, so a [8, 1] and an [8, 32] tile sum a column alike
@@ -165,7 +165,7 @@ def patch_reduce() -> dict[str, Any]:
             out = np.expand_dims(out, self.axis) if self.keep_dims else out
         return self.to_tensor(out, input.dtype)
 
-    return {"generic_reduce": generic_reduce, "sum": sum}
+    return {"generic_reduce": generic_reduce, "sum": sum_rows}
 
 
 @functools.cache  # once per process

@@ -60,9 +60,10 @@ RANDOM_IDS = 2
 ALWAYS_RUN = 3
 #: At most this many boundary program ids in a sample.
 MAX_BOUNDARY = 4
-#: A sample runs its first :data:`ALWAYS_RUN` programs, then the others in order while the compiled runs of the kernel took
-#: less than this fraction of the kernel's judged run, or :data:`MIN_BUDGET_S` (a compiled program of XLA's small tiles
-#: costs the interpreter about as much as a whole variant program: a GEMM's 16x8 tile loops over all of K).
+#: A sample runs its first :data:`ALWAYS_RUN` programs, then the others in order while the compiled runs of the
+#: kernel took less than this fraction of the kernel's judged run, or :data:`MIN_BUDGET_S` (a compiled program of
+#: XLA's small tiles costs the interpreter about as much as a whole variant program: a GEMM's 16x8 tile loops over
+#: all of K).
 BUDGET_FRACTION = 0.1
 #: ... seconds, the least budget of a sampled kernel.
 MIN_BUDGET_S = 0.02

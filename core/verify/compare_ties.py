@@ -115,19 +115,22 @@ def narrowable_convert(i: Instruction) -> bool:
             and i.shape.element_type != i.operands[0].shape.element_type)
 
 
+def _own(inst: Instruction, pick: Callable[[Instruction], bool]) -> list[Instruction]:
+    """The instructions ``pick`` selects of ``inst``: itself (top-level) or its fused computation's own."""
+    if inst.opcode == "fusion":
+        return [i for i in inst.fused_computation.instructions if pick(i)]
+    return [inst] if pick(inst) else []
+
+
 def converts(inst: Instruction) -> list[Instruction]:
     """The :func:`narrowable_convert` instructions of ``inst``: itself (top-level) or its fused computation's own."""
-    if inst.opcode == "fusion":
-        return [i for i in inst.fused_computation.instructions if narrowable_convert(i)]
-    return [inst] if narrowable_convert(inst) else []
+    return _own(inst, narrowable_convert)
 
 
 def compares(inst: Instruction) -> list[Instruction]:
     """The floating compares (and remainders) whose outcomes :func:`reference_recording` records for ``inst``:
     ``inst`` itself (top-level) or those among its fused computation's own instructions (a fusion)."""
-    if inst.opcode == "fusion":
-        return [i for i in inst.fused_computation.instructions if _float_compare(i)]
-    return [inst] if _float_compare(inst) else []
+    return _own(inst, _float_compare)
 
 
 def _threshold(cmp: Instruction, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -419,8 +419,9 @@ def judge_expected(t: str, k: np.ndarray, r: np.ndarray, o: np.ndarray | None, e
     """Judge kernel output ``k`` (element type ``t``) against the expected array ``e`` (see module docstring).
 
     ``r``: the reference evaluator's output; ``o``: the f64 oracle's (``None`` when unavailable). All arrays
-    share one shape (the caller checks). ``tied``: ``(mask, reason[, what they do])``, elements that a re-run of the reference
-    with a near-tie flipped explains (:mod:`fusegen.verify.ties`): failing there is ``drift`` with ``reason``.
+    share one shape (the caller checks). ``tied``: ``(mask, reason[, what they do])``, elements that a re-run of
+    the reference with a near-tie flipped (:mod:`fusegen.verify.ties`) or with a bf16 rounding explains: failing
+    there is ``drift`` with ``reason``.
     """
     if k.dtype.kind in "biu" or k.dtype == np.bool_ or not _is_float(t):
         return _judge_exact_ints(k, r, e, path, tied)

@@ -103,14 +103,6 @@ def _judge_excess_precision_expected(module: Module, args: list[Any], shapes: li
                                 paths[i], tolerance_type=tts[i])
 
 
-#: the re-runs :func:`_judge_excess_precision_thresholds` tries, in order: (where, how the rounding is applied,
-#: what the reason says the re-run rounded, what the elements it explains do)
-_RERUNS = (("thresholds", "_bf16_rounded", "the operands of its compares and remainders",
-            "take the other side of a near-tie"),
-           ("converts", "_bf16_rounded_all", "the operand of each convert between f16, f32 and f64",
-            "carry a rounding the kernel's program leaves out"))
-
-
 def _judge_excess_precision_thresholds(module: Module, args: list[Any], shapes: list, ks: list, rs: list,
                                        os_: list, expected: list, paths: list, outs: list[OutputVerdict],
                                        opts: list[VerifyOptions], tts: list[str], budget: Any) -> None:
@@ -131,7 +123,7 @@ def _judge_excess_precision_thresholds(module: Module, args: list[Any], shapes: 
     from fusegen.verify.ties import rerun_rounded
 
     earlier: dict[int, tuple] = {}  # output -> (elements, reason, what) an earlier re-run explained
-    for at, rounding, where, what in _RERUNS:
+    for at, rounding, where, what in _reruns():
         todo = [i for i, v in enumerate(outs) if v.status == "mismatch" and i < len(paths) and paths[i] is not None
                 and not paths[i].edge and opts[i].xla_allow_excess_precision and i < len(os_)
                 and is_float_type(shapes[i].element_type) and ks[i].shape == rs[i].shape
@@ -139,7 +131,7 @@ def _judge_excess_precision_thresholds(module: Module, args: list[Any], shapes: 
         if not todo:
             return
         try:
-            alt = rerun_rounded(module, args, globals()[rounding], budget.another_run() if budget is not None
+            alt = rerun_rounded(module, args, rounding, budget.another_run() if budget is not None
                                 else None, at=at)
         except Exception:  # noqa: BLE001 - a re-run that cannot run explains nothing
             continue
@@ -187,6 +179,15 @@ def _bf16_round(a: np.ndarray) -> np.ndarray:
         return (a.real.astype(ml_dtypes.bfloat16).astype(part) + 1j * a.imag.astype(ml_dtypes.bfloat16).astype(part)
                 ).astype(a.dtype)
     return a
+
+
+def _reruns() -> tuple:
+    """The re-runs :func:`_judge_excess_precision_thresholds` tries, in order: (where, how the rounding is
+    applied, what the reason says the re-run rounded, what the elements it explains do)."""
+    return (("thresholds", _bf16_rounded, "the operands of its compares and remainders",
+             "take the other side of a near-tie"),
+            ("converts", _bf16_rounded_all, "the operand of each convert between f16, f32 and f64",
+             "carry a rounding the kernel's program leaves out"))
 
 
 def _judge_with_f32_dots(module: Module, args: list[Any], shapes: list, ks: list, rs: list, os_: list,
