@@ -207,3 +207,44 @@ def test_config_show_names_the_switch_and_where_it_came_from(tmp_path):
     out = CliRunner().invoke(cli, ["config", "show"], terminal_width=400).output
     row = next(line for line in out.splitlines() if "verify.xla_allow_excess_precision" in line)
     assert "true" in row and "default" in row
+
+
+_ADD = """HloModule m
+fused {
+  p = f32[16] parameter(0)
+  ROOT r = f32[16] add(p, p)
+}
+ENTRY e {
+  x = f32[16] parameter(0)
+  ROOT f = f32[16] fusion(x), kind=kLoop, calls=fused
+}"""
+
+
+def test_elements_the_two_re_runs_explain_between_them_are_drift_with_both_named(monkeypatch):
+    """An output whose failing elements the threshold re-run explains in part and the convert re-run in the rest
+    is drift, naming both; an element neither explains stays a mismatch. The re-runs are planted (each gives the
+    expected answer at its own elements, the kernel's elsewhere): which program could round where is not the
+    point here, how their explanations add up is."""
+    import fusegen
+    from fusegen.verify import ties
+
+    x = np.linspace(1.0, 2.0, 16).astype(np.float32)
+    k = x + x
+    e = k.copy()
+    e[[2, 3]] += 1  # the threshold re-run's
+    e[[9, 11]] -= 1  # the convert re-run's
+
+    def planted(module, args, rounded, budget=None, at="thresholds"):
+        alt = k.copy()
+        picks = [2, 3] if at == "thresholds" else [9, 11]
+        alt[picks] = e[picks]
+        return [alt]
+
+    monkeypatch.setattr(ties, "rerun_rounded", planted)
+    o0 = fusegen.run(_ADD, inputs=[x], expected=[e], compile=False).to_json()["outputs"][0]
+    assert o0["status"] == "drift", o0
+    assert "operands of its compares and remainders" in o0["reason"]
+    assert "operand of each convert between f16, f32 and f64" in o0["reason"]
+    e[5] += 1  # explained by neither
+    o0 = fusegen.run(_ADD, inputs=[x], expected=[e], compile=False).to_json()["outputs"][0]
+    assert o0["status"] == "mismatch" and o0["index"] == [5], o0
